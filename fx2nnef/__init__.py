@@ -1,0 +1,13 @@
+"""fx2nnef: export PyTorch models to NNEF with a custom torch.fx tracer, checked in tract."""
+__version__ = "0.1.0"
+
+from .api import ExportResult, export
+from .errors import (CheckIOError, EmitError, Fx2NnefError, GuardError, InvalidArgumentError, TargetError,
+                     TraceError, TractError, UnsupportedOpError)
+from .targets import InferenceTarget, KhronosNNEF, Tolerance, TractNNEF
+
+__all__ = [
+    "CheckIOError", "EmitError", "ExportResult", "Fx2NnefError", "GuardError", "InferenceTarget",
+    "InvalidArgumentError", "KhronosNNEF", "TargetError", "Tolerance", "TraceError", "TractError", "TractNNEF",
+    "UnsupportedOpError", "export",
+]

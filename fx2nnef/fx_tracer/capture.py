@@ -1,0 +1,230 @@
+"""From a model and example inputs to a checked IR graph: validate, trace, clean, probe, build.
+
+This is the tracer's public entry point. It validates names and dynamic axes before any
+tracing, traces, runs the graph passes, probes the dynamic sizes (and traces once more at
+other sizes when a decision was baked on a dynamic dim), and builds the IR.
+"""
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import keyword
+import re
+from typing import Optional
+
+import numpy as np
+import torch
+
+from ..errors import GuardError, InvalidArgumentError, TraceError
+from ..ir import Graph
+from . import structures
+from .passes import cleanup_slices, remove_dead_code, remove_inplace
+from .probe import analyze, inputs_at
+from .to_ir import build_ir
+from .tracer import trace_model
+
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclasses.dataclass
+class Capture:
+    graph: Graph
+    input_names: list
+    example_inputs: list  # torch tensors
+    reference: list  # (label, inputs, expected outputs) as numpy, for checks
+    notes: list
+
+    def check_cases(self):
+        from ..targets import CheckCase  # lazy: targets sit above the tracer
+
+        return [CheckCase(label, ins, outs) for label, ins, outs in self.reference]
+
+
+def _numpy(t: torch.Tensor) -> np.ndarray:
+    t = t.detach().cpu()
+    if t.dtype == torch.bfloat16:
+        t = t.float()
+    return t.numpy().copy()
+
+
+def default_input_names(model, args: tuple, kwargs: dict) -> list:
+    """Names of the tensors inside the inputs, from the forward's real signature."""
+    try:
+        sig = inspect.signature(model.forward)
+        bound = sig.bind(*args, **kwargs)
+        named = dict(bound.arguments)
+        for name, p in sig.parameters.items():
+            if p.kind is inspect.Parameter.VAR_POSITIONAL and name in named:
+                named[name] = tuple(named[name])
+            if p.kind is inspect.Parameter.VAR_KEYWORD and name in named:
+                extra = named.pop(name)
+                named.update(extra)
+    except (TypeError, ValueError):
+        named = {f"input_{i}": a for i, a in enumerate(args)}
+        named.update(kwargs)
+    names = [n for n, _ in structures.flatten(named, "")]
+    positional = [n for n, _ in structures.flatten((args, kwargs), "")]
+    if len(names) != len(positional):
+        return [f"input_{i}" for i in range(len(positional))]
+    return names
+
+
+def _check_names(kind: str, names: list, expected: int) -> list:
+    names = list(names)
+    if len(names) != expected:
+        raise InvalidArgumentError(f"{len(names)} {kind} names given ({names}) but the model has {expected} {kind} tensors")
+    bad = [n for n in names if not isinstance(n, str) or not _IDENT.match(n) or keyword.iskeyword(n)]
+    if bad:
+        raise InvalidArgumentError(f"{kind} names must be identifiers (letters, digits, '_'): {bad}")
+    dups = {n for n in names if names.count(n) > 1}
+    if dups:
+        raise InvalidArgumentError(f"{kind} names must be unique; repeated: {sorted(dups)}")
+    return names
+
+
+def validate_dynamic_axes(dynamic_axes: dict, names: list, tensors: list, output_names: list) -> dict:
+    """Check ``{name: {axis: symbol}}`` against the inputs; return it with axes made non-negative."""
+    if not isinstance(dynamic_axes, dict):
+        raise InvalidArgumentError(f"dynamic_axes must be a dict {{input_name: {{axis: 'SYMBOL'}}}}, got {type(dynamic_axes).__name__}")
+    by_name = dict(zip(names, tensors))
+    out: dict = {}
+    sizes: dict = {}
+    for name, axes in dynamic_axes.items():
+        if name in output_names and name not in by_name:
+            continue  # output dims follow from the inputs
+        if name not in by_name:
+            raise InvalidArgumentError(f"dynamic_axes names unknown input '{name}'; inputs are {names}")
+        if isinstance(axes, (list, tuple)):
+            axes = {a: f"{name}_dim{a}" for a in axes}
+        if not isinstance(axes, dict):
+            raise InvalidArgumentError(f"dynamic_axes['{name}'] must map axis -> symbol name, got {axes!r}")
+        rank = by_name[name].dim()
+        fixed = {}
+        for axis, sym in axes.items():
+            if isinstance(axis, bool) or not isinstance(axis, int) or not -rank <= axis < rank:
+                raise InvalidArgumentError(f"dynamic_axes['{name}']: axis {axis!r} is not an axis of a rank-{rank} tensor")
+            if not isinstance(sym, str) or not _IDENT.match(sym):
+                raise InvalidArgumentError(f"dynamic_axes['{name}'][{axis}]: symbol {sym!r} must be an identifier such as 'S'")
+            size = by_name[name].shape[axis]
+            if sym in sizes and sizes[sym] != size:
+                raise InvalidArgumentError(
+                    f"symbol '{sym}' is used for dims of different sizes ({sizes[sym]} and {size} on '{name}' axis {axis}); "
+                    "give the example inputs equal sizes there or use two symbols")
+            sizes[sym] = size
+            fixed[axis % rank] = sym
+        out[name] = fixed
+    return out
+
+
+def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_names: Optional[list] = None,
+            output_names: Optional[list] = None, leaf_modules: tuple = (), leaf_names: tuple = ()) -> Capture:
+    """Validate, trace, clean, probe and build the IR of ``model(*args, **kwargs)``."""
+    if not isinstance(model, torch.nn.Module):
+        raise InvalidArgumentError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if isinstance(args, torch.Tensor) or not isinstance(args, (tuple, list)):
+        args = (args,)
+    args = tuple(args)
+    if not isinstance(kwargs, dict):
+        raise InvalidArgumentError("kwargs must be a dict")
+    flat = structures.flatten((args, kwargs), "")
+    if not flat:
+        raise InvalidArgumentError("the example inputs contain no tensor")
+    tensors = [t for _, t in flat]
+    names = _check_names("input", input_names, len(flat)) if input_names else default_input_names(model, args, kwargs)
+    with torch.no_grad():
+        reference = model(*args, **kwargs)
+    ref_flat = structures.flatten(reference, "")
+    if not ref_flat:
+        raise InvalidArgumentError("the model returned no tensor")
+    out_names = _check_names("output", output_names, len(ref_flat)) if output_names else [
+        _ident(n or "output") for n, _ in ref_flat]
+    dyn = validate_dynamic_axes(getattr(target, "dynamic_axes", {}) or {}, names, tensors, out_names)
+    if target is not None:
+        target.pre_trace(model, args, kwargs)
+    leaf_types = tuple(leaf_modules) + _extractor_types()
+    notes: list = []
+    gm, analysis, trace = _trace_and_probe(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, notes)
+    remove_dead_code(gm)
+    graph = build_ir(gm, analysis, names, out_names)
+    cases = [("example", [_numpy(t) for t in tensors], [_numpy(t) for _, t in ref_flat])]
+    if analysis.symbols:
+        cases.append(_second_case(model, args, kwargs, names, tensors, dyn, analysis.base_env))
+    return Capture(graph, names, tensors, cases, notes)
+
+
+def _ident(name: str) -> str:
+    out = re.sub(r"[^A-Za-z0-9_]", "_", name)
+    return out if _IDENT.match(out) else f"output_{out}"
+
+
+def _extractor_types() -> tuple:
+    from ..ir import op_key  # noqa: F401 - keeps the import graph explicit
+
+    return tuple(_LEAF_TYPES)
+
+
+_LEAF_TYPES: list = [torch.nn.LSTM, torch.nn.GRU, torch.nn.RNN, torch.nn.LSTMCell, torch.nn.GRUCell, torch.nn.RNNCell]
+
+
+def register_leaf_type(cls: type) -> None:
+    """Make the tracer keep ``cls`` modules as single calls (an extractor lowers them)."""
+    if cls not in _LEAF_TYPES:
+        _LEAF_TYPES.append(cls)
+
+
+def _trace_once(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names):
+    trace = trace_model(model, args, kwargs, names, out_names, leaf_types, leaf_names)
+    remove_inplace(trace.gm)
+    cleanup_slices(trace.gm)
+    analysis = analyze(trace.gm, trace.example_inputs, names, dyn, trace.guards)
+    return trace, analysis
+
+
+def _trace_and_probe(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, notes):
+    trace, analysis = _trace_once(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names)
+    if not analysis.failures:
+        return trace.gm, analysis, trace
+    # A decision was baked on a dynamic size: trace again at larger sizes and keep that
+    # trace if it also holds at the example sizes.
+    first_failures = analysis.failures
+    bigger = {s: v + 2 for s, v in analysis.base_env.items()}
+    retraced = None
+    try:
+        flat_big = inputs_at(trace.example_inputs, names, dyn, bigger)
+        it = iter(flat_big)
+        a2, k2 = structures.rebuild((args, kwargs), lambda _k, _t: next(it))
+        trace2, analysis2 = _trace_once(model, a2, k2, names, out_names, dyn, leaf_types, leaf_names)
+        if not analysis2.failures:
+            # the graph must also reproduce the example sizes: analyze at the user's inputs
+            analysis_back = analyze(trace2.gm, trace.example_inputs, names, dyn, trace2.guards)
+            if not analysis_back.failures:
+                retraced = (trace2, analysis_back)
+    except Exception:  # noqa: BLE001 - fall through to the original report
+        retraced = None
+    if retraced is None:
+        lines = [f"the trace took decisions on dynamic dims {dict(analysis.base_env)} that do not hold at other sizes:"]
+        lines += [f"  - {f}" for f in first_failures[:10]]
+        lines.append("Make that code independent of the dynamic size, trace with other example sizes, or drop the dim from dynamic_axes.")
+        raise GuardError("\n".join(lines))
+    trace2, analysis_back = retraced
+    for g in analysis_back.guards:
+        if g.kind == "shape":
+            g.note = (g.note + "; " if g.note else "") + "graph traced at larger sizes"
+    notes.append("the example sizes made the trace take size-specific branches ("
+                 + "; ".join(str(f) for f in first_failures[:3])
+                 + "); the exported graph was traced again at " + ", ".join(f"{k}={v}" for k, v in bigger.items())
+                 + " and checked at the example sizes")
+    for f in first_failures:
+        pass
+    return trace2.gm, analysis_back, trace2
+
+
+def _second_case(model, args, kwargs, names, tensors, dyn, base_env):
+    env = {s: (v // 2 if v // 2 >= 2 else v + 2) for s, v in base_env.items()}
+    new = inputs_at(tensors, names, dyn, env)
+    it = iter(new)
+    a2, k2 = structures.rebuild((args, kwargs), lambda _k, _t: next(it))
+    with torch.no_grad():
+        out = model(*a2, **k2)
+    label = ", ".join(f"{k}={v}" for k, v in env.items())
+    return (label, [_numpy(t) for t in new], [_numpy(t) for _, t in structures.flatten(out, "")])

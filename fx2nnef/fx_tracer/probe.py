@@ -1,0 +1,266 @@
+"""Probe runs: re-run the traced graph at other sizes of the dynamic dims.
+
+The recorded graph is executed at the example sizes and at probe sizes (each symbol
++1, +2, +3, and all together). From these runs we learn, for every node:
+- its shape (or integer value) as a polynomial of the symbols (``S``, ``2*S``, ``S+P``);
+- whether it is a constant (independent of input data and of the symbols);
+- whether each guard the trace took still holds: a guard that flips means the trace baked
+  a decision on a dynamic dim.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Optional
+
+import torch
+import torch.fx as fx
+
+from ..ir import Guard, SymDim, fit_polynomial, simplify
+from .tracer import GuardRecord
+
+_SHAPE_QUERIES = {"size", "dim", "numel", "nelement", "ndimension"}
+
+
+@dataclasses.dataclass
+class ProbeFailure:
+    env: dict
+    node: Optional[fx.Node]
+    message: str
+
+    def __str__(self):
+        sizes = ", ".join(f"{k}={v}" for k, v in self.env.items())
+        where = ""
+        if self.node is not None:
+            src = self.node.meta.get("source")
+            where = f" in '{self.node.name}'" + (f" at {src}: {src.code}" if src else "")
+        return f"at {sizes}{where}: {self.message}"
+
+
+@dataclasses.dataclass
+class Analysis:
+    symbols: list
+    base_env: dict
+    values: dict  # node -> value at the example sizes
+    sym: dict  # node -> fitted int/SymDim (scalars) or tuple of dims (tensors)
+    constant: set  # nodes whose value is a constant
+    data_dep: set  # nodes depending on input data
+    guards: list  # ir.Guard
+    failures: list  # ProbeFailure for guard flips and run errors on shape decisions
+    envs: list
+
+
+class _Recorder(fx.Interpreter):
+    def __init__(self, gm):
+        super().__init__(gm, garbage_collect_values=False)
+        self.current: Optional[fx.Node] = None
+
+    def run_node(self, n):
+        self.current = n
+        with torch.no_grad():
+            return super().run_node(n)
+
+
+def resize(t: torch.Tensor, axis: int, n: int) -> torch.Tensor:
+    """``t`` with axis ``axis`` of length ``n``, reusing its own data where it can."""
+    cur = t.shape[axis]
+    if n == cur:
+        return t
+    if cur == 0:
+        shape = list(t.shape)
+        shape[axis] = n
+        if t.dtype.is_floating_point:
+            return torch.randn(shape, generator=torch.Generator().manual_seed(n)).to(t.dtype)
+        return torch.zeros(shape, dtype=t.dtype)
+    if n < cur:
+        return t.narrow(axis, 0, n).clone()
+    reps = -(-n // cur)
+    return torch.cat([t] * reps, dim=axis).narrow(axis, 0, n).clone()
+
+
+def inputs_at(example: list, names: list, dynamic_axes: dict, env: dict) -> list:
+    out = []
+    for name, t in zip(names, example):
+        for axis, sym in dynamic_axes.get(name, {}).items():
+            t = resize(t, axis, env[sym])
+        out.append(t)
+    return out
+
+
+def probe_envs(base: dict) -> list:
+    envs = []
+    for s in base:
+        for k in (1, 2, 3):
+            envs.append({**base, s: base[s] + k})
+    if len(base) > 1:
+        envs.append({s: v + 1 for s, v in base.items()})
+        envs.append({s: v + 2 for s, v in base.items()})
+    return envs
+
+
+def _record(value):
+    if isinstance(value, torch.Tensor):
+        return ("tensor", tuple(value.shape), value.dtype)
+    if isinstance(value, bool):
+        return ("bool", value)
+    if isinstance(value, int):
+        return ("int", value)
+    if isinstance(value, float):
+        return ("float", value)
+    if isinstance(value, (tuple, list)) and not isinstance(value, torch.Size):
+        return ("seq", tuple(_record(v) for v in value))
+    if isinstance(value, torch.Size):
+        return ("seq", tuple(("int", v) for v in value))
+    return ("other", type(value).__name__)
+
+
+def _run(gm, inputs) -> tuple:
+    rec = _Recorder(gm)
+    try:
+        rec.run(*inputs)
+        return rec.env, None
+    except Exception as exc:  # noqa: BLE001 - reported as a probe failure
+        return rec.env, (rec.current, f"{type(exc).__name__}: {exc}")
+
+
+def _guard_holds(g: GuardRecord, value) -> bool:
+    fn = {"bool": bool, "int": int, "index": int, "float": float, "len": int}.get(g.op)
+    try:
+        return fn(value) == g.expected if fn else True
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, guards: list) -> Analysis:
+    """Run the graph at the example sizes and the probe sizes; fit shapes; check guards."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    base_env = {}
+    for name, t in zip(names, example):
+        for axis, sym in dynamic_axes.get(name, {}).items():
+            base_env[sym] = t.shape[axis]
+    symbols = list(base_env)
+    base_values, err = _run(gm, example)
+    if err is not None:
+        node, msg = err
+        raise RuntimeError(f"the traced graph does not re-run on the example inputs at '{node}': {msg}")
+    envs = [base_env] + (probe_envs(base_env) if symbols else [])
+    records = {n: [_record(v)] for n, v in base_values.items()}
+    failures: list = []
+    guard_flips: dict = {}
+    good_envs = [base_env]
+    for env in envs[1:]:
+        values, err = _run(gm, inputs_at(example, names, dynamic_axes, env))
+        if err is not None:
+            failures.append(ProbeFailure(env, err[0], err[1]))
+            continue
+        good_envs.append(env)
+        for n, v in values.items():
+            records.setdefault(n, []).append(_record(v))
+        for g in guards:
+            if g.node in values and not _guard_holds(g, values[g.node]):
+                guard_flips.setdefault(id(g), env)
+    data_dep = _data_dependence(gm)
+    sym = _fit_all(records, good_envs, symbols) if symbols else {n: _static(r[0]) for n, r in records.items()}
+    varies = {n for n, r in records.items() if any(x != r[0] for x in r[1:])}
+    constant = _constants(gm, data_dep, varies)
+    ir_guards = []
+    for g in guards:
+        kind = "data" if g.node in data_dep else "shape"
+        flipped = guard_flips.get(id(g))
+        status, note = ("checked", f"holds at {len(good_envs)} sizes") if symbols else ("kept", "")
+        if flipped is not None:
+            status = "violated"
+            note = "differs at " + ", ".join(f"{k}={v}" for k, v in flipped.items())
+            if kind == "shape":
+                failures.append(ProbeFailure(flipped, g.node, f"the trace decided {g.text} here; at these sizes it differs"))
+        if kind == "data":
+            status = "baked"
+            note = "decided on tensor data: the export keeps only this branch"
+        ir_guards.append(Guard(g.text, kind, g.source, g.expected, status, note))
+    return Analysis(symbols, base_env, base_values, sym, constant, data_dep, ir_guards, failures, envs)
+
+
+def _static(rec):
+    kind = rec[0]
+    if kind == "tensor":
+        return rec[1]
+    if kind in ("int", "bool", "float"):
+        return rec[1]
+    if kind == "seq":
+        return tuple(_static(r) for r in rec[1])
+    return None
+
+
+class Unfit:
+    """A dynamic value that no polynomial of the symbols explains."""
+
+    def __init__(self, samples):
+        self.samples = samples
+
+    def __repr__(self):
+        return "Unfit(" + ", ".join(f"{e}->{v}" for e, v in self.samples) + ")"
+
+
+def _fit_int(samples, symbols):
+    if all(v == samples[0][1] for _, v in samples):
+        return samples[0][1]
+    fitted = fit_polynomial(samples, symbols)
+    return Unfit(samples) if fitted is None else fitted
+
+
+def _fit_rec(recs, envs, symbols):
+    kind = recs[0][0]
+    if any(r[0] != kind for r in recs):
+        return None
+    if kind == "tensor":
+        ranks = {len(r[1]) for r in recs}
+        if len(ranks) != 1:
+            return None
+        return tuple(_fit_int([(e, r[1][d]) for e, r in zip(envs, recs)], symbols) for d in range(len(recs[0][1])))
+    if kind == "int":
+        return _fit_int([(e, r[1]) for e, r in zip(envs, recs)], symbols)
+    if kind in ("bool", "float"):
+        return recs[0][1] if all(r == recs[0] for r in recs) else Unfit([(e, r[1]) for e, r in zip(envs, recs)])
+    if kind == "seq":
+        lengths = {len(r[1]) for r in recs}
+        if len(lengths) != 1:
+            return None
+        return tuple(_fit_rec([r[1][i] for r in recs], envs, symbols) for i in range(len(recs[0][1])))
+    return None
+
+
+def _fit_all(records, envs, symbols):
+    return {n: _fit_rec(recs, envs[: len(recs)], symbols) for n, recs in records.items()}
+
+
+def _data_dependence(gm) -> set:
+    dep = set()
+    for n in gm.graph.nodes:
+        if n.op == "placeholder":
+            dep.add(n)
+            continue
+        if _is_shape_query(n):
+            continue
+        if any(a in dep for a in n.all_input_nodes):
+            dep.add(n)
+    return dep
+
+
+def _is_shape_query(n) -> bool:
+    return (n.op == "call_method" and n.target in _SHAPE_QUERIES) or (
+        n.op == "call_function" and n.target is getattr and n.args[1] in ("shape", "dtype", "device", "ndim"))
+
+
+def _constants(gm, data_dep, varies) -> set:
+    """Nodes whose value is the same for any input: no input data, no dynamic size."""
+    const = set()
+    for n in gm.graph.nodes:
+        if n.op in ("placeholder", "output") or n in data_dep or n in varies:
+            continue
+        if _is_shape_query(n) or all(a in const for a in n.all_input_nodes):
+            const.add(n)
+    return const
+
+
+def is_symbolic(x) -> bool:
+    return isinstance(x, SymDim)

@@ -1,0 +1,157 @@
+"""CustomProxy: an fx Proxy that carries the example value of what it stands for.
+
+Every recorded call is also executed on concrete values (see ``tracer.CustomTracer``), so
+the proxy can answer ``shape``, ``dtype``, ``ndim``, ``len()``, ``isinstance``, iteration
+and ``bool()``. Sizes read from tensors stay graph nodes; a Python decision taken on a
+concrete value (``bool``, ``int``, ``len``, ``range``) is recorded as a guard.
+"""
+from __future__ import annotations
+
+import operator
+
+import torch
+import torch.fx as fx
+
+# attributes answered from the example value without recording anything
+_STATIC_TENSOR_ATTRS = {
+    "dtype", "device", "layout", "requires_grad", "is_cuda", "is_sparse", "is_quantized",
+    "is_meta", "is_leaf", "grad_fn", "names", "is_nested", "is_mps", "is_cpu", "ndim",
+    "itemsize", "grad",
+}
+# methods answered from the example value (no symbolic meaning, or a guard)
+_STATIC_TENSOR_METHODS = {
+    "dim", "is_floating_point", "is_complex", "is_contiguous", "get_device", "element_size",
+    "data_ptr", "is_signed", "nelement_static", "ndimension", "storage_offset", "has_names",
+    "is_inference", "untyped_storage", "stride",
+}
+# methods whose result is a Python value computed from tensor data: a data guard
+_DATA_TENSOR_METHODS = {"item", "tolist", "any_static"}
+
+
+class SizeTuple(tuple):
+    """What ``proxy.shape`` / ``proxy.size()`` returns: a tuple of size proxies."""
+
+    def numel(self):
+        out = 1
+        for d in self:
+            out = out * d
+        return out
+
+
+class CustomProxy(fx.Proxy):
+    """fx Proxy with the example ``value`` of the node attached."""
+
+    def __init__(self, node, tracer=None, value=None):
+        super().__init__(node, tracer)
+        self.__dict__["value"] = value
+
+    def __repr__(self):
+        return f"CustomProxy({self.node.name})"
+
+    # attribute access ---------------------------------------------------------------
+    def __getattr__(self, k):
+        if k in ("value", "node", "tracer", "root", "attr", "_node") or k.startswith("__"):
+            raise AttributeError(k)
+        v = self.value
+        if isinstance(v, torch.Tensor):
+            if k == "shape":
+                return self.tracer.size_tuple(self)
+            if k in _STATIC_TENSOR_ATTRS:
+                return getattr(v, k)
+            attr = getattr(v, k)
+            if callable(attr):
+                return CustomAttribute(self, k)
+            return self.tracer.create_proxy("call_function", getattr, (self, k), {})
+        attr = getattr(v, k)
+        if callable(attr):
+            return CustomAttribute(self, k)
+        return self.tracer.create_proxy("call_function", getattr, (self, k), {})
+
+    # Python protocol: answered from the value, recorded as guards ----------------------
+    def __bool__(self):
+        return self.tracer.guard(self, bool, "bool")
+
+    def __int__(self):
+        return self.tracer.guard(self, int, "int")
+
+    def __index__(self):
+        return self.tracer.guard(self, operator.index, "index")
+
+    def __float__(self):
+        return self.tracer.guard(self, float, "float")
+
+    def __len__(self):
+        v = self.value
+        if isinstance(v, torch.Tensor):
+            return self.tracer.guard(self.tracer.create_proxy("call_method", "size", (self, 0), {}), int, "len")
+        return len(v)
+
+    def __iter__(self):
+        v = self.value
+        if isinstance(v, dict):
+            return iter(list(v.keys()))
+        n = len(self)
+        return iter([self[i] for i in range(n)])
+
+    def __contains__(self, item):
+        return item in self.value
+
+    def keys(self):
+        return list(self.value.keys())
+
+    def __setitem__(self, idx, value):
+        self.tracer.create_proxy("call_function", operator.setitem, (self, idx, value), {})
+
+    def __hash__(self):
+        return id(self)
+
+    def __format__(self, spec):
+        return format(self.value, spec)
+
+    def __reduce_ex__(self, protocol):
+        raise TypeError("a traced value cannot be pickled")
+
+
+
+def _inplace_op(method: str, fallback):
+    def impl(self, other):
+        if isinstance(self.value, torch.Tensor):
+            return self.tracer.create_proxy("call_method", method, (self, other), {})
+        return self.tracer.create_proxy("call_function", fallback, (self, other), {})
+
+    impl.__name__ = f"__i{method.strip('_')}__"
+    return impl
+
+
+for _name, _method, _fallback in [
+    ("__iadd__", "add_", operator.add), ("__isub__", "sub_", operator.sub),
+    ("__imul__", "mul_", operator.mul), ("__itruediv__", "div_", operator.truediv),
+    ("__iand__", "bitwise_and_", operator.and_), ("__ior__", "bitwise_or_", operator.or_),
+    ("__ixor__", "bitwise_xor_", operator.xor), ("__ifloordiv__", "floor_divide_", operator.floordiv),
+    ("__ipow__", "pow_", operator.pow),
+]:
+    setattr(CustomProxy, _name, _inplace_op(_method, _fallback))
+
+
+class CustomAttribute(CustomProxy):
+    """``proxy.attr`` before we know whether it is a method call or a plain attribute."""
+
+    def __init__(self, root: CustomProxy, attr: str):
+        self.__dict__.update(root=root, attr=attr, tracer=root.tracer, _node=None)
+
+    @property
+    def value(self):
+        return getattr(self.root.value, self.attr)
+
+    @property
+    def node(self):
+        if self._node is None:
+            self.__dict__["_node"] = self.tracer.create_proxy("call_function", getattr, (self.root, self.attr), {}).node
+        return self._node
+
+    def __call__(self, *args, **kwargs):
+        return self.tracer.call_method(self.root, self.attr, args, kwargs)
+
+
+def is_proxy(x) -> bool:
+    return isinstance(x, fx.Proxy)

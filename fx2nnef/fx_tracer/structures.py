@@ -1,0 +1,99 @@
+"""Flatten nested inputs and outputs (tuples, lists, dicts, dataclasses, ModelOutput, KV caches)
+into named tensors, and rebuild them.
+
+Names join the path with underscores: ``x``, ``pair_0``, ``d_key``, ``past_key_values_0_key``.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import torch
+
+
+def _is_tensor_like(x) -> bool:
+    from .proxy import is_proxy
+
+    return isinstance(x, torch.Tensor) or is_proxy(x)
+
+
+def _cache_layers(obj):
+    """(keys, values) pairs of a transformers cache object, or None if obj is not one."""
+    layers = getattr(obj, "layers", None)
+    if layers is not None and all(hasattr(l, "keys") and hasattr(l, "values") for l in layers):
+        return [(l.keys, l.values) for l in layers if getattr(l, "keys", None) is not None]
+    if hasattr(obj, "key_cache") and hasattr(obj, "value_cache"):
+        return list(zip(obj.key_cache, obj.value_cache))
+    return None
+
+
+def flatten(obj, prefix: str) -> list:
+    """All tensors (or proxies) inside ``obj`` as ``[(name, tensor)]`` in a stable order."""
+    out: list = []
+    _walk(obj, prefix, out.append)
+    return out
+
+
+def _join(prefix, key) -> str:
+    return f"{prefix}_{key}" if prefix else str(key)
+
+
+def _walk(obj, prefix: str, emit: Callable) -> None:
+    if _is_tensor_like(obj):
+        emit((prefix, obj))
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            _walk(v, _join(prefix, k), emit)
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            _walk(v, _join(prefix, i), emit)
+    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        for f in dataclasses.fields(obj):
+            _walk(getattr(obj, f.name), _join(prefix, f.name), emit)
+    else:
+        layers = _cache_layers(obj)
+        if layers is not None:
+            for i, (k, v) in enumerate(layers):
+                _walk(k, _join(prefix, f"{i}_key"), emit)
+                _walk(v, _join(prefix, f"{i}_value"), emit)
+
+
+def rebuild(obj, replace: Callable[[str, Any], Any], prefix: str = "") -> Any:
+    """A copy of ``obj`` with every tensor replaced by ``replace(name, tensor)``."""
+    if _is_tensor_like(obj):
+        return replace(prefix, obj)
+    if isinstance(obj, dict):
+        items = {k: rebuild(v, replace, _join(prefix, k)) for k, v in obj.items()}
+        if type(obj) is dict:
+            return items
+        try:
+            return type(obj)(**items)
+        except TypeError:
+            new = type(obj)()
+            new.update(items)
+            return new
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+        return type(obj)(*[rebuild(v, replace, _join(prefix, i)) for i, v in enumerate(obj)])
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(rebuild(v, replace, _join(prefix, i)) for i, v in enumerate(obj))
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        changes = {f.name: rebuild(getattr(obj, f.name), replace, _join(prefix, f.name))
+                   for f in dataclasses.fields(obj) if f.init}
+        return dataclasses.replace(obj, **changes)
+    layers = _cache_layers(obj)
+    if layers is not None:
+        return _rebuild_cache(obj, [
+            (rebuild(k, replace, _join(prefix, f"{i}_key")), rebuild(v, replace, _join(prefix, f"{i}_value")))
+            for i, (k, v) in enumerate(layers)])
+    return obj
+
+
+def _rebuild_cache(obj, pairs):
+    cls = type(obj)
+    try:
+        return cls(ddp_cache_data=pairs)
+    except TypeError:
+        new = cls()
+        for i, (k, v) in enumerate(pairs):
+            new.update(k, v, i)
+        return new

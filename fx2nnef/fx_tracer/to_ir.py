@@ -1,0 +1,221 @@
+"""Build the torch-free IR from a traced, cleaned and probed fx graph.
+
+Only tensor ops become IR nodes. Python scalars (sizes, their arithmetic) are folded to
+ints or symbolic dims; tensors that depend neither on input data nor on dynamic sizes are
+folded to constants.
+"""
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import numpy as np
+import torch
+import torch.fx as fx
+
+from ..errors import TraceError
+from ..ir import DType, Graph, Node, SourceLoc, SymDim, Value, method_key, op_key
+from .probe import Analysis, Unfit
+
+_TORCH_TO_IR = {
+    torch.float16: DType.F16, torch.bfloat16: DType.BF16, torch.float32: DType.F32,
+    torch.float64: DType.F64, torch.int8: DType.I8, torch.int16: DType.I16, torch.int32: DType.I32,
+    torch.int64: DType.I64, torch.uint8: DType.U8, torch.bool: DType.BOOL,
+}
+_MODULE_CONFIG_TYPES = (int, float, bool, str, type(None))
+
+
+def ir_dtype(dtype: torch.dtype) -> DType:
+    try:
+        return _TORCH_TO_IR[dtype]
+    except KeyError:
+        raise TraceError(f"dtype {dtype} has no NNEF equivalent") from None
+
+
+def to_numpy(t: torch.Tensor) -> np.ndarray:
+    t = t.detach().cpu()
+    if t.dtype == torch.bfloat16:
+        t = t.float()
+    return t.contiguous().numpy().copy()
+
+
+class Unrepresentable:
+    """A Python value that changes with the dynamic sizes in a way the IR cannot express."""
+
+    def __init__(self, node: fx.Node, detail: str):
+        self.node, self.detail = node, detail
+
+    def __repr__(self):
+        return f"<unrepresentable {self.node.name}: {self.detail}>"
+
+
+class _Builder:
+    def __init__(self, gm: fx.GraphModule, analysis: Analysis, input_names, output_names):
+        self.gm, self.a = gm, analysis
+        self.graph = Graph(type(gm).__name__)
+        self.graph.symbols = list(analysis.symbols)
+        self.env: dict = {}
+        self.input_names, self.output_names = input_names, output_names
+        self.consts: dict = {}
+
+    # values ---------------------------------------------------------------------------
+    def _shape(self, n: fx.Node, path=()):
+        sym = self.a.sym.get(n)
+        for i in path:
+            sym = sym[i] if isinstance(sym, tuple) else None
+        if not isinstance(sym, tuple):
+            return None
+        return tuple(None if isinstance(d, Unfit) else d for d in sym)
+
+    def _constant(self, n: fx.Node, value):
+        if n in self.consts:
+            return self.consts[n]
+        if isinstance(value, torch.Tensor):
+            name = n.target if n.op == "get_attr" else n.name
+            v = self.graph.add_constant(str(name), to_numpy(value))
+        elif isinstance(value, (list, tuple)) and not isinstance(value, torch.Size):
+            v = type(value)(self._constant_item(n, x, i) for i, x in enumerate(value)) if type(value) in (list, tuple) else tuple(self._constant_item(n, x, i) for i, x in enumerate(value))
+        else:
+            v = _plain(value)
+        self.consts[n] = v
+        return v
+
+    def _constant_item(self, n, x, i):
+        if isinstance(x, torch.Tensor):
+            return self.graph.add_constant(f"{n.name}_{i}", to_numpy(x))
+        return _plain(x)
+
+    def _scalar(self, n: fx.Node):
+        sym = self.a.sym.get(n)
+        if isinstance(sym, Unfit) or sym is None:
+            return Unrepresentable(n, f"value changes with the dynamic sizes as {sym!r}")
+        if isinstance(sym, tuple):
+            return tuple(Unrepresentable(n, "") if isinstance(d, Unfit) else d for d in sym)
+        return sym
+
+    def _tensor_outputs(self, n: fx.Node, value, path=()):
+        """Create IR Values for every tensor in ``value``; returns the same structure."""
+        if isinstance(value, torch.Tensor):
+            name = n.name if not path else n.name + "_" + "_".join(map(str, path))
+            return self.graph.new_value(name, ir_dtype(value.dtype), self._shape(n, path))
+        if isinstance(value, (list, tuple)):
+            return tuple(self._tensor_outputs(n, x, path + (i,)) for i, x in enumerate(value))
+        if value is None or isinstance(value, (int, float, bool)):
+            return value
+        raise TraceError(f"op '{n.name}' returns a {type(value).__name__}, which cannot be exported"
+                         f"{_where(n)}")
+
+    def lookup(self, arg):
+        if isinstance(arg, fx.Node):
+            return self.env[arg]
+        if isinstance(arg, (list, tuple)):
+            items = [self.lookup(a) for a in arg]
+            return items if isinstance(arg, list) else tuple(items)
+        if isinstance(arg, dict):
+            return {k: self.lookup(v) for k, v in arg.items()}
+        if isinstance(arg, slice):
+            return slice(self.lookup(arg.start), self.lookup(arg.stop), self.lookup(arg.step))
+        return _plain(arg)
+
+    # nodes ----------------------------------------------------------------------------
+    def build(self) -> Graph:
+        names = iter(self.input_names)
+        for n in self.gm.graph.nodes:
+            if n.op == "placeholder":
+                value = self.a.values[n]
+                shape = self._shape(n)
+                if shape is None or any(d is None for d in shape):
+                    raise TraceError(f"could not determine the shape of input '{n.name}'")
+                v = self.graph.add_input(next(names), ir_dtype(value.dtype), shape)
+                self.env[n] = v
+            elif n.op == "output":
+                self._outputs(n)
+            elif n in self.a.constant:
+                self.env[n] = self._constant(n, self.a.values[n])
+            else:
+                self.env[n] = self._op(n)
+        return self.graph
+
+    def _op(self, n: fx.Node):
+        value = self.a.values[n]
+        if not _has_tensor(value):
+            return self._scalar(n)
+        if n.op == "call_function" and n.target is operator.getitem and isinstance(self.env.get(n.args[0]), tuple):
+            return self.env[n.args[0]][n.args[1]]
+        args = self.lookup(n.args)
+        kwargs = self.lookup(n.kwargs)
+        if n.op == "call_function":
+            kind = op_key(n.target)
+        elif n.op == "call_method":
+            kind = method_key(n.target)
+        elif n.op == "call_module":
+            module = self.gm.get_submodule(n.target)
+            kind = op_key(type(module))
+            kwargs = dict(kwargs)
+            kwargs["module"] = self._module_info(n, module)
+        else:
+            raise TraceError(f"unexpected node {n.op} {n.target}{_where(n)}")
+        outputs = self._tensor_outputs(n, value)
+        flat = _flatten_values(outputs)
+        src = n.meta.get("source")
+        node = Node(kind, tuple(args), dict(kwargs), flat, module_path=n.meta.get("module_path", ""),
+                    module_type=n.meta.get("module_type", ""), source=src, name=n.name)
+        node.meta["structure"] = outputs
+        self.graph.add_node(node)
+        return outputs
+
+    def _module_info(self, n: fx.Node, module: torch.nn.Module) -> dict:
+        config = {k: v for k, v in vars(module).items()
+                  if not k.startswith("_") and (isinstance(v, _MODULE_CONFIG_TYPES) or
+                                                (isinstance(v, tuple) and all(isinstance(x, _MODULE_CONFIG_TYPES) for x in v)))}
+        params = {}
+        for pname, p in list(module.named_parameters()) + list(module.named_buffers()):
+            params[pname] = self.graph.add_constant(f"{n.target}.{pname}", to_numpy(p))
+        return {"type": type(module).__name__, "config": config, "params": params}
+
+    def _outputs(self, n: fx.Node):
+        results = n.args[0]
+        for name, r in zip(self.output_names, results):
+            v = self.env[r]
+            if not isinstance(v, Value):
+                raise TraceError(f"output '{name}' is not a tensor ({v!r})")
+            self.graph.outputs.append(v)
+            self.graph.output_names.append(name)
+
+
+def _has_tensor(value) -> bool:
+    if isinstance(value, torch.Tensor):
+        return True
+    if isinstance(value, (list, tuple)):
+        return any(_has_tensor(v) for v in value)
+    return False
+
+
+def _flatten_values(obj) -> list:
+    if isinstance(obj, Value):
+        return [obj]
+    if isinstance(obj, tuple):
+        return [v for x in obj for v in _flatten_values(x)]
+    return []
+
+
+def _plain(x) -> Any:
+    """Python/torch constants as IR constants (dtypes become DType)."""
+    if isinstance(x, torch.dtype):
+        return ir_dtype(x)
+    if isinstance(x, torch.device):
+        return str(x)
+    if isinstance(x, torch.Size):
+        return tuple(x)
+    return x
+
+
+def _where(n: fx.Node) -> str:
+    src = n.meta.get("source")
+    return f" at {src}" if src else ""
+
+
+def build_ir(gm: fx.GraphModule, analysis: Analysis, input_names: list, output_names: list) -> Graph:
+    graph = _Builder(gm, analysis, input_names, output_names).build()
+    graph.guards = list(analysis.guards)
+    return graph

@@ -1,0 +1,331 @@
+"""CustomTracer: a torch.fx Tracer that runs the model on example values while it records.
+
+Each recorded call is also executed on concrete values, with torch.fx's patches of
+``nn.Module.__call__``/``__getattr__`` reverted, so that :class:`CustomProxy` can answer
+Python questions about shapes and values. Decisions taken on concrete values are guards.
+"""
+from __future__ import annotations
+
+import builtins
+import contextlib
+import dataclasses
+import inspect
+import operator
+from typing import Any, Callable, Optional
+
+import torch
+import torch.fx as fx
+from torch.fx._symbolic_trace import _maybe_revert_all_patches
+from torch.fx.node import map_aggregate
+
+from ..errors import TraceError
+from ..ir import SourceLoc
+from . import structures
+from .proxy import _DATA_TENSOR_METHODS, _STATIC_TENSOR_METHODS, CustomAttribute, CustomProxy, SizeTuple
+from .source import user_frame_location
+
+# torch factories that take sizes: recorded when a size argument is a proxy
+_FACTORIES = (
+    "zeros", "ones", "full", "empty", "arange", "range", "rand", "randn", "randint", "eye",
+    "linspace", "tensor", "as_tensor", "scalar_tensor", "zeros_like", "ones_like", "full_like",
+    "empty_like", "rand_like", "randn_like", "logspace", "tril_indices", "triu_indices",
+)
+
+
+@dataclasses.dataclass
+class GuardRecord:
+    """A Python decision on a concrete value: ``op(node value) == expected``."""
+
+    node: fx.Node
+    op: str  # bool | int | index | float | len | item
+    expected: Any
+    source: Optional[SourceLoc]
+    text: str
+
+
+def _unwrap(obj):
+    """Replace every proxy in a nested structure by its example value."""
+    def f(x):
+        return x.value if isinstance(x, CustomProxy) else x
+
+    def walk(x):
+        if isinstance(x, CustomProxy):
+            return x.value
+        if isinstance(x, (list, tuple)) and not isinstance(x, torch.Size):
+            t = type(x)
+            items = [walk(i) for i in x]
+            if t in (list, tuple, SizeTuple):
+                return items if t is list else tuple(items)
+            try:
+                return t(items)
+            except TypeError:
+                return tuple(items)
+        if isinstance(x, dict):
+            return {k: walk(v) for k, v in x.items()}
+        if isinstance(x, slice):
+            return slice(walk(x.start), walk(x.stop), walk(x.step))
+        return f(x)
+
+    return walk(obj)
+
+
+def _contains_proxy(obj) -> bool:
+    found = []
+
+    def visit(x):
+        if isinstance(x, fx.Proxy):
+            found.append(x)
+        return x
+
+    map_aggregate(obj, visit)
+    if not found:
+        def walk(x):
+            if isinstance(x, fx.Proxy):
+                found.append(x)
+            elif isinstance(x, (list, tuple)):
+                for i in x:
+                    walk(i)
+            elif isinstance(x, dict):
+                for i in x.values():
+                    walk(i)
+            elif isinstance(x, slice):
+                walk(x.start), walk(x.stop), walk(x.step)
+        walk(obj)
+    return bool(found)
+
+
+def setitem_functional(x: torch.Tensor, index, value) -> torch.Tensor:
+    """``x[index] = value`` without mutation: the in-place pass rewrites setitem to this."""
+    out = x.clone()
+    out[index] = value
+    return out
+
+
+class CustomTracer(fx.Tracer):
+    """Records a model into an fx Graph while running it on example values."""
+
+    def __init__(self, leaf_types: tuple = (), leaf_names: tuple = ()):
+        super().__init__(autowrap_functions=())
+        self.leaf_types = tuple(leaf_types)
+        self.leaf_names = set(leaf_names)
+        self.guards: list[GuardRecord] = []
+        self.placeholder_values: dict = {}
+        self._in_guard = False
+
+    # proxies and values ---------------------------------------------------------------
+    def proxy(self, node):
+        return CustomProxy(node, self)
+
+    def create_proxy(self, kind, target, args, kwargs, name=None, type_expr=None, proxy_factory_fn=None):
+        if kind == "placeholder":
+            value = self.placeholder_values[target]
+        else:
+            value = self._concrete(kind, target, args, kwargs)
+        proxy = super().create_proxy(kind, target, args, kwargs, name, type_expr, proxy_factory_fn)
+        if not isinstance(proxy, CustomProxy):
+            proxy = CustomProxy(proxy.node, self)
+        proxy.__dict__["value"] = value
+        node = proxy.node
+        node.meta["value"] = value
+        node.meta["source"] = user_frame_location()
+        stack = node.meta.get("nn_module_stack") or {}
+        if stack:
+            path, mtype = list(stack.values())[-1]
+            node.meta["module_path"] = path
+            node.meta["module_type"] = getattr(mtype, "__qualname__", str(mtype))
+        if isinstance(value, torch.Tensor):
+            _record_view(node, value, args)
+        return proxy
+
+    def _concrete(self, kind, target, args, kwargs):
+        a, k = _unwrap(args), _unwrap(kwargs)
+        try:
+            with _maybe_revert_all_patches(), torch.no_grad():
+                if kind == "call_function":
+                    return target(*a, **k)
+                if kind == "call_method":
+                    return getattr(a[0], target)(*a[1:], **k)
+                if kind == "call_module":
+                    return self.root.get_submodule(target)(*a, **k)
+                if kind == "get_attr":
+                    return _fetch_attr(self.root, target)
+        except TraceError:
+            raise
+        except Exception as exc:
+            loc = user_frame_location()
+            what = target if isinstance(target, str) else getattr(target, "__name__", repr(target))
+            raise TraceError(
+                f"running '{what}' on the example inputs failed{' at ' + str(loc) if loc else ''}"
+                f"{': ' + loc.code if loc and loc.code else ''}: {type(exc).__name__}: {exc}. "
+                "Check that the model runs eagerly on these example inputs."
+            ) from exc
+        raise TraceError(f"unknown node kind {kind!r}")
+
+    def call_method(self, root: CustomProxy, name: str, args, kwargs):
+        v = root.value
+        if isinstance(v, torch.Tensor):
+            if name == "size" and not args and not kwargs:
+                return self.size_tuple(root)
+            if name in _STATIC_TENSOR_METHODS:
+                return getattr(v, name)(*_unwrap(args), **_unwrap(kwargs))
+            if name in _DATA_TENSOR_METHODS:
+                result = getattr(v, name)(*_unwrap(args), **_unwrap(kwargs))
+                self._record_guard(root, name, result, f"{name}() of a traced tensor")
+                return result
+        return self.create_proxy("call_method", name, (root,) + tuple(args), kwargs)
+
+    def size_tuple(self, proxy: CustomProxy) -> SizeTuple:
+        rank = proxy.value.dim()
+        return SizeTuple(self.create_proxy("call_method", "size", (proxy, i), {}) for i in range(rank))
+
+    # guards ---------------------------------------------------------------------------
+    def guard(self, proxy: CustomProxy, fn: Callable, op: str):
+        result = fn(proxy.value)
+        self._record_guard(proxy, op, result, None)
+        return result
+
+    def _record_guard(self, proxy, op, result, text):
+        src = user_frame_location()
+        text = text or f"{op}({proxy.node.name}) == {result!r}"
+        self.guards.append(GuardRecord(proxy.node, op, result, src, text))
+
+    # modules --------------------------------------------------------------------------
+    def is_leaf_module(self, m, module_qualified_name):
+        return isinstance(m, self.leaf_types) or module_qualified_name in self.leaf_names
+
+    def getattr(self, attr, attr_val, parameter_proxy_cache):
+        return super().getattr(attr, attr_val, parameter_proxy_cache)
+
+    def create_arg(self, a):
+        if isinstance(a, SizeTuple):
+            return tuple(self.create_arg(x) for x in a)
+        return super().create_arg(a)
+
+
+def _fetch_attr(root, target: str):
+    obj = root
+    for atom in target.split("."):
+        obj = getattr(obj, atom)
+    return obj
+
+
+def _record_view(node: fx.Node, value: torch.Tensor, args) -> None:
+    """Remember which input tensor this output is a view of (for the in-place pass)."""
+    if not args:
+        return
+    first = args[0]
+    if isinstance(first, CustomProxy) and isinstance(first.value, torch.Tensor):
+        base = first.value
+        try:
+            same = value.untyped_storage().data_ptr() == base.untyped_storage().data_ptr()
+        except Exception:  # noqa: BLE001 - storage-less tensors
+            same = False
+        if same and value.numel() > 0 and node.op in ("call_function", "call_method"):
+            node.meta["view_of"] = first.node
+
+
+# scoped patches -----------------------------------------------------------------------
+_orig_isinstance = builtins.isinstance
+_INTERNAL_MODULES = ("torch.fx", "fx2nnef", "torch._", "torch.utils._pytree")
+
+
+def _traced_isinstance(obj, cls):
+    if type(obj) in (CustomProxy, CustomAttribute) and not _orig_isinstance(obj, cls):
+        import sys
+
+        caller = sys._getframe(1).f_globals.get("__name__", "")
+        if not caller.startswith(_INTERNAL_MODULES):
+            return _orig_isinstance(obj.value, cls)
+    return _orig_isinstance(obj, cls)
+
+
+@contextlib.contextmanager
+def tracing_patches(tracer: CustomTracer):
+    """Answer ``isinstance`` from example values and record factories called with size proxies."""
+    saved = {name: getattr(torch, name) for name in _FACTORIES if hasattr(torch, name)}
+
+    def wrap(fn):
+        def wrapper(*args, **kwargs):
+            if _contains_proxy(args) or _contains_proxy(kwargs):
+                return tracer.create_proxy("call_function", fn, args, kwargs)
+            return fn(*args, **kwargs)
+
+        wrapper.__wrapped_factory__ = fn
+        return wrapper
+
+    builtins.isinstance = _traced_isinstance
+    try:
+        for name, fn in saved.items():
+            setattr(torch, name, wrap(fn))
+        yield
+    finally:
+        builtins.isinstance = _orig_isinstance
+        for name, fn in saved.items():
+            setattr(torch, name, fn)
+
+
+# entry point --------------------------------------------------------------------------
+@dataclasses.dataclass
+class TraceResult:
+    """What the tracer hands on: the fx graph module, its named inputs/outputs and guards."""
+
+    gm: fx.GraphModule
+    input_names: list
+    output_names: list
+    guards: list
+    example_inputs: list  # flat tensors in placeholder order
+
+
+class _TraceRoot(torch.nn.Module):
+    """Shares the model's parameters and children so that fx paths equal the model's own."""
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        self.__dict__["_modules"] = model._modules
+        self.__dict__["_parameters"] = model._parameters
+        self.__dict__["_buffers"] = model._buffers
+
+
+def trace_model(model: torch.nn.Module, args: tuple, kwargs: dict, flat_names: list,
+                output_names: Optional[list] = None, leaf_types: tuple = (), leaf_names: tuple = ()) -> TraceResult:
+    """Trace ``model(*args, **kwargs)``; tensors inside the inputs become placeholders
+    named ``flat_names`` (in :func:`structures.flatten` order)."""
+    flat = structures.flatten((args, kwargs), "")
+    if len(flat) != len(flat_names):
+        raise TraceError(f"expected {len(flat_names)} input names for {len(flat)} input tensors")
+    tracer = CustomTracer(leaf_types, leaf_names)
+    values = {}
+    for name, (_, t) in zip(flat_names, flat):
+        values[name] = t.detach().clone()
+    tracer.placeholder_values = values
+    keys = [k for k, _ in flat]
+    holder: dict = {}
+
+    def call(proxies):
+        by_key = dict(zip(keys, proxies))
+        a, k = structures.rebuild((args, kwargs), lambda key, _t: by_key[key])
+        out = model.forward(*a, **k)
+        flat_out = structures.flatten(out, "")
+        holder["out_names"] = [n or "output" for n, _ in flat_out]
+        return [p if isinstance(p, fx.Proxy) else p for _, p in flat_out]
+
+    params = ", ".join(flat_names)
+    namespace: dict = {}
+    exec(f"def forward(self, {params}):\n    return self._fx2nnef_call([{params}{',' if len(flat_names) == 1 else ''}])\n", namespace)
+    root_cls = type("TracedModel", (_TraceRoot,), {"forward": namespace["forward"]})
+    root = root_cls(model)
+    root.__dict__["_fx2nnef_call"] = call
+    with tracing_patches(tracer):
+        graph = tracer.trace(root)
+    outs = holder["out_names"]
+    not_traced = [n for n, node in zip(outs, _output_nodes(graph)) if not isinstance(node, fx.Node)]
+    if not_traced:
+        raise TraceError(f"outputs {not_traced} do not depend on any traced value")
+    gm = fx.GraphModule(root, graph, class_name=type(model).__name__)
+    names = list(output_names) if output_names else outs
+    return TraceResult(gm, list(flat_names), names, tracer.guards, [values[n] for n in flat_names])
+
+
+def _output_nodes(graph: fx.Graph) -> list:
+    out = [n for n in graph.nodes if n.op == "output"][0]
+    return list(out.args[0])

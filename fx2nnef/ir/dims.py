@@ -1,0 +1,192 @@
+"""Symbolic dimensions: integer polynomials over named input symbols (``S``, ``P``, ``S*B + 1``).
+
+A :class:`SymDim` is what a dynamic size becomes in the IR. Dims that do not depend on any
+symbol are plain Python ints; :func:`simplify` turns a constant SymDim back into an int.
+"""
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Union
+
+Monomial = tuple  # sorted tuple of symbol names, () is the constant term
+
+
+class SymDim:
+    """An integer-valued polynomial of symbols with integer coefficients."""
+
+    __slots__ = ("terms",)
+
+    def __init__(self, terms: dict):
+        self.terms = {m: int(c) for m, c in terms.items() if c != 0}
+
+    @classmethod
+    def symbol(cls, name: str) -> "SymDim":
+        return cls({(name,): 1})
+
+    @property
+    def symbols(self) -> set:
+        return {s for m in self.terms for s in m}
+
+    def evaluate(self, env: dict) -> int:
+        total = 0
+        for mono, coef in self.terms.items():
+            prod = coef
+            for s in mono:
+                prod *= env[s]
+            total += prod
+        return total
+
+    # arithmetic -----------------------------------------------------------------------
+    def __add__(self, other):
+        other = as_sym(other)
+        terms = dict(self.terms)
+        for m, c in other.terms.items():
+            terms[m] = terms.get(m, 0) + c
+        return simplify(SymDim(terms))
+
+    __radd__ = __add__
+
+    def __neg__(self):
+        return SymDim({m: -c for m, c in self.terms.items()})
+
+    def __sub__(self, other):
+        return self + (-as_sym(other))
+
+    def __rsub__(self, other):
+        return as_sym(other) + (-self)
+
+    def __mul__(self, other):
+        other = as_sym(other)
+        terms: dict = {}
+        for m1, c1 in self.terms.items():
+            for m2, c2 in other.terms.items():
+                m = tuple(sorted(m1 + m2))
+                terms[m] = terms.get(m, 0) + c1 * c2
+        return simplify(SymDim(terms))
+
+    __rmul__ = __mul__
+
+    def __eq__(self, other):
+        if isinstance(other, (int, SymDim)):
+            return as_sym(other).terms == self.terms
+        return NotImplemented
+
+    def __hash__(self):
+        return hash(tuple(sorted(self.terms.items())))
+
+    def __repr__(self):
+        return f"SymDim({self})"
+
+    def __str__(self):
+        def key(item):
+            mono, _ = item
+            return (len(mono) == 0, -len(mono), mono)
+
+        parts = []
+        for mono, coef in sorted(self.terms.items(), key=key):
+            if not mono:
+                parts.append(str(coef))
+                continue
+            name = "*".join(mono)
+            parts.append(name if coef == 1 else "-" + name if coef == -1 else f"{coef}*{name}")
+        text = " + ".join(parts) or "0"
+        return text.replace("+ -", "- ")
+
+
+Dim = Union[int, SymDim]
+
+
+def as_sym(x) -> SymDim:
+    if isinstance(x, SymDim):
+        return x
+    if isinstance(x, bool) or not isinstance(x, int):
+        raise TypeError(f"not an integer dimension: {x!r}")
+    return SymDim({(): x})
+
+
+def simplify(x: Dim) -> Dim:
+    """A SymDim with no symbol becomes an int."""
+    if isinstance(x, SymDim) and not x.symbols:
+        return x.terms.get((), 0)
+    return x
+
+
+def is_static(x) -> bool:
+    return isinstance(x, int)
+
+
+def fit_polynomial(samples: list, symbols: list, max_degree: int = 2):
+    """Find the integer polynomial of ``symbols`` that maps every sample env to its value.
+
+    ``samples`` is a list of ``(env: dict[str, int], value: int)``. Returns an int, a SymDim,
+    or ``None`` when no integer polynomial of degree <= max_degree fits exactly.
+    """
+    monos = _monomials(sorted(symbols), max_degree)
+    rows = [[_mono_value(m, env) for m in monos] for env, _ in samples]
+    rhs = [value for _, value in samples]
+    coefs = _solve_least(rows, rhs)
+    if coefs is None:
+        return None
+    if any(c.denominator != 1 for c in coefs):
+        return None
+    result = simplify(SymDim({m: int(c) for m, c in zip(monos, coefs)}))
+    for env, value in samples:
+        if (result if isinstance(result, int) else result.evaluate(env)) != value:
+            return None
+    return result
+
+
+def _monomials(symbols, max_degree):
+    monos = [()]
+    frontier = [()]
+    for _ in range(max_degree):
+        nxt = []
+        for m in frontier:
+            for s in symbols:
+                if m and s < m[-1]:
+                    continue
+                nxt.append(m + (s,))
+        monos += nxt
+        frontier = nxt
+    return monos
+
+
+def _mono_value(mono, env):
+    v = 1
+    for s in mono:
+        v *= env[s]
+    return v
+
+
+def _solve_least(rows, rhs):
+    """Exact rational solve of an over-determined consistent system; prefer low-order terms.
+
+    Columns whose values are linearly dependent on earlier ones are dropped (set to 0), so
+    with few samples the simplest polynomial wins.
+    """
+    n_cols = len(rows[0])
+    mat = [[Fraction(v) for v in row] + [Fraction(b)] for row, b in zip(rows, rhs)]
+    pivots = []
+    r = 0
+    for c in range(n_cols):
+        pivot = next((i for i in range(r, len(mat)) if mat[i][c] != 0), None)
+        if pivot is None:
+            continue
+        mat[r], mat[pivot] = mat[pivot], mat[r]
+        inv = 1 / mat[r][c]
+        mat[r] = [v * inv for v in mat[r]]
+        for i in range(len(mat)):
+            if i != r and mat[i][c] != 0:
+                f = mat[i][c]
+                mat[i] = [a - f * b for a, b in zip(mat[i], mat[r])]
+        pivots.append(c)
+        r += 1
+        if r == len(mat):
+            break
+    for i in range(r, len(mat)):
+        if mat[i][-1] != 0:
+            return None
+    coefs = [Fraction(0)] * n_cols
+    for i, c in enumerate(pivots):
+        coefs[c] = mat[i][-1]
+    return coefs

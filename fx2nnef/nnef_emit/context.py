@@ -1,0 +1,196 @@
+"""EmitContext: the builder through which converters write NNEF.
+
+Converters never format NNEF text: they call ``ctx.op("slice", x, axes=[1], begin=[0],
+end=[n])`` and get back a :class:`fx2nnef.ir.Value` standing for the result.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Optional
+
+import numpy as np
+
+from ..errors import EmitError
+from ..ir import DType, Node, SymDim, Value, sanitize
+
+TRACT_DATUM = {
+    DType.F16: "f16", DType.F32: "f32", DType.F64: "f64", DType.I8: "i8", DType.I16: "i16",
+    DType.I32: "i32", DType.I64: "i64", DType.U8: "u8", DType.BOOL: "bool", DType.BF16: "f32",
+}
+NNEF_TYPE = {True: "scalar", False: "integer"}
+
+
+def nnef_type(dtype: DType) -> str:
+    """NNEF's own type name: scalar, integer or logical."""
+    if dtype is DType.BOOL:
+        return "logical"
+    return "scalar" if dtype.is_float else "integer"
+
+
+@dataclasses.dataclass
+class Statement:
+    outputs: list
+    op: str
+    args: list
+    attrs: dict
+
+
+class Literal:
+    """A value written verbatim (e.g. an identifier inside an array)."""
+
+    def __init__(self, text: str):
+        self.text = text
+
+
+def format_value(x, names: dict) -> str:
+    """NNEF text of an argument: Value name, literal, array or tuple."""
+    if isinstance(x, Value):
+        return names[id(x)]
+    if isinstance(x, Literal):
+        return x.text
+    if isinstance(x, bool):
+        return "true" if x else "false"
+    if isinstance(x, (int, np.integer)):
+        return str(int(x))
+    if isinstance(x, (float, np.floating)):
+        return format_float(float(x))
+    if isinstance(x, SymDim):
+        return str(x).replace(" ", "")
+    if isinstance(x, str):
+        return "'" + x.replace("'", "\\'") + "'"
+    if isinstance(x, list):
+        return "[" + ", ".join(format_value(v, names) for v in x) + "]"
+    if isinstance(x, tuple):
+        return "(" + ", ".join(format_value(v, names) for v in x) + ")"
+    if isinstance(x, DType):
+        return "'" + TRACT_DATUM[x] + "'"
+    raise EmitError(f"cannot write {x!r} ({type(x).__name__}) as an NNEF argument")
+
+
+def format_float(f: float) -> str:
+    if math.isnan(f):
+        raise EmitError("NaN cannot be written as an NNEF literal")
+    if math.isinf(f):
+        f = math.copysign(3.4028234663852886e38, f)
+    text = repr(f)
+    if "e" in text and "." not in text.split("e")[0]:
+        mant, exp = text.split("e")
+        text = f"{mant}.0e{exp}"
+    elif "." not in text and "e" not in text:
+        text += ".0"
+    return text
+
+
+class EmitContext:
+    """Accumulates NNEF statements, variables and fragments for one graph."""
+
+    def __init__(self, target: str, registry, symbols: list):
+        self.target = target
+        self.registry = registry
+        self.symbols = list(symbols)
+        self.statements: list[Statement] = []
+        self.variables: dict = {}  # label -> (Value, np.ndarray)
+        self.names: dict = {}  # id(Value) -> NNEF identifier
+        self.fragments: set = set()
+        self.used_ops: dict = {}
+        self._taken: set = set()
+        self.node: Optional[Node] = None
+        self._var_cache: dict = {}
+
+    # naming ---------------------------------------------------------------------------
+    def fresh(self, base: str) -> str:
+        base = sanitize(base)
+        name, i = base, 0
+        while name in self._taken:
+            i += 1
+            name = f"{base}_{i}"
+        self._taken.add(name)
+        return name
+
+    def bind(self, value: Value, name: Optional[str] = None) -> str:
+        if id(value) not in self.names:
+            self.names[id(value)] = self.fresh(name or value.name)
+        return self.names[id(value)]
+
+    def name_of(self, value: Value) -> str:
+        if id(value) not in self.names:
+            if value.is_constant:
+                self.variable(value)
+            else:
+                raise EmitError(f"value '{value.name}' is used before it is computed")
+        return self.names[id(value)]
+
+    # emission -------------------------------------------------------------------------
+    def op(self, op: str, *args, out_dtype: Optional[DType] = None, out_shape=None, n_out: int = 1,
+           out_name: Optional[str] = None, out: Optional[Value] = None, **attrs):
+        """Emit ``result = op(args..., attrs...)`` and return the result Value(s).
+
+        ``out_dtype``/``out_shape`` describe the result (default: dtype of the first tensor
+        input, shape unknown); ``out`` writes into an existing, already named Value. Every
+        other keyword is an NNEF attribute of the op.
+        """
+        dtype, shape, name = out_dtype, out_shape, out_name
+        for a in _values(args) + _values(list(attrs.values())):
+            self.name_of(a)
+        first = next(iter(_values(args)), None)
+        dtype = dtype or (first.dtype if first is not None else DType.F32)
+        base = name or (self.node.name if self.node is not None else op)
+        if out is not None:
+            outs = [out]
+        else:
+            outs = [Value(f"{base}", dtype, None if shape is None else tuple(shape)) for _ in range(n_out)]
+        for o in outs:
+            self.bind(o)
+        self.statements.append(Statement(outs, op, list(args), attrs))
+        self.used_ops[op] = self.used_ops.get(op, 0) + 1
+        return outs[0] if n_out == 1 else tuple(outs)
+
+    def call(self, kind: str, *args, **kwargs):
+        """Run the registered converter for ``kind`` (with this target's override)."""
+        fn = self.registry.lookup(kind, self.target)
+        if fn is None:
+            raise EmitError(f"no converter registered for '{kind}' (target {self.target})")
+        return fn(self, *args, **kwargs)
+
+    def variable(self, value: Value) -> str:
+        """Declare a constant Value as an NNEF variable (a .dat file)."""
+        if id(value) in self.names:
+            return self.names[id(value)]
+        data = value.data
+        key = (data.dtype.str, data.shape, data.tobytes()) if data.size <= 64 else None
+        if key is not None and key in self._var_cache:
+            self.names[id(value)] = self._var_cache[key]
+            return self._var_cache[key]
+        name = self.bind(value)
+        self.variables[name] = (value, data)
+        self.statements.append(Statement([value], "variable", [], {
+            "shape": list(data.shape), "label": name, "__type__": nnef_type(value.dtype)}))
+        if key is not None:
+            self._var_cache[key] = name
+        return name
+
+    def const(self, data, dtype: Optional[DType] = None, name: str = "const") -> Value:
+        """A new constant tensor from array-like ``data``."""
+        arr = np.asarray(data, dtype=None if dtype is None else dtype.numpy_name)
+        if arr.dtype == np.float64 and dtype is None:
+            arr = arr.astype(np.float32)
+        v = Value(name, DType.from_numpy(arr.dtype), tuple(arr.shape), np.ascontiguousarray(arr))
+        self.variable(v)
+        return v
+
+    def use_fragment(self, name: str) -> None:
+        self.fragments.add(name)
+
+    def fail(self, message: str):
+        raise EmitError(message)
+
+
+def _values(items) -> list:
+    out = []
+    for x in items:
+        if isinstance(x, Value):
+            out.append(x)
+        elif isinstance(x, (list, tuple)):
+            out.extend(_values(list(x)))
+    return out

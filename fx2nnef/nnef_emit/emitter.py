@@ -1,0 +1,179 @@
+"""Lower an IR graph to NNEF: graph.nnef text, .dat files and fragments.
+
+Unsupported ops are collected over the whole graph and reported together, each with its
+module path and source line; nothing is written then.
+"""
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from pathlib import Path
+
+from ..errors import EmitError, UnsupportedOpError
+from ..ir import Graph, Value, sanitize
+from . import dat
+from .context import EmitContext, Statement, format_value
+from .registry import REGISTRY, Registry
+
+FRAGMENT_DIR = Path(__file__).parent / "fragments"
+# keyword aliases torch accepts besides the schema name
+_ALIASES = {"axis": "dim", "keepdims": "keepdim", "x": "input", "a": "input", "self": "input"}
+
+
+@dataclasses.dataclass
+class Emitted:
+    """An NNEF asset in memory."""
+
+    files: dict  # file name -> bytes
+    text: str
+    nnef_op_counts: dict
+    source_op_counts: dict
+
+
+@dataclasses.dataclass
+class Problem:
+    kind: str
+    where: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.where}: {self.reason}"
+
+
+def _bind(fn, ctx, node):
+    sig = inspect.signature(fn)
+    params = sig.parameters
+    kwargs = {}
+    for k, v in node.kwargs.items():
+        if k not in params and _ALIASES.get(k) in params:
+            k = _ALIASES[k]
+        kwargs[k] = v
+    try:
+        return sig.bind(ctx, *node.args, **kwargs)
+    except TypeError as exc:
+        raise EmitError(f"arguments do not match the converter signature {sig}: {exc}") from None
+
+
+def _flatten(result) -> list:
+    if isinstance(result, Value):
+        return [result]
+    if isinstance(result, (tuple, list)):
+        return [v for r in result for v in _flatten(r)]
+    return []
+
+
+def emit_graph(graph: Graph, target: str, *, registry: Registry = REGISTRY, bool_bits: int = 8,
+               extra_fragments: dict | None = None) -> Emitted:
+    """Lower ``graph`` for ``target`` ("tract" or "khronos")."""
+    missing = [Problem(n.kind, n.where, f"no lowering for target '{target}'")
+               for n in graph.nodes if registry.lookup(n.kind, target) is None]
+    if missing:
+        raise UnsupportedOpError(_problem_message(missing, target), missing)
+    ctx = EmitContext(target, registry, graph.symbols)
+    for name in list(graph.output_names) + [v.name for v in graph.inputs]:
+        ctx._taken.add(sanitize(name))
+    for v in graph.inputs:
+        ctx.names[id(v)] = sanitize(v.name)
+        ctx.call("nnef.external", v)
+    problems = []
+    for node in graph.nodes:
+        ctx.node = node
+        fn = registry.lookup(node.kind, target)
+        try:
+            bound = _bind(fn, ctx, node)
+            result = fn(*bound.args, **bound.kwargs)
+            produced = _flatten(result)
+            if len(produced) != len(node.outputs):
+                raise EmitError(f"converter returned {len(produced)} tensors for {len(node.outputs)} outputs")
+            for ir_out, res in zip(node.outputs, produced):
+                if ir_out is not res:
+                    ctx.names[id(ir_out)] = ctx.name_of(res)
+        except EmitError as exc:
+            problems.append(Problem(node.kind, node.where, str(exc)))
+        except Exception as exc:  # noqa: BLE001 - a converter bug must still name the op
+            problems.append(Problem(node.kind, node.where, f"{type(exc).__name__}: {exc}"))
+    ctx.node = None
+    if problems:
+        raise UnsupportedOpError(_problem_message(problems, target), problems)
+    out_names = _bind_outputs(ctx, graph)
+    text = _render(ctx, graph, out_names, extra_fragments or {})
+    files = {"graph.nnef": text.encode()}
+    for label, (value, data) in sorted(ctx.variables.items()):
+        files[f"{label}.dat"] = dat.dat_bytes(data, bool_bits=bool_bits)
+    return Emitted(files, text, dict(sorted(ctx.used_ops.items())), graph.op_counts())
+
+
+def _bind_outputs(ctx: EmitContext, graph: Graph) -> list:
+    """Give each graph output its requested name, copying where a value cannot be renamed."""
+    names, seen = [], set()
+    input_names = {ctx.names[id(v)] for v in graph.inputs}
+    produced = {}
+    for st in ctx.statements:
+        if st.op != "variable":
+            for o in st.outputs:
+                produced[ctx.names[id(o)]] = o
+    for value, wanted in zip(graph.outputs, graph.output_names):
+        wanted = sanitize(wanted)
+        current = ctx.name_of(value)
+        owner = produced.get(current)
+        if owner is None or current in input_names or current in seen:
+            out = Value(wanted, value.dtype, value.shape)
+            ctx.names[id(out)] = wanted
+            ctx.statements.append(Statement([out], "copy", [value], {}))
+            ctx.used_ops["copy"] = ctx.used_ops.get("copy", 0) + 1
+        elif current != wanted:
+            for key, name in list(ctx.names.items()):
+                if name == current:
+                    ctx.names[key] = wanted
+            produced[wanted] = produced.pop(current)
+        names.append(wanted)
+        seen.add(wanted)
+    return names
+
+
+def _render(ctx: EmitContext, graph: Graph, out_names: list, extra_fragments: dict) -> str:
+    body = [_statement(ctx, st) for st in ctx.statements]
+    ops = set(ctx.used_ops)
+    lines = ["version 1.0;", ""]
+    ext = []
+    if any(op.startswith("tract_core_") for op in ops):
+        ext.append("extension tract_registry tract_core;")
+    if any(op.startswith("tract_transformers_") for op in ops):
+        ext.append("extension tract_registry tract_transformers;")
+    for s in graph.symbols:
+        ext.append(f"extension tract_symbol {s};")
+    fragments = sorted(ctx.fragments)
+    if fragments and ctx.target == "khronos":
+        ext.append("extension KHR_enable_fragment_definitions, KHR_enable_operator_expressions;")
+    lines += ext + ([""] if ext else [])
+    for name in fragments:
+        text = extra_fragments.get(name)
+        if text is None:
+            text = (FRAGMENT_DIR / f"{name}.nnef").read_text()
+        lines += [text.strip(), ""]
+    ins = ", ".join(ctx.names[id(v)] for v in graph.inputs)
+    lines.append(f"graph {sanitize(graph.name)}( {ins} ) -> ( {', '.join(out_names)} )")
+    lines.append("{")
+    lines += ["    " + b for b in body]
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def _statement(ctx: EmitContext, st: Statement) -> str:
+    attrs = dict(st.attrs)
+    type_param = attrs.pop("__type__", None)
+    as_array = attrs.pop("__array__", False)
+    outs = [ctx.names[id(o)] for o in st.outputs]
+    lhs = outs[0] if len(outs) == 1 and not as_array else ("[" if as_array else "(") + ", ".join(outs) + ("]" if as_array else ")")
+    parts = [format_value(a, ctx.names) for a in st.args]
+    parts += [f"{k} = {format_value(v, ctx.names)}" for k, v in attrs.items()]
+    op = st.op + (f"<{type_param}>" if type_param else "")
+    return f"{lhs} = {op}({', '.join(parts)});"
+
+
+def _problem_message(problems: list, target: str) -> str:
+    lines = [f"{len(problems)} op(s) cannot be exported for target '{target}'; nothing was written:"]
+    lines += [f"  - {p}" for p in problems]
+    lines.append("Register a converter (fx2nnef.nnef_emit.register) or a module extractor for these ops, "
+                 "or use fallback='piece_by_piece' to isolate them.")
+    return "\n".join(lines)

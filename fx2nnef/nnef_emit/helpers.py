@@ -1,0 +1,124 @@
+"""Small building blocks shared by converters (ranks, axes, broadcasting, casts, constants)."""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import numpy as np
+
+from ..errors import EmitError
+from ..ir import DType, SymDim, Value
+from .context import EmitContext
+
+
+def rank(v: Value) -> int:
+    if v.shape is None:
+        raise EmitError(f"rank of '{v.name}' is unknown here")
+    return len(v.shape)
+
+
+def axis(dim: int, r: int) -> int:
+    """A non-negative axis for ``dim`` on a tensor of rank ``r``."""
+    if isinstance(dim, SymDim):
+        raise EmitError(f"axis {dim} must not depend on a dynamic size")
+    if not -max(r, 1) <= dim < max(r, 1):
+        raise EmitError(f"axis {dim} out of range for rank {r}")
+    return dim % max(r, 1)
+
+
+def axes(dims, r: int) -> list:
+    if dims is None:
+        return list(range(r))
+    if isinstance(dims, int):
+        dims = [dims]
+    return sorted(axis(d, r) for d in dims)
+
+
+def is_tensor(x) -> bool:
+    return isinstance(x, Value)
+
+
+def unsqueeze_to(ctx: EmitContext, v: Value, r: int) -> Value:
+    """Add leading unit axes so that ``v`` has rank ``r`` (NNEF pads trailing axes otherwise)."""
+    vr = rank(v)
+    if vr >= r:
+        return v
+    shape = (1,) * (r - vr) + tuple(v.shape)
+    if v.is_constant:
+        return ctx.const(v.data.reshape([int(d) for d in shape]), v.dtype, name=v.name)
+    return ctx.op("unsqueeze", v, axes=list(range(r - vr)), out_shape=shape, out_dtype=v.dtype)
+
+
+def scalar_operand(ctx: EmitContext, x, dtype: DType):
+    """A Python number as an operand of a ``dtype`` tensor op.
+
+    Float literals adapt to f16/f32 in tract; integer and bool literals would become TDim or
+    the wrong type, so those become typed constants.
+    """
+    if isinstance(x, Value):
+        return x
+    if dtype.is_float and not isinstance(x, bool):
+        return float(x)
+    return ctx.const(np.array(x, dtype=dtype.numpy_name), dtype)
+
+
+def broadcast_operands(ctx: EmitContext, a, b, dtype: Optional[DType] = None):
+    """Make two operands of an elementwise op compatible under NNEF's broadcasting rules."""
+    ta, tb = isinstance(a, Value), isinstance(b, Value)
+    if dtype is None:
+        dtype = a.dtype if ta else b.dtype if tb else DType.F32
+    a = scalar_operand(ctx, a, dtype)
+    b = scalar_operand(ctx, b, dtype)
+    if isinstance(a, Value) and isinstance(b, Value):
+        known = [v.rank for v in (a, b) if v.shape is not None]
+        node_out = ctx.node.outputs[0] if ctx.node is not None and ctx.node.outputs else None
+        if len(known) < 2 and node_out is not None and node_out.shape is not None:
+            known.append(node_out.rank)  # an operand of unknown rank is taken at the result's rank
+        if known:
+            r = max(known)
+            a = unsqueeze_to(ctx, a, r) if a.shape is not None else a
+            b = unsqueeze_to(ctx, b, r) if b.shape is not None else b
+    return a, b
+
+
+def cast(ctx: EmitContext, v, dtype: DType, shape=None):
+    """``v`` converted to ``dtype`` (no op when it already has it)."""
+    if not isinstance(v, Value):
+        return scalar_operand(ctx, v, dtype)
+    if v.dtype is dtype:
+        return v
+    if v.is_constant:
+        return ctx.const(v.data.astype(dtype.numpy_name), dtype, name=v.name)
+    return ctx.call("nnef.cast", v, dtype, shape if shape is not None else v.shape)
+
+
+def dims_list(sizes: Sequence) -> list:
+    """Sizes as an NNEF integer array (ints or symbolic expressions)."""
+    out = []
+    for s in sizes:
+        if isinstance(s, Value):
+            raise EmitError("a size computed from tensor data cannot be used as a shape")
+        if isinstance(s, (int, np.integer)):
+            out.append(int(s))
+        elif isinstance(s, SymDim):
+            out.append(s)
+        else:
+            raise EmitError(f"size {s!r} cannot be written in NNEF")
+    return out
+
+
+def result_dtype(*xs) -> DType:
+    """torch's type promotion on Values and Python numbers (enough for elementwise ops)."""
+    tensors = [x for x in xs if isinstance(x, Value)]
+    order = [DType.BOOL, DType.U8, DType.I8, DType.I16, DType.I32, DType.I64, DType.F16, DType.BF16, DType.F32, DType.F64]
+    if not tensors:
+        return DType.F32
+    best = max((t.dtype for t in tensors if t.rank != 0), key=order.index, default=None)
+    if best is None:
+        best = max((t.dtype for t in tensors), key=order.index)
+    zero_dim = [t.dtype for t in tensors if t.rank == 0]
+    for d in zero_dim:
+        if d.is_float and not best.is_float:
+            best = d
+    if any(isinstance(x, float) for x in xs) and not best.is_float:
+        best = DType.F32
+    return best

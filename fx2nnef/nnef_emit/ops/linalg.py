@@ -1,0 +1,57 @@
+"""Matrix products: linear, matmul, mm, bmm, addmm, baddbmm."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ...ir import Value
+from ..context import EmitContext
+from ..helpers import broadcast_operands, rank, unsqueeze_to
+from ..registry import register
+
+
+def _matmul(ctx: EmitContext, a: Value, b: Value, transpose_b: bool = False) -> Value:
+    """NNEF matmul needs equal ranks: vectors become matrices and lower ranks get unit batch axes."""
+    ra, rb = rank(a), rank(b)
+    if ra == 1:
+        a = ctx.op("unsqueeze", a, axes=[0], out_shape=(1,) + tuple(a.shape))
+    if rb == 1:
+        b = ctx.op("unsqueeze", b, axes=[1], out_shape=tuple(b.shape) + (1,))
+    r = max(rank(a), rank(b))
+    a, b = unsqueeze_to(ctx, a, r), unsqueeze_to(ctx, b, r)
+    out_shape = tuple(a.shape[:-1]) + (b.shape[-2] if transpose_b else b.shape[-1],)
+    y = ctx.op("matmul", a, b, transposeA=False, transposeB=transpose_b, out_shape=out_shape)
+    if ra == 1 and rb == 1:
+        return ctx.op("squeeze", y, axes=[r - 2, r - 1])
+    if ra == 1:
+        return ctx.op("squeeze", y, axes=[r - 2])
+    if rb == 1:
+        return ctx.op("squeeze", y, axes=[r - 1])
+    return y
+
+
+@register(F.linear)
+def linear(ctx: EmitContext, input: Value, weight: Value, bias=None):
+    """linear(Tensor input, Tensor weight, Tensor? bias=None) -> Tensor"""
+    y = _matmul(ctx, input, weight, transpose_b=True) if rank(weight) == 2 else ctx.fail("linear weight must be 2-D")
+    if bias is not None:
+        y = ctx.op("add", *broadcast_operands(ctx, y, bias))
+    return y
+
+
+@register(torch.matmul, "Tensor.matmul", "operator.matmul", torch.mm, "Tensor.mm", torch.bmm, "Tensor.bmm")
+def matmul(ctx: EmitContext, input: Value, other: Value):
+    """matmul(Tensor self, Tensor other) -> Tensor"""
+    return _matmul(ctx, input, other)
+
+
+@register(torch.addmm, "Tensor.addmm", torch.baddbmm, "Tensor.baddbmm")
+def addmm(ctx: EmitContext, input, mat1: Value, mat2: Value, *, beta=1, alpha=1):
+    """addmm(Tensor self, Tensor mat1, Tensor mat2, *, Scalar beta=1, Scalar alpha=1) -> Tensor"""
+    y = _matmul(ctx, mat1, mat2)
+    if alpha != 1:
+        y = ctx.op("mul", y, float(alpha))
+    if beta != 0:
+        c = input if beta == 1 else ctx.op("mul", input, float(beta), out_shape=input.shape)
+        y = ctx.op("add", *broadcast_operands(ctx, y, c))
+    return y

@@ -1,0 +1,63 @@
+"""The op registry: one converter per (op, target), keyed on the exact op.
+
+Keys come from :func:`fx2nnef.ir.op_key`: ``torch.add``, ``operator.add`` and the method
+``Tensor.add`` are three keys, and a converter may be registered for several of them at
+once. A converter registered with ``target=None`` is the common rule; ``target="tract"``
+or ``target="khronos"`` overrides it for that target. Registering a key twice for the
+same target is an error.
+"""
+from __future__ import annotations
+
+import inspect
+from typing import Callable, Iterable, Optional
+
+from ..ir import op_key
+
+TARGETS = ("tract", "khronos")
+
+
+class RegistryError(Exception):
+    """A registration conflicts with an existing one."""
+
+
+class Registry:
+    def __init__(self):
+        self._rules: dict = {}
+
+    def register(self, *ops, target: Optional[str] = None) -> Callable:
+        """Decorator: ``@register(torch.add, operator.add, "Tensor.add")``."""
+        if target is not None and target not in TARGETS:
+            raise RegistryError(f"unknown target {target!r}; known: {TARGETS}")
+
+        def deco(fn: Callable) -> Callable:
+            for op in ops:
+                self.add(op, fn, target)
+            return fn
+
+        return deco
+
+    def add(self, op, fn: Callable, target: Optional[str] = None) -> None:
+        key = op_key(op)
+        if (key, target) in self._rules:
+            other = self._rules[(key, target)]
+            raise RegistryError(
+                f"'{key}' is already registered for target {target or 'common'} by "
+                f"{other.__module__}.{other.__qualname__}; remove one of the two registrations")
+        self._rules[(key, target)] = fn
+
+    def lookup(self, key: str, target: str) -> Optional[Callable]:
+        return self._rules.get((key, target)) or self._rules.get((key, None))
+
+    def keys(self) -> list:
+        return sorted({k for k, _ in self._rules})
+
+    def rules(self) -> Iterable:
+        return sorted(self._rules.items(), key=lambda kv: (kv[0][0], kv[0][1] or ""))
+
+    def signature(self, key: str, target: str) -> Optional[inspect.Signature]:
+        fn = self.lookup(key, target)
+        return None if fn is None else inspect.signature(fn)
+
+
+REGISTRY = Registry()
+register = REGISTRY.register

@@ -1,0 +1,251 @@
+"""Named tolerances and the comparison of engine outputs with reference (PyTorch) outputs.
+
+A value passes when ``|got - expected| <= atol + rtol * |expected|`` (numpy's ``isclose``
+rule). The presets, from strict to loose:
+
+===========  ======  ======  ====================================================
+name         atol    rtol    meant for
+===========  ======  ======  ====================================================
+exact        0       0       bit-equal results: data movement, integer/bool graphs
+approximate  1e-7    1e-5    f32 with a few reordered sums (elementwise, small matmul)
+close        1e-5    1e-4    f32 with other kernels: blocked matmul, conv, fused norms
+very         1e-3    1e-3    f32 with approximated functions (erf, exp, tanh) or long
+                             reductions; deep f32 stacks
+super        1e-2    1e-2    f16 compute, or many approximated layers (LLM blocks)
+ultra        1e-1    5e-2    smoke test only: catches wrong wiring, not precision bugs
+===========  ======  ======  ====================================================
+
+Half precision: an f16 result cannot be closer than its own rounding, so for outputs in a
+float dtype less precise than f32 (float16 here) :meth:`Tolerance.for_dtype` raises atol
+and rtol to at least ``4 * eps(dtype)`` (about 3.9e-3 for float16) and keeps larger values.
+``exact`` stays exact. :func:`compare_outputs` applies this rule to the less precise of the
+two float dtypes it compares.
+
+Bool and integer outputs are always compared exactly, whatever the tolerance. NaN matches
+NaN and an infinity matches the same infinity at the same position; any other non-finite
+mismatch fails.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from fx2nnef.errors import InvalidArgumentError
+
+LOW_PRECISION_FLOOR_ULPS = 4
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """An absolute and a relative bound under a name."""
+
+    name: str
+    atol: float
+    rtol: float
+
+    def __post_init__(self) -> None:
+        if not (self.atol >= 0 and self.rtol >= 0):
+            raise InvalidArgumentError(
+                f"tolerance {self.name!r} needs atol >= 0 and rtol >= 0, got {self.atol}, {self.rtol}"
+            )
+
+    def for_dtype(self, dtype: np.dtype | type | str) -> Tolerance:
+        """This tolerance, widened to ``4 * eps(dtype)`` for floats less precise than f32."""
+        dtype = np.dtype(dtype)
+        if dtype.kind != "f" or self.is_exact() or np.finfo(dtype).eps <= np.finfo(np.float32).eps:
+            return self
+        floor = LOW_PRECISION_FLOOR_ULPS * float(np.finfo(dtype).eps)
+        return replace(self, name=f"{self.name}@{dtype}", atol=max(self.atol, floor), rtol=max(self.rtol, floor))
+
+    def is_exact(self) -> bool:
+        """True when no difference at all is allowed."""
+        return self.atol == 0 and self.rtol == 0
+
+    def __str__(self) -> str:
+        return f"{self.name} (atol={self.atol:g}, rtol={self.rtol:g})"
+
+
+PRESETS: dict[str, Tolerance] = {
+    t.name: t
+    for t in (
+        Tolerance("exact", 0.0, 0.0),
+        Tolerance("approximate", 1e-7, 1e-5),
+        Tolerance("close", 1e-5, 1e-4),
+        Tolerance("very", 1e-3, 1e-3),
+        Tolerance("super", 1e-2, 1e-2),
+        Tolerance("ultra", 1e-1, 5e-2),
+    )
+}
+
+
+def resolve_tolerance(tolerance: str | Tolerance) -> Tolerance:
+    """A preset by name (case-insensitive), or a Tolerance unchanged."""
+    if isinstance(tolerance, Tolerance):
+        return tolerance
+    if isinstance(tolerance, str) and tolerance.lower() in PRESETS:
+        return PRESETS[tolerance.lower()]
+    raise InvalidArgumentError(
+        f"unknown tolerance {tolerance!r}: use one of {', '.join(PRESETS)}, "
+        f"or a Tolerance(name, atol, rtol)"
+    )
+
+
+@dataclass(frozen=True)
+class OutputDiff:
+    """How one engine output compares with its reference.
+
+    ``shape`` and ``dtype`` are the reference's. ``max_abs`` is the largest absolute
+    difference over positions finite on both sides (inf when NaN/inf positions differ, NaN
+    when the shapes differ); ``max_rel`` is the largest ``|got - expected| / |expected|``
+    over positions where the reference is non-zero. ``note`` says what failed.
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    max_abs: float
+    max_rel: float
+    ok: bool
+    note: str = ""
+
+    def __str__(self) -> str:
+        text = (f"{self.name}: {list(self.shape)} {self.dtype} max_abs={_number(self.max_abs)} "
+                f"max_rel={_number(self.max_rel)} {'OK' if self.ok else 'FAIL'}")
+        return f"{text} ({self.note})" if self.note else text
+
+
+def compare_outputs(
+    names: Sequence[str] | None,
+    expected: Sequence[np.ndarray],
+    got: Sequence[np.ndarray],
+    tol: str | Tolerance,
+) -> list[OutputDiff]:
+    """Compare outputs by position; one OutputDiff per position present on either side."""
+    tolerance = resolve_tolerance(tol)
+    count = max(len(expected), len(got))
+    labels = list(names or [])
+    labels += [f"output_{i}" for i in range(len(labels), count)]
+    diffs = []
+    for index in range(count):
+        if index >= len(got) or index >= len(expected):
+            diffs.append(_missing(labels[index], expected, got, index))
+        else:
+            diffs.append(compare_one(labels[index], expected[index], got[index], tolerance))
+    return diffs
+
+
+def compare_one(name: str, expected: np.ndarray, got: np.ndarray, tol: str | Tolerance) -> OutputDiff:
+    """Compare one output pair: shape, then dtype, then values."""
+    tolerance = resolve_tolerance(tol)
+    expected, got = np.asarray(expected), np.asarray(got)
+    base = OutputDiff(name, tuple(expected.shape), str(expected.dtype), math.nan, math.nan, False)
+    if expected.shape != got.shape:
+        return replace(base, note=f"shape differs: expected {list(expected.shape)}, got {list(got.shape)}")
+    if _is_float(expected) or _is_float(got):
+        diff = _compare_floats(base, expected, got, tolerance.for_dtype(_least_precise(expected, got)))
+    else:
+        diff = _compare_exactly(base, expected, got)
+    if expected.dtype != got.dtype:
+        note = f"dtype differs: expected {expected.dtype}, got {got.dtype}"
+        diff = replace(diff, ok=False, note="; ".join(n for n in (note, diff.note) if n))
+    return diff
+
+
+def format_diffs(diffs: Sequence[OutputDiff]) -> str:
+    """An aligned text table of the diffs, one row per output."""
+    header = ("output", "shape", "dtype", "max_abs", "max_rel", "ok", "note")
+    rows = [header] + [
+        (d.name, str(list(d.shape)), d.dtype, _number(d.max_abs), _number(d.max_rel),
+         "OK" if d.ok else "FAIL", d.note)
+        for d in diffs
+    ]
+    widths = [max(len(row[col]) for row in rows) for col in range(len(header))]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+    return "\n".join(lines)
+
+
+def _missing(name: str, expected: Sequence[np.ndarray], got: Sequence[np.ndarray], index: int) -> OutputDiff:
+    """The diff for an output present on one side only."""
+    present = np.asarray(expected[index] if index < len(expected) else got[index])
+    side = "missing from the engine" if index >= len(got) else "extra: absent from the reference"
+    note = f"{side} ({len(expected)} expected outputs, {len(got)} from the engine)"
+    return OutputDiff(name, tuple(present.shape), str(present.dtype), math.nan, math.nan, False, note)
+
+
+def _compare_exactly(base: OutputDiff, expected: np.ndarray, got: np.ndarray) -> OutputDiff:
+    """Bool and integer outputs: every value must match."""
+    wrong = expected != got
+    if expected.dtype == np.bool_ or got.dtype == np.bool_:
+        max_abs = float(wrong.any())
+        max_rel = max_abs
+    else:
+        delta = np.abs(expected.astype(np.float64) - got.astype(np.float64))
+        max_abs, max_rel = _max_or_zero(delta), _max_relative(delta, expected.astype(np.float64))
+    count = int(np.count_nonzero(wrong))
+    note = "" if count == 0 else f"{count} of {expected.size} values differ (compared exactly){_worst(wrong, expected, got)}"
+    return replace(base, max_abs=max_abs, max_rel=max_rel, ok=count == 0, note=note)
+
+
+def _compare_floats(base: OutputDiff, expected: np.ndarray, got: np.ndarray, tol: Tolerance) -> OutputDiff:
+    """Float outputs: within ``tol`` where both are finite, same NaN/inf positions elsewhere."""
+    e, g = expected.astype(np.float64), got.astype(np.float64)
+    finite = np.isfinite(e) & np.isfinite(g)
+    same_nonfinite = (np.isnan(e) & np.isnan(g)) | (np.isinf(e) & (e == g))
+    nonfinite_wrong = ~finite & ~same_nonfinite
+    e, g = np.where(finite, e, 0.0), np.where(finite, g, 0.0)
+    delta = np.abs(e - g)
+    outside = delta > tol.atol + tol.rtol * np.abs(e)
+    max_abs = math.inf if nonfinite_wrong.any() else _max_or_zero(delta)
+    notes = []
+    if nonfinite_wrong.any():
+        notes.append(f"NaN/inf differ at {int(np.count_nonzero(nonfinite_wrong))} position(s)"
+                     f"{_worst(nonfinite_wrong, expected, got)}")
+    if outside.any():
+        worst = np.where(outside, delta, -1.0)
+        notes.append(f"{int(np.count_nonzero(outside))} of {expected.size} values outside {tol}"
+                     f"{_worst(worst == worst.max(), expected, got, 'worst')}")
+    ok = not notes
+    return replace(base, max_abs=max_abs, max_rel=_max_relative(delta, e),
+                   ok=ok, note="; ".join(notes))
+
+
+def _worst(mask: np.ndarray, expected: np.ndarray, got: np.ndarray, label: str = "first") -> str:
+    """``"; first at index (0, 2): expected 1.0, got 1.5"`` for the first True of ``mask``."""
+    if not mask.any():
+        return ""
+    flat = int(np.flatnonzero(mask)[0])
+    index = np.unravel_index(flat, expected.shape) if expected.ndim else ()
+    where = tuple(int(i) for i in index)
+    return f"; {label} at index {where}: expected {expected[where].item()!r}, got {got[where].item()!r}"
+
+
+def _max_or_zero(values: np.ndarray) -> float:
+    """Largest value, 0.0 for an empty array."""
+    return float(values.max()) if values.size else 0.0
+
+
+def _max_relative(delta: np.ndarray, reference: np.ndarray) -> float:
+    """Largest ``delta / |reference|`` where the reference is non-zero (0.0 if none)."""
+    nonzero = reference != 0
+    if not nonzero.any():
+        return 0.0
+    return float((delta[nonzero] / np.abs(reference[nonzero])).max())
+
+
+def _is_float(array: np.ndarray) -> bool:
+    """True for float arrays."""
+    return array.dtype.kind == "f"
+
+
+def _least_precise(expected: np.ndarray, got: np.ndarray) -> np.dtype:
+    """The float dtype with the larger epsilon among the two arrays (float64 if neither)."""
+    floats = [a.dtype for a in (expected, got) if _is_float(a)]
+    return max(floats, key=lambda d: np.finfo(d).eps, default=np.dtype(np.float64))
+
+
+def _number(value: float) -> str:
+    """Compact number for tables: 3 significant digits, '-' for NaN."""
+    return "-" if math.isnan(value) else f"{value:.3g}"
