@@ -172,11 +172,22 @@ def register_leaf_type(cls: type) -> None:
         _LEAF_TYPES.append(cls)
 
 
+def _reference(model, args, kwargs, names, dyn, example):
+    """``env -> flat eager outputs`` of the model at the sizes ``env``."""
+    def run(env):
+        it = iter(inputs_at(example, names, dyn, env))
+        a2, k2 = structures.rebuild((args, kwargs), lambda _k, _t: next(it))
+        with torch.no_grad():
+            return [t for _, t in structures.flatten(model(*a2, **k2), "")]
+    return run
+
+
 def _trace_once(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names):
     trace = trace_model(model, args, kwargs, names, out_names, leaf_types, leaf_names)
     remove_inplace(trace.gm)
     cleanup_slices(trace.gm)
-    analysis = analyze(trace.gm, trace.example_inputs, names, dyn, trace.guards)
+    ref = _reference(model, args, kwargs, names, dyn, trace.example_inputs) if dyn else None
+    analysis = analyze(trace.gm, trace.example_inputs, names, dyn, trace.guards, ref)
     return trace, analysis
 
 
@@ -196,7 +207,8 @@ def _trace_and_probe(model, args, kwargs, names, out_names, dyn, leaf_types, lea
         trace2, analysis2 = _trace_once(model, a2, k2, names, out_names, dyn, leaf_types, leaf_names)
         if not analysis2.failures:
             # the graph must also reproduce the example sizes: analyze at the user's inputs
-            analysis_back = analyze(trace2.gm, trace.example_inputs, names, dyn, trace2.guards)
+            ref = _reference(model, args, kwargs, names, dyn, trace.example_inputs)
+            analysis_back = analyze(trace2.gm, trace.example_inputs, names, dyn, trace2.guards, ref)
             if not analysis_back.failures:
                 retraced = (trace2, analysis_back)
     except Exception:  # noqa: BLE001 - fall through to the original report
@@ -214,8 +226,6 @@ def _trace_and_probe(model, args, kwargs, names, out_names, dyn, leaf_types, lea
                  + "; ".join(str(f) for f in first_failures[:3])
                  + "); the exported graph was traced again at " + ", ".join(f"{k}={v}" for k, v in bigger.items())
                  + " and checked at the example sizes")
-    for f in first_failures:
-        pass
     return trace2.gm, analysis_back, trace2
 
 

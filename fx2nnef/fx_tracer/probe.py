@@ -120,7 +120,8 @@ def _run(gm, inputs) -> tuple:
         rec.run(*inputs)
         return rec.env, None
     except Exception as exc:  # noqa: BLE001 - reported as a probe failure
-        return rec.env, (rec.current, f"{type(exc).__name__}: {exc}")
+        first_line = str(exc).strip().split("\n")[0]
+        return rec.env, (rec.current, f"{type(exc).__name__}: {first_line}")
 
 
 def _guard_holds(g: GuardRecord, value) -> bool:
@@ -131,8 +132,29 @@ def _guard_holds(g: GuardRecord, value) -> bool:
         return False
 
 
-def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, guards: list) -> Analysis:
-    """Run the graph at the example sizes and the probe sizes; fit shapes; check guards."""
+def _outputs_match(gm, values: dict, expected: list) -> Optional[str]:
+    """None when the graph's outputs equal ``expected``, else what differs."""
+    out_node = [n for n in gm.graph.nodes if n.op == "output"][0]
+    got = [values[n] for n in out_node.args[0]]
+    for i, (g, e) in enumerate(zip(got, expected)):
+        if g.shape != e.shape:
+            return f"output {i} has shape {tuple(g.shape)}, the model gives {tuple(e.shape)}"
+        if g.dtype.is_floating_point:
+            if not torch.allclose(g.float(), e.float(), rtol=1e-4, atol=1e-5, equal_nan=True):
+                return f"output {i} differs from the model by {(g.float() - e.float()).abs().max().item():.3g}"
+        elif not torch.equal(g, e):
+            return f"output {i} differs from the model"
+    return None
+
+
+def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, guards: list,
+            reference=None) -> Analysis:
+    """Run the graph at the example sizes and the probe sizes; fit shapes; check guards.
+
+    ``reference(env)``, when given, runs the original model at the sizes ``env`` and
+    returns its flat outputs: a guard that flips at a probe size is then accepted when the
+    graph still reproduces the model there (the branch taken was equivalent).
+    """
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     base_env = {}
     for name, t in zip(names, example):
@@ -148,17 +170,27 @@ def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, 
     failures: list = []
     guard_flips: dict = {}
     good_envs = [base_env]
+    equivalent: dict = {}
     for env in envs[1:]:
         values, err = _run(gm, inputs_at(example, names, dynamic_axes, env))
         if err is not None:
             failures.append(ProbeFailure(env, err[0], err[1]))
             continue
+        flips = [g for g in guards if g.node in values and not _guard_holds(g, values[g.node])]
+        if reference is not None:
+            mismatch = _outputs_match(gm, values, reference(env))
+            if mismatch is not None:
+                node = flips[0].node if flips else None
+                failures.append(ProbeFailure(env, node, mismatch))
+                continue
+            for g in flips:
+                equivalent.setdefault(id(g), env)
+            flips = []
         good_envs.append(env)
         for n, v in values.items():
             records.setdefault(n, []).append(_record(v))
-        for g in guards:
-            if g.node in values and not _guard_holds(g, values[g.node]):
-                guard_flips.setdefault(id(g), env)
+        for g in flips:
+            guard_flips.setdefault(id(g), env)
     data_dep = _data_dependence(gm)
     sym = _fit_all(records, good_envs, symbols) if symbols else {n: _static(r[0]) for n, r in records.items()}
     varies = {n for n, r in records.items() if any(x != r[0] for x in r[1:])}
@@ -168,6 +200,10 @@ def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, 
         kind = "data" if g.node in data_dep else "shape"
         flipped = guard_flips.get(id(g))
         status, note = ("checked", f"holds at {len(good_envs)} sizes") if symbols else ("kept", "")
+        if id(g) in equivalent:
+            status = "checked"
+            note = ("differs at " + ", ".join(f"{k}={v}" for k, v in equivalent[id(g)].items())
+                    + ", where the graph still reproduces the model")
         if flipped is not None:
             status = "violated"
             note = "differs at " + ", ".join(f"{k}={v}" for k, v in flipped.items())

@@ -186,7 +186,7 @@ class CustomTracer(fx.Tracer):
 
     def _record_guard(self, proxy, op, result, text):
         src = user_frame_location()
-        text = text or f"{op}({proxy.node.name}) == {result!r}"
+        text = text or f"{op}(%{proxy.node.name}) -> {result!r}"
         self.guards.append(GuardRecord(proxy.node, op, result, src, text))
 
     # modules --------------------------------------------------------------------------

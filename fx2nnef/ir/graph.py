@@ -127,8 +127,9 @@ class Guard:
 
     def __str__(self) -> str:
         where = f" at {self.source}" if self.source else ""
+        code = f" `{self.source.code}`" if self.source and self.source.code else ""
         note = f" ({self.note})" if self.note else ""
-        return f"[{self.kind}] {self.what}{where}: {self.status}{note}"
+        return f"[{self.kind}] {self.what}{where}{code}: {self.status}{note}"
 
 
 class Graph:

@@ -199,15 +199,16 @@ def _move_folder_into_place(new: pathlib.Path, path: pathlib.Path) -> None:
     if not path.exists():
         os.rename(new, path)
         return
-    old = pathlib.Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
-    os.rmdir(old)
-    os.rename(path, old)
+    holder = pathlib.Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
+    previous = holder / "previous"
+    os.rename(path, previous)
     try:
         os.rename(new, path)
     except BaseException:
-        os.rename(old, path)
+        os.rename(previous, path)
+        _remove_quietly(holder)
         raise
-    _remove_quietly(old)
+    _remove_quietly(holder)
 
 
 def _remove_quietly(path: pathlib.Path) -> None:

@@ -25,12 +25,13 @@ Facts checked by loading a ``variable`` with tract 0.23.9 and nnef 1.0.10 / nnef
   Khronos reader (``nnef.read_tensor``) only takes 1 bit per item, packed MSB first, and
   rejects 8 bits with "unsupported combination of item type (5) and bits per item (8)".
   Use ``bool_bits=1`` for an asset both must read.
-- Rank 0: both readers load a rank-0 file as shape ``[1]``, and both then reject a
-  ``variable`` declared with ``shape = []`` ("tensor file says [1], graph files says []").
-  Declare a scalar variable with ``shape = [1]`` and squeeze it:
-  ``squeeze(v, axes = [0])`` works in both; ``reshape(v, shape = [])`` fails in tract
-  ("Condition failed: `inputs.len() > 0`"). :func:`dat_bytes` writes a true rank-0 header
-  (one item of data) and :func:`read_dat` gives it back with shape ``()``.
+- Rank 0: a rank-0 header (no dims, one item of data) loads in both as a scalar when the
+  ``variable`` is declared ``shape = []``. Both check the file's shape against the
+  declaration exactly: a rank-0 file declared ``[1]``, or a ``[1]`` file declared ``[]``,
+  fails ("tensor file says [], graph files says [1]" in tract, "shape [] in variable file
+  does not match shape [1] defined in network structure" in nnef). :func:`dat_bytes` keeps
+  the rank of the array, so declare the variable with the array's own shape. (Beware:
+  ``np.ascontiguousarray`` turns a 0-d array into shape ``(1,)``.)
 - A tensor with a zero dim (shape ``[0, 3]``, no data) loads in both.
 """
 from __future__ import annotations
@@ -74,7 +75,7 @@ def dat_bytes(array: np.ndarray, *, bool_bits: int = 8) -> bytes:
 
     ``bool_bits`` applies to bool arrays only: 8 (one byte per item, what tract writes) or
     1 (bits packed MSB first, the only form the Khronos reader takes). A rank-0 array gives
-    a rank-0 header; see the module notes on how engines read it.
+    a rank-0 header, for a variable declared ``shape = []``.
     """
     array = np.asarray(array)
     _check_encodable(array, bool_bits)
@@ -117,7 +118,7 @@ def read_dat(data: bytes) -> np.ndarray:
 
 def _check_encodable(array: np.ndarray, bool_bits: int) -> None:
     """Raise InvalidArgumentError when ``array`` has no ``.dat`` form."""
-    if array.dtype not in SUPPORTED_DTYPES:
+    if array.dtype.newbyteorder("=") not in SUPPORTED_DTYPES:
         names = ", ".join(str(d) for d in SUPPORTED_DTYPES)
         raise InvalidArgumentError(
             f"cannot write a {array.dtype} tensor to an NNEF .dat file: supported dtypes are {names}"

@@ -1,24 +1,38 @@
 """Child process that runs a standard NNEF folder in the nnef_tools PyTorch interpreter.
 
-Usage: ``python -m fx2nnef.targets._khronos_child WORKDIR``. The parent has written
-``WORKDIR/request.json`` (``folder``, ``input_sets``) and ``WORKDIR/inputs_<k>.npz``; the
-child writes ``outputs_<k>.npz`` (outputs in the graph's declared order) and
-``result.json``. The file protocol and its helpers are those of ``_tract_child``.
+Usage: ``python _khronos_child.py WORKDIR`` (run by path, like ``_tract_child``). The parent
+has written ``WORKDIR/request.json`` (``folder``, ``input_sets``) and
+``WORKDIR/inputs_<k>.npz``; the child writes ``outputs_<k>.npz`` (outputs in the graph's
+declared order) and ``result.json``. The file protocol and its helpers are those of
+``_tract_child``, loaded from the sibling file so that nothing of fx2nnef is imported.
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 from pathlib import Path
 
-from fx2nnef.targets._tract_child import (
-    ReportedProblem,
-    failure_record,
-    load_arrays,
-    save_arrays,
-    stage,
-    write_result,
-)
+
+def _load_protocol():
+    """The sibling ``_tract_child`` module, without importing the fx2nnef package."""
+    if __package__:
+        from . import _tract_child
+
+        return _tract_child
+    spec = importlib.util.spec_from_file_location("_fx2nnef_tract_child", Path(__file__).with_name("_tract_child.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_protocol = _load_protocol()
+ReportedProblem = _protocol.ReportedProblem
+failure_record = _protocol.failure_record
+load_arrays = _protocol.load_arrays
+save_arrays = _protocol.save_arrays
+stage = _protocol.stage
+write_result = _protocol.write_result
 
 
 def declared_io(folder: Path) -> tuple[list[str], list[str]]:

@@ -1,12 +1,15 @@
 """Child process that loads and runs an NNEF asset in tract (see ``tract_runner``).
 
-Usage: ``python -m fx2nnef.targets._tract_child WORKDIR``. The parent has written
-``WORKDIR/request.json`` (``asset``, ``with_transformers``, ``input_sets``: 0 only loads
-and makes the model runnable) and ``WORKDIR/inputs_<k>.npz`` per input set. The child writes
-``outputs_<k>.npz`` and ``result.json``; before each step it prints ``fx2nnef-stage: <step>``
-to stdout so that the parent can tell where a crash (panic, segfault) happened.
+Usage: ``python _tract_child.py WORKDIR`` (``tract_runner`` runs this file by path; ``python -m
+fx2nnef.targets._tract_child WORKDIR`` works too but imports the whole fx2nnef package). The
+parent has written ``WORKDIR/request.json`` (``asset``, ``with_transformers``,
+``input_sets``: 0 only loads and makes the model runnable) and ``WORKDIR/inputs_<k>.npz``
+per input set. The child writes ``outputs_<k>.npz`` and ``result.json``; before each step it
+prints ``fx2nnef-stage: <step>`` to stdout so that the parent can tell where a crash (panic,
+segfault) happened.
 
-Keep this module light: it imports numpy and tract only, nothing else from fx2nnef.
+Keep this module light and standalone: it imports numpy and tract, nothing from fx2nnef.
+``_khronos_child`` reuses its file-protocol helpers.
 """
 from __future__ import annotations
 

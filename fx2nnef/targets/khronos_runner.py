@@ -26,8 +26,8 @@ Facts checked with nnef 1.0.10 and nnef_tools 1.0.11:
   declared output order.
 
 The interpreter imports torch (about 1.5 s); it runs in a child process
-(``fx2nnef.targets._khronos_child``) like tract, so that a crash or a runaway graph cannot
-take the caller down.
+(``_khronos_child.py``) like tract, so that a crash or a runaway graph cannot
+take the caller down. It is started the same way as the tract child (see ``tract_runner``).
 """
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ from fx2nnef.targets.tract_runner import (
     save_arrays,
 )
 
-CHILD_MODULE = "fx2nnef.targets._khronos_child"
+CHILD_SCRIPT = Path(__file__).resolve().with_name("_khronos_child.py")
 _CRASH_ADVICE = "The nnef_tools interpreter died without a Python error: rerun it by hand on the folder to see more."
 
 
@@ -82,8 +82,8 @@ def validate_khronos(
 _PARSER_HINTS = {
     "item type (5) and bits per item (8)": "Bool variables must be written 1 bit per item for this "
     "reader: dat_bytes(array, bool_bits=1).",
-    "does not match shape [] defined": "A rank-0 variable must be declared shape = [1] and "
-    "squeezed: squeeze(v, axes = [0]).",
+    "in variable file does not match shape": "The .dat shape must equal the declared shape "
+    "exactly; a 0-d array gives a rank-0 file, declared shape = [].",
 }
 
 
@@ -138,7 +138,7 @@ def asset_folder(path: Path, extract_to: Path) -> Path:
 def _call_khronos_child(asset: Path, workdir: Path, timeout: float) -> dict:
     """Run the interpreter child on ``workdir``; return its result or raise KhronosError."""
     try:
-        outcome = run_child(CHILD_MODULE, workdir, timeout)
+        outcome = run_child(CHILD_SCRIPT, workdir, timeout)
     except subprocess.TimeoutExpired as error:
         raise KhronosError(
             f"the nnef_tools interpreter did not finish within {timeout} s on {str(asset)!r}; "

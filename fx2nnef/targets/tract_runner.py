@@ -2,13 +2,15 @@
 
 A tract panic aborts the whole process (``conv`` with border 'reflect' dies with SIGABRT;
 fewer inputs than the model has can segfault), so tract never runs in the caller's
-process. Each call starts ``python -m fx2nnef.targets._tract_child`` with inputs and outputs
+process. Each call runs ``_tract_child.py`` in a new Python process, with inputs and outputs
 passed as ``.npz`` files in a temporary folder; any failure, crash included, becomes a
 :class:`~fx2nnef.errors.TractError` carrying tract's own words, and the caller lives on.
 
-Start-up cost of a call is Python + numpy + ``import tract`` (about 0.2 s) plus whatever
-``fx2nnef/__init__.py`` and ``fx2nnef/targets/__init__.py`` import: keep those two light
-(no torch at import time), or every tract call pays for it.
+The child file is run by path (``python -c "runpy.run_path(...)"`` from the temporary
+folder), not with ``python -m fx2nnef.targets._tract_child``: ``-m`` imports
+``fx2nnef/__init__.py``, which imports torch (2.5 s per call instead of 0.15 s), and running
+the file as a plain script would put ``fx2nnef/targets/`` on ``sys.path``, where ``tract.py``
+shadows the ``tract`` package. So the child modules import nothing from fx2nnef.
 
 The child runs with ``RUST_BACKTRACE=0`` so that tract's messages come without the Rust
 backtrace. Inputs are checked against the model's input facts before tract sees them:
@@ -31,9 +33,10 @@ import numpy as np
 
 from fx2nnef.errors import InvalidArgumentError, TractError
 
-CHILD_MODULE = "fx2nnef.targets._tract_child"
+CHILD_SCRIPT = Path(__file__).resolve().with_name("_tract_child.py")
 STAGE_PREFIX = "fx2nnef-stage: "
-_PACKAGE_ROOT = Path(__file__).resolve().parents[2]
+# Runs argv[1] as __main__ with argv[2:] as its arguments; sys.path[0] is the cwd (a private temp folder).
+_RUN_SCRIPT = "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
 _MAX_MESSAGE_LINES = 30
 _BACKTRACE_FRAME = re.compile(r"^\s*(\d+:\s|at\s)")
 
@@ -108,7 +111,7 @@ def _call_tract_child(
     request = {"asset": str(asset), "with_transformers": with_transformers, "input_sets": input_sets}
     (workdir / "request.json").write_text(json.dumps(request))
     try:
-        outcome = run_child(CHILD_MODULE, workdir, timeout)
+        outcome = run_child(CHILD_SCRIPT, workdir, timeout)
     except subprocess.TimeoutExpired as error:
         raise TractError(
             f"tract did not finish within {timeout} s on {str(asset)!r}; the child process was "
@@ -147,15 +150,16 @@ def _failure_message(asset: Path, result: dict) -> str:
             f"{result['message']} (raised at {result['where']})")
 
 
-def run_child(module: str, workdir: Path, timeout: float) -> ChildOutcome:
-    """Run ``python -m module workdir`` in ``workdir``; collect its streams and result.json.
+def run_child(script: Path, workdir: Path, timeout: float) -> ChildOutcome:
+    """Run the Python file ``script`` on ``workdir``, from ``workdir``; collect what it left.
 
     Raises subprocess.TimeoutExpired after killing a child that runs past ``timeout``.
     """
     completed = subprocess.run(
-        [sys.executable, "-m", module, str(workdir)],
+        [sys.executable, "-c", _RUN_SCRIPT, str(script), str(workdir)],
         cwd=workdir,
         env=child_env(),
+        stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
         errors="replace",
@@ -167,12 +171,8 @@ def run_child(module: str, workdir: Path, timeout: float) -> ChildOutcome:
 
 
 def child_env() -> dict[str, str]:
-    """Environment of a child: fx2nnef importable, no Rust backtraces."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_PACKAGE_ROOT), env.get("PYTHONPATH")) if p)
-    env["RUST_BACKTRACE"] = "0"
-    env["RUST_LIB_BACKTRACE"] = "0"
-    return env
+    """Environment of a child: the caller's, without Rust backtraces."""
+    return {**os.environ, "RUST_BACKTRACE": "0", "RUST_LIB_BACKTRACE": "0"}
 
 
 def crash_message(engine: str, asset: Path, outcome: ChildOutcome, advice: str) -> str:

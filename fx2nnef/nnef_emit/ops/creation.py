@@ -1,0 +1,191 @@
+"""Tensor creation: arange, zeros/ones/full/empty and their *_like / new_* forms, tensor, eye.
+
+The tracer folds creations whose result depends neither on input data nor on dynamic sizes
+into constants, so these converters see sizes that are symbolic (``S``, ``S+1``) or a template
+tensor (``zeros_like(x)``). A filled tensor is one ``tile`` of a ``[1, ..., 1]`` constant: tile
+repeats may be symbolic expressions, which tract resolves at run time.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional, Sequence
+
+import numpy as np
+import torch
+
+from ...ir import DType, SymDim, Value
+from ..context import EmitContext
+from ..helpers import cast, dims_list, unsqueeze_to
+from ..registry import register
+
+
+def size_arg(size: Sequence) -> list:
+    """``zeros(2, S)``, ``zeros((2, S))`` and ``zeros([2, S])`` as one list of dims."""
+    if len(size) == 1 and isinstance(size[0], (list, tuple)):
+        size = size[0]
+    return dims_list(size)
+
+
+def scalar_dtype(x) -> DType:
+    """torch's dtype for a tensor created from the Python (or 0-d tensor) value ``x``."""
+    if isinstance(x, Value):
+        x = {DType.BOOL: True}.get(x.dtype, 0 if x.dtype.is_int else 0.0)
+    if isinstance(x, bool):
+        return DType.BOOL
+    return DType.I64 if isinstance(x, (int, SymDim)) else DType.F32
+
+
+def filled(ctx: EmitContext, sizes: list, fill_value, dtype: DType) -> Value:
+    """A tensor of shape ``sizes`` holding ``fill_value`` (a Python number or a 0-d Value)."""
+    r = len(sizes)
+    if isinstance(fill_value, Value):
+        base = unsqueeze_to(ctx, cast(ctx, fill_value, dtype), r)
+    else:
+        base = ctx.const(np.full([1] * r, fill_value, dtype=dtype.numpy_name), dtype, name="fill")
+    if r == 0:
+        return base
+    return ctx.op("tile", base, repeats=sizes, out_dtype=dtype, out_shape=tuple(sizes))
+
+
+def dim_tensor(ctx: EmitContext, d, dtype: DType) -> Value:
+    """A 1-element tensor ``[d]`` for an int or a dynamic size (built with a range ``d..d+1``)."""
+    if not isinstance(d, SymDim):
+        return ctx.const(np.array([d], dtype=dtype.numpy_name), dtype)
+    return ctx.call("nnef.range", d, d + 1, 1, dtype, (1,))
+
+
+def range_length(start, end, step):
+    """Number of items of ``arange(start, end, step)``: int, SymDim, or None when not polynomial."""
+    if all(isinstance(v, (int, float)) for v in (start, end, step)):
+        return max(0, math.ceil((end - start) / step))
+    return (end - start) if step == 1 else (start - end) if step == -1 else None
+
+
+@register(torch.arange)
+def arange(ctx: EmitContext, start, end=None, step=1, *, out=None, dtype: Optional[DType] = None,
+           layout=None, device=None, pin_memory=False, requires_grad=False):
+    """arange(Scalar start, Scalar end, Scalar step=1, *, ScalarType? dtype=None, ...) -> Tensor"""
+    if end is None:
+        start, end = 0, start
+    bounds = (start, end, step)
+    if any(isinstance(v, Value) for v in bounds):
+        ctx.fail("torch.arange with bounds read from tensor data gives a data-dependent shape; "
+                 "use sizes (x.shape[i]) or Python numbers")
+    if any(isinstance(v, float) and not v.is_integer() for v in bounds):
+        ctx.fail(f"torch.arange({start}, {end}, {step}): fractional bounds with a dynamic size are not supported")
+    start, end, step = (int(v) if isinstance(v, float) else v for v in bounds)
+    dtype = dtype or (DType.F32 if any(isinstance(v, float) for v in bounds) else DType.I64)
+    return ctx.call("nnef.range", start, end, step, dtype, (range_length(start, end, step),))
+
+
+@register(torch.zeros, torch.empty)
+def zeros(ctx: EmitContext, *size, out=None, dtype: Optional[DType] = None, layout=None, device=None,
+          pin_memory=False, requires_grad=False, memory_format=None, names=None):
+    """zeros(SymInt[] size, *, ScalarType? dtype=None, ...) -> Tensor (empty gives zeros too)"""
+    return filled(ctx, size_arg(size), 0, dtype or DType.F32)
+
+
+@register(torch.ones)
+def ones(ctx: EmitContext, *size, out=None, dtype: Optional[DType] = None, layout=None, device=None,
+         pin_memory=False, requires_grad=False, names=None):
+    """ones(SymInt[] size, *, ScalarType? dtype=None, ...) -> Tensor"""
+    return filled(ctx, size_arg(size), 1, dtype or DType.F32)
+
+
+@register(torch.full)
+def full(ctx: EmitContext, size, fill_value, *, out=None, dtype: Optional[DType] = None, layout=None,
+         device=None, pin_memory=False, requires_grad=False, names=None):
+    """full(SymInt[] size, Scalar fill_value, *, ScalarType? dtype=None, ...) -> Tensor"""
+    return filled(ctx, size_arg([size]), fill_value, dtype or scalar_dtype(fill_value))
+
+
+def _like(fill):
+    def convert(ctx: EmitContext, input: Value, *, dtype: Optional[DType] = None, layout=None, device=None,
+                pin_memory=False, requires_grad=False, memory_format=None):
+        return filled(ctx, dims_list(input.shape), fill, dtype or input.dtype)
+
+    convert.__name__ = f"like_{fill}"
+    convert.__doc__ = "zeros_like/ones_like/empty_like(Tensor self, *, ScalarType? dtype=None, ...) -> Tensor"
+    return convert
+
+
+register(torch.zeros_like, torch.empty_like)(_like(0))
+register(torch.ones_like)(_like(1))
+
+
+@register(torch.full_like)
+def full_like(ctx: EmitContext, input: Value, fill_value, *, dtype: Optional[DType] = None, layout=None,
+              device=None, pin_memory=False, requires_grad=False, memory_format=None):
+    """full_like(Tensor self, Scalar fill_value, *, ScalarType? dtype=None, ...) -> Tensor"""
+    return filled(ctx, dims_list(input.shape), fill_value, dtype or input.dtype)
+
+
+def _new(fill):
+    def convert(ctx: EmitContext, input: Value, *size, dtype: Optional[DType] = None, layout=None, device=None,
+                pin_memory=False, requires_grad=False):
+        return filled(ctx, size_arg(size), fill, dtype or input.dtype)
+
+    convert.__name__ = f"new_{fill}"
+    convert.__doc__ = "new_zeros/new_ones/new_empty(Tensor self, SymInt[] size, *, ScalarType? dtype=None, ...) -> Tensor"
+    return convert
+
+
+register("Tensor.new_zeros", "Tensor.new_empty")(_new(0))
+register("Tensor.new_ones")(_new(1))
+
+
+@register("Tensor.new_full")
+def new_full(ctx: EmitContext, input: Value, size, fill_value, *, dtype: Optional[DType] = None, layout=None,
+             device=None, pin_memory=False, requires_grad=False):
+    """new_full(Tensor self, SymInt[] size, Scalar fill_value, *, ScalarType? dtype=None, ...) -> Tensor"""
+    return filled(ctx, size_arg([size]), fill_value, dtype or input.dtype)
+
+
+def tensor_from_data(ctx: EmitContext, data, dtype: DType) -> Value:
+    """A 0-d or 1-d tensor from Python numbers and dynamic sizes."""
+    if not isinstance(data, (list, tuple)):
+        item = tensor_from_data(ctx, [data], dtype)
+        return ctx.op("squeeze", item, axes=[0], out_dtype=dtype, out_shape=())
+    if not any(isinstance(d, SymDim) for d in data):
+        return ctx.const(np.array(data, dtype=dtype.numpy_name), dtype)
+    if any(isinstance(d, (list, tuple, Value)) for d in data):
+        ctx.fail("torch.tensor with dynamic sizes supports only a number or a flat list of numbers")
+    items = [dim_tensor(ctx, d, dtype) for d in data]
+    return items[0] if len(items) == 1 else ctx.op("concat", items, axis=0, out_dtype=dtype, out_shape=(len(items),))
+
+
+@register(torch.tensor, torch.as_tensor)
+def tensor(ctx: EmitContext, data, *, dtype: Optional[DType] = None, device=None, requires_grad=False,
+           pin_memory=False):
+    """tensor(Any data, *, ScalarType? dtype=None, ...) -> Tensor"""
+    first = data
+    while isinstance(first, (list, tuple)) and first:
+        first = first[0]
+    return tensor_from_data(ctx, data, dtype or scalar_dtype(first))
+
+
+@register("Tensor.new_tensor")
+def new_tensor(ctx: EmitContext, input: Value, data, *, dtype: Optional[DType] = None, device=None,
+               requires_grad=False):
+    """new_tensor(Tensor self, Any data, *, ScalarType? dtype=None, ...) -> Tensor"""
+    return tensor_from_data(ctx, data, dtype or input.dtype)
+
+
+@register(torch.scalar_tensor)
+def scalar_tensor(ctx: EmitContext, s, *, dtype: Optional[DType] = None, layout=None, device=None,
+                  pin_memory=False, requires_grad=False):
+    """scalar_tensor(Scalar s, *, ScalarType? dtype=None, ...) -> Tensor"""
+    return tensor_from_data(ctx, s, dtype or DType.F32)
+
+
+@register(torch.eye)
+def eye(ctx: EmitContext, n, m=None, *, out=None, dtype: Optional[DType] = None, layout=None, device=None,
+        pin_memory=False, requires_grad=False):
+    """eye(SymInt n, SymInt m, *, ScalarType? dtype=None, ...) -> Tensor"""
+    m = n if m is None else m
+    dtype = dtype or DType.F32
+    rows = ctx.call("nnef.range", 0, n, 1, DType.I64, (n,))
+    cols = ctx.call("nnef.range", 0, m, 1, DType.I64, (m,))
+    rows = ctx.op("unsqueeze", rows, axes=[1], out_shape=(n, 1))
+    cols = ctx.op("unsqueeze", cols, axes=[0], out_shape=(1, m))
+    return cast(ctx, ctx.op("eq", rows, cols, out_dtype=DType.BOOL, out_shape=(n, m)), dtype)

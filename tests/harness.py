@@ -1,0 +1,89 @@
+"""Shared helpers for op and model tests: export a callable through fx2nnef and check it for real.
+
+``check_op(fn, inputs)`` wraps ``fn`` in a module, exports it with fx2nnef.export (tract, and
+optionally the Khronos target) and lets the target's own check compare the engine's
+outputs with PyTorch: a mismatch raises CheckIOError, which fails the test.
+"""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+import torch
+
+import fx2nnef
+
+
+class FnModule(torch.nn.Module):
+    """A module whose forward calls ``fn(*inputs)``; ``params`` become real parameters/buffers."""
+
+    def __init__(self, fn: Callable, **params):
+        super().__init__()
+        self.fn = fn
+        for k, v in params.items():
+            if isinstance(v, torch.nn.Module):
+                self.add_module(k, v)
+            elif isinstance(v, torch.Tensor):
+                self.register_buffer(k, v)
+            else:
+                setattr(self, k, v)
+
+    def forward(self, *xs):
+        return self.fn(self, *xs) if _wants_self(self.fn) else self.fn(*xs)
+
+
+def _wants_self(fn) -> bool:
+    code = getattr(fn, "__code__", None)
+    return bool(code and code.co_argcount and code.co_varnames[0] == "self")
+
+
+@dataclasses.dataclass
+class OpCase:
+    """One op test: a callable, its inputs and what to check."""
+
+    name: str
+    fn: Callable
+    inputs: Sequence
+    khronos: bool = True  # also export for KhronosNNEF and run the nnef_tools interpreter
+    tolerance: str = "approximate"
+    dynamic_axes: Optional[dict] = None
+    module: Optional[torch.nn.Module] = None
+
+    def __str__(self):
+        return self.name
+
+
+def check_op(fn, inputs, tmp_path: Path, *, target: str = "tract", tolerance: str = "approximate",
+             dynamic_axes: Optional[dict] = None, module: Optional[torch.nn.Module] = None):
+    """Export ``fn`` (or ``module``) on ``inputs`` for ``target`` and return the ExportResult."""
+    model = module if module is not None else FnModule(fn)
+    names = [f"x{i}" for i in range(len(inputs))]
+    if target == "tract":
+        tgt = fx2nnef.TractNNEF(check_io=True, check_io_tolerance=tolerance, dynamic_axes=dynamic_axes or {})
+        out = tmp_path / "tract.nnef.tgz"
+    else:
+        tgt = fx2nnef.KhronosNNEF(check_io=True, check_io_tolerance=tolerance)
+        out = tmp_path / "khronos_nnef"
+    return fx2nnef.export(model, tuple(inputs), out, target=tgt, input_names=names)
+
+
+def run_case(case: OpCase, tmp_path: Path, target: str = "tract"):
+    return check_op(case.fn, case.inputs, tmp_path, target=target, tolerance=case.tolerance,
+                    dynamic_axes=case.dynamic_axes if target == "tract" else None, module=case.module)
+
+
+def seeded(seed: int = 0) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def randn(*shape, dtype=torch.float32, seed: int = 0) -> torch.Tensor:
+    return torch.randn(*shape, generator=seeded(seed)).to(dtype)
+
+
+def randint(low, high, *shape, dtype=torch.int64, seed: int = 0) -> torch.Tensor:
+    return torch.randint(low, high, shape, generator=seeded(seed)).to(dtype)
+
+
+def randbool(*shape, seed: int = 0) -> torch.Tensor:
+    return torch.rand(*shape, generator=seeded(seed)) > 0.5

@@ -1,0 +1,45 @@
+"""Elementwise math, comparison and logic ops: one-op modules exported and run in tract and nnef_tools."""
+import operator
+
+import pytest
+import torch
+
+from harness import OpCase, randbool, randint, randn, run_case
+
+F32 = randn(2, 3, 4)
+POS = randn(2, 3, 4).abs() + 0.5
+F16 = randn(2, 3, 4, dtype=torch.float16)
+I64 = randint(-5, 5, 2, 3, 4)
+B = randbool(2, 3, 4)
+
+CASES = [
+    OpCase("exp", torch.exp, [F32]), OpCase("log", torch.log, [POS]), OpCase("sin", torch.sin, [F32]),
+    OpCase("cos", torch.cos, [F32]), OpCase("tanh", torch.tanh, [F32]), OpCase("sigmoid", torch.sigmoid, [F32]),
+    OpCase("abs", torch.abs, [F32]), OpCase("neg", torch.neg, [F32]), OpCase("sqrt", torch.sqrt, [POS]),
+    OpCase("rsqrt", torch.rsqrt, [POS]), OpCase("floor", torch.floor, [F32]), OpCase("ceil", torch.ceil, [F32]),
+    OpCase("relu", torch.relu, [F32]), OpCase("square", torch.square, [F32]),
+    OpCase("add", torch.add, [F32, randn(4, seed=1)]), OpCase("sub_op", operator.sub, [F32, randn(3, 4, seed=1)]),
+    OpCase("mul_scalar", lambda x: x * 3.0, [F32]), OpCase("rsub_scalar", lambda x: 1.0 - x, [F32]),
+    OpCase("div", torch.div, [F32, POS]), OpCase("pow_scalar", lambda x: x ** 2, [F32]),
+    OpCase("add_alpha", lambda x, y: torch.add(x, y, alpha=2), [F32, F32]),
+    OpCase("maximum", torch.maximum, [F32, randn(2, 3, 4, seed=2)]),
+    OpCase("exp_f16", torch.exp, [F16], khronos=False, tolerance="very"),
+    OpCase("add_f16", lambda x: x + 1.5, [F16], khronos=False, tolerance="very"),
+    OpCase("add_i64", lambda x: x + 2, [I64], khronos=False),
+    OpCase("mul_i64", lambda x, y: x * y, [I64, I64], khronos=False),
+    OpCase("abs_i64", torch.abs, [I64], khronos=False),
+    OpCase("gt", torch.gt, [F32, randn(2, 3, 4, seed=3)]), OpCase("eq_scalar", lambda x: x == 0, [I64], khronos=False),
+    OpCase("le_f16", lambda x: x <= 0.5, [F16], khronos=False),
+    OpCase("logical_and", torch.logical_and, [B, randbool(2, 3, 4, seed=4)]),
+    OpCase("logical_not", torch.logical_not, [B]),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_tract(case, tmp_path):
+    run_case(case, tmp_path, "tract")
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.khronos], ids=str)
+def test_khronos(case, tmp_path):
+    run_case(case, tmp_path, "khronos")
