@@ -171,7 +171,7 @@ class _Builder:
         params = {}
         for pname, p in list(module.named_parameters()) + list(module.named_buffers()):
             params[pname] = self.graph.add_constant(f"{n.target}.{pname}", to_numpy(p))
-        return {"type": type(module).__name__, "config": config, "params": params}
+        return {"type": type(module).__name__, "path": str(n.target), "config": config, "params": params}
 
     def _outputs(self, n: fx.Node):
         results = n.args[0]

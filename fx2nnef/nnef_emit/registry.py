@@ -21,8 +21,15 @@ class RegistryError(Exception):
 
 
 class Registry:
-    def __init__(self):
+    """Converters by (op key, target). A registry made with ``parent`` falls back to it."""
+
+    def __init__(self, parent: Optional["Registry"] = None):
         self._rules: dict = {}
+        self.parent = parent
+
+    def child(self) -> "Registry":
+        """A registry for one export that can add rules (e.g. custom ops) without touching this one."""
+        return Registry(parent=self)
 
     def register(self, *ops, target: Optional[str] = None) -> Callable:
         """Decorator: ``@register(torch.add, operator.add, "Tensor.add")``."""
@@ -46,7 +53,10 @@ class Registry:
         self._rules[(key, target)] = fn
 
     def lookup(self, key: str, target: str) -> Optional[Callable]:
-        return self._rules.get((key, target)) or self._rules.get((key, None))
+        found = self._rules.get((key, target)) or self._rules.get((key, None))
+        if found is None and self.parent is not None:
+            return self.parent.lookup(key, target)
+        return found
 
     def keys(self) -> list:
         return sorted({k for k, _ in self._rules})

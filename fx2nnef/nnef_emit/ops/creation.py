@@ -29,7 +29,7 @@ def size_arg(size: Sequence) -> list:
 def scalar_dtype(x) -> DType:
     """torch's dtype for a tensor created from the Python (or 0-d tensor) value ``x``."""
     if isinstance(x, Value):
-        x = {DType.BOOL: True}.get(x.dtype, 0 if x.dtype.is_int else 0.0)
+        return DType.BOOL if x.dtype.is_bool else DType.I64 if x.dtype.is_int else DType.F32
     if isinstance(x, bool):
         return DType.BOOL
     return DType.I64 if isinstance(x, (int, SymDim)) else DType.F32
@@ -80,7 +80,7 @@ def arange(ctx: EmitContext, start, end=None, step=1, *, out=None, dtype: Option
 
 @register(torch.zeros, torch.empty)
 def zeros(ctx: EmitContext, *size, out=None, dtype: Optional[DType] = None, layout=None, device=None,
-          pin_memory=False, requires_grad=False, memory_format=None, names=None):
+          pin_memory=False, requires_grad=False, names=None):
     """zeros(SymInt[] size, *, ScalarType? dtype=None, ...) -> Tensor (empty gives zeros too)"""
     return filled(ctx, size_arg(size), 0, dtype or DType.F32)
 

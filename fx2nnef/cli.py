@@ -1,0 +1,145 @@
+"""The ``fx2nnef`` command: export a model from a factory, run the built-in demo, diagnose."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+from .errors import Fx2NnefError, InvalidArgumentError
+
+
+def load_factory(spec: str):
+    """``package.module:function`` -> the result of calling it: (model, args[, kwargs])."""
+    if ":" not in spec:
+        raise InvalidArgumentError(f"expected MODULE:FACTORY (e.g. mypkg.models:make), got {spec!r}")
+    mod_name, fn_name = spec.split(":", 1)
+    sys.path.insert(0, str(Path.cwd()))
+    try:
+        module = importlib.import_module(mod_name)
+    except ImportError as exc:
+        raise InvalidArgumentError(f"cannot import module {mod_name!r}: {exc}") from exc
+    factory = getattr(module, fn_name, None)
+    if not callable(factory):
+        raise InvalidArgumentError(f"{mod_name!r} has no callable {fn_name!r}")
+    made = factory()
+    if not isinstance(made, tuple) or len(made) not in (2, 3):
+        raise InvalidArgumentError(f"{spec} must return (model, args) or (model, args, kwargs), got {type(made).__name__}")
+    model, args = made[0], made[1]
+    kwargs = made[2] if len(made) == 3 else {}
+    if not isinstance(args, tuple):
+        args = (args,)
+    return model, args, kwargs
+
+
+def _target(ns):
+    from .targets import KhronosNNEF, TractNNEF
+
+    if ns.target == "khronos":
+        return KhronosNNEF(check_io=not ns.no_check, check_io_tolerance=ns.tolerance)
+    dyn = json.loads(ns.dynamic_axes) if ns.dynamic_axes else {}
+    dyn = {name: {int(k): v for k, v in axes.items()} for name, axes in dyn.items()}
+    return TractNNEF(check_io=not ns.no_check, dynamic_axes=dyn, check_io_tolerance=ns.tolerance)
+
+
+def cmd_export(ns) -> int:
+    from .api import export
+
+    model, args, kwargs = load_factory(ns.factory)
+    result = export(model, args, ns.out, kwargs=kwargs, target=_target(ns),
+                    input_names=ns.input_names.split(",") if ns.input_names else None,
+                    output_names=ns.output_names.split(",") if ns.output_names else None,
+                    fallback="piece_by_piece" if ns.fallback else None)
+    print(result)
+    return 0
+
+
+def cmd_demo(ns) -> int:
+    """Build a tiny random-weight Llama, export it with a dynamic sequence axis, check it in tract."""
+    from .api import export
+    from .examples.tiny_llm import example_input_ids, tiny_llama
+    from .targets import TractNNEF
+
+    model = tiny_llama(ns.attn)
+    ids = example_input_ids(8)
+    out = Path(ns.out) if ns.out else Path(tempfile.mkdtemp(prefix="fx2nnef_demo_")) / "tiny_llama.nnef.tgz"
+    print(f"exporting a tiny LlamaForCausalLM ({sum(p.numel() for p in model.parameters())} parameters, "
+          f"attn_implementation={ns.attn!r}) with a dynamic sequence axis S ...")
+    result = export(model, (ids,), out, target=TractNNEF(dynamic_axes={"input_ids": {1: "S"}}),
+                    input_names=["input_ids"], output_names=["logits"])
+    print(result)
+    return 0
+
+
+def cmd_diagnose(ns) -> int:
+    from .piece_by_piece import diagnose
+
+    model, args, kwargs = load_factory(ns.factory)
+    report = diagnose(model, inputs=[(args, kwargs)], target=_target(ns))
+    print(report)
+    if ns.html:
+        Path(ns.html).write_text(report.to_html())
+    if ns.json:
+        Path(ns.json).write_text(report.to_json())
+    return 0
+
+
+def cmd_ops(ns) -> int:
+    from .docs import supported_ops_markdown
+
+    text = supported_ops_markdown()
+    if ns.write:
+        Path(ns.write).write_text(text)
+        print(f"wrote {ns.write}")
+    else:
+        print(text)
+    return 0
+
+
+def _add_target_options(p):
+    p.add_argument("--target", choices=["tract", "khronos"], default="tract")
+    p.add_argument("--dynamic-axes", help='JSON, e.g. \'{"input_ids": {"1": "S"}}\'')
+    p.add_argument("--tolerance", default="approximate", help="exact|approximate|close|very|super|ultra")
+    p.add_argument("--no-check", action="store_true", help="do not run the asset in the engine")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fx2nnef", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("export", help="export MODULE:FACTORY to OUT (folder, .nnef.tgz or .nnef.tar)")
+    p.add_argument("factory", help="module:function returning (model, args[, kwargs])")
+    p.add_argument("out")
+    p.add_argument("--input-names")
+    p.add_argument("--output-names")
+    p.add_argument("--fallback", action="store_true", help="fall back to piece-by-piece export")
+    _add_target_options(p)
+    p.set_defaults(func=cmd_export)
+    p = sub.add_parser("demo", help="export a tiny built-in Llama (no download) and check it in tract")
+    p.add_argument("--out")
+    p.add_argument("--attn", default="sdpa", choices=["sdpa", "eager"])
+    p.set_defaults(func=cmd_demo)
+    p = sub.add_parser("diagnose", help="per-submodule export report for MODULE:FACTORY")
+    p.add_argument("factory")
+    p.add_argument("--html")
+    p.add_argument("--json")
+    _add_target_options(p)
+    p.set_defaults(func=cmd_diagnose)
+    p = sub.add_parser("ops", help="print (or --write) the supported-op page")
+    p.add_argument("--write")
+    p.set_defaults(func=cmd_ops)
+    return parser
+
+
+def main(argv=None) -> int:
+    ns = build_parser().parse_args(argv)
+    try:
+        return ns.func(ns)
+    except Fx2NnefError as exc:
+        print(f"fx2nnef: error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,46 @@
+"""The supported-op page, generated from the op registry (``fx2nnef ops --write docs/ops.md``)."""
+from __future__ import annotations
+
+import inspect
+
+
+def _first_doc_line(fn) -> str:
+    doc = inspect.getdoc(fn) or ""
+    return doc.splitlines()[0] if doc else ""
+
+
+def supported_ops_markdown() -> str:
+    from .nnef_emit import REGISTRY
+
+    rows = {}
+    for (key, target), fn in REGISTRY.rules():
+        if key.startswith("nnef."):
+            continue
+        row = rows.setdefault(key, {"common": None, "tract": None, "khronos": None, "doc": ""})
+        row[target or "common"] = fn
+        row["doc"] = row["doc"] or _first_doc_line(fn)
+    lines = [
+        "# Supported ops",
+        "",
+        "Generated from the op registry by `fx2nnef ops --write docs/ops.md`; do not edit by hand.",
+        "",
+        f"{len(rows)} source ops (torch functions, Tensor methods, operators and nn modules) have a lowering.",
+        "`tract` / `khronos`: the rule used for that target (`common` = shared rule, `override` = a",
+        "target-specific rule, `-` = no lowering for that target).",
+        "",
+        "| op | tract | khronos | converter | schema |",
+        "|---|---|---|---|---|",
+    ]
+    for key in sorted(rows):
+        row = rows[key]
+
+        def which(t):
+            if row[t] is not None:
+                return "override"
+            return "common" if row["common"] is not None else "-"
+
+        fn = row["common"] or row["tract"] or row["khronos"]
+        doc = row["doc"].replace("|", "\\|")
+        where = f"{fn.__module__.split('.')[-1]}.{fn.__name__}"
+        lines.append(f"| `{key}` | {which('tract')} | {which('khronos')} | `{where}` | {doc} |")
+    return "\n".join(lines) + "\n"

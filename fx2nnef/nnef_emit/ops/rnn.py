@@ -1,0 +1,350 @@
+"""Recurrent modules: nn.LSTM, nn.GRU, nn.RNN and nn.LSTMCell, nn.GRUCell, nn.RNNCell.
+
+Each is lowered as one unit by a module extractor (see ``..extractors``). Weights are split
+per gate at export time (torch's gate order: LSTM i, f, g, o; GRU r, z, n), and the input
+projections of a whole sequence, ``x @ W_x^T + b``, are computed before the time loop; the
+hidden bias is folded into them except for the GRU n gate, whose hidden bias sits inside the
+reset product: ``n = tanh(W_in x + b_in + r * (W_hn h + b_hn))``.
+
+The time loop is the internal op ``nnef.rnn_sequence``:
+- common rule (standard NNEF, Khronos): a static unroll, one slice per time step;
+- tract: ``tract_core_scan`` over a body fragment of ``fragments/rnn_scan_bodies.nnef``, so
+  the sequence length may be a dynamic dim.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Optional
+
+import numpy as np
+import torch
+
+from ...errors import EmitError
+from ...ir import DType, SymDim, Value
+from ..context import EmitContext
+from ..extractors import ModuleInfoExtractor, register_extractor
+from ..helpers import rank
+from ..registry import register
+
+SCAN_FRAGMENTS = "rnn_scan_bodies"
+
+
+@dataclasses.dataclass
+class CellWeights:
+    """Weights of one layer and direction, split per gate."""
+
+    w_x: list  # per gate, numpy [H, I]
+    b_x: list  # per gate, numpy [H] or None: input bias plus the foldable hidden bias
+    w_h: list  # per gate, Value [H, H_out]
+    b_hn: Optional[Value]  # GRU only: hidden bias of the n gate, [1, H]
+    w_r: Optional[Value]  # LSTM with proj_size only: projection [P, H]
+    dtype: DType
+    suffix: str  # torch's parameter suffix, e.g. "_l1_reverse"
+
+
+@dataclasses.dataclass(frozen=True)
+class CellKind:
+    """What differs between LSTM, GRU and Elman cells."""
+
+    gates: tuple  # gate names, also the suffixes of the scan body's parameters
+    states: tuple  # state names: ("h", "c") or ("h",)
+    step: Callable  # (ctx, gate inputs [B, H], states, CellWeights) -> new states
+    body: str  # scan body fragment
+
+
+# operations --------------------------------------------------------------------------------
+def _binary(ctx: EmitContext, op: str, a: Value, b: Value) -> Value:
+    return ctx.op(op, a, b, out_shape=a.shape)
+
+
+def _unary(ctx: EmitContext, op: str, a: Value) -> Value:
+    return ctx.op(op, a, out_shape=a.shape)
+
+
+def _matmul_t(ctx: EmitContext, a: Value, w: Value) -> Value:
+    """``a @ w^T`` for a matrix ``w`` of the same rank as ``a``."""
+    return ctx.op("matmul", a, w, transposeA=False, transposeB=True, out_shape=a.shape[:-1] + (w.shape[0],))
+
+
+def _gate(ctx: EmitContext, x_t: Value, h: Value, w_h: Value) -> Value:
+    return _binary(ctx, "add", x_t, _matmul_t(ctx, h, w_h))
+
+
+def _squeeze(ctx: EmitContext, v: Value, ax: int) -> Value:
+    return ctx.op("squeeze", v, axes=[ax], out_shape=v.shape[:ax] + v.shape[ax + 1:])
+
+
+def _unsqueeze(ctx: EmitContext, v: Value, ax: int) -> Value:
+    return ctx.op("unsqueeze", v, axes=[ax], out_shape=v.shape[:ax] + (1,) + v.shape[ax:])
+
+
+def _index(ctx: EmitContext, v: Value, ax: int, i: int) -> Value:
+    """``v`` at index ``i`` of axis ``ax`` (the axis removed)."""
+    s = ctx.op("slice", v, axes=[ax], begin=[i], end=[i + 1], out_shape=v.shape[:ax] + (1,) + v.shape[ax + 1:])
+    return _squeeze(ctx, s, ax)
+
+
+# cells -------------------------------------------------------------------------------------
+def _lstm_step(ctx: EmitContext, xs: list, states: tuple, w: CellWeights) -> tuple:
+    h, c = states
+    i, f, g, o = (_unary(ctx, act, _gate(ctx, x, h, wh))
+                  for act, x, wh in zip(("sigmoid", "sigmoid", "tanh", "sigmoid"), xs, w.w_h))
+    c_next = _binary(ctx, "add", _binary(ctx, "mul", f, c), _binary(ctx, "mul", i, g))
+    h_next = _binary(ctx, "mul", o, _unary(ctx, "tanh", c_next))
+    if w.w_r is not None:
+        h_next = _matmul_t(ctx, h_next, w.w_r)
+    return h_next, c_next
+
+
+def _gru_step(ctx: EmitContext, xs: list, states: tuple, w: CellWeights) -> tuple:
+    (h,) = states
+    r, z = (_unary(ctx, "sigmoid", _gate(ctx, x, h, wh)) for x, wh in zip(xs[:2], w.w_h[:2]))
+    hn = ctx.op("add", _matmul_t(ctx, h, w.w_h[2]), w.b_hn, out_shape=h.shape)
+    n = _unary(ctx, "tanh", _binary(ctx, "add", xs[2], _binary(ctx, "mul", r, hn)))
+    return (_binary(ctx, "add", n, _binary(ctx, "mul", z, _binary(ctx, "sub", h, n))),)
+
+
+def _elman_step(act: str) -> Callable:
+    def step(ctx: EmitContext, xs: list, states: tuple, w: CellWeights) -> tuple:
+        return (_unary(ctx, act, _gate(ctx, xs[0], states[0], w.w_h[0])),)
+
+    return step
+
+
+KINDS = {
+    "LSTM": CellKind(("i", "f", "g", "o"), ("h", "c"), _lstm_step, "rnn_lstm_body"),
+    "GRU": CellKind(("r", "z", "n"), ("h",), _gru_step, "rnn_gru_body"),
+    "RNN_TANH": CellKind(("a",), ("h",), _elman_step("tanh"), "rnn_tanh_body"),
+    "RNN_RELU": CellKind(("a",), ("h",), _elman_step("relu"), "rnn_relu_body"),
+}
+
+
+def _load_weights(ctx: EmitContext, params: dict, suffix: str, mode: str) -> CellWeights:
+    """Split ``weight_ih{suffix}``, ``weight_hh{suffix}``, biases and projection per gate."""
+    gates = KINDS[mode].gates
+    n = len(gates)
+    w_ih = params[f"weight_ih{suffix}"]
+    dtype = w_ih.dtype
+    b_ih, b_hh = params.get(f"bias_ih{suffix}"), params.get(f"bias_hh{suffix}")
+    w_x = np.split(w_ih.data, n)
+    w_h = [ctx.const(w, dtype, name=_label(ctx, f"weight_hh{suffix}_{g}"))
+           for g, w in zip(gates, np.split(params[f"weight_hh{suffix}"].data, n))]
+    b_i = np.split(b_ih.data, n) if b_ih is not None else [None] * n
+    b_h = np.split(b_hh.data, n) if b_hh is not None else [None] * n
+    b_hn = None
+    if mode == "GRU":
+        hidden = w_x[2].shape[0]
+        b_hn = ctx.const((b_h[2] if b_h[2] is not None else np.zeros(hidden)).reshape(1, hidden), dtype,
+                         name=_label(ctx, f"bias_hh{suffix}_n"))
+        b_h[2] = None
+    b_x = [_add_optional(bi, bh) for bi, bh in zip(b_i, b_h)]
+    w_hr = params.get(f"weight_hr{suffix}")
+    w_r = ctx.const(w_hr.data, dtype, name=_label(ctx, f"weight_hr{suffix}")) if w_hr is not None else None
+    return CellWeights(w_x, b_x, w_h, b_hn, w_r, dtype, suffix)
+
+
+def _label(ctx: EmitContext, name: str) -> str:
+    """A constant's name (and .dat label) prefixed with the module's node name."""
+    return f"{ctx.node.name}_{name}" if ctx.node is not None else name
+
+
+def _add_optional(a: Optional[np.ndarray], b: Optional[np.ndarray]) -> Optional[np.ndarray]:
+    if a is None or b is None:
+        return a if b is None else b
+    return a + b
+
+
+def _project(ctx: EmitContext, x: Value, w: np.ndarray, b: Optional[np.ndarray], dtype: DType, name: str) -> Value:
+    """``x @ w^T + b`` over the leading axes of ``x``."""
+    lead = (1,) * (rank(x) - 2)
+    y = _matmul_t(ctx, x, ctx.const(w.reshape(lead + w.shape), dtype, name=_label(ctx, f"weight_ih{name}")))
+    if b is None:
+        return y
+    bias = ctx.const(b.reshape(lead + (1,) + b.shape), dtype, name=_label(ctx, f"bias{name}"))
+    return ctx.op("add", y, bias, out_shape=y.shape)
+
+
+def _gate_inputs(ctx: EmitContext, x: Value, kind: CellKind, w: CellWeights) -> list:
+    """Per-gate input projections of ``x`` (biases folded in)."""
+    return [_project(ctx, x, wx, bx, w.dtype, f"{w.suffix}_{g}") for g, wx, bx in zip(kind.gates, w.w_x, w.b_x)]
+
+
+# time loop and zero states: per-target rules ------------------------------------------------
+@register("nnef.rnn_zeros")
+def rnn_zeros(ctx: EmitContext, batch, size: int, dtype: DType) -> Value:
+    """An all-zero initial state [batch, size]."""
+    if isinstance(batch, SymDim):
+        raise EmitError(f"a zero initial state needs a static batch size (got {batch}); pass the initial "
+                        "state as an input or export for tract")
+    return ctx.const(np.zeros((batch, size)), dtype, name="zero_state")
+
+
+@register("nnef.rnn_zeros", target="tract")
+def rnn_zeros_tract(ctx: EmitContext, batch, size: int, dtype: DType) -> Value:
+    if not isinstance(batch, SymDim):
+        return rnn_zeros(ctx, batch, size, dtype)
+    zero = ctx.const(np.zeros((1, size)), dtype, name="zero_state")
+    return ctx.op("tract_core_broadcast", zero, shape=[batch, size], out_shape=(batch, size))
+
+
+@register("nnef.rnn_sequence")
+def rnn_sequence(ctx: EmitContext, kind: CellKind, xs: list, states: tuple, w: CellWeights, reverse: bool):
+    """Run a cell over axis 1 of the gate inputs ``xs`` ([B, T, H] each): (y [B, T, H_out], final states)."""
+    steps = xs[0].shape[1]
+    if not isinstance(steps, int):
+        raise EmitError(f"standard NNEF cannot loop over a dynamic sequence length ({steps}): give the time "
+                        "axis a static size, or export for tract (tract_core_scan)")
+    ys = [None] * steps
+    for t in (reversed(range(steps)) if reverse else range(steps)):
+        states = kind.step(ctx, [_index(ctx, x, 1, t) for x in xs], states, w)
+        ys[t] = states[0]
+    h = ys[0].shape
+    return ctx.op("stack", ys, axis=1, out_shape=(h[0], steps, h[1])), states
+
+
+@register("nnef.rnn_sequence", target="tract")
+def rnn_sequence_tract(ctx: EmitContext, kind: CellKind, xs: list, states: tuple, w: CellWeights, reverse: bool):
+    """tract_core_scan over the time axis; reset_every_turn so that a reused state never leaks."""
+    ctx.use_fragment(SCAN_FRAGMENTS)
+    chunk = -1 if reverse else 1
+    full = [(f"w_{g}", wh) for g, wh in zip(kind.gates, w.w_h)]
+    full += [("b_n", w.b_hn)] if w.b_hn is not None else []
+    full += [("w_r", w.w_r)] if w.w_r is not None else []
+    body = "rnn_lstm_proj_body" if w.w_r is not None else kind.body
+    outs = ctx.op("tract_core_scan", body=body,
+                  scan=[(f"x_{g}", x, 1, chunk) for g, x in zip(kind.gates, xs)], full=full,
+                  state=[(s, v, f"{s}_next") for s, v in zip(kind.states, states)],
+                  output=[("y", "full", 1, chunk)] + [(f"{s}_next", "last", 0, 1) for s in kind.states],
+                  reset_every_turn=1, n_out=1 + len(states), out_dtype=w.dtype)
+    for out, like in zip(outs[1:], states):
+        out.shape = like.shape
+    h = states[0].shape
+    outs[0].shape = (h[0], xs[0].shape[1], h[1])
+    return outs[0], tuple(outs[1:])
+
+
+# extractors --------------------------------------------------------------------------------
+def _state_sizes(config: dict) -> tuple:
+    hidden = config["hidden_size"]
+    proj = config.get("proj_size", 0) or 0
+    return (proj or hidden, hidden)  # h, c
+
+
+def _as_states(hx) -> tuple:
+    """The module's ``hx`` argument as a tuple of tensors, or () for None."""
+    if hx is None:
+        return ()
+    return tuple(hx) if isinstance(hx, (tuple, list)) else (hx,)
+
+
+class RecurrentExtractor(ModuleInfoExtractor):
+    """nn.LSTM / nn.GRU / nn.RNN: layers, directions, batch_first, unbatched input, optional hx."""
+
+    def mode(self, config: dict) -> str:
+        return config["mode"]
+
+    def convert_to_nnef(self, ctx: EmitContext, inputs: list, module: dict):
+        x, hx = inputs[0], inputs[1] if len(inputs) > 1 else None
+        config, params = module["config"], module["params"]
+        mode = self.mode(config)
+        kind, batched = KINDS[mode], rank(x) == 3
+        seq = _batch_major(ctx, x, config["batch_first"], batched)
+        given = [s if batched else _unsqueeze(ctx, s, 1) for s in _as_states(hx)]
+        dirs = 2 if config["bidirectional"] else 1
+        finals: list = [[] for _ in kind.states]
+        for layer in range(config["num_layers"]):
+            ys = []
+            for d in range(dirs):
+                suffix = f"_l{layer}" + ("_reverse" if d else "")
+                w = _load_weights(ctx, params, suffix, mode)
+                k = layer * dirs + d
+                init = tuple(_index(ctx, s, 0, k) for s in given) or tuple(
+                    ctx.call("nnef.rnn_zeros", seq.shape[0], size, w.dtype) for size in _state_sizes(config)[:len(kind.states)])
+                y, last = ctx.call("nnef.rnn_sequence", kind, _gate_inputs(ctx, seq, kind, w), init, w, d == 1)
+                ys.append(y)
+                for acc, s in zip(finals, last):
+                    acc.append(s)
+            seq = ys[0] if dirs == 1 else ctx.op("concat", ys, axis=2, out_shape=ys[0].shape[:2] + (2 * ys[0].shape[2],))
+        out = _torch_layout(ctx, seq, config["batch_first"], batched)
+        return (out,) + tuple(_stack_states(ctx, f, batched) for f in finals)
+
+
+def _batch_major(ctx: EmitContext, x: Value, batch_first: bool, batched: bool) -> Value:
+    """The input sequence as [B, T, I]."""
+    if not batched:
+        return _unsqueeze(ctx, x, 0)
+    if batch_first:
+        return x
+    return ctx.op("transpose", x, axes=[1, 0, 2], out_shape=(x.shape[1], x.shape[0], x.shape[2]))
+
+
+def _torch_layout(ctx: EmitContext, y: Value, batch_first: bool, batched: bool) -> Value:
+    if not batched:
+        return _squeeze(ctx, y, 0)
+    if batch_first:
+        return y
+    return ctx.op("transpose", y, axes=[1, 0, 2], out_shape=(y.shape[1], y.shape[0], y.shape[2]))
+
+
+def _stack_states(ctx: EmitContext, states: list, batched: bool) -> Value:
+    """Final states of every layer and direction as torch's [L*D, B, H] (or [L*D, H] unbatched)."""
+    b, h = states[0].shape
+    y = ctx.op("stack", states, axis=0, out_shape=(len(states), b, h))
+    return y if batched else _squeeze(ctx, y, 1)
+
+
+@register_extractor
+class LSTMExtractor(RecurrentExtractor):
+    MODULE_CLASS = torch.nn.LSTM
+
+
+@register_extractor
+class GRUExtractor(RecurrentExtractor):
+    MODULE_CLASS = torch.nn.GRU
+
+
+@register_extractor
+class RNNExtractor(RecurrentExtractor):
+    MODULE_CLASS = torch.nn.RNN
+
+
+class CellExtractor(ModuleInfoExtractor):
+    """nn.LSTMCell / nn.GRUCell / nn.RNNCell: one step, batched [B, I] or unbatched [I], optional hx."""
+
+    MODE = ""
+
+    def mode(self, config: dict) -> str:
+        return self.MODE
+
+    def convert_to_nnef(self, ctx: EmitContext, inputs: list, module: dict):
+        x, hx = inputs[0], inputs[1] if len(inputs) > 1 else None
+        mode = self.mode(module["config"])
+        kind, batched = KINDS[mode], rank(x) == 2
+        x = x if batched else _unsqueeze(ctx, x, 0)
+        w = _load_weights(ctx, module["params"], "", mode)
+        hidden = module["config"]["hidden_size"]
+        states = tuple(s if batched else _unsqueeze(ctx, s, 0) for s in _as_states(hx)) or tuple(
+            ctx.call("nnef.rnn_zeros", x.shape[0], hidden, w.dtype) for _ in kind.states)
+        new = kind.step(ctx, _gate_inputs(ctx, x, kind, w), states, w)
+        new = tuple(s if batched else _squeeze(ctx, s, 0) for s in new)
+        return new if len(new) > 1 else new[0]
+
+
+@register_extractor
+class LSTMCellExtractor(CellExtractor):
+    MODULE_CLASS = torch.nn.LSTMCell
+    MODE = "LSTM"
+
+
+@register_extractor
+class GRUCellExtractor(CellExtractor):
+    MODULE_CLASS = torch.nn.GRUCell
+    MODE = "GRU"
+
+
+@register_extractor
+class RNNCellExtractor(CellExtractor):
+    MODULE_CLASS = torch.nn.RNNCell
+
+    def mode(self, config: dict) -> str:
+        return {"tanh": "RNN_TANH", "relu": "RNN_RELU"}[config["nonlinearity"]]

@@ -1,0 +1,518 @@
+"""Shape and layout ops: reshape, transpose, squeeze, expand, concat, split, casts, flip, roll.
+
+Sizes may be ints or :class:`SymDim` expressions; they are written into NNEF attributes as
+they are. tract rejects ``split`` and negative slice bounds, and aborts on a slice with a
+negative stride, so splits are slices with non-negative bounds and flip has a tract override.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from ...errors import EmitError
+from ...ir import DType, SymDim, Value
+from ..context import EmitContext
+from ..helpers import axes, axis, cast, dims_list, rank, result_dtype, unsqueeze_to
+from ..registry import register
+
+# ---------------------------------------------------------------------------------------
+# building blocks, also used by the indexing family
+
+
+def prod(dims) -> object:
+    """Product of dims (int or SymDim)."""
+    out = 1
+    for d in dims:
+        out = out * d
+    return out
+
+
+def _divide(total, known):
+    """``total / known`` for dims when it is exact and expressible, else None."""
+    if isinstance(total, int) and isinstance(known, int):
+        return total // known if known and total % known == 0 else None
+    if isinstance(known, int):
+        terms = total.terms
+        if known and all(c % known == 0 for c in terms.values()):
+            return SymDim({m: c // known for m, c in terms.items()})
+        return None
+    if len(known.terms) == 1 and not isinstance(total, int):
+        (mono, coef), = known.terms.items()
+        out = {}
+        for m, c in total.terms.items():
+            rest = list(m)
+            for s in mono:
+                if s not in rest:
+                    return None
+                rest.remove(s)
+            if c % coef:
+                return None
+            out[tuple(rest)] = c // coef
+        return _simple(SymDim(out))
+    return None
+
+
+def _simple(d):
+    return d.terms.get((), 0) if isinstance(d, SymDim) and not d.symbols else d
+
+
+def resolve_sizes(in_shape, sizes: list) -> tuple:
+    """The shape that ``sizes`` (one of them possibly -1) describes for ``in_shape`` elements."""
+    holes = [i for i, s in enumerate(sizes) if isinstance(s, int) and s == -1]
+    if not holes:
+        return tuple(sizes)
+    if len(holes) > 1:
+        raise EmitError(f"at most one size may be -1, got {sizes}")
+    rest = prod(s for i, s in enumerate(sizes) if i != holes[0])
+    out = list(sizes)
+    out[holes[0]] = _divide(prod(in_shape), rest) if None not in in_shape else None
+    return tuple(out)
+
+
+def size_args(sizes: tuple) -> list:
+    """Sizes given as varargs (``view(2, 3)``) or as one sequence (``view((2, 3))``)."""
+    if len(sizes) == 1 and isinstance(sizes[0], (list, tuple)):
+        sizes = sizes[0]
+    return dims_list(sizes)
+
+
+def reshape_to(ctx: EmitContext, x: Value, sizes: list) -> Value:
+    sizes = dims_list(sizes)
+    if x.shape is not None and list(x.shape) == sizes:
+        return x
+    out_shape = resolve_sizes(x.shape, sizes) if x.shape is not None else None
+    return ctx.op("reshape", x, shape=sizes, out_shape=out_shape, out_dtype=x.dtype)
+
+
+def permute_axes(ctx: EmitContext, x: Value, perm: list) -> Value:
+    r = rank(x)
+    perm = [axis(p, r) for p in perm]
+    if sorted(perm) != list(range(r)):
+        raise EmitError(f"{perm} is not a permutation of the {r} axes")
+    if perm == list(range(r)):
+        return x
+    return ctx.op("transpose", x, axes=perm, out_shape=tuple(x.shape[p] for p in perm), out_dtype=x.dtype)
+
+
+def slice_axis(ctx: EmitContext, x: Value, ax: int, begin, end, step: int = 1) -> Value:
+    """``x`` restricted to ``begin:end:step`` (non-negative bounds) along axis ``ax``."""
+    if begin == 0 and end == x.shape[ax] and step == 1:
+        return x
+    return slice_axes(ctx, x, [(ax, begin, end, step)])
+
+
+def slice_axes(ctx: EmitContext, x: Value, ranges: list) -> Value:
+    """One NNEF slice for ``(axis, begin, end, step)`` ranges with non-negative bounds."""
+    if not ranges:
+        return x
+    shape = list(x.shape)
+    for ax, b, e, s in ranges:
+        shape[ax] = slice_length(b, e, s)
+    attrs = dict(axes=[r[0] for r in ranges], begin=dims_list([r[1] for r in ranges]),
+                 end=dims_list([r[2] for r in ranges]))
+    if any(r[3] != 1 for r in ranges):
+        attrs["stride"] = [r[3] for r in ranges]
+    return ctx.op("slice", x, out_shape=tuple(shape), out_dtype=x.dtype, **attrs)
+
+
+def slice_length(begin, end, step: int = 1):
+    if step == 1:
+        return _simple(end - begin)
+    if isinstance(begin, int) and isinstance(end, int):
+        return max(0, -(-(end - begin) // step))
+    return None
+
+
+def concat(ctx: EmitContext, parts: list, ax: int) -> Value:
+    parts = [p for p in parts if p is not None]
+    if len(parts) == 1:
+        return parts[0]
+    shape = list(parts[0].shape)
+    shape[ax] = _simple(sum((p.shape[ax] for p in parts), 0))
+    return ctx.op("concat", parts, axis=ax, out_shape=tuple(shape), out_dtype=parts[0].dtype)
+
+
+def expand_to(ctx: EmitContext, x: Value, shape) -> Value:
+    """Broadcast ``x`` to ``shape`` (leading unit axes, then ``tile`` along unit axes)."""
+    shape = tuple(shape)
+    if len(shape) < rank(x):
+        raise EmitError(f"cannot expand a rank-{rank(x)} tensor to {list(shape)}")
+    x = unsqueeze_to(ctx, x, len(shape))
+    repeats = []
+    for have, want in zip(x.shape, shape):
+        if have == want:
+            repeats.append(1)
+        elif have == 1:
+            repeats.append(want)
+        else:
+            raise EmitError(f"cannot expand {list(x.shape)} to {list(shape)}: size {have} is not 1")
+    if all(isinstance(r, int) and r == 1 for r in repeats):
+        return x
+    return ctx.op("tile", x, repeats=dims_list(repeats), out_shape=shape, out_dtype=x.dtype)
+
+
+def full_like_value(ctx: EmitContext, value, dtype: DType, shape) -> Value:
+    """A tensor of ``shape`` filled with the Python number or tensor ``value``."""
+    if not isinstance(value, Value):
+        value = ctx.const(np.full([1] * len(shape), value, dtype=dtype.numpy_name), dtype)
+    return expand_to(ctx, cast(ctx, value, dtype), shape)
+
+
+# ---------------------------------------------------------------------------------------
+# reshapes
+
+
+@register("Tensor.view", "Tensor.reshape")
+def view(ctx: EmitContext, input: Value, *shape):
+    """view(Tensor(a) self, SymInt[] size) -> Tensor(a)"""
+    if len(shape) == 1 and isinstance(shape[0], DType):
+        raise EmitError("view(dtype) reinterprets bits, which NNEF cannot express; use .to(dtype) to convert values")
+    return reshape_to(ctx, input, size_args(shape))
+
+
+@register(torch.reshape)
+def reshape(ctx: EmitContext, input: Value, shape):
+    """reshape(Tensor(a) self, SymInt[] shape) -> Tensor(a)"""
+    return reshape_to(ctx, input, size_args((shape,)))
+
+
+@register("Tensor.view_as", "Tensor.reshape_as")
+def view_as(ctx: EmitContext, input: Value, other: Value):
+    """view_as(Tensor(a) self, Tensor other) -> Tensor(a)"""
+    return reshape_to(ctx, input, list(other.shape))
+
+
+@register(torch.flatten, "Tensor.flatten")
+def flatten(ctx: EmitContext, input: Value, start_dim: int = 0, end_dim: int = -1):
+    """flatten(Tensor(a) self, int start_dim=0, int end_dim=-1) -> Tensor(a)"""
+    r = rank(input)
+    if r == 0:
+        return reshape_to(ctx, input, [1])
+    start, end = axis(start_dim, r), axis(end_dim, r)
+    if start >= end:
+        return input
+    shape = input.shape[:start] + (_simple(prod(input.shape[start:end + 1])),) + input.shape[end + 1:]
+    return ctx.op("reshape", input, shape=[-1], axis_start=start, axis_count=end - start + 1,
+                  out_shape=shape, out_dtype=input.dtype)
+
+
+@register(torch.unflatten, "Tensor.unflatten")
+def unflatten(ctx: EmitContext, input: Value, dim: int, sizes):
+    """unflatten(Tensor(a) self, int dim, SymInt[] sizes) -> Tensor(a)"""
+    d = axis(dim, rank(input))
+    sizes = dims_list(sizes)
+    inner = resolve_sizes((input.shape[d],), sizes)
+    shape = input.shape[:d] + inner + input.shape[d + 1:]
+    return ctx.op("reshape", input, shape=sizes, axis_start=d, axis_count=1, out_shape=shape, out_dtype=input.dtype)
+
+
+@register(torch.squeeze, "Tensor.squeeze")
+def squeeze(ctx: EmitContext, input: Value, dim=None):
+    """squeeze.dims(Tensor(a) self, int[]? dim=None) -> Tensor(a)"""
+    r = rank(input)
+    unit = [a for a in axes(dim, r) if isinstance(input.shape[a], int) and input.shape[a] == 1] if r else []
+    if not unit:
+        return input
+    shape = tuple(d for a, d in enumerate(input.shape) if a not in unit)
+    return ctx.op("squeeze", input, axes=unit, out_shape=shape, out_dtype=input.dtype)
+
+
+@register(torch.unsqueeze, "Tensor.unsqueeze")
+def unsqueeze(ctx: EmitContext, input: Value, dim: int):
+    """unsqueeze(Tensor(a) self, int dim) -> Tensor(a)"""
+    d = axis(dim, rank(input) + 1)
+    shape = input.shape[:d] + (1,) + input.shape[d:]
+    return ctx.op("unsqueeze", input, axes=[d], out_shape=shape, out_dtype=input.dtype)
+
+
+# ---------------------------------------------------------------------------------------
+# axis permutations
+
+
+@register("Tensor.permute")
+def permute_method(ctx: EmitContext, input: Value, *dims):
+    """permute(Tensor(a) self, int[] dims) -> Tensor(a)"""
+    return permute_axes(ctx, input, size_args(dims))
+
+
+@register(torch.permute)
+def permute(ctx: EmitContext, input: Value, dims):
+    """permute(Tensor(a) self, int[] dims) -> Tensor(a)"""
+    return permute_axes(ctx, input, list(dims))
+
+
+@register(torch.transpose, "Tensor.transpose", torch.swapdims, "Tensor.swapdims")
+def transpose(ctx: EmitContext, input: Value, dim0: int, dim1: int):
+    """transpose.int(Tensor(a) self, int dim0, int dim1) -> Tensor(a)"""
+    r = rank(input)
+    perm = list(range(r))
+    a, b = axis(dim0, r), axis(dim1, r)
+    perm[a], perm[b] = perm[b], perm[a]
+    return permute_axes(ctx, input, perm)
+
+
+@register(torch.swapaxes, "Tensor.swapaxes")
+def swapaxes(ctx: EmitContext, input: Value, axis0: int, axis1: int):
+    """swapaxes(Tensor(a) self, int axis0, int axis1) -> Tensor(a)"""
+    return transpose(ctx, input, axis0, axis1)
+
+
+@register(torch.t, "Tensor.t")
+def t(ctx: EmitContext, input: Value):
+    """t(Tensor(a) self) -> Tensor(a)"""
+    return input if rank(input) < 2 else permute_axes(ctx, input, [1, 0])
+
+
+@register(torch.movedim, "Tensor.movedim", torch.moveaxis, "Tensor.moveaxis")
+def movedim(ctx: EmitContext, input: Value, source, destination):
+    """movedim.intlist(Tensor(a) self, int[] source, int[] destination) -> Tensor(a)"""
+    r = rank(input)
+    src = [axis(s, r) for s in ([source] if isinstance(source, int) else source)]
+    dst = [axis(d, r) for d in ([destination] if isinstance(destination, int) else destination)]
+    perm = [None] * r
+    for s, d in zip(src, dst):
+        perm[d] = s
+    rest = iter(a for a in range(r) if a not in src)
+    return permute_axes(ctx, input, [p if p is not None else next(rest) for p in perm])
+
+
+# ---------------------------------------------------------------------------------------
+# broadcasting and repetition
+
+
+def _expand_sizes(x: Value, sizes: list) -> tuple:
+    lead = len(sizes) - rank(x)
+    if lead < 0:
+        raise EmitError(f"expand to {sizes}: fewer sizes than the {rank(x)} axes of the input")
+    return tuple(x.shape[i - lead] if isinstance(s, int) and s == -1 else s for i, s in enumerate(sizes))
+
+
+@register("Tensor.expand")
+def expand(ctx: EmitContext, input: Value, *size, implicit: bool = False):
+    """expand(Tensor(a) self, SymInt[] size, *, bool implicit=False) -> Tensor(a)"""
+    return expand_to(ctx, input, _expand_sizes(input, size_args(size)))
+
+
+@register(torch.broadcast_to, "Tensor.broadcast_to")
+def broadcast_to(ctx: EmitContext, input: Value, size):
+    """broadcast_to(Tensor(a) self, SymInt[] size) -> Tensor(a)"""
+    return expand_to(ctx, input, _expand_sizes(input, dims_list(size)))
+
+
+@register("Tensor.expand_as")
+def expand_as(ctx: EmitContext, input: Value, other: Value):
+    """expand_as(Tensor(a) self, Tensor other) -> Tensor(a)"""
+    return expand_to(ctx, input, other.shape)
+
+
+def _tile(ctx: EmitContext, x: Value, repeats: list) -> Value:
+    x = unsqueeze_to(ctx, x, len(repeats))
+    if all(isinstance(r, int) and r == 1 for r in repeats):
+        return x
+    shape = tuple(_simple(d * r) for d, r in zip(x.shape, repeats))
+    return ctx.op("tile", x, repeats=repeats, out_shape=shape, out_dtype=x.dtype)
+
+
+@register("Tensor.repeat")
+def repeat(ctx: EmitContext, input: Value, *repeats):
+    """repeat(Tensor self, SymInt[] repeats) -> Tensor"""
+    repeats = size_args(repeats)
+    if len(repeats) < rank(input):
+        raise EmitError(f"repeat needs at least {rank(input)} counts, got {repeats}")
+    return _tile(ctx, input, repeats)
+
+
+@register(torch.tile, "Tensor.tile")
+def tile(ctx: EmitContext, input: Value, dims):
+    """tile(Tensor self, SymInt[] dims) -> Tensor"""
+    dims = dims_list(dims)
+    return _tile(ctx, input, [1] * (rank(input) - len(dims)) + dims)
+
+
+# ---------------------------------------------------------------------------------------
+# joining and splitting
+
+
+def _same_dtype(ctx: EmitContext, tensors: list) -> list:
+    dtype = result_dtype(*tensors)
+    return [cast(ctx, t, dtype) for t in tensors]
+
+
+@register(torch.cat, torch.concat, torch.concatenate)
+def cat(ctx: EmitContext, tensors: list, dim: int = 0):
+    """cat(Tensor[] tensors, int dim=0) -> Tensor"""
+    tensors = [t for t in tensors if t.shape != (0,)]  # torch skips legacy empty 1-D tensors
+    if not tensors:
+        raise EmitError("cat of empty tensors only")
+    return concat(ctx, _same_dtype(ctx, tensors), axis(dim, rank(tensors[0])))
+
+
+@register(torch.stack)
+def stack(ctx: EmitContext, tensors: list, dim: int = 0):
+    """stack(Tensor[] tensors, int dim=0) -> Tensor"""
+    tensors = _same_dtype(ctx, tensors)
+    d = axis(dim, rank(tensors[0]) + 1)
+    shape = tensors[0].shape[:d] + (len(tensors),) + tensors[0].shape[d:]
+    return ctx.op("stack", tensors, axis=d, out_shape=shape, out_dtype=tensors[0].dtype)
+
+
+def _split(ctx: EmitContext, x: Value, ax: int, sizes: list) -> tuple:
+    """Consecutive slices of ``sizes`` along ``ax``."""
+    out, begin = [], 0
+    for size in sizes:
+        end = _simple(begin + size)
+        out.append(slice_axis(ctx, x, ax, begin, end))
+        begin = end
+    return tuple(out)
+
+
+def _static_dim(x: Value, ax: int, what: str) -> int:
+    n = x.shape[ax]
+    if not isinstance(n, int):
+        raise EmitError(f"{what} along axis {ax} of dynamic size {n}: the number of pieces would depend on the input; "
+                        "give explicit sizes or make this axis static")
+    return n
+
+
+def _even_sizes(n: int, size: int) -> list:
+    return [min(size, n - b) for b in range(0, n, size)] or [0]
+
+
+@register(torch.split)
+def split(ctx: EmitContext, tensor: Value, split_size_or_sections, dim: int = 0):
+    """split.Tensor(Tensor(a -> *) self, SymInt split_size, int dim=0) -> Tensor(a)[]"""
+    ax = axis(dim, rank(tensor))
+    if isinstance(split_size_or_sections, (list, tuple)):
+        return _split(ctx, tensor, ax, dims_list(split_size_or_sections))
+    return _split(ctx, tensor, ax, _even_sizes(_static_dim(tensor, ax, "split"), split_size_or_sections))
+
+
+@register("Tensor.split")
+def split_method(ctx: EmitContext, input: Value, split_size, dim: int = 0):
+    """split.Tensor(Tensor(a -> *) self, SymInt split_size, int dim=0) -> Tensor(a)[]"""
+    return split(ctx, input, split_size, dim)
+
+
+@register(torch.chunk, "Tensor.chunk")
+def chunk(ctx: EmitContext, input: Value, chunks: int, dim: int = 0):
+    """chunk(Tensor(a -> *) self, int chunks, int dim=0) -> Tensor(a)[]"""
+    ax = axis(dim, rank(input))
+    n = _static_dim(input, ax, "chunk")
+    return _split(ctx, input, ax, _even_sizes(n, max(1, math.ceil(n / chunks))))
+
+
+@register(torch.unbind, "Tensor.unbind")
+def unbind(ctx: EmitContext, input: Value, dim: int = 0):
+    """unbind.int(Tensor(a -> *) self, int dim=0) -> Tensor(a)[]"""
+    ax = axis(dim, rank(input))
+    n = _static_dim(input, ax, "unbind")
+    shape = input.shape[:ax] + input.shape[ax + 1:]
+    outs = ctx.op("unstack", input, axis=ax, n_out=n, out_shape=shape, out_dtype=input.dtype, __array__=True)
+    return (outs,) if n == 1 else outs
+
+
+# ---------------------------------------------------------------------------------------
+# identities and casts
+
+
+@register("Tensor.contiguous", torch.clone, "Tensor.clone", torch.detach, "Tensor.detach", "Tensor.cpu")
+def identity(ctx: EmitContext, input: Value, *, memory_format=None):
+    """clone(Tensor self, *, MemoryFormat? memory_format=None) -> Tensor"""
+    return input
+
+
+@register("Tensor.to")
+def to(ctx: EmitContext, input: Value, *args, dtype=None, device=None, non_blocking: bool = False,
+       copy: bool = False, memory_format=None):
+    """to(Tensor self, Device? device=None, ScalarType? dtype=None, bool non_blocking=False, bool copy=False) -> Tensor"""
+    for a in args:
+        if isinstance(a, DType):
+            dtype = a
+        elif isinstance(a, Value):
+            dtype = a.dtype
+    return input if dtype is None else cast(ctx, input, dtype)
+
+
+@register("Tensor.type")
+def type_(ctx: EmitContext, input: Value, dtype=None, non_blocking: bool = False):
+    """type(Tensor self, ScalarType dtype, bool non_blocking=False) -> Tensor"""
+    if not isinstance(dtype, DType):
+        raise EmitError(f"type({dtype!r}): give a torch dtype such as torch.float32")
+    return cast(ctx, input, dtype)
+
+
+@register("Tensor.type_as")
+def type_as(ctx: EmitContext, input: Value, other: Value):
+    """type_as(Tensor self, Tensor other) -> Tensor"""
+    return cast(ctx, input, other.dtype)
+
+
+# Tensor method -> dtype it converts to
+CAST_METHODS = {
+    "float": DType.F32, "half": DType.F16, "double": DType.F64, "bfloat16": DType.BF16, "long": DType.I64,
+    "int": DType.I32, "short": DType.I16, "char": DType.I8, "byte": DType.U8, "bool": DType.BOOL,
+}
+
+
+def _cast_method(dtype: DType):
+    def convert(ctx: EmitContext, input: Value, memory_format=None):
+        return cast(ctx, input, dtype)
+
+    convert.__name__ = f"to_{dtype.value}"
+    convert.__doc__ = f"{dtype.value}(Tensor self, MemoryFormat? memory_format=None) -> Tensor"
+    return convert
+
+
+for _name, _dtype in CAST_METHODS.items():
+    register(f"Tensor.{_name}")(_cast_method(_dtype))
+
+
+# ---------------------------------------------------------------------------------------
+# reversals and rotations
+
+
+@register(torch.flip, "Tensor.flip")
+def flip(ctx: EmitContext, input: Value, dims):
+    """flip(Tensor self, int[] dims) -> Tensor"""
+    ax = axes(dims, rank(input))
+    n = [_static_dim(input, a, "flip") for a in ax]
+    return ctx.op("slice", input, axes=ax, begin=[-1] * len(ax), end=[-d - 1 for d in n], stride=[-1] * len(ax),
+                  out_shape=input.shape, out_dtype=input.dtype)
+
+
+@register(torch.flip, "Tensor.flip", target="tract")
+def flip_tract(ctx: EmitContext, input: Value, dims):
+    """flip(Tensor self, int[] dims) -> Tensor"""
+    # NOTE: tract aborts on a slice with a negative stride; downsample by -1 reverses the axis.
+    x = input
+    for a in axes(dims, rank(input)):
+        x = ctx.op("tract_core_downsample", x, axis=a, stride=-1, modulo=0, out_shape=x.shape, out_dtype=x.dtype)
+    return x
+
+
+def _roll_axis(ctx: EmitContext, x: Value, ax: int, shift: int) -> Value:
+    n = x.shape[ax]
+    if isinstance(n, int):
+        shift %= max(n, 1)
+    if shift == 0:
+        return x
+    cut = _simple(n - shift) if shift > 0 else -shift  # dynamic sizes: assumes |shift| < n
+    return concat(ctx, [slice_axis(ctx, x, ax, cut, n), slice_axis(ctx, x, ax, 0, cut)], ax)
+
+
+@register(torch.roll, "Tensor.roll")
+def roll(ctx: EmitContext, input: Value, shifts, dims=()):
+    """roll(Tensor self, SymInt[1] shifts, int[1] dims=[]) -> Tensor"""
+    shifts = [shifts] if isinstance(shifts, int) else list(shifts)
+    dims = [dims] if isinstance(dims, int) else list(dims or [])
+    if not dims:
+        flat = reshape_to(ctx, input, [-1])
+        return reshape_to(ctx, _roll_axis(ctx, flat, 0, shifts[0]), list(input.shape))
+    if len(dims) != len(shifts):
+        raise EmitError(f"roll: {len(shifts)} shifts for {len(dims)} dims")
+    x = input
+    for shift, d in zip(shifts, dims):
+        x = _roll_axis(ctx, x, axis(d, rank(input)), shift)
+    return x

@@ -1,0 +1,96 @@
+"""Creation ops (arange, zeros/ones/full/empty, *_like, new_*, tensor, eye) with dynamic sizes and templates.
+
+Creations that depend neither on input data nor on dynamic sizes are folded into constants by
+the tracer, so every case here takes its sizes from a dynamic axis or its shape from an input.
+"""
+import pytest
+import torch
+
+import fx2nnef
+from harness import OpCase, randbool, randint, randn, run_case
+
+F32 = randn(2, 3)
+F16 = randn(2, 3, dtype=torch.float16)
+I64 = randint(-5, 5, 2, 3)
+B = randbool(2, 3)
+DYN_S = {"x0": {1: "S"}}
+DYN_B = {"x0": {0: "B"}}
+
+CASES = [
+    # arange: one, two and three bounds, dtypes, symbolic bounds
+    OpCase("arange_end", lambda x: torch.arange(x.shape[1]), [F32], khronos=False, dynamic_axes=DYN_S),
+    OpCase("arange_start_end", lambda x: torch.arange(2, x.shape[1] + 3), [F32], khronos=False, dynamic_axes=DYN_S),
+    OpCase("arange_step", lambda x: torch.arange(1, x.shape[1] + 4, 2), [F32], khronos=False, dynamic_axes=DYN_S),
+    OpCase("arange_neg_step", lambda x: torch.arange(x.shape[1], 0, -1), [F32], khronos=False, dynamic_axes=DYN_S),
+    OpCase("arange_f32", lambda x: torch.arange(x.shape[1], dtype=torch.float32) * x[:1], [F32], khronos=False,
+           dynamic_axes=DYN_S),
+    OpCase("arange_float_step1", lambda x: torch.arange(0, x.shape[1], 1.0), [F32], khronos=False, dynamic_axes=DYN_S),
+    OpCase("arange_f16", lambda x: torch.arange(x.shape[1], dtype=torch.float16) + x, [F16], khronos=False,
+           tolerance="very", dynamic_axes=DYN_S),
+    OpCase("arange_positions", lambda x, p: torch.arange(p.shape[1], p.shape[1] + x.shape[1]), [F32, randn(1, 4)],
+           khronos=False, dynamic_axes={"x0": {1: "S"}, "x1": {1: "P"}}),
+    # zeros / ones / full / empty with symbolic sizes
+    OpCase("zeros_varargs", lambda x: torch.zeros(x.shape[0], 4, x.shape[1]), [F32], khronos=False, dynamic_axes=DYN_S),
+    OpCase("zeros_list_i64", lambda x: torch.zeros([x.shape[0], 4], dtype=torch.int64), [F32], khronos=False,
+           dynamic_axes=DYN_B),
+    OpCase("ones_tuple", lambda x: torch.ones((x.shape[1], 2)) + x[0, :, None], [F32], khronos=False,
+           dynamic_axes=DYN_S),
+    OpCase("ones_bool", lambda x: torch.ones(x.shape[1], dtype=torch.bool), [F32], khronos=False, dynamic_axes=DYN_S),
+    OpCase("full_float", lambda x: torch.full((x.shape[1], 2), 3.5), [F32], khronos=False, dynamic_axes=DYN_S),
+    OpCase("full_int", lambda x: torch.full((x.shape[1] + 1,), 7), [F32], khronos=False, dynamic_axes=DYN_S),
+    OpCase("full_finfo_min", lambda x: torch.full((x.shape[1], x.shape[1]), torch.finfo(torch.float32).min), [F32],
+           khronos=False, dynamic_axes=DYN_S),
+    OpCase("full_tensor_value", lambda x: torch.full((2, 2), x.sum()), [F32]),
+    OpCase("full_tensor_value_dyn", lambda x: torch.full((x.shape[1], 2), x.max()), [F32], khronos=False,
+           dynamic_axes=DYN_S),
+    OpCase("empty_shape", lambda x: torch.ones_like(torch.empty(x.shape[1], 2)), [F32], khronos=False,
+           dynamic_axes=DYN_S),
+    # *_like on inputs (static for Khronos, dynamic for tract)
+    OpCase("zeros_like", lambda x: torch.zeros_like(x) + x, [F32]),
+    OpCase("zeros_like_dyn", torch.zeros_like, [F32], khronos=False, dynamic_axes=DYN_S),
+    OpCase("ones_like", torch.ones_like, [F32]),
+    OpCase("ones_like_f16", torch.ones_like, [F16], khronos=False),
+    OpCase("ones_like_i64", torch.ones_like, [I64], khronos=False, dynamic_axes=DYN_B),
+    OpCase("ones_like_bool", torch.ones_like, [B], khronos=False),
+    OpCase("zeros_like_dtype", lambda x: torch.zeros_like(x, dtype=torch.int64), [F32], khronos=False,
+           dynamic_axes=DYN_S),
+    OpCase("full_like", lambda x: torch.full_like(x, 7), [F32]),
+    OpCase("full_like_dyn", lambda x: torch.full_like(x, -2.5), [F32], khronos=False, dynamic_axes=DYN_S),
+    OpCase("full_like_i64", lambda x: torch.full_like(x, 3), [I64], khronos=False),
+    OpCase("full_like_tensor_value", lambda x: torch.full_like(x, x[0, 0]), [F32], khronos=False, dynamic_axes=DYN_S),
+    OpCase("empty_like", lambda x: torch.empty_like(x).shape[0] * torch.ones_like(torch.empty_like(x)), [F32],
+           khronos=False, dynamic_axes=DYN_B),
+    OpCase("ones_like_scalar", lambda x: torch.ones_like(x.sum()), [F32]),
+    # Tensor.new_*
+    OpCase("new_zeros", lambda x: x.new_zeros(x.shape[1], 2), [F32], khronos=False, dynamic_axes=DYN_S),
+    OpCase("new_ones_tuple", lambda x: x.new_ones((x.shape[1], 2)), [I64], khronos=False, dynamic_axes=DYN_S),
+    OpCase("new_ones_f16", lambda x: x.new_ones(x.shape), [F16], khronos=False, dynamic_axes=DYN_S),
+    OpCase("new_full", lambda x: x.new_full((x.shape[0], 3), 1.25), [F32], khronos=False, dynamic_axes=DYN_B),
+    OpCase("new_empty", lambda x: torch.ones_like(x.new_empty(x.shape[1])), [F32], khronos=False, dynamic_axes=DYN_S),
+    # tensors built from dynamic sizes
+    OpCase("tensor_dim", lambda x: torch.tensor(x.shape[1]), [F32], khronos=False, dynamic_axes=DYN_S),
+    OpCase("tensor_list", lambda x: torch.tensor([x.shape[1], 3, x.shape[1] * 2]), [F32], khronos=False,
+           dynamic_axes=DYN_S),
+    OpCase("new_tensor", lambda x: x.new_tensor([x.shape[1], 3]), [F32], khronos=False, dynamic_axes=DYN_S),
+    OpCase("scalar_tensor", lambda x: x / torch.scalar_tensor(x.shape[1]), [F32], khronos=False, dynamic_axes=DYN_S),
+    # eye with a dynamic size
+    OpCase("eye_dyn", lambda x: torch.eye(x.shape[1]), [F32], khronos=False, dynamic_axes=DYN_S),
+    OpCase("eye_rect_i64", lambda x: torch.eye(x.shape[1], 4, dtype=torch.int64), [F32], khronos=False,
+           dynamic_axes=DYN_S),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_tract(case, tmp_path):
+    run_case(case, tmp_path, "tract")
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.khronos], ids=str)
+def test_khronos(case, tmp_path):
+    run_case(case, tmp_path, "khronos")
+
+
+def test_arange_from_tensor_data_is_refused(tmp_path):
+    case = OpCase("arange_data", lambda x: torch.arange(x.sum().long()), [I64.abs()], khronos=False)
+    with pytest.raises((fx2nnef.UnsupportedOpError, fx2nnef.TraceError)):
+        run_case(case, tmp_path, "tract")
