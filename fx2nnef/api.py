@@ -47,7 +47,8 @@ class ExportResult:
     def max_abs_diff(self) -> float:
         if not self.check:
             return float("nan")
-        return max((d.max_abs for _, diffs in self.check.cases for d in diffs), default=0.0)
+        values = [d.max_abs for _, diffs in self.check.cases for d in diffs]
+        return float(np.nanmax(values)) if values and not all(np.isnan(values)) else float("nan")
 
     def __str__(self) -> str:
         lines = [f"fx2nnef export -> {self.path} (target {self.target})"]
@@ -137,7 +138,8 @@ def _lower_write_check(cap: Capture, path: Path, target: InferenceTarget, timing
     _check_out_path(path)
     target.post_trace(cap.graph)
     with _timed(timings, "lower"):
-        emitted = emit_graph(cap.graph, target.name, extra_fragments=target.specific_fragments(cap.graph))
+        emitted = emit_graph(cap.graph, target.name, bool_bits=target.bool_bits,
+                             extra_fragments=target.specific_fragments(cap.graph))
     with tempfile.TemporaryDirectory(prefix="fx2nnef_") as tmp:
         staged = write_asset(emitted.files, Path(tmp) / path.name)
         with _timed(timings, "check"):

@@ -35,6 +35,7 @@ class InferenceTarget:
     name = "common"
     dynamic_axes: dict = {}
     check_io = False
+    bool_bits = 8  # bits per item of bool .dat files this engine reads
 
     def pre_trace(self, model, args, kwargs) -> None:
         """Called before tracing (e.g. to refuse options the target cannot honour)."""

@@ -23,6 +23,7 @@ class KhronosNNEF(InferenceTarget):
     """
 
     name = "khronos"
+    bool_bits = 1  # the Khronos reader only takes 1-bit MSB-first bools
 
     def __init__(self, version: str = "1.0", check_io: bool = True, check_io_tolerance="approximate"):
         self.version = str(version)
