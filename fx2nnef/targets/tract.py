@@ -8,7 +8,7 @@ from ..errors import InvalidArgumentError
 from ..ir import Graph
 from .base import CheckReport, InferenceTarget
 from .tolerance import compare_outputs, resolve_tolerance
-from .tract_runner import run_tract
+from .tract_runner import run_tract_many
 
 DEFAULT_TRACT_VERSION = "0.23.9"
 
@@ -60,10 +60,11 @@ class TractNNEF(InferenceTarget):
         return props
 
     def specific_fragments(self, graph: Graph) -> dict:
-        lines = ",\n        ".join(f"('{k}', '{v}')" for k, v in sorted(self.properties().items()))
+        """The ``tract_core_properties`` fragment, as tract itself writes it."""
+        items = ", ".join(f'("{k}", "{_quote(v)}")' for k, v in sorted(self.properties().items()))
         text = ("fragment tract_core_properties(\n) -> (properties: (string, tensor<scalar>)[])\n{\n"
-                f"    properties = [\n        {lines}\n    ];\n}}")
-        return {}  # properties are carried in the result; see post_export
+                f"  properties = [{items}];\n}}")
+        return {"tract_core_properties": text}
 
     def post_export(self, asset: Path, input_names, output_names, cases) -> Optional[CheckReport]:
         if not self.check_io:
@@ -71,11 +72,13 @@ class TractNNEF(InferenceTarget):
         transformers = self.with_transformers
         if transformers is None:
             transformers = _uses_transformers(asset)
-        report = []
-        for case in cases:
-            got = run_tract(asset, case.inputs, with_transformers=transformers, timeout=self.timeout)
-            report.append((case.label, compare_outputs(output_names, case.expected, got, self.check_io_tolerance)))
-        return CheckReport("tract", report)
+        outputs = run_tract_many(asset, [c.inputs for c in cases], with_transformers=transformers, timeout=self.timeout)
+        return CheckReport("tract", [(c.label, compare_outputs(output_names, c.expected, got, self.check_io_tolerance))
+                                     for c, got in zip(cases, outputs)])
+
+
+def _quote(v) -> str:
+    return str(v).replace("\\", "\\\\").replace('"', '\\"')
 
 
 def _uses_transformers(asset: Path) -> bool:

@@ -28,14 +28,15 @@ SELU_SCALE = 1.0507009873554805
 
 
 # builders ------------------------------------------------------------------------------
-def broadcast_shape(a, b) -> Optional[tuple]:
-    """Result shape of an elementwise op on operands already at the same rank (numbers have none)."""
-    shapes = [v.shape for v in (a, b) if isinstance(v, Value)]
-    if any(s is None for s in shapes) or not shapes:
+def broadcast_shape(*operands) -> Optional[tuple]:
+    """Result shape of an elementwise op whose tensor operands already have the same rank."""
+    shapes = [v.shape for v in operands if isinstance(v, Value)]
+    if not shapes or any(s is None for s in shapes):
         return None
-    if len(shapes) == 1:
-        return tuple(shapes[0])
-    return tuple(db if da == 1 else da for da, db in zip(*shapes))
+    out = list(shapes[0])
+    for s in shapes[1:]:
+        out = [d if o == 1 else o for o, d in zip(out, s)]
+    return tuple(out)
 
 
 def ew(ctx: EmitContext, op: str, a, b, out_dtype: Optional[DType] = None) -> Value:
@@ -52,16 +53,11 @@ def un(ctx: EmitContext, op: str, x: Value, **attrs) -> Value:
 
 def select(ctx: EmitContext, cond: Value, a, b) -> Value:
     """``select(cond, a, b)`` with every tensor operand at the same rank."""
-    values = [v for v in (cond, a, b) if isinstance(v, Value)]
-    r = max(rank(v) for v in values)
+    dtype = next((v.dtype for v in (a, b) if isinstance(v, Value)), DType.F32)
+    a, b = cast(ctx, a, dtype), cast(ctx, b, dtype)
+    r = max(rank(v) for v in (cond, a, b) if isinstance(v, Value))
     cond, a, b = (unsqueeze_to(ctx, v, r) if isinstance(v, Value) else v for v in (cond, a, b))
-    dtype = next(v.dtype for v in (a, b) if isinstance(v, Value)) if any(isinstance(v, Value) for v in (a, b)) else DType.F32
-    a, b = (cast(ctx, v, dtype) for v in (a, b))
-    shape = cond.shape
-    for v in (a, b):
-        if isinstance(v, Value):
-            shape = broadcast_shape(Value("s", dtype, shape), v)
-    return ctx.op("select", cond, a, b, out_dtype=dtype, out_shape=shape)
+    return ctx.op("select", cond, a, b, out_dtype=dtype, out_shape=broadcast_shape(cond, a, b))
 
 
 def to_float(ctx: EmitContext, x: Value) -> Value:
@@ -97,12 +93,12 @@ def erf_polynomial(ctx: EmitContext, x: Value) -> Value:
     t = ew(ctx, "div", 1.0, ew(ctx, "add", ew(ctx, "mul", un(ctx, "abs", x), ERF_P), 1.0))
     p = ERF_COEFS[0]
     for c in ERF_COEFS[1:]:
-        p = ew(ctx, "add", ew(ctx, "mul", t, p), c) if isinstance(p, Value) else ew(ctx, "add", ew(ctx, "mul", t, p), c)
+        p = ew(ctx, "add", ew(ctx, "mul", t, p), c)
     tail = ew(ctx, "mul", ew(ctx, "mul", t, p), un(ctx, "exp", un(ctx, "neg", ew(ctx, "mul", x, x))))
     return ew(ctx, "mul", un(ctx, "sign", x), ew(ctx, "sub", 1.0, tail))
 
 
-def trunc(ctx: EmitContext, x: Value) -> Value:
+def _trunc(ctx: EmitContext, x: Value) -> Value:
     """Round toward zero; integer tensors are returned as they are."""
     if not x.dtype.is_float:
         return x
@@ -384,12 +380,18 @@ def clamp_max(ctx: EmitContext, input: Value, max):
 
 
 # dropout: identity at inference ------------------------------------------------------------
-@register(F.dropout, F.dropout1d, F.dropout2d, F.dropout3d, F.alpha_dropout, F.feature_alpha_dropout)
-def dropout(ctx: EmitContext, input: Value, p: float = 0.5, training: bool = False, inplace: bool = False):
+@register(F.dropout, F.dropout1d, F.dropout2d, F.dropout3d)
+def dropout(ctx: EmitContext, input: Value, p: float = 0.5, training: bool = True, inplace: bool = False):
     """dropout(Tensor input, float p=0.5, bool training=True, bool inplace=False) -> Tensor"""
     if training and p > 0:
         ctx.fail("dropout with training=True is random; call model.eval() or pass training=False")
     return input
+
+
+@register(F.alpha_dropout, F.feature_alpha_dropout)
+def alpha_dropout(ctx: EmitContext, input: Value, p: float = 0.5, training: bool = False, inplace: bool = False):
+    """alpha_dropout(Tensor input, float p=0.5, bool training=False, bool inplace=False) -> Tensor"""
+    return dropout(ctx, input, p, training)
 
 
 @register(torch.dropout, torch.alpha_dropout, torch.feature_alpha_dropout, torch.feature_dropout)
@@ -444,15 +446,15 @@ def sgn(ctx: EmitContext, input: Value):
 
 
 @register(*sources("trunc"), *sources("fix"))
-def trunc_(ctx: EmitContext, input: Value):
+def trunc(ctx: EmitContext, input: Value):
     """trunc(Tensor self) -> Tensor"""
-    return trunc(ctx, input)
+    return _trunc(ctx, input)
 
 
 @register(*sources("frac"))
 def frac(ctx: EmitContext, input: Value):
     """frac(Tensor self) -> Tensor"""
-    return ew(ctx, "sub", input, trunc(ctx, input))
+    return ew(ctx, "sub", input, _trunc(ctx, input))
 
 
 def _operands(ctx: EmitContext, a, b):
@@ -462,10 +464,7 @@ def _operands(ctx: EmitContext, a, b):
 
 def _fmod(ctx: EmitContext, a, b) -> Value:
     """``a - trunc(a / b) * b``; integer division already truncates."""
-    q = ew(ctx, "div", a, b) if isinstance(a, Value) else ew(ctx, "div", b, b)
-    if not isinstance(a, Value):
-        q = ew(ctx, "div", a, b)
-    return ew(ctx, "sub", a, ew(ctx, "mul", trunc(ctx, q), b))
+    return ew(ctx, "sub", a, ew(ctx, "mul", _trunc(ctx, ew(ctx, "div", a, b)), b))
 
 
 @register(*sources("fmod"))
@@ -479,7 +478,7 @@ def remainder(ctx: EmitContext, input, other):
     """remainder.Tensor(Tensor self, Tensor other) -> Tensor"""
     a, b = _operands(ctx, input, other)
     r = _fmod(ctx, a, b)
-    wrong_sign = ew(ctx, "lt", ew(ctx, "mul", r, b), _zero(ctx, r), out_dtype=DType.BOOL)
+    wrong_sign = ew(ctx, "lt", ew(ctx, "mul", r, b), 0, out_dtype=DType.BOOL)
     return select(ctx, wrong_sign, ew(ctx, "add", r, b), r)
 
 
@@ -491,16 +490,8 @@ def floor_divide(ctx: EmitContext, input, other):
     if q.dtype.is_float:
         return un(ctx, "floor", q)
     r = ew(ctx, "sub", a, ew(ctx, "mul", q, b))
-    wrong_sign = ew(ctx, "lt", ew(ctx, "mul", r, b), _zero(ctx, r), out_dtype=DType.BOOL)
-    return select(ctx, wrong_sign, ew(ctx, "sub", q, _one(ctx, q)), q)
-
-
-def _zero(ctx: EmitContext, like: Value):
-    return 0.0 if like.dtype.is_float else ctx.const(np.array(0, like.dtype.numpy_name), like.dtype)
-
-
-def _one(ctx: EmitContext, like: Value):
-    return 1.0 if like.dtype.is_float else ctx.const(np.array(1, like.dtype.numpy_name), like.dtype)
+    wrong_sign = ew(ctx, "lt", ew(ctx, "mul", r, b), 0, out_dtype=DType.BOOL)
+    return select(ctx, wrong_sign, ew(ctx, "sub", q, 1), q)
 
 
 @register(*sources("lerp"))
@@ -508,8 +499,9 @@ def lerp(ctx: EmitContext, input: Value, end: Value, weight):
     """lerp.Tensor(Tensor self, Tensor end, Tensor weight) -> Tensor"""
     # torch interpolates from the nearer end: start + w * d for w < 0.5, end - d * (1 - w) otherwise
     diff = ew(ctx, "sub", end, input)
+    rest = ew(ctx, "sub", 1.0, weight) if isinstance(weight, Value) else 1.0 - weight
     from_start = ew(ctx, "add", input, ew(ctx, "mul", diff, weight))
-    from_end = ew(ctx, "sub", end, ew(ctx, "mul", diff, ew(ctx, "sub", 1.0, weight) if isinstance(weight, Value) else 1.0 - weight))
+    from_end = ew(ctx, "sub", end, ew(ctx, "mul", diff, rest))
     if not isinstance(weight, Value):
         return from_start if weight < 0.5 else from_end
     return select(ctx, ew(ctx, "lt", weight, 0.5, out_dtype=DType.BOOL), from_start, from_end)
@@ -530,7 +522,7 @@ def addcdiv(ctx: EmitContext, input: Value, tensor1: Value, tensor2: Value, *, v
 
 
 @register(*sources("nan_to_num"))
-def nan_to_num(ctx: EmitContext, input: Value, nan: Optional[float] = 0.0, posinf: Optional[float] = None,
+def nan_to_num(ctx: EmitContext, input: Value, nan: Optional[float] = None, posinf: Optional[float] = None,
                neginf: Optional[float] = None):
     """nan_to_num(Tensor self, float? nan=None, float? posinf=None, float? neginf=None) -> Tensor"""
     if not input.dtype.is_float:
