@@ -1,0 +1,159 @@
+"""Convolutions: conv1d/2d/3d and conv_transpose1d/2d/3d as NNEF ``conv`` / ``deconv``.
+
+NOTE: tract's ``deconv`` reads its filter as [C_out, C_in/g, k...] while the Khronos spec (and
+torch's conv_transpose weight) is [C_in, C_out/g, k...]: the tract rule reorders the filter.
+tract aborts the process on a ``conv``/``deconv`` border other than 'constant': only that one
+is ever written.
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import torch
+
+from ...errors import EmitError
+from ...ir import Value
+from ..context import EmitContext
+from ..helpers import rank
+from ..registry import register
+
+
+def ntuple(v, n: int, what: str) -> list:
+    """An int or a sequence as a list of ``n`` ints (torch's ``_ntuple``)."""
+    items = [v] * n if isinstance(v, int) else list(v)
+    if len(items) == 1 and n > 1:
+        items = items * n
+    if len(items) != n or not all(isinstance(i, int) for i in items):
+        raise EmitError(f"{what} must be an int or {n} ints, got {v!r}")
+    return items
+
+
+def node_shape(ctx: EmitContext, lead: int = 0) -> Optional[tuple]:
+    """The traced result's shape, with ``lead`` unit axes in front (for an added batch axis)."""
+    outs = ctx.node.outputs if ctx.node is not None else []
+    if not outs or outs[0].shape is None:
+        return None
+    return (1,) * lead + tuple(outs[0].shape)
+
+
+def add_batch(ctx: EmitContext, x: Value, n_spatial: int) -> tuple:
+    """``(x, unbatched)``: an unbatched input (rank n+1) gets a leading unit axis."""
+    if rank(x) == n_spatial + 2:
+        return x, False
+    if rank(x) != n_spatial + 1:
+        raise EmitError(f"expected a tensor of rank {n_spatial + 1} or {n_spatial + 2}, got shape {list(x.shape)}")
+    return ctx.op("unsqueeze", x, axes=[0], out_shape=(1,) + tuple(x.shape)), True
+
+
+def drop_batch(ctx: EmitContext, y: Value, unbatched: bool) -> Value:
+    """Undo :func:`add_batch` on a result."""
+    if not unbatched:
+        return y
+    return ctx.op("squeeze", y, axes=[0], out_shape=node_shape(ctx))
+
+
+def conv_padding(padding, kernel: Sequence[int], dilation: Sequence[int], stride: Sequence[int]) -> list:
+    """torch's conv ``padding`` (int, ints, 'same', 'valid') as NNEF (before, after) pairs."""
+    n = len(kernel)
+    if padding == "valid":
+        return [(0, 0)] * n
+    if padding == "same":
+        if any(s != 1 for s in stride):
+            raise EmitError("padding='same' needs stride 1 (as in torch)")
+        totals = [d * (k - 1) for k, d in zip(kernel, dilation)]
+        return [(t // 2, t - t // 2) for t in totals]
+    return [(p, p) for p in ntuple(padding, n, "padding")]
+
+
+def bias_operand(ctx: EmitContext, bias: Optional[Value]):
+    """NNEF conv bias: a [1, C] tensor, or 0.0 when there is none."""
+    if bias is None:
+        return 0.0
+    if bias.is_constant:
+        return ctx.const(bias.data.reshape(1, -1), bias.dtype, name=bias.name)
+    return ctx.op("unsqueeze", bias, axes=[0], out_shape=(1,) + tuple(bias.shape))
+
+
+def kernel_of(weight: Value) -> list:
+    if weight.shape is None or not all(isinstance(k, int) for k in weight.shape[2:]):
+        raise EmitError("the convolution weight must have a static shape")
+    return list(weight.shape[2:])
+
+
+def _conv(ctx: EmitContext, input: Value, weight: Value, bias, stride, padding, dilation, groups: int,
+          n: int) -> Value:
+    x, unbatched = add_batch(ctx, input, n)
+    stride, dilation = ntuple(stride, n, "stride"), ntuple(dilation, n, "dilation")
+    pads = conv_padding(padding, kernel_of(weight), dilation, stride)
+    y = ctx.op("conv", x, weight, bias_operand(ctx, bias), border="constant", padding=pads, stride=stride,
+               dilation=dilation, groups=groups, out_shape=node_shape(ctx, int(unbatched)))
+    return drop_batch(ctx, y, unbatched)
+
+
+@register(torch.conv1d)
+def conv1d(ctx: EmitContext, input: Value, weight: Value, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """conv1d(Tensor input, Tensor weight, Tensor? bias=None, SymInt[1] stride=1, SymInt[1] padding=0, SymInt[1] dilation=1, SymInt groups=1) -> Tensor"""
+    return _conv(ctx, input, weight, bias, stride, padding, dilation, groups, 1)
+
+
+@register(torch.conv2d)
+def conv2d(ctx: EmitContext, input: Value, weight: Value, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """conv2d(Tensor input, Tensor weight, Tensor? bias=None, SymInt[2] stride=1, SymInt[2] padding=0, SymInt[2] dilation=1, SymInt groups=1) -> Tensor"""
+    return _conv(ctx, input, weight, bias, stride, padding, dilation, groups, 2)
+
+
+@register(torch.conv3d)
+def conv3d(ctx: EmitContext, input: Value, weight: Value, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """conv3d(Tensor input, Tensor weight, Tensor? bias=None, SymInt[3] stride=1, SymInt[3] padding=0, SymInt[3] dilation=1, SymInt groups=1) -> Tensor"""
+    return _conv(ctx, input, weight, bias, stride, padding, dilation, groups, 3)
+
+
+def _deconv(ctx: EmitContext, input: Value, filter: Value, bias, stride, padding, output_padding, groups: int,
+            dilation, n: int) -> Value:
+    """NNEF deconv; ``output_padding`` becomes a smaller (possibly negative) padding after the data."""
+    x, unbatched = add_batch(ctx, input, n)
+    stride, dilation = ntuple(stride, n, "stride"), ntuple(dilation, n, "dilation")
+    extra = ntuple(output_padding, n, "output_padding")
+    pads = [(p, p - e) for p, e in zip(ntuple(padding, n, "padding"), extra)]
+    y = ctx.op("deconv", x, filter, bias_operand(ctx, bias), border="constant", padding=pads, stride=stride,
+               dilation=dilation, groups=groups, out_shape=node_shape(ctx, int(unbatched)))
+    return drop_batch(ctx, y, unbatched)
+
+
+def tract_deconv_filter(ctx: EmitContext, weight: Value, groups: int) -> Value:
+    """torch's [C_in, C_out/g, k...] weight in tract's deconv layout [C_out, C_in/g, k...]."""
+    c_in, c_out_g, *k = weight.shape
+    grouped = (groups, c_in // groups, c_out_g, *k)
+    swap = [0, 2, 1] + list(range(3, len(grouped)))
+    final = (groups * c_out_g, c_in // groups, *k)
+    if weight.is_constant:
+        data = weight.data.reshape(grouped).transpose(swap).reshape(final)
+        return ctx.const(data, weight.dtype, name=weight.name)
+    w = ctx.op("reshape", weight, shape=list(grouped), out_shape=grouped)
+    w = ctx.op("transpose", w, axes=swap, out_shape=tuple(grouped[i] for i in swap))
+    return ctx.op("reshape", w, shape=list(final), out_shape=final)
+
+
+def _deconv_rules(op, n: int) -> None:
+    """Register the standard rule and the tract override of one conv_transpose{n}d."""
+    def standard(ctx: EmitContext, input: Value, weight: Value, bias=None, stride=1, padding=0, output_padding=0,
+                 groups=1, dilation=1):
+        return _deconv(ctx, input, weight, bias, stride, padding, output_padding, groups, dilation, n)
+
+    def tract(ctx: EmitContext, input: Value, weight: Value, bias=None, stride=1, padding=0, output_padding=0,
+              groups=1, dilation=1):
+        kernel_of(weight)
+        filter = tract_deconv_filter(ctx, weight, groups)
+        return _deconv(ctx, input, filter, bias, stride, padding, output_padding, groups, dilation, n)
+
+    schema = (f"conv_transpose{n}d(Tensor input, Tensor weight, Tensor? bias=None, SymInt[{n}] stride=1, "
+              f"SymInt[{n}] padding=0, SymInt[{n}] output_padding=0, SymInt groups=1, SymInt[{n}] dilation=1) -> Tensor")
+    for fn, target in ((standard, None), (tract, "tract")):
+        fn.__doc__ = schema
+        fn.__name__ = fn.__qualname__ = f"conv_transpose{n}d" + ("_tract" if target else "")
+        register(op, target=target)(fn)
+
+
+_deconv_rules(torch.conv_transpose1d, 1)
+_deconv_rules(torch.conv_transpose2d, 2)
+_deconv_rules(torch.conv_transpose3d, 3)
