@@ -47,6 +47,8 @@ def _bind(fn, ctx, node):
     for k, v in node.kwargs.items():
         if k not in params and _ALIASES.get(k) in params:
             k = _ALIASES[k]
+        if k == "inplace" and k not in params:
+            continue  # the in-place pass made every call functional
         kwargs[k] = v
     try:
         return sig.bind(ctx, *node.args, **kwargs)

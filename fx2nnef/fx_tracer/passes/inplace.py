@@ -37,6 +37,9 @@ def _mutation(node: fx.Node):
     """(functional target, op kind) for a mutating node, else None."""
     if node.op == "call_function" and node.target is operator.setitem:
         return "call_function", setitem_functional
+    if node.op == "call_function" and node.kwargs.get("inplace") is True:
+        node.kwargs = {**node.kwargs, "inplace": False}  # F.relu(x, inplace=True) and friends
+        return "call_function", node.target
     if node.op == "call_method" and node.target.endswith("_") and not node.target.endswith("__"):
         name = node.target
         if name in _NOT_MUTATING:

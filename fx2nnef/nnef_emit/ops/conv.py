@@ -122,7 +122,7 @@ def _deconv(ctx: EmitContext, input: Value, filter: Value, bias, stride, padding
 
 def tract_deconv_filter(ctx: EmitContext, weight: Value, groups: int) -> Value:
     """torch's [C_in, C_out/g, k...] weight in tract's deconv layout [C_out, C_in/g, k...]."""
-    c_in, c_out_g, *k = weight.shape
+    c_in, c_out_g, *k = [weight.shape[0], weight.shape[1], *kernel_of(weight)]
     grouped = (groups, c_in // groups, c_out_g, *k)
     swap = [0, 2, 1] + list(range(3, len(grouped)))
     final = (groups * c_out_g, c_in // groups, *k)
@@ -142,9 +142,7 @@ def _deconv_rules(op, n: int) -> None:
 
     def tract(ctx: EmitContext, input: Value, weight: Value, bias=None, stride=1, padding=0, output_padding=0,
               groups=1, dilation=1):
-        kernel_of(weight)
-        filter = tract_deconv_filter(ctx, weight, groups)
-        return _deconv(ctx, input, filter, bias, stride, padding, output_padding, groups, dilation, n)
+        return _deconv(ctx, input, tract_deconv_filter(ctx, weight, groups), bias, stride, padding, output_padding, groups, dilation, n)
 
     schema = (f"conv_transpose{n}d(Tensor input, Tensor weight, Tensor? bias=None, SymInt[{n}] stride=1, "
               f"SymInt[{n}] padding=0, SymInt[{n}] output_padding=0, SymInt groups=1, SymInt[{n}] dilation=1) -> Tensor")
