@@ -282,9 +282,19 @@ def _data_dependence(gm) -> set:
     return dep
 
 
+# ops whose result depends only on the shape/dtype of their tensor arguments, not on their data
+_META_METHODS = {"new_zeros", "new_ones", "new_full", "new_empty", "new_tensor"}
+_META_FUNCTIONS = {torch.zeros_like, torch.ones_like, torch.full_like, torch.empty_like}
+
+
 def _is_shape_query(n) -> bool:
-    return (n.op == "call_method" and n.target in _SHAPE_QUERIES) or (
-        n.op == "call_function" and n.target is getattr and n.args[1] in ("shape", "dtype", "device", "ndim"))
+    if n.op == "call_method":
+        return n.target in _SHAPE_QUERIES or n.target in _META_METHODS
+    if n.op == "call_function":
+        if n.target in _META_FUNCTIONS:
+            return True
+        return n.target is getattr and n.args[1] in ("shape", "dtype", "device", "ndim")
+    return False
 
 
 def _constants(gm, data_dep, varies) -> set:
