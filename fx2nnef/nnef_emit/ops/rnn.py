@@ -216,6 +216,7 @@ def rnn_sequence_tract(ctx: EmitContext, kind: CellKind, xs: list, states: tuple
                   state=[(s, v, f"{s}_next") for s, v in zip(kind.states, states)],
                   output=[("y", "full", 1, chunk)] + [(f"{s}_next", "last", 0, 1) for s in kind.states],
                   reset_every_turn=1, n_out=1 + len(states), out_dtype=w.dtype)
+    # ctx.op gives all outputs one shape: set each one's own
     for out, like in zip(outs[1:], states):
         out.shape = like.shape
     h = states[0].shape
@@ -224,12 +225,6 @@ def rnn_sequence_tract(ctx: EmitContext, kind: CellKind, xs: list, states: tuple
 
 
 # extractors --------------------------------------------------------------------------------
-def _state_sizes(config: dict) -> tuple:
-    hidden = config["hidden_size"]
-    proj = config.get("proj_size", 0) or 0
-    return (proj or hidden, hidden)  # h, c
-
-
 def _as_states(hx) -> tuple:
     """The module's ``hx`` argument as a tuple of tensors, or () for None."""
     if hx is None:
@@ -237,36 +232,45 @@ def _as_states(hx) -> tuple:
     return tuple(hx) if isinstance(hx, (tuple, list)) else (hx,)
 
 
+def _zero_states(ctx: EmitContext, kind: CellKind, batch, config: dict, dtype: DType) -> tuple:
+    """Zero initial states; an LSTM with projections has h of size proj_size and c of hidden_size."""
+    hidden = config["hidden_size"]
+    sizes = (config.get("proj_size") or hidden, hidden)
+    return tuple(ctx.call("nnef.rnn_zeros", batch, size, dtype) for size in sizes[:len(kind.states)])
+
+
+def _run_direction(ctx: EmitContext, mode: str, seq: Value, module: dict, suffix: str, init: tuple) -> tuple:
+    """One layer in one direction over ``seq`` [B, T, I]: (y [B, T, H_out], final states)."""
+    kind = KINDS[mode]
+    w = _load_weights(ctx, module["params"], suffix, mode)
+    init = init or _zero_states(ctx, kind, seq.shape[0], module["config"], w.dtype)
+    return ctx.call("nnef.rnn_sequence", kind, _gate_inputs(ctx, seq, kind, w), init, w, suffix.endswith("_reverse"))
+
+
 class RecurrentExtractor(ModuleInfoExtractor):
     """nn.LSTM / nn.GRU / nn.RNN: layers, directions, batch_first, unbatched input, optional hx."""
 
-    def mode(self, config: dict) -> str:
-        return config["mode"]
-
     def convert_to_nnef(self, ctx: EmitContext, inputs: list, module: dict):
         x, hx = inputs[0], inputs[1] if len(inputs) > 1 else None
-        config, params = module["config"], module["params"]
-        mode = self.mode(config)
-        kind, batched = KINDS[mode], rank(x) == 3
+        config, batched = module["config"], rank(x) == 3
         seq = _batch_major(ctx, x, config["batch_first"], batched)
         given = [s if batched else _unsqueeze(ctx, s, 1) for s in _as_states(hx)]
         dirs = 2 if config["bidirectional"] else 1
-        finals: list = [[] for _ in kind.states]
+        finals = []  # final states per layer and direction, torch's order
         for layer in range(config["num_layers"]):
-            ys = []
-            for d in range(dirs):
-                suffix = f"_l{layer}" + ("_reverse" if d else "")
-                w = _load_weights(ctx, params, suffix, mode)
-                k = layer * dirs + d
-                init = tuple(_index(ctx, s, 0, k) for s in given) or tuple(
-                    ctx.call("nnef.rnn_zeros", seq.shape[0], size, w.dtype) for size in _state_sizes(config)[:len(kind.states)])
-                y, last = ctx.call("nnef.rnn_sequence", kind, _gate_inputs(ctx, seq, kind, w), init, w, d == 1)
-                ys.append(y)
-                for acc, s in zip(finals, last):
-                    acc.append(s)
-            seq = ys[0] if dirs == 1 else ctx.op("concat", ys, axis=2, out_shape=ys[0].shape[:2] + (2 * ys[0].shape[2],))
+            runs = [_run_direction(ctx, config["mode"], seq, module, f"_l{layer}" + ("_reverse" if d else ""),
+                                   tuple(_index(ctx, s, 0, layer * dirs + d) for s in given)) for d in range(dirs)]
+            seq = _concat_features(ctx, [y for y, _ in runs])
+            finals += [last for _, last in runs]
         out = _torch_layout(ctx, seq, config["batch_first"], batched)
-        return (out,) + tuple(_stack_states(ctx, f, batched) for f in finals)
+        return (out,) + tuple(_stack_states(ctx, list(states), batched) for states in zip(*finals))
+
+
+def _concat_features(ctx: EmitContext, ys: list) -> Value:
+    """Both directions' outputs side by side on the feature axis."""
+    if len(ys) == 1:
+        return ys[0]
+    return ctx.op("concat", ys, axis=2, out_shape=ys[0].shape[:2] + (2 * ys[0].shape[2],))
 
 
 def _batch_major(ctx: EmitContext, x: Value, batch_first: bool, batched: bool) -> Value:
@@ -279,6 +283,7 @@ def _batch_major(ctx: EmitContext, x: Value, batch_first: bool, batched: bool) -
 
 
 def _torch_layout(ctx: EmitContext, y: Value, batch_first: bool, batched: bool) -> Value:
+    """[B, T, H] back to the module's output layout."""
     if not batched:
         return _squeeze(ctx, y, 0)
     if batch_first:
@@ -318,13 +323,12 @@ class CellExtractor(ModuleInfoExtractor):
 
     def convert_to_nnef(self, ctx: EmitContext, inputs: list, module: dict):
         x, hx = inputs[0], inputs[1] if len(inputs) > 1 else None
-        mode = self.mode(module["config"])
-        kind, batched = KINDS[mode], rank(x) == 2
+        mode, batched = self.mode(module["config"]), rank(x) == 2
+        kind = KINDS[mode]
         x = x if batched else _unsqueeze(ctx, x, 0)
         w = _load_weights(ctx, module["params"], "", mode)
-        hidden = module["config"]["hidden_size"]
-        states = tuple(s if batched else _unsqueeze(ctx, s, 0) for s in _as_states(hx)) or tuple(
-            ctx.call("nnef.rnn_zeros", x.shape[0], hidden, w.dtype) for _ in kind.states)
+        states = tuple(s if batched else _unsqueeze(ctx, s, 0) for s in _as_states(hx))
+        states = states or _zero_states(ctx, kind, x.shape[0], module["config"], w.dtype)
         new = kind.step(ctx, _gate_inputs(ctx, x, kind, w), states, w)
         new = tuple(s if batched else _squeeze(ctx, s, 0) for s in new)
         return new if len(new) > 1 else new[0]
