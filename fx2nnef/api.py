@@ -18,6 +18,7 @@ from .fx_tracer import structures
 from .fx_tracer.capture import Capture, capture
 from .ir import Graph, sanitize
 from .nnef_emit import emit_graph, write_asset
+from .nnef_emit.extractors import registered_module_classes
 from .targets import CheckCase, CheckReport, InferenceTarget, TractNNEF
 from .targets.base import as_numpy
 from .targets.tolerance import format_diffs
@@ -129,7 +130,8 @@ def export(model: torch.nn.Module, args=(), path=None, *, kwargs: Optional[dict]
     with _eval_mode(model):
         with _timed(timings, "trace"):
             cap = capture(model, args, kwargs or {}, target=target, input_names=input_names,
-                          output_names=output_names, leaf_modules=leaf_modules)
+                          output_names=output_names,
+                          leaf_modules=tuple(leaf_modules) + tuple(registered_module_classes()))
         return _lower_write_check(cap, Path(path), target, timings, debug_bundle)
 
 

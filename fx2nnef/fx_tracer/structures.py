@@ -38,8 +38,25 @@ def _join(prefix, key) -> str:
     return f"{prefix}_{key}" if prefix else str(key)
 
 
+def _proxy_structure(obj):
+    """A proxy standing for a tuple/list/dict (e.g. a leaf module's result): its items as proxies."""
+    from .proxy import is_proxy
+
+    if not is_proxy(obj):
+        return None
+    value = obj.value
+    if isinstance(value, (list, tuple)) and not isinstance(value, torch.Size):
+        return [obj[i] for i in range(len(value))]
+    if isinstance(value, dict):
+        return {k: obj[k] for k in value}
+    return None
+
+
 def _walk(obj, prefix: str, emit: Callable) -> None:
-    if _is_tensor_like(obj):
+    items = _proxy_structure(obj)
+    if items is not None:
+        _walk(items, prefix, emit)
+    elif _is_tensor_like(obj):
         emit((prefix, obj))
     elif isinstance(obj, dict):
         for k, v in obj.items():

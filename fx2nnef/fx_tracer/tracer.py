@@ -315,8 +315,13 @@ def trace_model(model: torch.nn.Module, args: tuple, kwargs: dict, flat_names: l
     root_cls = type("TracedModel", (_TraceRoot,), {"forward": namespace["forward"]})
     root = root_cls(model)
     root.__dict__["_fx2nnef_call"] = call
-    with tracing_patches(tracer):
-        graph = tracer.trace(root)
+    try:
+        with tracing_patches(tracer):
+            graph = tracer.trace(root)
+    except TraceError:
+        raise
+    except Exception as exc:
+        raise TraceError(_untraceable_message(exc)) from exc
     outs = holder["out_names"]
     not_traced = [n for n, node in zip(outs, _output_nodes(graph)) if not isinstance(node, fx.Node)]
     if not_traced:
@@ -324,6 +329,20 @@ def trace_model(model: torch.nn.Module, args: tuple, kwargs: dict, flat_names: l
     gm = fx.GraphModule(root, graph, class_name=type(model).__name__)
     names = list(output_names) if output_names else outs
     return TraceResult(gm, list(flat_names), names, tracer.guards, [values[n] for n in flat_names])
+
+
+def _untraceable_message(exc: Exception) -> str:
+    """Where in the user's code tracing broke, and what to do about it."""
+    import traceback
+
+    from .source import _SKIP_PREFIXES
+
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if not f.filename.startswith(_SKIP_PREFIXES) and not f.filename.startswith("<")]
+    where = f" at {frames[-1].filename}:{frames[-1].lineno}: {frames[-1].line}" if frames else ""
+    return (f"tracing failed{where}: {type(exc).__name__}: {exc}. The code there cannot run on traced "
+            "values (e.g. numpy or Python arithmetic on tensors); keep that module as a leaf with "
+            "leaf_modules=(ItsClass,) and register a ModuleInfoExtractor for it, or use fallback='piece_by_piece'.")
 
 
 def _output_nodes(graph: fx.Graph) -> list:
