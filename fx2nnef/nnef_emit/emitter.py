@@ -12,7 +12,7 @@ from pathlib import Path
 from ..errors import EmitError, UnsupportedOpError
 from ..ir import Graph, Value, sanitize
 from . import dat
-from .context import EmitContext, Statement, format_value
+from .context import EmitContext, Statement, format_value, nnef_type
 from .registry import REGISTRY, Registry
 
 FRAGMENT_DIR = Path(__file__).parent / "fragments"
@@ -67,19 +67,42 @@ def _flatten(result) -> list:
 def emit_graph(graph: Graph, target: str, *, registry: Registry = REGISTRY, bool_bits: int = 8,
                extra_fragments: dict | None = None) -> Emitted:
     """Lower ``graph`` for ``target`` ("tract" or "khronos")."""
-    missing = [Problem(n.kind, n.where, f"no lowering for target '{target}'")
-               for n in graph.nodes if registry.lookup(n.kind, target) is None]
-    if missing:
-        raise UnsupportedOpError(_problem_message(missing, target), missing)
+    _check_lowerings(graph, target, registry)
     ctx = EmitContext(target, registry, graph.symbols)
     for name in list(graph.output_names) + [v.name for v in graph.inputs]:
         ctx._taken.add(sanitize(name))
     for v in graph.inputs:
         ctx.names[id(v)] = sanitize(v.name)
         ctx.call("nnef.external", v)
+    lower_nodes(ctx, graph)
+    out_names = _bind_outputs(ctx, graph)
+    text = _render(ctx, graph, out_names, extra_fragments or {})
+    files = {"graph.nnef": text.encode()}
+    for label, (value, data) in sorted(ctx.variables.items()):
+        files[f"{label}.dat"] = dat.dat_bytes(data, bool_bits=bool_bits)
+    return Emitted(files, text, dict(sorted(ctx.used_ops.items())), graph.op_counts())
+
+
+def _check_lowerings(graph: Graph, target: str, registry: Registry) -> None:
+    missing = [Problem(n.kind, n.where, f"no lowering for target '{target}'")
+               for n in graph.nodes if registry.lookup(n.kind, target) is None]
+    if missing:
+        raise UnsupportedOpError(_problem_message(missing, target), missing)
+
+
+def lower_nodes(ctx: EmitContext, graph: Graph) -> None:
+    """Run the converter of every node of ``graph`` into ``ctx`` (graph inputs already named).
+
+    Raises UnsupportedOpError listing every node whose converter failed.
+    """
+    target, registry = ctx.target, ctx.registry
     problems = []
+    failed: set = set()  # ids of values a failed node should have produced
     for node in graph.nodes:
         ctx.node = node
+        if any(id(v) in failed for v in node.inputs()):
+            failed.update(id(o) for o in node.outputs)  # downstream of a reported failure
+            continue
         fn = registry.lookup(node.kind, target)
         try:
             bound = _bind(fn, ctx, node)
@@ -92,17 +115,50 @@ def emit_graph(graph: Graph, target: str, *, registry: Registry = REGISTRY, bool
                     ctx.names[id(ir_out)] = ctx.name_of(res)
         except EmitError as exc:
             problems.append(Problem(node.kind, node.where, str(exc)))
+            failed.update(id(o) for o in node.outputs)
         except Exception as exc:  # noqa: BLE001 - a converter bug must still name the op
             problems.append(Problem(node.kind, node.where, f"{type(exc).__name__}: {exc}"))
+            failed.update(id(o) for o in node.outputs)
     ctx.node = None
     if problems:
         raise UnsupportedOpError(_problem_message(problems, target), problems)
-    out_names = _bind_outputs(ctx, graph)
-    text = _render(ctx, graph, out_names, extra_fragments or {})
-    files = {"graph.nnef": text.encode()}
-    for label, (value, data) in sorted(ctx.variables.items()):
-        files[f"{label}.dat"] = dat.dat_bytes(data, bool_bits=bool_bits)
-    return Emitted(files, text, dict(sorted(ctx.used_ops.items())), graph.op_counts())
+
+
+@dataclasses.dataclass
+class FragmentBody:
+    """An IR graph lowered as the body of an NNEF fragment (see :func:`emit_fragment`)."""
+
+    text: str  # the whole ``fragment name(...) -> (...) { ... }`` definition
+    weights: list  # (parameter name, constant Value) in parameter order, after the graph inputs
+    used_ops: dict  # NNEF op -> count inside the body
+    fragments: set  # fragments the body calls
+
+
+def emit_fragment(graph: Graph, target: str, name: str, *, registry: Registry = REGISTRY) -> FragmentBody:
+    """Lower ``graph`` as NNEF fragment ``name``: its inputs are the first parameters, its
+    constants (weights) the following ones, its outputs the results.
+
+    Weights are parameters, not ``variable``s of the body: the Khronos parser refuses
+    ``variable`` inside fragments, and each call can pass its own weights.
+    """
+    _check_lowerings(graph, target, registry)
+    ctx = EmitContext(target, registry, graph.symbols)
+    for n in list(graph.output_names) + [v.name for v in graph.inputs]:
+        ctx._taken.add(sanitize(n))
+    for v in graph.inputs:
+        ctx.names[id(v)] = sanitize(v.name)
+    lower_nodes(ctx, graph)
+    results = _bind_outputs(ctx, graph)
+    weights = [(label, value) for label, (value, _) in ctx.variables.items()]
+    body = [_statement(ctx, st) for st in ctx.statements if st.op != "variable"]
+    params = [f"{ctx.names[id(v)]}: tensor<{nnef_type(v.dtype)}>" for v in graph.inputs]
+    params += [f"{label}: tensor<{nnef_type(v.dtype)}>" for label, v in weights]
+    out_types = [f"{n}: tensor<{nnef_type(v.dtype)}>" for n, v in zip(results, graph.outputs)]
+    text = (f"fragment {name}(\n    " + ",\n    ".join(params) + f"\n) -> ( {', '.join(out_types)} )\n{{\n"
+            + "".join(f"    {line}\n" for line in body) + "}")
+    used = dict(ctx.used_ops)
+    used.pop("variable", None)
+    return FragmentBody(text, weights, used, set(ctx.fragments))
 
 
 def _bind_outputs(ctx: EmitContext, graph: Graph) -> list:
