@@ -131,8 +131,9 @@ def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_na
         raise InvalidArgumentError("the example inputs contain no tensor")
     tensors = [t for _, t in flat]
     names = _check_names("input", input_names, len(flat)) if input_names else default_input_names(model, args, kwargs)
-    with torch.no_grad():
-        reference = model(*args, **kwargs)
+    with torch.no_grad():  # on copies: a model may update its inputs in place
+        reference = model(*structures.rebuild((args, kwargs), lambda _k, t: t.clone())[0],
+                          **structures.rebuild((args, kwargs), lambda _k, t: t.clone())[1])
     ref_flat = structures.flatten(reference, "")
     if not ref_flat:
         raise InvalidArgumentError("the model returned no tensor")

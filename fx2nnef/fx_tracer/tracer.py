@@ -120,6 +120,7 @@ class CustomTracer(fx.Tracer):
         if kind == "placeholder":
             value = self.placeholder_values[target]
         else:
+            _each_tensor((args, kwargs), self._snapshot_constant)  # before the call can mutate them
             value = self._concrete(kind, target, args, kwargs)
         proxy = super().create_proxy(kind, target, args, kwargs, name, type_expr, proxy_factory_fn)
         if not isinstance(proxy, CustomProxy):
@@ -199,7 +200,32 @@ class CustomTracer(fx.Tracer):
     def create_arg(self, a):
         if isinstance(a, SizeTuple):
             return tuple(self.create_arg(x) for x in a)
+        if isinstance(a, torch.Tensor) and not isinstance(a, fx.Proxy):
+            self._snapshot_constant(a)
         return super().create_arg(a)
+
+    def _snapshot_constant(self, t: torch.Tensor) -> None:
+        """Store a copy of a tensor created outside the trace (e.g. ``torch.zeros(2, 3)`` with
+        constant sizes), so that a later in-place update of ``t`` does not change the constant."""
+        if isinstance(t, torch.nn.Parameter) or self.tensor_attrs.get(t) is not None:
+            return
+        for name, buf in self.root.named_buffers():
+            if buf is t:
+                return
+        qualname = self.get_fresh_qualname("_tensor_constant")
+        self.tensor_attrs[t] = qualname
+        setattr(self.root, qualname, t.detach().clone())
+
+
+def _each_tensor(obj, fn) -> None:
+    if isinstance(obj, torch.Tensor) and not isinstance(obj, fx.Proxy):
+        fn(obj)
+    elif isinstance(obj, (list, tuple)):
+        for x in obj:
+            _each_tensor(x, fn)
+    elif isinstance(obj, dict):
+        for x in obj.values():
+            _each_tensor(x, fn)
 
 
 def _fetch_attr(root, target: str):

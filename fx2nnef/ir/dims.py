@@ -79,8 +79,8 @@ class SymDim:
 
     def __str__(self):
         def key(item):
-            mono, _ = item
-            return (len(mono) == 0, -len(mono), mono)
+            mono, coef = item
+            return (coef < 0, len(mono) == 0, -len(mono), mono)  # positive terms first: tract cannot parse a leading '-'
 
         parts = []
         for mono, coef in sorted(self.terms.items(), key=key):
@@ -90,6 +90,8 @@ class SymDim:
             name = "*".join(mono)
             parts.append(name if coef == 1 else "-" + name if coef == -1 else f"{coef}*{name}")
         text = " + ".join(parts) or "0"
+        if text.startswith("-"):
+            text = "0 " + text
         return text.replace("+ -", "- ")
 
 

@@ -35,7 +35,8 @@ _NOT_MUTATING = {"requires_grad_", "share_memory_", "retain_grad_", "record_stre
 
 def _mutation(node: fx.Node):
     """(functional target, op kind) for a mutating node, else None."""
-    if node.op == "call_function" and node.target is operator.setitem:
+    if (node.op == "call_function" and node.target is operator.setitem) or (
+            node.op == "call_method" and node.target == "__setitem__"):
         return "call_function", setitem_functional
     if node.op == "call_function" and node.kwargs.get("inplace") is True:
         node.kwargs = {**node.kwargs, "inplace": False}  # F.relu(x, inplace=True) and friends
@@ -94,10 +95,14 @@ def _axis(dim: int, base: fx.Node) -> int:
 def _replace_later_uses(graph: fx.Graph, old: fx.Node, new: fx.Node, after: fx.Node) -> None:
     order = {n: i for i, n in enumerate(graph.nodes)}
     limit = order[after]
-    for user in list(old.users):
-        if user is new or order[user] <= limit:
-            continue
-        user.replace_input_with(old, new)
+    # a constant tensor gets a fresh get_attr node at each use: all stand for the same tensor
+    aliases = [old] + ([n for n in graph.nodes if n.op == "get_attr" and n.target == old.target]
+                       if old.op == "get_attr" else [])
+    for alias in aliases:
+        for user in list(alias.users):
+            if user is new or order[user] <= limit:
+                continue
+            user.replace_input_with(alias, new)
 
 
 def remove_inplace(gm: fx.GraphModule) -> bool:

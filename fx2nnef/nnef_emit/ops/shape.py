@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from ...errors import EmitError
-from ...ir import DType, SymDim, Value
+from ...ir import Dim, DType, SymDim, Value, simplify
 from ..context import EmitContext
 from ..helpers import axes, axis, cast, dims_list, rank, result_dtype, unsqueeze_to
 from ..registry import register
@@ -21,7 +21,7 @@ from ..registry import register
 # building blocks, also used by the indexing family
 
 
-def prod(dims) -> object:
+def prod(dims) -> Dim:
     """Product of dims (int or SymDim)."""
     out = 1
     for d in dims:
@@ -36,7 +36,7 @@ def _divide(total, known):
     if isinstance(known, int):
         terms = total.terms
         if known and all(c % known == 0 for c in terms.values()):
-            return SymDim({m: c // known for m, c in terms.items()})
+            return simplify(SymDim({m: c // known for m, c in terms.items()}))
         return None
     if len(known.terms) == 1 and not isinstance(total, int):
         (mono, coef), = known.terms.items()
@@ -50,12 +50,8 @@ def _divide(total, known):
             if c % coef:
                 return None
             out[tuple(rest)] = c // coef
-        return _simple(SymDim(out))
+        return simplify(SymDim(out))
     return None
-
-
-def _simple(d):
-    return d.terms.get((), 0) if isinstance(d, SymDim) and not d.symbols else d
 
 
 def resolve_sizes(in_shape, sizes: list) -> tuple:
@@ -79,6 +75,7 @@ def size_args(sizes: tuple) -> list:
 
 
 def reshape_to(ctx: EmitContext, x: Value, sizes: list) -> Value:
+    """``x`` reshaped to ``sizes`` (ints, SymDims, at most one -1); no op when unchanged."""
     sizes = dims_list(sizes)
     if x.shape is not None and list(x.shape) == sizes:
         return x
@@ -87,6 +84,7 @@ def reshape_to(ctx: EmitContext, x: Value, sizes: list) -> Value:
 
 
 def permute_axes(ctx: EmitContext, x: Value, perm: list) -> Value:
+    """``x`` with its axes in the order ``perm``; no op for the identity."""
     r = rank(x)
     perm = [axis(p, r) for p in perm]
     if sorted(perm) != list(range(r)):
@@ -118,19 +116,21 @@ def slice_axes(ctx: EmitContext, x: Value, ranges: list) -> Value:
 
 
 def slice_length(begin, end, step: int = 1):
+    """Length of ``begin:end:step`` (None when a strided length depends on a symbol)."""
     if step == 1:
-        return _simple(end - begin)
+        return simplify(end - begin)
     if isinstance(begin, int) and isinstance(end, int):
         return max(0, -(-(end - begin) // step))
     return None
 
 
 def concat(ctx: EmitContext, parts: list, ax: int) -> Value:
+    """Concatenation along ``ax`` of the parts that are not None."""
     parts = [p for p in parts if p is not None]
     if len(parts) == 1:
         return parts[0]
     shape = list(parts[0].shape)
-    shape[ax] = _simple(sum((p.shape[ax] for p in parts), 0))
+    shape[ax] = simplify(sum((p.shape[ax] for p in parts), 0))
     return ctx.op("concat", parts, axis=ax, out_shape=tuple(shape), out_dtype=parts[0].dtype)
 
 
@@ -193,7 +193,7 @@ def flatten(ctx: EmitContext, input: Value, start_dim: int = 0, end_dim: int = -
     start, end = axis(start_dim, r), axis(end_dim, r)
     if start >= end:
         return input
-    shape = input.shape[:start] + (_simple(prod(input.shape[start:end + 1])),) + input.shape[end + 1:]
+    shape = input.shape[:start] + (simplify(prod(input.shape[start:end + 1])),) + input.shape[end + 1:]
     return ctx.op("reshape", input, shape=[-1], axis_start=start, axis_count=end - start + 1,
                   out_shape=shape, out_dtype=input.dtype)
 
@@ -311,7 +311,7 @@ def _tile(ctx: EmitContext, x: Value, repeats: list) -> Value:
     x = unsqueeze_to(ctx, x, len(repeats))
     if all(isinstance(r, int) and r == 1 for r in repeats):
         return x
-    shape = tuple(_simple(d * r) for d, r in zip(x.shape, repeats))
+    shape = tuple(simplify(d * r) for d, r in zip(x.shape, repeats))
     return ctx.op("tile", x, repeats=repeats, out_shape=shape, out_dtype=x.dtype)
 
 
@@ -362,7 +362,7 @@ def _split(ctx: EmitContext, x: Value, ax: int, sizes: list) -> tuple:
     """Consecutive slices of ``sizes`` along ``ax``."""
     out, begin = [], 0
     for size in sizes:
-        end = _simple(begin + size)
+        end = simplify(begin + size)
         out.append(slice_axis(ctx, x, ax, begin, end))
         begin = end
     return tuple(out)
@@ -371,8 +371,8 @@ def _split(ctx: EmitContext, x: Value, ax: int, sizes: list) -> tuple:
 def _static_dim(x: Value, ax: int, what: str) -> int:
     n = x.shape[ax]
     if not isinstance(n, int):
-        raise EmitError(f"{what} along axis {ax} of dynamic size {n}: the number of pieces would depend on the input; "
-                        "give explicit sizes or make this axis static")
+        raise EmitError(f"{what} along axis {ax} needs a static size, but that axis has the dynamic size {n}; "
+                        "make this axis static (or, for split, give the sizes explicitly)")
     return n
 
 
@@ -498,7 +498,7 @@ def _roll_axis(ctx: EmitContext, x: Value, ax: int, shift: int) -> Value:
         shift %= max(n, 1)
     if shift == 0:
         return x
-    cut = _simple(n - shift) if shift > 0 else -shift  # dynamic sizes: assumes |shift| < n
+    cut = simplify(n - shift) if shift > 0 else -shift  # dynamic sizes: assumes |shift| < n
     return concat(ctx, [slice_axis(ctx, x, ax, cut, n), slice_axis(ctx, x, ax, 0, cut)], ax)
 
 

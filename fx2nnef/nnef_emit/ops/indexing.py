@@ -1,0 +1,465 @@
+"""Indexing: ``x[...]``, item assignment, gathers, masks, triangles, embeddings.
+
+Item assignment reaches the emitter as ``setitem_functional(x, index, value)`` (the tracer's
+in-place pass rewrites ``x[index] = value`` and ``view.copy_(v)`` to it). Slices are written
+back by slicing ``x`` around the region and concatenating, which keeps symbolic bounds; a
+boolean mask becomes ``select``; a tensor index along one axis becomes a scatter.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ...errors import EmitError
+from ...ir import DType, SymDim, Value
+from ..context import EmitContext
+from ..helpers import axis, broadcast_operands, cast, rank, result_dtype, unsqueeze_to
+from ..registry import register
+from .shape import concat, expand_to, full_like_value, reshape_to, slice_axes, slice_axis, slice_length
+
+# keys of the tracer's functional stand-ins for mutations (fx2nnef.fx_tracer; not imported here)
+SETITEM = "fx2nnef.fx_tracer.tracer.setitem_functional"
+COPY = "fx2nnef.fx_tracer.passes.inplace.copy_functional"
+FILL = "fx2nnef.fx_tracer.passes.inplace.fill_functional"
+ZERO = "fx2nnef.fx_tracer.passes.inplace.zero_functional"
+
+# ---------------------------------------------------------------------------------------
+# index normalization
+
+
+def _is_mask(item) -> bool:
+    return isinstance(item, Value) and item.dtype is DType.BOOL
+
+
+def _consumed(item) -> int:
+    """How many input axes an index item consumes."""
+    if item is None or isinstance(item, bool) or item is Ellipsis:
+        return 0
+    return rank(item) if _is_mask(item) else 1
+
+
+def _items(index, r: int) -> list:
+    """The index as one item per input axis (Ellipsis expanded), plus None/True items for new axes."""
+    items = list(index) if isinstance(index, tuple) else [index]
+    missing = r - sum(_consumed(i) for i in items)
+    if missing < 0:
+        raise EmitError(f"too many indices for a tensor of rank {r}")
+    at = next((k for k, i in enumerate(items) if i is Ellipsis), len(items))
+    return items[:at] + [slice(None)] * missing + items[at + 1:]
+
+
+def _position(i, n):
+    """A non-negative index into an axis of size ``n``."""
+    if isinstance(i, int) and i < 0:
+        if isinstance(n, int) and i < -n:
+            raise EmitError(f"index {i} is out of range for size {n}")
+        return n + i
+    return i
+
+
+def _bounds(item: slice, n) -> tuple:
+    """(begin, end, step) with non-negative bounds, clamped to ``n`` where both are known."""
+    step = 1 if item.step is None else item.step
+    if not isinstance(step, int) or step <= 0:
+        raise EmitError(f"slice step {step!r} must be a positive integer")
+    begin = 0 if item.start is None else _position(item.start, n)
+    end = n if item.stop is None else _position(item.stop, n)
+    if isinstance(n, int):
+        begin = min(max(begin, 0), n) if isinstance(begin, int) else begin
+        end = min(max(end, 0), n) if isinstance(end, int) else end
+    if isinstance(begin, int) and isinstance(end, int):
+        end = max(begin, end)
+    return begin, end, step
+
+
+def _index_tensor(ctx: EmitContext, item, n) -> Value:
+    """An integer index (tensor or list of ints) as an i64 tensor, negatives resolved when constant."""
+    if isinstance(item, Value):
+        if item.is_constant and isinstance(n, int):
+            return ctx.const(np.where(item.data < 0, item.data + n, item.data).astype(np.int64), DType.I64)
+        return item
+    data = np.asarray(item)
+    if data.dtype.kind not in "iu":
+        raise EmitError(f"index {item!r} must hold integers")
+    return ctx.const(np.where(data < 0, data + n, data).astype(np.int64) if isinstance(n, int) else data.astype(np.int64), DType.I64)
+
+
+def _sliced(ctx: EmitContext, x: Value, items: list):
+    """Apply the slice and int items of ``items`` (ints kept as unit axes); returns (x, int axes, tensor items)."""
+    ranges, ints, tensors, ax = [], [], [], 0
+    for item in items:
+        if item is None or isinstance(item, bool):
+            continue
+        n = x.shape[ax]
+        if isinstance(item, slice):
+            b, e, s = _bounds(item, n)
+            if not (b == 0 and e == n and s == 1):
+                ranges.append((ax, b, e, s))
+        elif isinstance(item, (int, SymDim)):
+            i = _position(item, n)
+            ranges.append((ax, i, i + 1, 1))
+            ints.append(ax)
+        elif isinstance(item, (Value, list)):
+            tensors.append((ax, item))
+        else:
+            raise EmitError(f"index item {item!r} is not supported")
+        ax += 1
+    return slice_axes(ctx, x, ranges), ints, tensors
+
+
+# ---------------------------------------------------------------------------------------
+# reading
+
+
+@register("operator.getitem")
+def getitem(ctx: EmitContext, input: Value, index):
+    """getitem(Tensor self, Index index) -> Tensor"""
+    items = _items(index, rank(input))
+    if any(i is False for i in items):
+        raise EmitError("x[False] selects nothing: empty tensors cannot be exported")
+    if any(_is_mask(i) for i in items):
+        raise EmitError("a boolean mask index gives a data-dependent shape; use torch.where or masked_fill instead")
+    x, ints, tensors = _sliced(ctx, input, items)
+    if len(tensors) > 1:
+        raise EmitError("more than one tensor index in x[...] is not supported; index one axis at a time")
+    if tensors:
+        (ax, item), = tensors
+        idx = _index_tensor(ctx, item, x.shape[ax])
+        x = gather(ctx, x, idx, ax)
+        ints = [a + rank(idx) - 1 if a > ax else a for a in ints]
+    if ints:
+        shape = tuple(d for a, d in enumerate(x.shape) if a not in ints)
+        x = ctx.op("squeeze", x, axes=ints, out_shape=shape, out_dtype=x.dtype)
+    return _new_axes(ctx, x, items)
+
+
+def gather(ctx: EmitContext, x: Value, idx: Value, ax: int) -> Value:
+    """``x`` indexed along ``ax`` by every entry of ``idx`` (the index's axes replace ``ax``)."""
+    shape = x.shape[:ax] + tuple(idx.shape) + x.shape[ax + 1:]
+    return ctx.call("nnef.gather", x, idx, ax, shape)
+
+
+def _new_axes(ctx: EmitContext, x: Value, items: list) -> Value:
+    """Unsqueeze the output axes that ``None``/``True`` items create."""
+    new, pos = [], 0
+    for item in items:
+        if item is None or item is True:
+            new.append(pos)
+            pos += 1
+        elif isinstance(item, slice):
+            pos += 1
+        elif isinstance(item, (Value, list)):
+            pos += rank(item) if isinstance(item, Value) else np.ndim(item)
+    if not new:
+        return x
+    shape = list(x.shape)
+    for p in new:
+        shape.insert(p, 1)
+    return ctx.op("unsqueeze", x, axes=new, out_shape=tuple(shape), out_dtype=x.dtype)
+
+
+# ---------------------------------------------------------------------------------------
+# writing
+
+
+def _value_operand(ctx: EmitContext, value, dtype: DType) -> Value:
+    """A fill value as a ``dtype`` tensor operand of ``select``.
+
+    A number becomes a one-element .dat: tract's select does not adapt float literals to f16,
+    and literals cannot hold infinities.
+    """
+    if isinstance(value, Value):
+        return cast(ctx, value, dtype)
+    return ctx.const(np.array(value, dtype=dtype.numpy_name), dtype)
+
+
+@register(SETITEM)
+def setitem(ctx: EmitContext, x: Value, index, value):
+    """setitem_functional(Tensor x, Index index, Tensor|Scalar value) -> Tensor"""
+    items = _items(index, rank(x))
+    if any(i is None or isinstance(i, bool) for i in items):
+        raise EmitError("x[None] = ... / x[True] = ... is not supported; index without new axes")
+    masks = [k for k, i in enumerate(items) if _is_mask(i)]
+    if masks:
+        return _set_mask(ctx, x, items, masks[0], value)
+    tensors = [k for k, i in enumerate(items) if isinstance(i, (Value, list))]
+    if tensors:
+        return _set_tensor_index(ctx, x, items, tensors, value)
+    return _set_region(ctx, x, items, value)
+
+
+def _set_region(ctx: EmitContext, x: Value, items: list, value) -> Value:
+    """``x[slices and ints] = value`` as slices of ``x`` around the region, concatenated."""
+    ranges, region = [], list(x.shape)
+    for ax, item in enumerate(items):
+        n = x.shape[ax]
+        b, e, s = _bounds(item, n) if isinstance(item, slice) else (_position(item, n), _position(item, n) + 1, 1)
+        if s != 1:
+            raise EmitError("item assignment with a slice step other than 1 is not supported")
+        if not (b == 0 and e == n):
+            ranges.append((ax, b, e))
+        region[ax] = slice_length(b, e)
+    v = _region_value(ctx, x, items, value, region)
+    return _write(ctx, x, ranges, v)
+
+
+def _region_value(ctx: EmitContext, x: Value, items: list, value, region: list) -> Value:
+    """``value`` broadcast to the region, with the axes that int items remove put back."""
+    if not isinstance(value, Value):
+        return full_like_value(ctx, value, x.dtype, region)
+    kept = [ax for ax, item in enumerate(items) if isinstance(item, slice)]
+    v = unsqueeze_to(ctx, cast(ctx, value, x.dtype), len(kept))
+    if rank(v) > len(kept):  # torch drops leading unit axes of the value
+        extra = list(range(rank(v) - len(kept)))
+        v = ctx.op("squeeze", v, axes=extra, out_shape=v.shape[len(extra):], out_dtype=v.dtype)
+    if len(kept) < len(items):
+        ints = [ax for ax in range(len(items)) if ax not in kept]
+        shape = [1] * len(items)
+        for ax, d in zip(kept, v.shape):
+            shape[ax] = d
+        v = ctx.op("unsqueeze", v, axes=ints, out_shape=tuple(shape), out_dtype=v.dtype)
+    return expand_to(ctx, v, region)
+
+
+def _write(ctx: EmitContext, x: Value, ranges: list, v: Value) -> Value:
+    """``x`` with ``v`` written over the box ``ranges`` [(axis, begin, end)], one axis at a time."""
+    if not ranges:
+        return v
+    (ax, b, e), rest = ranges[0], ranges[1:]
+    n = x.shape[ax]
+    inner = _write(ctx, slice_axis(ctx, x, ax, b, e), rest, v)
+    before = slice_axis(ctx, x, ax, 0, b) if not b == 0 else None
+    after = slice_axis(ctx, x, ax, e, n) if not e == n else None
+    return concat(ctx, [before, inner, after], ax)
+
+
+def _set_mask(ctx: EmitContext, x: Value, items: list, at: int, value) -> Value:
+    """``x[..., mask] = value`` for a value that is one number: ``select``."""
+    if any(not (isinstance(i, slice) and i == slice(None)) for k, i in enumerate(items) if k != at):
+        raise EmitError("a boolean mask index combined with other indices is not supported in item assignment")
+    if isinstance(value, Value) and not (value.shape is not None and all(isinstance(d, int) and d == 1 for d in value.shape)):
+        raise EmitError("x[mask] = tensor needs a value with one element: the masked count depends on the data")
+    mask = items[at]
+    if at:
+        mask = ctx.op("unsqueeze", mask, axes=list(range(at)), out_shape=(1,) * at + tuple(mask.shape))
+    v = _value_operand(ctx, value, x.dtype)
+    if isinstance(v, Value) and rank(v):
+        v = ctx.op("squeeze", v, axes=list(range(rank(v))), out_shape=(), out_dtype=v.dtype)
+    return ctx.op("select", mask, v, x, out_dtype=x.dtype, out_shape=x.shape)
+
+
+def _set_tensor_index(ctx: EmitContext, x: Value, items: list, tensors: list, value) -> Value:
+    """``x[:, ..., idx, :] = value`` with a 1-D integer index along one axis: a scatter."""
+    ax = tensors[0]
+    if len(tensors) > 1 or any(not (isinstance(i, slice) and i == slice(None)) for k, i in enumerate(items) if k != ax):
+        raise EmitError("item assignment with a tensor index is supported along one axis, other axes taken whole")
+    idx = _index_tensor(ctx, items[ax], x.shape[ax])
+    if rank(idx) != 1:
+        raise EmitError("item assignment with a tensor index needs a 1-D index")
+    region = x.shape[:ax] + tuple(idx.shape) + x.shape[ax + 1:]
+    v = full_like_value(ctx, value, x.dtype, region)
+    return ctx.call("nnef.scatter_axis", x, idx, v, ax)
+
+
+@register("nnef.scatter_axis", target="tract")
+def scatter_axis_tract(ctx: EmitContext, x: Value, idx: Value, v: Value, ax: int):
+    """``x`` with ``x[(:,)*ax, idx[j]] = v[(:,)*ax, j]``."""
+    lead = [a for a in range(rank(x)) if a != ax]
+    shape = [1] * rank(x)
+    shape[ax] = idx.shape[0]
+    idx = ctx.op("unsqueeze", idx, axes=lead, out_shape=tuple(shape), out_dtype=idx.dtype) if lead else idx
+    return ctx.op("tract_core_scatter_elements", x, expand_to(ctx, idx, v.shape), v, axis=ax,
+                  out_shape=x.shape, out_dtype=x.dtype)
+
+
+@register("nnef.scatter_axis", target="khronos")
+def scatter_axis_khronos(ctx: EmitContext, x: Value, idx: Value, v: Value, ax: int):
+    """The scatter of a constant index as slices of ``x`` and ``v``, concatenated."""
+    n = x.shape[ax]
+    if not (idx.is_constant and isinstance(n, int)):
+        raise EmitError("Khronos NNEF has no scatter: item assignment with a tensor index needs a constant index and a static axis")
+    source = {int(i): j for j, i in enumerate(idx.data)}  # the last write wins, as in torch
+    parts, p = [], 0
+    while p < n:
+        if p in source:
+            parts.append(slice_axis(ctx, v, ax, source[p], source[p] + 1))
+            p += 1
+            continue
+        q = next((i for i in range(p, n) if i in source), n)
+        parts.append(slice_axis(ctx, x, ax, p, q))
+        p = q
+    return concat(ctx, parts, ax)
+
+
+@register(COPY)
+def copy_(ctx: EmitContext, dst: Value, src):
+    """copy_functional(Tensor dst, Tensor src) -> Tensor"""
+    return full_like_value(ctx, src, dst.dtype, dst.shape)
+
+
+@register(FILL)
+def fill_(ctx: EmitContext, dst: Value, value):
+    """fill_functional(Tensor dst, Scalar|Tensor value) -> Tensor"""
+    return full_like_value(ctx, value, dst.dtype, dst.shape)
+
+
+@register(ZERO)
+def zero_(ctx: EmitContext, dst: Value):
+    """zero_functional(Tensor dst) -> Tensor"""
+    return full_like_value(ctx, 0, dst.dtype, dst.shape)
+
+
+# ---------------------------------------------------------------------------------------
+# selections
+
+
+@register(torch.narrow, "Tensor.narrow")
+def narrow(ctx: EmitContext, input: Value, dim: int, start, length):
+    """narrow(Tensor(a) self, int dim, SymInt start, SymInt length) -> Tensor(a)"""
+    ax = axis(dim, rank(input))
+    if isinstance(start, Value) or isinstance(length, Value):
+        raise EmitError("narrow with a tensor start or length is not supported")
+    begin = _position(start, input.shape[ax])
+    return slice_axis(ctx, input, ax, begin, begin + length)
+
+
+@register(torch.select, "Tensor.select")
+def select(ctx: EmitContext, input: Value, dim: int, index):
+    """select.int(Tensor(a) self, int dim, SymInt index) -> Tensor(a)"""
+    ax = axis(dim, rank(input))
+    return getitem(ctx, input, tuple([slice(None)] * ax + [index]))
+
+
+@register(torch.index_select, "Tensor.index_select")
+def index_select(ctx: EmitContext, input: Value, dim: int, index: Value):
+    """index_select(Tensor self, int dim, Tensor index) -> Tensor"""
+    ax = axis(dim, rank(input))
+    if rank(index) == 0:
+        index = ctx.op("unsqueeze", index, axes=[0], out_shape=(1,))
+    return gather(ctx, input, _index_tensor(ctx, index, input.shape[ax]), ax)
+
+
+@register(torch.gather, "Tensor.gather", target="tract")
+def gather_elements(ctx: EmitContext, input: Value, dim: int, index: Value, *, sparse_grad: bool = False):
+    """gather(Tensor self, int dim, Tensor index, *, bool sparse_grad=False) -> Tensor"""
+    ax = axis(dim, rank(input))
+    return ctx.op("tract_core_gather_elements", input, index, axis=ax, out_shape=index.shape, out_dtype=input.dtype)
+
+
+@register(torch.take_along_dim, "Tensor.take_along_dim", target="tract")
+def take_along_dim(ctx: EmitContext, input: Value, indices: Value, dim=None):
+    """take_along_dim(Tensor self, Tensor indices, int? dim=None) -> Tensor"""
+    if dim is None:
+        flat = [reshape_to(ctx, t, [-1]) for t in (input, indices)]
+        return ctx.op("tract_core_gather_elements", *flat, axis=0, out_shape=flat[1].shape, out_dtype=input.dtype)
+    r = max(rank(input), rank(indices))
+    ax = axis(dim, r)
+    x, idx = unsqueeze_to(ctx, input, r), unsqueeze_to(ctx, indices, r)
+    both = [a if b == 1 else b for a, b in zip(x.shape, idx.shape)]
+    x = expand_to(ctx, x, [x.shape[a] if a == ax else d for a, d in enumerate(both)])
+    idx = expand_to(ctx, idx, [idx.shape[a] if a == ax else d for a, d in enumerate(both)])
+    return ctx.op("tract_core_gather_elements", x, idx, axis=ax, out_shape=idx.shape, out_dtype=input.dtype)
+
+
+@register(F.embedding)
+def embedding(ctx: EmitContext, input: Value, weight: Value, padding_idx=None, max_norm=None, norm_type: float = 2.0,
+              scale_grad_by_freq: bool = False, sparse: bool = False):
+    """embedding(Tensor input, Tensor weight, int? padding_idx=None, float? max_norm=None, ...) -> Tensor"""
+    if max_norm is not None:
+        raise EmitError("embedding with max_norm renormalizes the weights while running; export without max_norm")
+    return gather(ctx, weight, input, 0)
+
+
+# ---------------------------------------------------------------------------------------
+# masks and conditions
+
+
+def _select(ctx: EmitContext, condition: Value, a, b) -> Value:
+    dtype = result_dtype(a, b)
+    a, b = _value_operand(ctx, a, dtype), _value_operand(ctx, b, dtype)
+    tensors = [t for t in (condition, a, b) if isinstance(t, Value)]
+    r = max(rank(t) for t in tensors)
+    condition, a, b = [unsqueeze_to(ctx, t, r) if isinstance(t, Value) else t for t in (condition, a, b)]
+    shape = tuple(_broadcast_dim([t.shape[i] for t in (condition, a, b) if isinstance(t, Value)]) for i in range(r))
+    return ctx.op("select", condition, a, b, out_dtype=dtype, out_shape=shape)
+
+
+def _broadcast_dim(dims: list):
+    big = [d for d in dims if not (isinstance(d, int) and d == 1)]
+    return big[0] if big else 1
+
+
+@register(torch.where)
+def where(ctx: EmitContext, condition: Value, input=None, other=None):
+    """where.self(Tensor condition, Tensor self, Tensor other) -> Tensor"""
+    if input is None or other is None:
+        raise EmitError("torch.where(condition) returns data-dependent indices; use the 3-argument form")
+    return _select(ctx, cast(ctx, condition, DType.BOOL), input, other)
+
+
+@register("Tensor.where")
+def where_method(ctx: EmitContext, input: Value, condition: Value, other):
+    """where.self(Tensor self, Tensor condition, Tensor other) -> Tensor"""
+    return where(ctx, condition, input, other)
+
+
+@register(torch.masked_fill, "Tensor.masked_fill")
+def masked_fill(ctx: EmitContext, input: Value, mask: Value, value):
+    """masked_fill.Scalar(Tensor self, Tensor mask, Scalar value) -> Tensor"""
+    mask, x = broadcast_operands(ctx, mask, input)
+    v = _value_operand(ctx, value, input.dtype)
+    return ctx.op("select", mask, v, x, out_dtype=input.dtype, out_shape=_broadcast_shape(mask, x))
+
+
+def _broadcast_shape(a: Value, b: Value):
+    if a.shape is None or b.shape is None:
+        return None
+    return tuple(_broadcast_dim([p, q]) for p, q in zip(a.shape, b.shape))
+
+
+def _triangle(ctx: EmitContext, x: Value, diagonal: int, upper: bool) -> Value:
+    """Keep the upper/lower triangle of the last two axes: a constant mask (static sizes)."""
+    rows, cols = x.shape[-2:]
+    if not (isinstance(rows, int) and isinstance(cols, int)):
+        raise EmitError("triu/tril over dynamic sizes needs tract (tract_core_trilu)")
+    keep = np.triu(np.ones((rows, cols), bool), diagonal) if upper else np.tril(np.ones((rows, cols), bool), diagonal)
+    mask = unsqueeze_to(ctx, ctx.const(keep, DType.BOOL), rank(x))
+    return ctx.op("select", mask, x, _value_operand(ctx, 0, x.dtype), out_dtype=x.dtype, out_shape=x.shape)
+
+
+@register(torch.triu, "Tensor.triu")
+def triu(ctx: EmitContext, input: Value, diagonal: int = 0):
+    """triu(Tensor self, int diagonal=0) -> Tensor"""
+    return _triangle(ctx, input, diagonal, True)
+
+
+@register(torch.tril, "Tensor.tril")
+def tril(ctx: EmitContext, input: Value, diagonal: int = 0):
+    """tril(Tensor self, int diagonal=0) -> Tensor"""
+    return _triangle(ctx, input, diagonal, False)
+
+
+@register(torch.triu, "Tensor.triu", target="tract")
+def triu_tract(ctx: EmitContext, input: Value, diagonal: int = 0):
+    """triu(Tensor self, int diagonal=0) -> Tensor"""
+    return ctx.op("tract_core_trilu", input, k=diagonal, upper=True, out_shape=input.shape, out_dtype=input.dtype)
+
+
+@register(torch.tril, "Tensor.tril", target="tract")
+def tril_tract(ctx: EmitContext, input: Value, diagonal: int = 0):
+    """tril(Tensor self, int diagonal=0) -> Tensor"""
+    return ctx.op("tract_core_trilu", input, k=diagonal, upper=False, out_shape=input.shape, out_dtype=input.dtype)
+
+
+@register(F.one_hot)
+def one_hot(ctx: EmitContext, tensor: Value, num_classes: int = -1):
+    """one_hot(Tensor self, int num_classes=-1) -> Tensor"""
+    if num_classes < 0:
+        raise EmitError("one_hot without num_classes takes its size from the data; pass num_classes")
+    r = rank(tensor)
+    x = ctx.op("unsqueeze", tensor, axes=[r], out_shape=tuple(tensor.shape) + (1,))
+    classes = ctx.const(np.arange(num_classes).reshape([1] * r + [num_classes]), tensor.dtype)
+    hit = ctx.op("eq", x, classes, out_dtype=DType.BOOL, out_shape=tuple(tensor.shape) + (num_classes,))
+    one, zero = _value_operand(ctx, 1, DType.I64), _value_operand(ctx, 0, DType.I64)
+    return ctx.op("select", hit, one, zero, out_dtype=DType.I64, out_shape=hit.shape)
