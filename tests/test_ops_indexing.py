@@ -212,9 +212,8 @@ def test_mutation_keys_match_the_tracer():
 
 @pytest.mark.parametrize("fn, inputs, message", [
     (lambda x: x[x > 0], [F32], "data-dependent shape"),
-    (lambda x: x[torch.tensor([0, 1]), torch.tensor([1, 2])], [F32], "more than one tensor index"),
     (lambda i: F.one_hot(i), [randint(0, 5, 4)], "num_classes"),
-], ids=["mask_read", "two_tensor_indices", "one_hot_no_classes"])
+], ids=["mask_read", "one_hot_no_classes"])
 def test_refused(fn, inputs, message, tmp_path):
     with pytest.raises(fx2nnef.UnsupportedOpError, match=message):
         check_op(fn, inputs, tmp_path)
@@ -233,3 +232,17 @@ def test_mask_assign_of_many_values_is_refused(tmp_path):
 def test_khronos_scatter_needs_constant_index(tmp_path):
     with pytest.raises(fx2nnef.UnsupportedOpError, match="constant index"):
         check_op(set_at_input_index, [F32, torch.tensor([3, 1]), randn(2, 3, 2)], tmp_path, target="khronos")
+
+
+def test_two_tensor_indices(tmp_path):
+    from harness import check_op
+
+    x = randn(3, 5, 4)
+    rows = torch.tensor([[0], [2]])
+    cols = torch.tensor([[1, 4, 3]])
+    check_op(lambda x: x[rows, cols], [x], tmp_path)                       # [2, 3, 4]
+    (tmp_path / "b").mkdir()
+    check_op(lambda x: x[:, torch.tensor([0, 4]), torch.tensor([1, 2])], [x], tmp_path / "b")  # adjacent, not first
+    (tmp_path / "c").mkdir()
+    with pytest.raises(fx2nnef.UnsupportedOpError, match="gather_nd"):
+        check_op(lambda x: x[rows, cols], [x], tmp_path / "c", target="khronos")

@@ -16,7 +16,7 @@ from ...ir import DType, SymDim, Value
 from ..context import EmitContext
 from ..helpers import axis, broadcast_operands, cast, rank, result_dtype, unsqueeze_to
 from ..registry import register
-from .shape import concat, expand_to, full_like_value, reshape_to, slice_axes, slice_axis, slice_length
+from .shape import concat, expand_to, full_like_value, permute_axes, reshape_to, slice_axes, slice_axis, slice_length
 
 # keys of the tracer's functional stand-ins for mutations (fx2nnef.fx_tracer; not imported here)
 SETITEM = "fx2nnef.fx_tracer.tracer.setitem_functional"
@@ -122,7 +122,9 @@ def getitem(ctx: EmitContext, input: Value, index):
         raise EmitError("a boolean mask index gives a data-dependent shape; use torch.where or masked_fill instead")
     x, ints, tensors = _sliced(ctx, input, items)
     if len(tensors) > 1:
-        raise EmitError("more than one tensor index in x[...] is not supported; index one axis at a time")
+        if ints:
+            raise EmitError("int and several tensor indices together in x[...] are not supported")
+        return _new_axes(ctx, _gather_nd(ctx, x, tensors), items)
     if tensors:
         (ax, item), = tensors
         idx = _index_tensor(ctx, item, x.shape[ax])
@@ -132,6 +134,34 @@ def getitem(ctx: EmitContext, input: Value, index):
         shape = tuple(d for a, d in enumerate(x.shape) if a not in ints)
         x = ctx.op("squeeze", x, axes=ints, out_shape=shape, out_dtype=x.dtype)
     return _new_axes(ctx, x, items)
+
+
+def _gather_nd(ctx: EmitContext, x: Value, tensors: list) -> Value:
+    """``x[..., i0, i1, ...]`` with several tensor indices: their broadcast shape replaces the
+    indexed axes (in place when they are adjacent, in front otherwise, as torch does)."""
+    axes_ = [ax for ax, _ in tensors]
+    idx = [_index_tensor(ctx, item, x.shape[ax]) for ax, item in tensors]
+    r = max(rank(i) for i in idx)
+    idx = [unsqueeze_to(ctx, cast(ctx, i, DType.I64), r) for i in idx]
+    bshape = tuple(_broadcast_dim([i.shape[d] for i in idx]) for d in range(r))
+    idx = [expand_to(ctx, i, bshape) for i in idx]
+    idx = [ctx.op("unsqueeze", i, axes=[r], out_shape=bshape + (1,), out_dtype=DType.I64) for i in idx]
+    stacked = ctx.op("concat", idx, axis=r, out_shape=bshape + (len(idx),), out_dtype=DType.I64)
+    others = [a for a in range(rank(x)) if a not in axes_]
+    front = permute_axes(ctx, x, axes_ + others)
+    rest = tuple(x.shape[a] for a in others)
+    out = ctx.call("nnef.gather_nd", front, stacked, bshape + rest)
+    first = axes_[0]
+    if axes_ != list(range(first, first + len(axes_))) or first == 0:
+        return out
+    nb = len(bshape)
+    perm = list(range(nb, nb + first)) + list(range(nb)) + list(range(nb + first, nb + len(rest)))
+    return permute_axes(ctx, out, perm)
+
+
+@register("nnef.gather_nd", target="tract")
+def gather_nd_tract(ctx: EmitContext, x: Value, indices: Value, shape=None):
+    return ctx.op("tract_core_gather_nd", x, indices, batch_dims=0, out_shape=shape, out_dtype=x.dtype)
 
 
 def gather(ctx: EmitContext, x: Value, idx: Value, ax: int) -> Value:
