@@ -7,6 +7,7 @@ concrete value (``bool``, ``int``, ``len``, ``range``) is recorded as a guard.
 """
 from __future__ import annotations
 
+import contextlib
 import operator
 
 import torch
@@ -131,6 +132,42 @@ for _name, _method, _fallback in [
     ("__ipow__", "pow_", operator.pow),
 ]:
     setattr(CustomProxy, _name, _inplace_op(_method, _fallback))
+
+
+# torch Python functions that would be recorded as one opaque call (they re-dispatch through
+# __torch_function__ at their top); the tracer follows their bodies instead.
+DECOMPOSED_FUNCTIONS: set = set()
+
+
+def _decompose_on_trace(fn):
+    import torch.nn.functional as F  # noqa: F401
+
+    DECOMPOSED_FUNCTIONS.add(fn)
+
+
+_decompose_on_trace(torch.nn.functional.multi_head_attention_forward)
+
+
+@contextlib.contextmanager
+def _without_torch_function_check(fn):
+    """Run ``fn``'s body on proxies: its own ``has_torch_function`` check answers False."""
+    scope = fn.__globals__
+    saved = scope.get("has_torch_function")
+    scope["has_torch_function"] = lambda *a, **k: False
+    try:
+        yield
+    finally:
+        scope["has_torch_function"] = saved
+
+
+def _torch_function(cls, orig_method, types, args=(), kwargs=None):
+    if orig_method in DECOMPOSED_FUNCTIONS:
+        with _without_torch_function_check(orig_method):
+            return orig_method(*args, **(kwargs or {}))
+    return fx.Proxy.__torch_function__.__func__(cls, orig_method, types, args, kwargs)
+
+
+CustomProxy.__torch_function__ = classmethod(_torch_function)
 
 
 class CustomAttribute(CustomProxy):
