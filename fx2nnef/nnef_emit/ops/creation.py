@@ -35,13 +35,23 @@ def scalar_dtype(x) -> DType:
     return DType.I64 if isinstance(x, (int, SymDim)) else DType.F32
 
 
+def constant(ctx: EmitContext, data, dtype: DType, name: str = "const") -> Value:
+    """A constant of ``dtype`` that keeps rank 0 (``ctx.const`` stores a 0-d array as shape [1])."""
+    array = np.array(data, dtype=dtype.numpy_name)
+    value = Value(name, dtype, tuple(array.shape), array)
+    ctx.variable(value)
+    return value
+
+
 def filled(ctx: EmitContext, sizes: list, fill_value, dtype: DType) -> Value:
-    """A tensor of shape ``sizes`` holding ``fill_value`` (a Python number or a 0-d Value)."""
+    """A tensor of shape ``sizes`` holding ``fill_value`` (a Python number, a dynamic size or a 0-d Value)."""
     r = len(sizes)
+    if isinstance(fill_value, SymDim):
+        fill_value = tensor_from_data(ctx, fill_value, dtype)
     if isinstance(fill_value, Value):
         base = unsqueeze_to(ctx, cast(ctx, fill_value, dtype), r)
     else:
-        base = ctx.const(np.full([1] * r, fill_value, dtype=dtype.numpy_name), dtype, name="fill")
+        base = constant(ctx, np.full([1] * r, fill_value), dtype, name="fill")
     if r == 0:
         return base
     return ctx.op("tile", base, repeats=sizes, out_dtype=dtype, out_shape=tuple(sizes))
@@ -50,7 +60,7 @@ def filled(ctx: EmitContext, sizes: list, fill_value, dtype: DType) -> Value:
 def dim_tensor(ctx: EmitContext, d, dtype: DType) -> Value:
     """A 1-element tensor ``[d]`` for an int or a dynamic size (built with a range ``d..d+1``)."""
     if not isinstance(d, SymDim):
-        return ctx.const(np.array([d], dtype=dtype.numpy_name), dtype)
+        return constant(ctx, [d], dtype)
     return ctx.call("nnef.range", d, d + 1, 1, dtype, (1,))
 
 
@@ -142,16 +152,20 @@ def new_full(ctx: EmitContext, input: Value, size, fill_value, *, dtype: Optiona
 
 
 def tensor_from_data(ctx: EmitContext, data, dtype: DType) -> Value:
-    """A 0-d or 1-d tensor from Python numbers and dynamic sizes."""
-    if not isinstance(data, (list, tuple)):
-        item = tensor_from_data(ctx, [data], dtype)
-        return ctx.op("squeeze", item, axes=[0], out_dtype=dtype, out_shape=())
-    if not any(isinstance(d, SymDim) for d in data):
-        return ctx.const(np.array(data, dtype=dtype.numpy_name), dtype)
-    if any(isinstance(d, (list, tuple, Value)) for d in data):
-        ctx.fail("torch.tensor with dynamic sizes supports only a number or a flat list of numbers")
-    items = [dim_tensor(ctx, d, dtype) for d in data]
-    return items[0] if len(items) == 1 else ctx.op("concat", items, axis=0, out_dtype=dtype, out_shape=(len(items),))
+    """A tensor from Python numbers; dynamic sizes are allowed in a 0-d or flat 1-d ``data``."""
+    if isinstance(data, SymDim):
+        return ctx.op("squeeze", dim_tensor(ctx, data, dtype), axes=[0], out_dtype=dtype, out_shape=())
+    items = list(data) if isinstance(data, (list, tuple)) else [data]
+    if not _dynamic_items(items):
+        return constant(ctx, data, dtype)
+    if not all(isinstance(d, (int, float, SymDim)) for d in items):
+        ctx.fail("torch.tensor of tensors, or of nested lists holding dynamic sizes, is not supported")
+    parts = [dim_tensor(ctx, d, dtype) for d in items]
+    return ctx.op("concat", parts, axis=0, out_dtype=dtype, out_shape=(len(parts),))
+
+
+def _dynamic_items(items) -> bool:
+    return any(_dynamic_items(d) if isinstance(d, (list, tuple)) else isinstance(d, (SymDim, Value)) for d in items)
 
 
 @register(torch.tensor, torch.as_tensor)
@@ -183,9 +197,6 @@ def eye(ctx: EmitContext, n, m=None, *, out=None, dtype: Optional[DType] = None,
         pin_memory=False, requires_grad=False):
     """eye(SymInt n, SymInt m, *, ScalarType? dtype=None, ...) -> Tensor"""
     m = n if m is None else m
-    dtype = dtype or DType.F32
-    rows = ctx.call("nnef.range", 0, n, 1, DType.I64, (n,))
-    cols = ctx.call("nnef.range", 0, m, 1, DType.I64, (m,))
-    rows = ctx.op("unsqueeze", rows, axes=[1], out_shape=(n, 1))
-    cols = ctx.op("unsqueeze", cols, axes=[0], out_shape=(1, m))
-    return cast(ctx, ctx.op("eq", rows, cols, out_dtype=DType.BOOL, out_shape=(n, m)), dtype)
+    rows = ctx.op("unsqueeze", ctx.call("nnef.range", 0, n, 1, DType.I64, (n,)), axes=[1], out_shape=(n, 1))
+    cols = ctx.op("unsqueeze", ctx.call("nnef.range", 0, m, 1, DType.I64, (m,)), axes=[0], out_shape=(1, m))
+    return cast(ctx, ctx.op("eq", rows, cols, out_dtype=DType.BOOL, out_shape=(n, m)), dtype or DType.F32)

@@ -1,0 +1,105 @@
+"""scaled_dot_product_attention, decomposed: matmul, scale, mask, softmax, matmul.
+
+torch's semantics are kept exactly:
+- a bool mask keeps its True entries; ``is_causal`` aligns TOP-LEFT (query i sees keys 0..i,
+  also when there are fewer queries than keys);
+- masked scores take the dtype's lowest finite value, never -inf, and a query row whose keys
+  are all masked gives 0 as in torch (its safe softmax), never NaN;
+- ``enable_gqa`` repeats each key/value head for consecutive query heads (repeat_interleave).
+``tract_transformers_sdpa`` is not used: its ``is_causal`` aligns bottom-right, it adds a bool
+mask as 0/1, and the decomposed form is faster on CPU (reference/tract_llm_kv_cache.md, 3 and 5).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch.nn.functional as F
+
+from ...ir import DType, Value
+from ..context import EmitContext
+from ..helpers import broadcast_operands, cast, rank, result_dtype, unsqueeze_to
+from ..registry import register
+from .creation import constant, filled
+from .misc import repeat_axis
+
+
+def lowest(dtype: DType) -> float:
+    """The most negative finite value of ``dtype`` (f32's for wider or other types)."""
+    return float(np.finfo(np.float16 if dtype is DType.F16 else np.float32).min)
+
+
+@register("attention.causal_keep")
+def causal_keep(ctx: EmitContext, n_queries, n_keys) -> Value:
+    """Bool ``[L, T]``, True where query i may see key j (j <= i: torch's top-left alignment)."""
+    if not isinstance(n_queries, int) or not isinstance(n_keys, int):
+        ctx.fail("is_causal over dynamic lengths needs the tract target")
+    return constant(ctx, np.tri(n_queries, n_keys, dtype=bool), DType.BOOL, name="causal")
+
+
+@register("attention.causal_keep", target="tract")
+def causal_keep_tract(ctx: EmitContext, n_queries, n_keys) -> Value:
+    """The lower triangle of a tiled True.
+
+    NOTE: tract 0.23.9 mis-optimizes ``select(range(0, S)[:, None] >= range(0, T)[None, :], ...)``
+    before softmax and matmul (run-time error "Undetermined symbol in expression"); trilu is fine.
+    """
+    everything = filled(ctx, [n_queries, n_keys], True, DType.BOOL)
+    return ctx.op("tract_core_trilu", everything, k=constant(ctx, 0, DType.I64), upper=False,
+                  out_dtype=DType.BOOL, out_shape=(n_queries, n_keys))
+
+
+def zero_empty_rows(ctx: EmitContext, out: Value, mask: Value) -> Value:
+    """0 for query rows whose keys are all masked (False, or -inf in a float mask), as torch gives."""
+    keep = mask if mask.dtype.is_bool else ctx.op("ge", mask, lowest(mask.dtype), out_dtype=DType.BOOL,
+                                                  out_shape=mask.shape)
+    rows = ctx.op("any_reduce", keep, axes=[rank(mask) - 1], out_shape=tuple(mask.shape[:-1]) + (1,))
+    zero = constant(ctx, 0, out.dtype, name="zero")
+    return ctx.op("select", unsqueeze_to(ctx, rows, rank(out)), out, zero, out_dtype=out.dtype, out_shape=out.shape)
+
+
+def kv_heads_for(ctx: EmitContext, x: Value, query_heads) -> Value:
+    """Key/value heads repeated so that query head h reads kv head h // (Hq / Hkv)."""
+    heads = x.shape[-3]
+    if heads == query_heads:
+        return x
+    if not isinstance(heads, int) or not isinstance(query_heads, int) or query_heads % heads:
+        ctx.fail(f"enable_gqa needs static head counts with Hq a multiple of Hkv, got {query_heads} and {heads}")
+    return repeat_axis(ctx, x, rank(x) - 3, query_heads // heads)
+
+
+def apply_mask(ctx: EmitContext, scores: Value, keep) -> Value:
+    """Scores where a bool ``keep`` is True (the lowest finite value elsewhere), or scores + a float mask."""
+    if keep is None:
+        return scores
+    if not keep.dtype.is_bool:
+        return ctx.op("add", *broadcast_operands(ctx, scores, cast(ctx, keep, scores.dtype)), out_shape=scores.shape)
+    floor = constant(ctx, lowest(scores.dtype), scores.dtype, name="masked")
+    return ctx.op("select", unsqueeze_to(ctx, keep, rank(scores)), scores, floor, out_dtype=scores.dtype,
+                  out_shape=scores.shape)
+
+
+@register(F.scaled_dot_product_attention)
+def scaled_dot_product_attention(ctx: EmitContext, query: Value, key: Value, value: Value, attn_mask=None,
+                                 dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    """scaled_dot_product_attention(Tensor query, Tensor key, Tensor value, Tensor? attn_mask=None, float dropout_p=0.0, bool is_causal=False, *, float? scale=None, bool enable_gqa=False) -> Tensor"""
+    if dropout_p:
+        ctx.fail("scaled_dot_product_attention with dropout_p > 0 is random; pass dropout_p=0.0 for export")
+    r = max(rank(query), rank(key), rank(value))
+    query, key, value = (unsqueeze_to(ctx, t, r) for t in (query, key, value))
+    if enable_gqa:
+        key, value = kv_heads_for(ctx, key, query.shape[-3]), kv_heads_for(ctx, value, query.shape[-3])
+    if scale is None and not isinstance(query.shape[-1], int):
+        ctx.fail("the default scale 1/sqrt(head_dim) needs a static head dim; pass scale=")
+    shape = tuple(query.shape[:-1]) + (key.shape[-2],)
+    scores = ctx.op("matmul", query, key, transposeA=False, transposeB=True, out_shape=shape)
+    scale = scale if scale is not None else 1 / math.sqrt(query.shape[-1])
+    scores = ctx.op("mul", scores, float(scale), out_shape=shape)
+    keep = ctx.call("attention.causal_keep", query.shape[-2], key.shape[-2]) if is_causal else attn_mask
+    if keep is not None and keep.dtype.is_float:  # an f32 mask on f16 scores: mask and softmax in f32
+        scores = cast(ctx, scores, result_dtype(scores, keep))
+    probs = ctx.op("softmax", apply_mask(ctx, scores, keep), axes=[r - 1], out_shape=shape)
+    probs = cast(ctx, probs, query.dtype)
+    out = ctx.op("matmul", probs, value, transposeA=False, transposeB=False,
+                 out_shape=tuple(query.shape[:-1]) + (value.shape[-1],))
+    return out if attn_mask is None else zero_empty_rows(ctx, out, attn_mask)

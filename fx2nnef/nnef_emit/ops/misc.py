@@ -1,0 +1,224 @@
+"""einsum, outer, topk/sort/argsort, repeat_interleave and the isnan/isinf family (one_hot is in indexing.py)."""
+from __future__ import annotations
+
+import string
+
+import numpy as np
+import torch
+
+from ...ir import DType, SymDim, Value
+from ..context import TRACT_DATUM, EmitContext
+from ..helpers import axis, cast, rank, result_dtype
+from ..registry import register
+from .creation import dim_tensor
+
+
+# ---- repeat_interleave ---------------------------------------------------------------------------------------------
+def repeat_axis(ctx: EmitContext, x: Value, ax: int, repeats) -> Value:
+    """Each item along ``ax`` repeated ``repeats`` times in a row: unsqueeze, tile, merge the two axes."""
+    shape = tuple(x.shape)
+    tiled_shape = shape[:ax + 1] + (repeats,) + shape[ax + 1:]
+    y = ctx.op("unsqueeze", x, axes=[ax + 1], out_shape=shape[:ax + 1] + (1,) + shape[ax + 1:])
+    reps = [1] * len(tiled_shape)
+    reps[ax + 1] = repeats
+    y = ctx.op("tile", y, repeats=reps, out_shape=tiled_shape)
+    return ctx.op("reshape", y, shape=[-1], axis_start=ax, axis_count=2,
+                  out_shape=shape[:ax] + (shape[ax] * repeats,) + shape[ax + 1:])
+
+
+def _product(dims):
+    """The product of sizes (ints or SymDims)."""
+    total = 1
+    for d in dims:
+        total = total * d
+    return total
+
+
+def _count(ctx: EmitContext, repeats) -> int:
+    """An integer repeat count, from a Python int or a constant tensor whose items are all equal."""
+    if isinstance(repeats, Value) and repeats.is_constant and np.unique(repeats.data).size == 1:
+        return int(repeats.data.reshape(-1)[0])
+    if not isinstance(repeats, (int, SymDim)):
+        ctx.fail("repeat_interleave supports one repeat count for every item, not per-item counts")
+    return repeats
+
+
+@register(torch.repeat_interleave, "Tensor.repeat_interleave")
+def repeat_interleave(ctx: EmitContext, input: Value, repeats, dim=None, *, output_size=None):
+    """repeat_interleave(Tensor self, Tensor|SymInt repeats, int? dim=None, *, SymInt? output_size=None) -> Tensor"""
+    n = _count(ctx, repeats)
+    if dim is None:
+        input = ctx.op("reshape", input, shape=[-1], out_shape=(_product(input.shape),))
+        dim = 0
+    return repeat_axis(ctx, input, axis(dim, rank(input)), n)
+
+
+# ---- einsum -------------------------------------------------------------------------------------------------------
+def parse_einsum(ctx: EmitContext, equation: str, operands: list) -> tuple:
+    """Operand and output subscripts with ``...`` spelt out and the implicit output made explicit."""
+    equation = equation.replace(" ", "")
+    lhs, arrow, out = equation.partition("->")
+    terms = lhs.split(",")
+    if len(terms) != len(operands):
+        ctx.fail(f"einsum '{equation}' names {len(terms)} operands, got {len(operands)}")
+    free = [c for c in string.ascii_letters if c not in equation]
+    n_ell = max((rank(t) - len(s.replace("...", "")) for s, t in zip(terms, operands) if "..." in s), default=0)
+    ell = "".join(free[:n_ell])
+    terms = [s.replace("...", ell[n_ell - (rank(t) - len(s.replace("...", ""))):]) for s, t in zip(terms, operands)]
+    if not arrow:
+        letters = "".join(terms)
+        out = ell + "".join(sorted(c for c in set(letters) if letters.count(c) == 1 and c not in ell))
+    return terms, out.replace("...", ell)
+
+
+def _operand_list(operands: tuple) -> list:
+    """``einsum(eq, a, b)`` and ``einsum(eq, [a, b])`` alike."""
+    return list(operands[0]) if len(operands) == 1 and isinstance(operands[0], (list, tuple)) else list(operands)
+
+
+def _sizes(terms: list, operands: list) -> dict:
+    return {c: d for s, t in zip(terms, operands) for c, d in zip(s, t.shape)}
+
+
+def _sum_out(ctx: EmitContext, x: Value, subs: str, keep: str) -> tuple:
+    """Sum ``x`` over the letters of ``subs`` not in ``keep``."""
+    gone = [i for i, c in enumerate(subs) if c not in keep]
+    if not gone:
+        return x, subs
+    kept = tuple(d for i, d in enumerate(x.shape) if i not in gone)
+    summed = ctx.op("sum_reduce", x, axes=gone, out_shape=tuple(1 if i in gone else d for i, d in enumerate(x.shape)))
+    return ctx.op("squeeze", summed, axes=gone, out_shape=kept), "".join(c for c in subs if c in keep)
+
+
+def _permute(ctx: EmitContext, x: Value, subs: str, order: str) -> Value:
+    if subs == order:
+        return x
+    perm = [subs.index(c) for c in order]
+    return ctx.op("transpose", x, axes=perm, out_shape=tuple(x.shape[i] for i in perm))
+
+
+def _regroup(ctx: EmitContext, x: Value, lead: int, dims: tuple) -> Value:
+    """``x`` with its axes after the first ``lead`` ones reshaped to ``dims``."""
+    shape = tuple(x.shape[:lead]) + tuple(dims)
+    if tuple(x.shape[lead:]) == tuple(dims):
+        return x
+    if rank(x) == lead:
+        return ctx.op("unsqueeze", x, axes=list(range(lead, len(shape))), out_shape=shape)
+    if not dims:
+        return ctx.op("squeeze", x, axes=list(range(lead, rank(x))), out_shape=shape)
+    return ctx.op("reshape", x, shape=list(dims), axis_start=lead, axis_count=rank(x) - lead, out_shape=shape)
+
+
+def _contract(ctx: EmitContext, a: Value, sa: str, b: Value, sb: str, keep: str, size: dict) -> tuple:
+    """Contract two operands with one batched matmul; returns the result and its subscripts."""
+    a, sa = _sum_out(ctx, a, sa, keep + sb)
+    b, sb = _sum_out(ctx, b, sb, keep + sa)
+    batch = "".join(c for c in sa if c in sb and c in keep)
+    inner = "".join(c for c in sa if c in sb and c not in keep)
+    left, right = "".join(c for c in sa if c not in sb), "".join(c for c in sb if c not in sa)
+    merged = {g: _product(size[c] for c in g) for g in (left, inner, right)}
+    a = _regroup(ctx, _permute(ctx, a, sa, batch + left + inner), len(batch), (merged[left], merged[inner]))
+    b = _regroup(ctx, _permute(ctx, b, sb, batch + inner + right), len(batch), (merged[inner], merged[right]))
+    lead = tuple(size[c] for c in batch)
+    y = ctx.op("matmul", a, b, transposeA=False, transposeB=False, out_shape=lead + (merged[left], merged[right]))
+    return _regroup(ctx, y, len(batch), tuple(size[c] for c in left + right)), batch + left + right
+
+
+@register(torch.einsum)
+def einsum(ctx: EmitContext, equation: str, *operands):
+    """einsum(str equation, Tensor[] tensors) -> Tensor (standard ops: transpose, reshape, sum_reduce, matmul)"""
+    operands = _operand_list(operands)
+    terms, out = parse_einsum(ctx, equation, operands)
+    if any(len(set(s)) != len(s) for s in terms):
+        ctx.fail(f"einsum '{equation}' takes a diagonal (a letter repeated in one operand); only tract supports it")
+    size = _sizes(terms, operands)
+    y, subs = _sum_out(ctx, operands[0], terms[0], out + "".join(terms[1:]))
+    for i in range(1, len(operands)):
+        y, subs = _contract(ctx, y, subs, operands[i], terms[i], out + "".join(terms[i + 1:]), size)
+    return _permute(ctx, y, subs, out)
+
+
+@register(torch.einsum, target="tract")
+def einsum_tract(ctx: EmitContext, equation: str, *operands):
+    """einsum(str equation, Tensor[] tensors) -> Tensor (one tract_core_einsum)"""
+    operands = _operand_list(operands)
+    terms, out = parse_einsum(ctx, equation, operands)
+    size = _sizes(terms, operands)
+    dtype = result_dtype(*operands)
+    return ctx.op("tract_core_einsum", [cast(ctx, t, dtype) for t in operands], expr=",".join(terms) + "->" + out,
+                  acc=TRACT_DATUM[dtype], out_dtype=dtype, out_shape=tuple(size[c] for c in out))
+
+
+@register(torch.outer, "Tensor.outer", torch.ger, "Tensor.ger")
+def outer(ctx: EmitContext, input: Value, vec2: Value):
+    """outer(Tensor self, Tensor vec2) -> Tensor"""
+    dtype = result_dtype(input, vec2)
+    a = ctx.op("unsqueeze", cast(ctx, input, dtype), axes=[1], out_shape=(input.shape[0], 1))
+    b = ctx.op("unsqueeze", cast(ctx, vec2, dtype), axes=[0], out_shape=(1, vec2.shape[0]))
+    return ctx.op("mul", a, b, out_dtype=dtype, out_shape=(input.shape[0], vec2.shape[0]))
+
+
+# ---- topk / sort (tract only: standard NNEF has no sort) -----------------------------------------------------------
+def _topk(ctx: EmitContext, x: Value, k, dim: int, largest: bool) -> tuple:
+    ax = axis(dim, rank(x))
+    count = ctx.op("squeeze", dim_tensor(ctx, k, DType.I64), axes=[0], out_shape=()) if isinstance(k, SymDim) else k
+    shape = tuple(x.shape[:ax]) + (k,) + tuple(x.shape[ax + 1:])
+    values, indices = ctx.op("tract_core_topk", x, k=count, axis=ax, largest=largest, n_out=2, out_shape=shape)
+    indices.dtype = DType.I64
+    return values, indices
+
+
+@register(torch.topk, "Tensor.topk", target="tract")
+def topk(ctx: EmitContext, input: Value, k, dim=-1, largest=True, sorted=True):
+    """topk(Tensor self, SymInt k, int dim=-1, bool largest=True, bool sorted=True) -> (Tensor values, Tensor indices)"""
+    return _topk(ctx, input, k, dim, largest)
+
+
+@register(torch.sort, "Tensor.sort", target="tract")
+def sort(ctx: EmitContext, input: Value, dim=-1, descending=False, *, stable=False):
+    """sort(Tensor self, int dim=-1, bool descending=False, *, bool? stable) -> (Tensor values, Tensor indices)
+
+    NOTE: tract's topk keeps equal items in index order (tested both ways), so ``stable=True`` holds.
+    """
+    return _topk(ctx, input, input.shape[axis(dim, rank(input))], dim, descending)
+
+
+@register(torch.argsort, "Tensor.argsort", target="tract")
+def argsort(ctx: EmitContext, input: Value, dim=-1, descending=False, *, stable=False):
+    """argsort(Tensor self, int dim=-1, bool descending=False, *, bool stable=False) -> Tensor"""
+    return sort(ctx, input, dim, descending)[1]
+
+
+# ---- isnan / isinf / isfinite --------------------------------------------------------------------------------------
+def _largest(dtype: DType) -> float:
+    """The largest finite value of a float dtype (f32's for the wider ones, as literals are read as f32)."""
+    return float(np.finfo(np.float16 if dtype is DType.F16 else np.float32).max)
+
+
+@register(torch.isnan, "Tensor.isnan")
+def isnan(ctx: EmitContext, input: Value):
+    """isnan(Tensor self) -> Tensor"""
+    return ctx.op("ne", input, input, out_dtype=DType.BOOL, out_shape=input.shape)
+
+
+# name -> (NNEF comparison, compare |x| rather than x, sign of the bound, result for integers)
+CLASSIFIERS = {
+    "isinf": ("gt", True, 1, False), "isfinite": ("le", True, 1, True),
+    "isposinf": ("gt", False, 1, False), "isneginf": ("lt", False, -1, False),
+}
+
+
+def _classifier(name: str, op: str, magnitude: bool, sign: int, int_result: bool):
+    """Compare x (or |x|) with the largest finite value: NaN compares False, inf beyond it."""
+    def convert(ctx: EmitContext, input: Value):
+        if not input.dtype.is_float:
+            return ctx.op("eq" if int_result else "ne", input, input, out_dtype=DType.BOOL, out_shape=input.shape)
+        x = ctx.op("abs", input, out_shape=input.shape) if magnitude else input
+        return ctx.op(op, x, sign * _largest(input.dtype), out_dtype=DType.BOOL, out_shape=input.shape)
+
+    convert.__name__, convert.__doc__ = name, f"{name}(Tensor self) -> Tensor"
+    return convert
+
+
+for _name, _rule in CLASSIFIERS.items():
+    register(getattr(torch, _name), f"Tensor.{_name}")(_classifier(_name, *_rule))
