@@ -92,13 +92,12 @@ def test_khronos(case, tmp_path):
     run_case(case, tmp_path, "khronos")
 
 
-# Cases that fail before reaching these converters (see the notes in each reason).
+# Cases that once failed before reaching these converters (shared-code bugs, now fixed).
 TRACER_BUGS = [
-    pytest.param(OpCase("ones_like_scalar", torch.ones_like, [randn(())]), marks=pytest.mark.xfail(
-        reason="a folded 0-d constant gets shape [1] (np.ascontiguousarray in ir/graph.py add_constant)")),
-    pytest.param(OpCase("new_tensor", lambda x: x.new_tensor([x.shape[1], 3]), [F32], khronos=False,
-                        dynamic_axes=DYN_S), marks=pytest.mark.xfail(
-        reason="the tracer folds Tensor.new_tensor([S, 3]) into a constant although S is dynamic")),
+    OpCase("ones_like_scalar", torch.ones_like, [randn(())]),
+    OpCase("new_tensor", lambda x: x.new_tensor([x.shape[1], 3]), [F32], khronos=False, dynamic_axes=DYN_S),
+    OpCase("mul_by_dynamic_size", lambda x: x * x.shape[1], [F32], khronos=False, dynamic_axes=DYN_S),
+    OpCase("truediv_name", lambda x, y: torch.exp(x / y), [F32, F32.abs() + 1], khronos=False),
 ]
 
 

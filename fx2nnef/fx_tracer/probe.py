@@ -283,7 +283,7 @@ def _data_dependence(gm) -> set:
 
 
 # ops whose result depends only on the shape/dtype of their tensor arguments, not on their data
-_META_METHODS = {"new_zeros", "new_ones", "new_full", "new_empty", "new_tensor"}
+_META_METHODS = {"new_zeros", "new_ones", "new_full", "new_empty"}
 _META_FUNCTIONS = {torch.zeros_like, torch.ones_like, torch.full_like, torch.empty_like}
 
 

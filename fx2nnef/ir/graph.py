@@ -164,7 +164,7 @@ class Graph:
         return v
 
     def add_constant(self, name: str, data: np.ndarray) -> Value:
-        data = np.ascontiguousarray(data)
+        data = np.array(data, order="C")  # np.ascontiguousarray would turn rank 0 into [1]
         return self.new_value(name, DType.from_numpy(data.dtype), data.shape, data)
 
     def add_node(self, node: Node) -> Node:
@@ -230,10 +230,16 @@ def _fmt(v) -> str:
     return repr(v)
 
 
+# NNEF keywords; tract also misreads identifiers that merely start with true/false
+_RESERVED = {"version", "extension", "fragment", "graph", "tensor", "integer", "scalar", "logical", "string",
+             "true", "false", "for", "in", "if", "else", "yield", "length_of", "shape_of", "range_of"}
+
+
 def sanitize(name: str) -> str:
-    """An NNEF-safe identifier: letters, digits and underscores, not starting with a digit."""
-    out = "".join(c if c.isalnum() or c == "_" else "_" for c in str(name))
+    """An NNEF-safe identifier: letters, digits and underscores, not starting with a digit,
+    not a keyword, not starting with ``true``/``false`` (tract's parser splits those)."""
+    out = "".join(c if c.isascii() and (c.isalnum() or c == "_") else "_" for c in str(name))
     out = "_".join(p for p in out.split("_") if p) or "v"
-    if out[0].isdigit():
-        out = "v" + out
+    if out[0].isdigit() or out in _RESERVED or out.startswith(("true", "false")):
+        out = "v_" + out
     return out

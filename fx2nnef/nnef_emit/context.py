@@ -172,10 +172,10 @@ class EmitContext:
 
     def const(self, data, dtype: Optional[DType] = None, name: str = "const") -> Value:
         """A new constant tensor from array-like ``data``."""
-        arr = np.asarray(data, dtype=None if dtype is None else dtype.numpy_name)
+        arr = np.array(data, dtype=None if dtype is None else dtype.numpy_name, order="C")  # keeps rank 0
         if arr.dtype == np.float64 and dtype is None:
             arr = arr.astype(np.float32)
-        v = Value(name, DType.from_numpy(arr.dtype), tuple(arr.shape), np.ascontiguousarray(arr))
+        v = Value(name, DType.from_numpy(arr.dtype), tuple(arr.shape), arr)
         self.variable(v)
         return v
 

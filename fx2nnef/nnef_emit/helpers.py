@@ -56,6 +56,8 @@ def scalar_operand(ctx: EmitContext, x, dtype: DType):
     """
     if isinstance(x, Value):
         return x
+    if isinstance(x, SymDim):  # a dynamic size used as a number: a 1-element tensor [S]
+        return ctx.call("nnef.range", x, x + 1, 1, dtype, (1,))
     if dtype.is_float and not isinstance(x, bool):
         return float(x)
     return ctx.const(np.array(x, dtype=dtype.numpy_name), dtype)
