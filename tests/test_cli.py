@@ -1,0 +1,36 @@
+"""The fx2nnef command: export from a factory, errors without a traceback."""
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from fx2nnef.cli import main
+
+
+def test_export_from_factory(tmp_path, capsys, monkeypatch):
+    (tmp_path / "mymodels.py").write_text(textwrap.dedent("""
+        import torch
+        def make():
+            torch.manual_seed(0)
+            return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU()), (torch.randn(2, 4),)
+    """))
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "m.nnef.tgz"
+    assert main(["export", "mymodels:make", str(out), "--dynamic-axes", '{"input": {"0": "B"}}']) == 0
+    printed = capsys.readouterr().out
+    assert out.exists() and "check in tract: OK" in printed and "B=" in printed
+
+
+def test_bad_factory_is_a_clean_error(capsys):
+    assert main(["export", "no_such_module_xyz:make", "out.nnef.tgz"]) == 1
+    assert "cannot import module" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_demo_runs(tmp_path):
+    """The README's demo command (covered in the default run by test_models' Llama export)."""
+    out = subprocess.run([sys.executable, "-m", "fx2nnef", "demo", "--out", str(tmp_path / "d.nnef.tgz")],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    assert "check in tract: OK" in out.stdout
