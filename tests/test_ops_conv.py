@@ -37,6 +37,24 @@ def deconv_input_weight(x, w):
     return F.conv_transpose2d(x, w, stride=2, padding=1, output_padding=1, groups=2)
 
 
+class SmallCNN(nn.Module):
+    """conv -> relu -> max_pool -> depthwise conv -> upsample -> conv_transpose -> global pool -> linear."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.stem = nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.dw = nn.Conv2d(8, 8, 3, padding=1, groups=8)
+        self.up = nn.ConvTranspose2d(8, 6, 2, stride=2)
+        self.head = nn.Linear(6, 4)
+
+    def forward(self, x):
+        y = F.max_pool2d(torch.relu(self.stem(x)), 2)
+        y = F.interpolate(torch.relu(self.dw(y)), scale_factor=2)
+        y = F.adaptive_avg_pool2d(self.up(y), 1)
+        return self.head(torch.flatten(y, 1))
+
+
 CASES = [
     case("conv1d", mod(nn.Conv1d, 3, 5, 3), [X1]),
     case("conv1d_stride_pad_dil", mod(nn.Conv1d, 3, 4, 3, stride=2, padding=2, dilation=2), [X1]),
@@ -45,6 +63,7 @@ CASES = [
     case("conv1d_groups", mod(nn.Conv1d, 4, 6, 3, groups=2), [randn(2, 4, 11)]),
     case("conv1d_unbatched", mod(nn.Conv1d, 3, 5, 3, padding=1), [randn(3, 11)]),
     case("conv1d_dyn_time", mod(nn.Conv1d, 3, 5, 5, padding="same"), [X1], dynamic_axes={"x0": {2: "T"}}, **TRACT_ONLY),
+    case("conv1d_input_weight_bias", F.conv1d, [X1, randn(4, 3, 2, seed=3), randn(4, seed=4)]),
     case("conv2d", mod(nn.Conv2d, 4, 6, 3), [X2]),
     case("conv2d_stride_pad", mod(nn.Conv2d, 4, 6, 3, stride=2, padding=1), [X2]),
     case("conv2d_tuple_args", mod(nn.Conv2d, 4, 5, (3, 2), stride=(2, 1), padding=(1, 2), dilation=(1, 2)), [X2]),
@@ -74,6 +93,8 @@ CASES = [
     case("deconv2d_dyn_batch", mod(nn.ConvTranspose2d, 3, 5, 3, stride=2), [randn(2, 3, 6, 7)],
          dynamic_axes={"x0": {0: "B"}}, **TRACT_ONLY),
     case("deconv3d", mod(nn.ConvTranspose3d, 3, 2, 3, stride=(2, 1, 1), padding=1, output_padding=(1, 0, 0)), [X3]),
+    case("small_cnn", SmallCNN(), [randn(2, 3, 16, 16)]),
+    case("small_cnn_dyn_batch", SmallCNN(), [randn(2, 3, 16, 16)], dynamic_axes={"x0": {0: "B"}}, **TRACT_ONLY),
     case("deconv2d_f16", mod(nn.ConvTranspose2d, 4, 6, 3, stride=2, groups=2).half(), [X2.half()],
          tolerance="very", **TRACT_ONLY),
 ]
@@ -84,6 +105,16 @@ def test_tract(case, tmp_path):
     run_case(case, tmp_path, "tract")
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if c.khronos], ids=str)
+# each Khronos check costs ~5 s (interpreter child process): the default run keeps one case per lowering
+KHRONOS_QUICK = {
+    "conv1d_stride_pad_dil", "conv1d_same_even_k", "conv1d_input_weight_bias", "conv2d_groups_nobias",
+    "conv2d_depthwise", "conv2d_input_weight", "conv2d_reflect_mode", "conv2d_circular_mode", "conv3d",
+    "deconv1d_outpad_gt_pad", "deconv1d_groups", "deconv2d_3to5", "deconv2d_groups_dil", "deconv2d_input_weight",
+    "small_cnn",
+}
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, marks=() if c.name in KHRONOS_QUICK else pytest.mark.slow)
+                                  for c in CASES if c.khronos], ids=str)
 def test_khronos(case, tmp_path):
     run_case(case, tmp_path, "khronos")

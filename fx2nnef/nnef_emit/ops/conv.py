@@ -80,44 +80,48 @@ def kernel_of(weight: Value) -> list:
     return list(weight.shape[2:])
 
 
-def _conv(ctx: EmitContext, input: Value, weight: Value, bias, stride, padding, dilation, groups: int,
-          n: int) -> Value:
+@register(torch.conv1d, torch.conv2d, torch.conv3d)
+def conv(ctx: EmitContext, input: Value, weight: Value, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """conv2d(Tensor input, Tensor weight, Tensor? bias=None, SymInt[2] stride=1, SymInt[2] padding=0, SymInt[2] dilation=1, SymInt groups=1) -> Tensor
+
+    conv1d and conv3d alike; the number of spatial axes is the weight's rank - 2.
+    """
+    kernel = kernel_of(weight)
+    n = len(kernel)
     x, unbatched = add_batch(ctx, input, n)
     stride, dilation = ntuple(stride, n, "stride"), ntuple(dilation, n, "dilation")
-    pads = conv_padding(padding, kernel_of(weight), dilation, stride)
+    pads = conv_padding(padding, kernel, dilation, stride)
     y = ctx.op("conv", x, weight, bias_operand(ctx, bias), border="constant", padding=pads, stride=stride,
                dilation=dilation, groups=groups, out_shape=node_shape(ctx, int(unbatched)))
     return drop_batch(ctx, y, unbatched)
 
 
-@register(torch.conv1d)
-def conv1d(ctx: EmitContext, input: Value, weight: Value, bias=None, stride=1, padding=0, dilation=1, groups=1):
-    """conv1d(Tensor input, Tensor weight, Tensor? bias=None, SymInt[1] stride=1, SymInt[1] padding=0, SymInt[1] dilation=1, SymInt groups=1) -> Tensor"""
-    return _conv(ctx, input, weight, bias, stride, padding, dilation, groups, 1)
-
-
-@register(torch.conv2d)
-def conv2d(ctx: EmitContext, input: Value, weight: Value, bias=None, stride=1, padding=0, dilation=1, groups=1):
-    """conv2d(Tensor input, Tensor weight, Tensor? bias=None, SymInt[2] stride=1, SymInt[2] padding=0, SymInt[2] dilation=1, SymInt groups=1) -> Tensor"""
-    return _conv(ctx, input, weight, bias, stride, padding, dilation, groups, 2)
-
-
-@register(torch.conv3d)
-def conv3d(ctx: EmitContext, input: Value, weight: Value, bias=None, stride=1, padding=0, dilation=1, groups=1):
-    """conv3d(Tensor input, Tensor weight, Tensor? bias=None, SymInt[3] stride=1, SymInt[3] padding=0, SymInt[3] dilation=1, SymInt groups=1) -> Tensor"""
-    return _conv(ctx, input, weight, bias, stride, padding, dilation, groups, 3)
-
-
 def _deconv(ctx: EmitContext, input: Value, filter: Value, bias, stride, padding, output_padding, groups: int,
             dilation, n: int) -> Value:
-    """NNEF deconv; ``output_padding`` becomes a smaller (possibly negative) padding after the data."""
+    """NNEF deconv; ``output_padding`` becomes a smaller (possibly negative) padding after the data.
+
+    NOTE: the nnef_tools interpreter fills the positions that a negative padding adds with 0
+    instead of the bias, so in that case the bias is added after the deconv.
+    """
     x, unbatched = add_batch(ctx, input, n)
     stride, dilation = ntuple(stride, n, "stride"), ntuple(dilation, n, "dilation")
     extra = ntuple(output_padding, n, "output_padding")
     pads = [(p, p - e) for p, e in zip(ntuple(padding, n, "padding"), extra)]
-    y = ctx.op("deconv", x, filter, bias_operand(ctx, bias), border="constant", padding=pads, stride=stride,
-               dilation=dilation, groups=groups, out_shape=node_shape(ctx, int(unbatched)))
+    late_bias = bias is not None and any(after < 0 for _, after in pads)
+    shape = node_shape(ctx, int(unbatched))
+    y = ctx.op("deconv", x, filter, 0.0 if late_bias else bias_operand(ctx, bias), border="constant", padding=pads,
+               stride=stride, dilation=dilation, groups=groups, out_shape=shape)
+    if late_bias:
+        y = ctx.op("add", y, channel_bias(ctx, bias, n), out_shape=shape)
     return drop_batch(ctx, y, unbatched)
+
+
+def channel_bias(ctx: EmitContext, bias: Value, n: int) -> Value:
+    """A [C] bias as [1, C, 1, ...] to add to an (N, C, spatial...) tensor."""
+    shape = (1, bias.shape[0]) + (1,) * n
+    if bias.is_constant:
+        return ctx.const(bias.data.reshape(shape), bias.dtype, name=bias.name)
+    return ctx.op("unsqueeze", bias, axes=[0] + list(range(2, n + 2)), out_shape=shape)
 
 
 def tract_deconv_filter(ctx: EmitContext, weight: Value, groups: int) -> Value:
@@ -134,24 +138,22 @@ def tract_deconv_filter(ctx: EmitContext, weight: Value, groups: int) -> Value:
     return ctx.op("reshape", w, shape=list(final), out_shape=final)
 
 
-def _deconv_rules(op, n: int) -> None:
-    """Register the standard rule and the tract override of one conv_transpose{n}d."""
-    def standard(ctx: EmitContext, input: Value, weight: Value, bias=None, stride=1, padding=0, output_padding=0,
-                 groups=1, dilation=1):
-        return _deconv(ctx, input, weight, bias, stride, padding, output_padding, groups, dilation, n)
-
-    def tract(ctx: EmitContext, input: Value, weight: Value, bias=None, stride=1, padding=0, output_padding=0,
-              groups=1, dilation=1):
-        return _deconv(ctx, input, tract_deconv_filter(ctx, weight, groups), bias, stride, padding, output_padding, groups, dilation, n)
-
-    schema = (f"conv_transpose{n}d(Tensor input, Tensor weight, Tensor? bias=None, SymInt[{n}] stride=1, "
-              f"SymInt[{n}] padding=0, SymInt[{n}] output_padding=0, SymInt groups=1, SymInt[{n}] dilation=1) -> Tensor")
-    for fn, target in ((standard, None), (tract, "tract")):
-        fn.__doc__ = schema
-        fn.__name__ = fn.__qualname__ = f"conv_transpose{n}d" + ("_tract" if target else "")
-        register(op, target=target)(fn)
+TRANSPOSED = (torch.conv_transpose1d, torch.conv_transpose2d, torch.conv_transpose3d)
 
 
-_deconv_rules(torch.conv_transpose1d, 1)
-_deconv_rules(torch.conv_transpose2d, 2)
-_deconv_rules(torch.conv_transpose3d, 3)
+@register(*TRANSPOSED)
+def conv_transpose(ctx: EmitContext, input: Value, weight: Value, bias=None, stride=1, padding=0, output_padding=0,
+                   groups=1, dilation=1):
+    """conv_transpose2d(Tensor input, Tensor weight, Tensor? bias=None, SymInt[2] stride=1, SymInt[2] padding=0, SymInt[2] output_padding=0, SymInt groups=1, SymInt[2] dilation=1) -> Tensor
+
+    conv_transpose1d and conv_transpose3d alike; the filter keeps torch's (= Khronos') layout.
+    """
+    return _deconv(ctx, input, weight, bias, stride, padding, output_padding, groups, dilation, len(kernel_of(weight)))
+
+
+@register(*TRANSPOSED, target="tract")
+def conv_transpose_tract(ctx: EmitContext, input: Value, weight: Value, bias=None, stride=1, padding=0,
+                         output_padding=0, groups=1, dilation=1):
+    """conv_transpose2d(Tensor input, Tensor weight, Tensor? bias=None, SymInt[2] stride=1, SymInt[2] padding=0, SymInt[2] output_padding=0, SymInt groups=1, SymInt[2] dilation=1) -> Tensor"""
+    filter = tract_deconv_filter(ctx, weight, groups)
+    return _deconv(ctx, input, filter, bias, stride, padding, output_padding, groups, dilation, len(kernel_of(weight)))

@@ -1,0 +1,148 @@
+"""Pools, padding, interpolation and pixel shuffle exported and run in tract and nnef_tools."""
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import fx2nnef
+from harness import OpCase, randint, randn, run_case
+
+X1 = randn(2, 3, 11)
+X2 = randn(2, 3, 7, 9)
+X3 = randn(1, 2, 5, 6, 7)
+SQ = randn(2, 3, 8, 8)
+TRACT_ONLY = {"khronos": False}
+DYN_BATCH = {"dynamic_axes": {"x0": {0: "B"}}, "khronos": False}
+
+
+def case(name, op, inputs, **kw) -> OpCase:
+    """An OpCase for a module or a function, 'close' tolerance by default (sums in another order than torch)."""
+    kw.setdefault("tolerance", "close")
+    if isinstance(op, nn.Module):
+        return OpCase(name, None, inputs, module=op, **kw)
+    return OpCase(name, op, inputs, **kw)
+
+
+POOL_CASES = [
+    case("max_pool1d", lambda x: F.max_pool1d(x, 3, 2, 1), [X1]),
+    case("max_pool1d_ceil_dil", lambda x: F.max_pool1d(x, 3, 2, 1, dilation=2, ceil_mode=True), [X1]),
+    case("max_pool1d_unbatched", lambda x: F.max_pool1d(x, 2), [randn(3, 11)]),
+    case("max_pool2d", nn.MaxPool2d(2), [X2]),
+    case("max_pool2d_pad_negative", lambda x: F.max_pool2d(x - 3.0, 3, 2, 1), [X2]),
+    case("max_pool2d_ceil", lambda x: F.max_pool2d(x, 3, 2, ceil_mode=True), [SQ]),
+    case("max_pool2d_ceil_pad", lambda x: F.max_pool2d(x, (3, 2), (2, 2), (1, 1), ceil_mode=True), [X2]),
+    case("max_pool2d_dil", lambda x: F.max_pool2d(x, (2, 3), 1, (1, 1), dilation=(2, 1)), [X2]),
+    case("max_pool2d_torch_builtin", lambda x: torch.max_pool2d(x, 2, 1), [X2]),
+    case("max_pool2d_unbatched", lambda x: F.max_pool2d(x, 3, 2, 1), [randn(3, 7, 9)]),
+    case("max_pool2d_f16", lambda x: F.max_pool2d(x, 3, 2, 1), [X2.half()], tolerance="very", **TRACT_ONLY),
+    case("max_pool2d_dyn_batch", lambda x: F.max_pool2d(x, 3, 2, 1), [X2], **DYN_BATCH),
+    case("max_pool3d", lambda x: F.max_pool3d(x, 2, padding=1), [X3]),
+    case("avg_pool1d", lambda x: F.avg_pool1d(x, 3, 2, 1), [X1]),
+    case("avg_pool1d_no_pad_count", lambda x: F.avg_pool1d(x, 3, 2, 1, count_include_pad=False), [X1]),
+    case("avg_pool1d_ceil", lambda x: F.avg_pool1d(x, 3, 2, 1, ceil_mode=True), [randn(2, 3, 10)]),
+    case("avg_pool2d", nn.AvgPool2d(2), [X2]),
+    case("avg_pool2d_pad", lambda x: F.avg_pool2d(x, 3, 2, 1), [X2]),
+    case("avg_pool2d_pad_no_count", lambda x: F.avg_pool2d(x, 3, 2, 1, count_include_pad=False), [X2]),
+    case("avg_pool2d_ceil", lambda x: F.avg_pool2d(x, 3, 2, 1, ceil_mode=True), [SQ]),
+    case("avg_pool2d_ceil_no_count", lambda x: F.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False), [SQ]),
+    case("avg_pool2d_divisor", lambda x: F.avg_pool2d(x, 2, padding=1, divisor_override=3), [X2]),
+    case("avg_pool2d_dyn_batch", lambda x: F.avg_pool2d(x, 3, 2, 1), [X2], **DYN_BATCH),
+    case("avg_pool3d", lambda x: F.avg_pool3d(x, (2, 3, 2), padding=(1, 1, 0)), [X3]),
+    case("adaptive_avg_pool1d", lambda x: F.adaptive_avg_pool1d(x, 4), [X1]),
+    case("adaptive_avg_pool1d_one", lambda x: F.adaptive_avg_pool1d(x, 1), [X1]),
+    case("adaptive_avg_pool2d_one", nn.AdaptiveAvgPool2d(1), [X2]),
+    case("adaptive_avg_pool2d_div", lambda x: F.adaptive_avg_pool2d(x, (2, 4)), [SQ]),
+    case("adaptive_avg_pool2d_nondiv", lambda x: F.adaptive_avg_pool2d(x, (3, 5)), [X2]),
+    case("adaptive_avg_pool2d_none", lambda x: F.adaptive_avg_pool2d(x, (None, 4)), [X2]),
+    case("adaptive_avg_pool2d_dyn_hw", nn.AdaptiveAvgPool2d((1, 1)), [X2],
+         dynamic_axes={"x0": {0: "B", 2: "H", 3: "W"}}, khronos=False),
+    case("adaptive_avg_pool3d", lambda x: F.adaptive_avg_pool3d(x, (2, 3, 4)), [X3]),
+    case("adaptive_max_pool1d", lambda x: F.adaptive_max_pool1d(x, 3), [X1]),
+    case("adaptive_max_pool2d_one", lambda x: F.adaptive_max_pool2d(x, 1), [X2]),
+    case("adaptive_max_pool2d_div", nn.AdaptiveMaxPool2d(4), [SQ]),
+    case("adaptive_max_pool2d_nondiv", lambda x: F.adaptive_max_pool2d(x, (4, 5)), [X2]),
+    case("adaptive_max_pool2d_dyn_batch", lambda x: F.adaptive_max_pool2d(x, (4, 5)), [X2], **DYN_BATCH),
+]
+
+PAD_CASES = [
+    case("pad_constant_value", lambda x: F.pad(x, (2, 1), value=1.5), [X1], tolerance="exact"),
+    case("pad_constant_2d_crop", lambda x: F.pad(x, (1, -2, -1, 3)), [X2], tolerance="exact"),
+    case("pad_constant_channels", lambda x: F.pad(x, (0, 0, 0, 0, 1, 2), value=-1.0), [X2], tolerance="exact"),
+    case("pad_constant_rank2", lambda x: F.pad(x, (3, 1)), [randn(4, 5)], tolerance="exact"),
+    case("pad_constant_i64", lambda x: F.pad(x, (1, 2)), [randint(-5, 5, 2, 3, 4)], tolerance="exact", **TRACT_ONLY),
+    case("pad_reflect_1d", lambda x: F.pad(x, (3, 2), mode="reflect"), [X1], tolerance="exact"),
+    case("pad_reflect_2d", nn.ReflectionPad2d((1, 2, 2, 1)), [X2], tolerance="exact"),
+    case("pad_replicate_1d", lambda x: F.pad(x, (3, 2), mode="replicate"), [X1], tolerance="exact"),
+    case("pad_replicate_2d", nn.ReplicationPad2d((1, 2, 0, 3)), [X2], tolerance="exact"),
+    case("pad_replicate_3d", lambda x: F.pad(x, (1, 1, 2, 0, 0, 1), mode="replicate"), [X3], tolerance="exact"),
+    case("pad_circular_2d", lambda x: F.pad(x, (2, 1, 1, 3), mode="circular"), [X2], tolerance="exact"),
+    case("pad_replicate_dyn_time", lambda x: F.pad(x, (2, 3), mode="replicate"), [X1], tolerance="exact",
+         dynamic_axes={"x0": {2: "T"}}, khronos=False),
+    case("pad_circular_dyn_time", lambda x: F.pad(x, (2, 3), mode="circular"), [X1], tolerance="exact",
+         dynamic_axes={"x0": {2: "T"}}, khronos=False),
+    case("pad_f16", lambda x: F.pad(x, (1, 1, 1, 1), mode="reflect"), [X2.half()], tolerance="exact", **TRACT_ONLY),
+]
+
+RESAMPLE_CASES = [
+    case("nearest_scale2", nn.Upsample(scale_factor=2), [X2], tolerance="exact"),
+    case("nearest_size_2x3", lambda x: F.interpolate(x, size=(14, 27)), [X2], tolerance="exact"),
+    case("nearest_scale_1_5", lambda x: F.interpolate(x, scale_factor=1.5), [X2], tolerance="exact"),
+    case("nearest_down", lambda x: F.interpolate(x, size=(4, 5)), [X2], tolerance="exact"),
+    case("nearest_exact", lambda x: F.interpolate(x, size=(10, 6), mode="nearest-exact"), [X2], tolerance="exact"),
+    case("nearest_1d", lambda x: F.interpolate(x, scale_factor=3), [X1], tolerance="exact"),
+    case("nearest_3d", lambda x: F.interpolate(x, scale_factor=(1, 2, 2)), [X3], tolerance="exact"),
+    case("nearest_dyn_hw", nn.Upsample(scale_factor=2), [X2], tolerance="exact",
+         dynamic_axes={"x0": {0: "B", 2: "H", 3: "W"}}, khronos=False),
+    case("nearest_f16", nn.Upsample(scale_factor=2), [X2.half()], tolerance="exact", **TRACT_ONLY),
+    case("bilinear_scale2", nn.Upsample(scale_factor=2, mode="bilinear"), [X2]),
+    case("bilinear_align", lambda x: F.interpolate(x, size=(11, 4), mode="bilinear", align_corners=True), [X2]),
+    case("bilinear_down", lambda x: F.interpolate(x, size=(4, 6), mode="bilinear"), [X2]),
+    case("bilinear_scale_frac", lambda x: F.interpolate(x, scale_factor=(1.7, 0.6), mode="bilinear"), [X2]),
+    case("bilinear_dyn_batch", nn.Upsample(scale_factor=2, mode="bilinear"), [X2], **DYN_BATCH),
+    case("bilinear_f16", nn.Upsample(scale_factor=2, mode="bilinear"), [X2.half()], tolerance="very", **TRACT_ONLY),
+    case("linear_1d", lambda x: F.interpolate(x, size=17, mode="linear"), [X1]),
+    case("bicubic", lambda x: F.interpolate(x, size=(12, 13), mode="bicubic"), [X2]),
+    case("bicubic_align", lambda x: F.interpolate(x, scale_factor=2, mode="bicubic", align_corners=True), [X2]),
+    case("trilinear", lambda x: F.interpolate(x, size=(7, 4, 9), mode="trilinear"), [X3]),
+    case("area", lambda x: F.interpolate(x, size=(3, 4), mode="area"), [X2]),
+    case("pixel_shuffle", nn.PixelShuffle(2), [randn(2, 12, 3, 5)], tolerance="exact"),
+    case("pixel_shuffle_unbatched", lambda x: F.pixel_shuffle(x, 3), [randn(18, 2, 3)], tolerance="exact"),
+    case("pixel_shuffle_dyn", nn.PixelShuffle(2), [randn(2, 12, 3, 5)], tolerance="exact",
+         dynamic_axes={"x0": {0: "B", 2: "H"}}, khronos=False),
+    case("pixel_unshuffle", nn.PixelUnshuffle(2), [randn(2, 3, 6, 4)], tolerance="exact"),
+    case("pixel_unshuffle_dyn", nn.PixelUnshuffle(2), [randn(2, 3, 6, 4)], tolerance="exact", **DYN_BATCH),
+]
+
+CASES = POOL_CASES + PAD_CASES + RESAMPLE_CASES
+
+
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_tract(case, tmp_path):
+    run_case(case, tmp_path, "tract")
+
+
+# each Khronos check costs ~5 s (interpreter child process): the default run keeps one case per lowering
+KHRONOS_QUICK = {
+    "max_pool1d_ceil_dil", "max_pool2d_pad_negative", "max_pool2d_ceil_pad", "avg_pool1d_no_pad_count",
+    "avg_pool2d_pad", "avg_pool2d_ceil", "avg_pool2d_divisor", "adaptive_avg_pool2d_one", "adaptive_avg_pool2d_div",
+    "adaptive_avg_pool2d_nondiv", "adaptive_max_pool2d_nondiv", "pad_constant_2d_crop", "pad_constant_channels",
+    "pad_constant_rank2", "pad_reflect_2d", "pad_replicate_2d", "pad_circular_2d", "nearest_scale2",
+    "nearest_scale_1_5", "bilinear_align", "bilinear_scale_frac", "bicubic", "trilinear", "pixel_shuffle",
+    "pixel_unshuffle",
+}
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, marks=() if c.name in KHRONOS_QUICK else pytest.mark.slow)
+                                  for c in CASES if c.khronos], ids=str)
+def test_khronos(case, tmp_path):
+    run_case(case, tmp_path, "khronos")
+
+
+@pytest.mark.parametrize("fn, reason", [
+    (lambda x: F.max_pool2d(x, 2, return_indices=True)[0], "return_indices"),
+    (lambda x: F.adaptive_max_pool2d(x, 2, return_indices=True)[0], "return_indices"),
+    (lambda x: F.interpolate(x, scale_factor=0.5, mode="bilinear", antialias=True), "antialias"),
+], ids=["max_pool_indices", "adaptive_max_indices", "antialias"])
+def test_unsupported(fn, reason, tmp_path):
+    with pytest.raises(fx2nnef.UnsupportedOpError, match=reason):
+        run_case(OpCase("unsupported", fn, [SQ]), tmp_path, "tract")
