@@ -5,9 +5,10 @@ from .api import ExportResult, export
 from .errors import (CheckIOError, EmitError, Fx2NnefError, GuardError, InvalidArgumentError, TargetError,
                      TraceError, TractError, UnsupportedOpError)
 from .targets import InferenceTarget, KhronosNNEF, Tolerance, TractNNEF
+from .piece_by_piece import Strategy, diagnose
 
 __all__ = [
     "CheckIOError", "EmitError", "ExportResult", "Fx2NnefError", "GuardError", "InferenceTarget",
     "InvalidArgumentError", "KhronosNNEF", "TargetError", "Tolerance", "TraceError", "TractError", "TractNNEF",
-    "UnsupportedOpError", "export",
+    "UnsupportedOpError", "export", "diagnose", "Strategy",
 ]

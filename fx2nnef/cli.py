@@ -77,12 +77,20 @@ def cmd_diagnose(ns) -> int:
     from .piece_by_piece import diagnose
 
     model, args, kwargs = load_factory(ns.factory)
-    report = diagnose(model, inputs=[(args, kwargs)], target=_target(ns))
+    strategies = {}
+    for item in ns.strategy or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise InvalidArgumentError(f"--strategy takes MODULE_PATH_OR_CLASS=STRATEGY, got {item!r}")
+        strategies[key] = value
+    report = diagnose(model, inputs=[(args, kwargs)], target=_target(ns), strategies=strategies)
     print(report)
     if ns.html:
         Path(ns.html).write_text(report.to_html())
+        print(f"wrote {ns.html}")
     if ns.json:
         Path(ns.json).write_text(report.to_json())
+        print(f"wrote {ns.json}")
     return 0
 
 
@@ -124,6 +132,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("factory")
     p.add_argument("--html")
     p.add_argument("--json")
+    p.add_argument("--strategy", action="append", metavar="MODULE=STRATEGY",
+                   help="e.g. LlamaDecoderLayer=ALWAYS or model.layers.0=LOCAL (NONE, ONLY_IF_FAILING, ALWAYS, LOCAL)")
     _add_target_options(p)
     p.set_defaults(func=cmd_diagnose)
     p = sub.add_parser("ops", help="print (or --write) the supported-op page")

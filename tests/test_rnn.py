@@ -177,9 +177,10 @@ def test_user_extractor_with_leaf_modules(target, tmp_path):
     assert NumpyTanhScale in registered_module_classes()
 
 
-def test_user_module_without_leaf_modules_is_not_traceable(tmp_path):
-    with pytest.raises((TypeError, fx2nnef.Fx2NnefError)):
-        fx2nnef.export(UsesCustom(), (randn(2, 3, 4),), tmp_path / "out")
+def test_registered_extractor_class_is_a_leaf_without_asking(tmp_path):
+    """export() keeps every class with a registered extractor as one call: no leaf_modules needed."""
+    r = fx2nnef.export(UsesCustom(), (randn(2, 3, 4),), tmp_path / "out.nnef.tgz")
+    assert r.check.ok
 
 
 def test_register_extractor_twice_fails():
