@@ -40,10 +40,19 @@ def broadcast_shape(*operands) -> Optional[tuple]:
 
 
 def ew(ctx: EmitContext, op: str, a, b, out_dtype: Optional[DType] = None) -> Value:
-    """Binary NNEF op ``op(a, b)`` on Values or Python numbers, broadcast as torch does."""
+    """Binary NNEF op ``op(a, b)`` on Values or Python numbers, broadcast as torch does.
+
+    The operands are taken in the dtype of the first tensor (numbers follow it); the result
+    has ``out_dtype`` (default: that dtype).
+    """
     dtype = next(v.dtype for v in (a, b) if isinstance(v, Value))
     a, b = broadcast_operands(ctx, a, b, dtype)
     return ctx.op(op, a, b, out_dtype=out_dtype or dtype, out_shape=broadcast_shape(a, b))
+
+
+def compare(ctx: EmitContext, op: str, a, b) -> Value:
+    """Comparison ``op`` (gt, lt, eq, ne, ...) giving a bool tensor."""
+    return ew(ctx, op, a, b, out_dtype=DType.BOOL)
 
 
 def un(ctx: EmitContext, op: str, x: Value, **attrs) -> Value:
@@ -102,7 +111,7 @@ def _trunc(ctx: EmitContext, x: Value) -> Value:
     """Round toward zero; integer tensors are returned as they are."""
     if not x.dtype.is_float:
         return x
-    return select(ctx, ew(ctx, "lt", x, 0.0, out_dtype=DType.BOOL), un(ctx, "ceil", x), un(ctx, "floor", x))
+    return select(ctx, compare(ctx, "lt", x, 0.0), un(ctx, "ceil", x), un(ctx, "floor", x))
 
 
 def _exp_minus_1(ctx: EmitContext, x: Value, scale: float = 1.0) -> Value:
@@ -110,12 +119,13 @@ def _exp_minus_1(ctx: EmitContext, x: Value, scale: float = 1.0) -> Value:
     return ew(ctx, "sub", un(ctx, "exp", x if scale == 1.0 else ew(ctx, "mul", x, scale)), 1.0)
 
 
-def _neg_part(ctx: EmitContext, x: Value, value: Value) -> Value:
-    """``x`` where ``x > 0``, else ``value``."""
-    return select(ctx, ew(ctx, "gt", x, 0.0, out_dtype=DType.BOOL), x, value)
+def _positive_or(ctx: EmitContext, x: Value, value: Value) -> Value:
+    """``x`` where it is positive, ``value`` elsewhere."""
+    return select(ctx, compare(ctx, "gt", x, 0.0), x, value)
 
 
 def _clamp_const(ctx: EmitContext, x: Value, lo: float, hi: float) -> Value:
+    """``min(max(x, lo), hi)`` as torch's hardtanh computes it."""
     return ew(ctx, "min", ew(ctx, "max", x, float(lo)), float(hi))
 
 
@@ -129,10 +139,7 @@ def _implicit_softmax_dim(r: int) -> int:
 def softmax(ctx: EmitContext, input: Value, dim: int, dtype: Optional[DType] = None):
     """softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor"""
     x = to_float(ctx, cast(ctx, input, dtype) if dtype else input)
-    a = [axis(dim, rank(x))]
-    m = ctx.op("max_reduce", x, axes=a, out_shape=_keep(x.shape, a))
-    e = un(ctx, "exp", ew(ctx, "sub", x, m))
-    return ew(ctx, "div", e, ctx.op("sum_reduce", e, axes=a, out_shape=_keep(x.shape, a)))
+    return un(ctx, "softmax", x, axes=[axis(dim, rank(x))])
 
 
 @register(torch.softmax, "Tensor.softmax", torch.special.softmax, target="tract")
@@ -235,7 +242,7 @@ def mish(ctx: EmitContext, input: Value, inplace: bool = False):
 def elu(ctx: EmitContext, input: Value, alpha: float = 1.0, inplace: bool = False):
     """elu(Tensor self, Scalar alpha=1) -> Tensor"""
     # NOTE: tract's own elu ignores alpha, hence the explicit formula
-    return _neg_part(ctx, input, ew(ctx, "mul", _exp_minus_1(ctx, input), float(alpha)))
+    return _positive_or(ctx, input, ew(ctx, "mul", _exp_minus_1(ctx, input), float(alpha)))
 
 
 @register(*sources("selu"))
@@ -247,7 +254,7 @@ def selu(ctx: EmitContext, input: Value, inplace: bool = False):
 @register(*sources("celu"))
 def celu(ctx: EmitContext, input: Value, alpha: float = 1.0, inplace: bool = False):
     """celu(Tensor self, Scalar alpha=1.0) -> Tensor"""
-    return _neg_part(ctx, input, ew(ctx, "mul", _exp_minus_1(ctx, input, 1.0 / alpha), float(alpha)))
+    return _positive_or(ctx, input, ew(ctx, "mul", _exp_minus_1(ctx, input, 1.0 / alpha), float(alpha)))
 
 
 @register(F.leaky_relu)
@@ -260,7 +267,7 @@ def leaky_relu(ctx: EmitContext, input: Value, negative_slope: float = 0.01, inp
 def prelu(ctx: EmitContext, input: Value, weight: Value):
     """prelu(Tensor self, Tensor weight) -> Tensor"""
     w = channel_view(ctx, weight, rank(input), input.dtype)
-    return select(ctx, ew(ctx, "lt", input, 0.0, out_dtype=DType.BOOL), ew(ctx, "mul", input, w), input)
+    return select(ctx, compare(ctx, "lt", input, 0.0), ew(ctx, "mul", input, w), input)
 
 
 @register(F.hardtanh)
@@ -295,7 +302,7 @@ def softplus(ctx: EmitContext, input: Value, beta: float = 1.0, threshold: float
     soft = un(ctx, "log", ew(ctx, "add", un(ctx, "exp", scaled), 1.0))
     if beta != 1:
         soft = ew(ctx, "div", soft, float(beta))
-    return select(ctx, ew(ctx, "gt", scaled, float(threshold), out_dtype=DType.BOOL), input, soft)
+    return select(ctx, compare(ctx, "gt", scaled, float(threshold)), input, soft)
 
 
 @register(F.logsigmoid)
@@ -320,20 +327,20 @@ def tanhshrink(ctx: EmitContext, input: Value):
 @register(*sources("threshold"))
 def threshold(ctx: EmitContext, input: Value, threshold: float, value: float, inplace: bool = False):
     """threshold(Tensor self, Scalar threshold, Scalar value) -> Tensor"""
-    return select(ctx, ew(ctx, "gt", input, threshold, out_dtype=DType.BOOL), input, value)
+    return select(ctx, compare(ctx, "gt", input, threshold), input, value)
 
 
 @register(*sources("hardshrink"))
 def hardshrink(ctx: EmitContext, input: Value, lambd: float = 0.5):
     """hardshrink(Tensor self, Scalar lambd=0.5) -> Tensor"""
-    return select(ctx, ew(ctx, "gt", un(ctx, "abs", input), float(lambd), out_dtype=DType.BOOL), input, 0.0)
+    return select(ctx, compare(ctx, "gt", un(ctx, "abs", input), float(lambd)), input, 0.0)
 
 
 @register(F.softshrink)
 def softshrink(ctx: EmitContext, input: Value, lambd: float = 0.5):
     """softshrink(Tensor self, Scalar lambd=0.5) -> Tensor"""
-    low = select(ctx, ew(ctx, "lt", input, -float(lambd), out_dtype=DType.BOOL), ew(ctx, "add", input, float(lambd)), 0.0)
-    return select(ctx, ew(ctx, "gt", input, float(lambd), out_dtype=DType.BOOL), ew(ctx, "sub", input, float(lambd)), low)
+    low = select(ctx, compare(ctx, "lt", input, -float(lambd)), ew(ctx, "add", input, float(lambd)), 0.0)
+    return select(ctx, compare(ctx, "gt", input, float(lambd)), ew(ctx, "sub", input, float(lambd)), low)
 
 
 @register(F.glu)
@@ -414,7 +421,7 @@ def expm1(ctx: EmitContext, input: Value):
     # NOTE: exp(x) - 1 loses the low bits near 0; there 2t / (1 - t) with t = tanh(x / 2) is exact to ~1 ulp
     t = un(ctx, "tanh", ew(ctx, "mul", x, 0.5))
     small = ew(ctx, "div", ew(ctx, "mul", t, 2.0), ew(ctx, "sub", 1.0, t))
-    return select(ctx, ew(ctx, "lt", un(ctx, "abs", x), 0.5, out_dtype=DType.BOOL), small, _exp_minus_1(ctx, x))
+    return select(ctx, compare(ctx, "lt", un(ctx, "abs", x), 0.5), small, _exp_minus_1(ctx, x))
 
 
 @register(*sources("log1p"))
@@ -424,7 +431,7 @@ def log1p(ctx: EmitContext, input: Value):
     u = ew(ctx, "add", x, 1.0)
     # NOTE: log(u) * x / (u - 1) cancels the rounding of 1 + x (Goldberg); u == 1 means log1p(x) == x
     fixed = ew(ctx, "div", ew(ctx, "mul", un(ctx, "log", u), x), ew(ctx, "sub", u, 1.0))
-    return select(ctx, ew(ctx, "eq", u, 1.0, out_dtype=DType.BOOL), x, fixed)
+    return select(ctx, compare(ctx, "eq", u, 1.0), x, fixed)
 
 
 @register(*sources("log10"))
@@ -478,7 +485,7 @@ def remainder(ctx: EmitContext, input, other):
     """remainder.Tensor(Tensor self, Tensor other) -> Tensor"""
     a, b = _operands(ctx, input, other)
     r = _fmod(ctx, a, b)
-    wrong_sign = ew(ctx, "lt", ew(ctx, "mul", r, b), 0, out_dtype=DType.BOOL)
+    wrong_sign = compare(ctx, "lt", ew(ctx, "mul", r, b), 0)
     return select(ctx, wrong_sign, ew(ctx, "add", r, b), r)
 
 
@@ -490,7 +497,7 @@ def floor_divide(ctx: EmitContext, input, other):
     if q.dtype.is_float:
         return un(ctx, "floor", q)
     r = ew(ctx, "sub", a, ew(ctx, "mul", q, b))
-    wrong_sign = ew(ctx, "lt", ew(ctx, "mul", r, b), 0, out_dtype=DType.BOOL)
+    wrong_sign = compare(ctx, "lt", ew(ctx, "mul", r, b), 0)
     return select(ctx, wrong_sign, ew(ctx, "sub", q, 1), q)
 
 
@@ -504,7 +511,7 @@ def lerp(ctx: EmitContext, input: Value, end: Value, weight):
     from_end = ew(ctx, "sub", end, ew(ctx, "mul", diff, rest))
     if not isinstance(weight, Value):
         return from_start if weight < 0.5 else from_end
-    return select(ctx, ew(ctx, "lt", weight, 0.5, out_dtype=DType.BOOL), from_start, from_end)
+    return select(ctx, compare(ctx, "lt", weight, 0.5), from_start, from_end)
 
 
 @register(*sources("addcmul"))
@@ -528,6 +535,6 @@ def nan_to_num(ctx: EmitContext, input: Value, nan: Optional[float] = None, posi
     if not input.dtype.is_float:
         return input
     big = float(np.finfo(input.dtype.numpy_name).max)
-    y = select(ctx, ew(ctx, "ne", input, input, out_dtype=DType.BOOL), float(nan or 0.0), input)
-    y = select(ctx, ew(ctx, "gt", input, big, out_dtype=DType.BOOL), big if posinf is None else float(posinf), y)
-    return select(ctx, ew(ctx, "lt", input, -big, out_dtype=DType.BOOL), -big if neginf is None else float(neginf), y)
+    y = select(ctx, compare(ctx, "ne", input, input), float(nan or 0.0), input)
+    y = select(ctx, compare(ctx, "gt", input, big), big if posinf is None else float(posinf), y)
+    return select(ctx, compare(ctx, "lt", input, -big), -big if neginf is None else float(neginf), y)

@@ -1,0 +1,391 @@
+"""Reductions: sum, mean, max/min (with indices), arg-reductions, prod, var/std, norms, all/any, logsumexp, cumsum.
+
+NNEF reductions keep the reduced axes (as size 1); a ``squeeze`` follows unless ``keepdim``.
+``dim=None`` and ``dim=[]`` both mean every axis.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import numpy as np
+import torch
+
+from ...ir import DType, SymDim, Value
+from ..context import TRACT_DATUM, EmitContext
+from ..helpers import axes, cast, rank
+from ..registry import register
+from .activation import compare, ew, select, to_float, un
+
+
+# building blocks -------------------------------------------------------------------------
+def reduce_axes(dim, x: Value) -> list:
+    """Sorted non-negative axes of ``x`` for a torch ``dim`` argument (None or empty: all)."""
+    if isinstance(dim, (list, tuple)) and len(dim) == 0:
+        dim = None
+    return axes(dim, rank(x))
+
+
+def reduced_shape(shape, axes_: list, keepdim: bool):
+    if shape is None:
+        return None
+    if keepdim:
+        return tuple(1 if i in axes_ else d for i, d in enumerate(shape))
+    return tuple(d for i, d in enumerate(shape) if i not in axes_)
+
+
+def squeeze_unless(ctx: EmitContext, y: Value, shape, axes_: list, keepdim: bool) -> Value:
+    """``y`` (reduced with kept axes) squeezed to torch's result unless ``keepdim``."""
+    if keepdim or not axes_:
+        return y
+    return ctx.op("squeeze", y, axes=axes_, out_dtype=y.dtype, out_shape=reduced_shape(shape, axes_, False))
+
+
+def reduce(ctx: EmitContext, op: str, x: Value, axes_: list, keepdim: bool = True,
+           out_dtype: Optional[DType] = None) -> Value:
+    """NNEF reduction ``op`` of ``x`` over ``axes_``."""
+    if not axes_:
+        return x
+    y = ctx.op(op, x, axes=axes_, out_dtype=out_dtype or x.dtype, out_shape=reduced_shape(x.shape, axes_, True))
+    return squeeze_unless(ctx, y, x.shape, axes_, keepdim)
+
+
+def element_count(ctx: EmitContext, x: Value, axes_: list, dtype: DType, minus: float = 0):
+    """Number of elements over ``axes_`` minus ``minus``: a float, or a tensor when a size is dynamic."""
+    n = _numel(x.shape[a] for a in axes_)
+    if isinstance(n, int):
+        return float(n - minus)
+    if minus != int(minus):
+        ctx.fail(f"a non-integer correction ({minus}) over the dynamic size {n} cannot be expressed")
+    return ctx.call("reduce.size", n - int(minus), dtype)
+
+
+@register("reduce.size")
+def size_tensor(ctx: EmitContext, size: SymDim, dtype: DType):
+    """A size that depends on dynamic input dims, as a scalar tensor of ``dtype``."""
+    ctx.fail(f"the size {size} depends on a dynamic input dim, which target '{ctx.target}' cannot express")
+
+
+@register("reduce.size", target="tract")
+def size_tensor_tract(ctx: EmitContext, size: SymDim, dtype: DType):
+    """A size that depends on dynamic input dims, as a scalar tensor of ``dtype``."""
+    return ctx.op("tract_core_cast", size, to=TRACT_DATUM[dtype], out_dtype=dtype, out_shape=())
+
+
+def _accumulate_dtype(x: Value, dtype: Optional[DType]) -> DType:
+    """torch's result type of sum/prod/cumsum: ``dtype`` if given, else int64 for integers and bools."""
+    if dtype is not None:
+        return dtype
+    return x.dtype if x.dtype.is_float else DType.I64
+
+
+def _numeric(ctx: EmitContext, x: Value) -> Value:
+    """Bools as int64 (tract's max/min/sum reductions reject bools)."""
+    return cast(ctx, x, DType.I64) if x.dtype.is_bool else x
+
+
+# sum, mean, prod ---------------------------------------------------------------------------
+@register(torch.sum, "Tensor.sum")
+def sum_(ctx: EmitContext, input: Value, dim=None, keepdim: bool = False, *, dtype: Optional[DType] = None):
+    """sum.dim_IntList(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor"""
+    x = cast(ctx, input, _accumulate_dtype(input, dtype))
+    return reduce(ctx, "sum_reduce", x, reduce_axes(dim, x), keepdim)
+
+
+@register(torch.nansum, "Tensor.nansum")
+def nansum(ctx: EmitContext, input: Value, dim=None, keepdim: bool = False, *, dtype: Optional[DType] = None):
+    """nansum(Tensor self, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor"""
+    x = cast(ctx, input, _accumulate_dtype(input, dtype))
+    if x.dtype.is_float:
+        x = select(ctx, compare(ctx, "ne", x, x), 0.0, x)
+    return reduce(ctx, "sum_reduce", x, reduce_axes(dim, x), keepdim)
+
+
+@register(torch.mean, "Tensor.mean")
+def mean(ctx: EmitContext, input: Value, dim=None, keepdim: bool = False, *, dtype: Optional[DType] = None):
+    """mean.dim(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor"""
+    x = cast(ctx, input, dtype) if dtype is not None else input
+    return reduce(ctx, "mean_reduce", x, reduce_axes(dim, x), keepdim)
+
+
+@register(torch.prod, "Tensor.prod")
+def prod(ctx: EmitContext, input: Value, dim=None, keepdim: bool = False, *, dtype: Optional[DType] = None):
+    """prod.dim_int(Tensor self, int dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor"""
+    x = cast(ctx, input, _accumulate_dtype(input, dtype))
+    axes_ = reduce_axes(dim, x)
+    for a in axes_:
+        x = _product_along(ctx, x, a)
+    return squeeze_unless(ctx, x, input.shape, axes_, keepdim)
+
+
+def _product_along(ctx: EmitContext, x: Value, a: int) -> Value:
+    """Product over axis ``a`` (kept, size 1) by halving: standard NNEF has no product reduction."""
+    n = x.shape[a]
+    if not isinstance(n, int):
+        ctx.fail(f"prod over an axis of dynamic size {n} needs tract")
+    while n > 1:
+        half = n // 2
+        y = ew(ctx, "mul", _slice(ctx, x, a, 0, half), _slice(ctx, x, a, half, 2 * half))
+        if n % 2:
+            y = ctx.op("concat", [y, _slice(ctx, x, a, 2 * half, n)], axis=a, out_dtype=y.dtype,
+                       out_shape=y.shape[:a] + (half + 1,) + y.shape[a + 1:])
+        x, n = y, y.shape[a]
+    return x
+
+
+def _slice(ctx: EmitContext, x: Value, a: int, begin: int, end: int) -> Value:
+    shape = x.shape[:a] + (end - begin,) + x.shape[a + 1:]
+    return ctx.op("slice", x, axes=[a], begin=[begin], end=[end], out_shape=shape)
+
+
+@register(torch.prod, "Tensor.prod", target="tract")
+def prod_tract(ctx: EmitContext, input: Value, dim=None, keepdim: bool = False, *, dtype: Optional[DType] = None):
+    """prod.dim_int(Tensor self, int dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor"""
+    x = cast(ctx, input, _accumulate_dtype(input, dtype))
+    return reduce(ctx, "tract_core_product_reduce", x, reduce_axes(dim, x), keepdim)
+
+
+# max, min, arg-reductions ----------------------------------------------------------------------
+@register(torch.amax, "Tensor.amax")
+def amax(ctx: EmitContext, input: Value, dim=(), keepdim: bool = False):
+    """amax(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor"""
+    op = "any_reduce" if input.dtype.is_bool else "max_reduce"
+    return reduce(ctx, op, input, reduce_axes(dim, input), keepdim)
+
+
+@register(torch.amin, "Tensor.amin")
+def amin(ctx: EmitContext, input: Value, dim=(), keepdim: bool = False):
+    """amin(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor"""
+    op = "all_reduce" if input.dtype.is_bool else "min_reduce"
+    return reduce(ctx, op, input, reduce_axes(dim, input), keepdim)
+
+
+def _extremum(ctx: EmitContext, which: str, input: Value, dim, keepdim: bool, other):
+    """torch.max/min: full reduction, (values, indices) along ``dim``, or elementwise with ``other``."""
+    if isinstance(dim, Value):
+        other, dim = dim, None
+    if other is not None:
+        return ctx.call("torch.maximum" if which == "max" else "torch.minimum", input, other)
+    full = amax if which == "max" else amin
+    if dim is None:
+        return full(ctx, input, None, False)
+    values = full(ctx, input, dim, keepdim)
+    indices = _arg(ctx, f"arg{which}_reduce", input, dim, keepdim)
+    return values, indices
+
+
+@register(torch.max, "Tensor.max")
+def max_(ctx: EmitContext, input: Value, dim=None, keepdim: bool = False, *, other: Optional[Value] = None):
+    """max.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)
+
+    Also ``max(Tensor self) -> Tensor`` and ``max.other(Tensor self, Tensor other) -> Tensor``.
+    """
+    return _extremum(ctx, "max", input, dim, keepdim, other)
+
+
+@register(torch.min, "Tensor.min")
+def min_(ctx: EmitContext, input: Value, dim=None, keepdim: bool = False, *, other: Optional[Value] = None):
+    """min.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)
+
+    Also ``min(Tensor self) -> Tensor`` and ``min.other(Tensor self, Tensor other) -> Tensor``.
+    """
+    return _extremum(ctx, "min", input, dim, keepdim, other)
+
+
+def _arg(ctx: EmitContext, op: str, input: Value, dim: Optional[int], keepdim: bool) -> Value:
+    """Index of the first extreme value along ``dim`` (over the flattened tensor when None), as int64."""
+    x = _numeric(ctx, input)
+    if dim is not None:
+        return reduce(ctx, op, x, reduce_axes(dim, x), keepdim, out_dtype=DType.I64)
+    flat = ctx.op("reshape", x, shape=[-1], out_shape=(_numel(x.shape),))
+    y = reduce(ctx, op, flat, [0], keepdim, out_dtype=DType.I64)
+    return ctx.op("reshape", y, shape=[1] * rank(x), out_shape=(1,) * rank(x)) if keepdim else y
+
+
+def _numel(dims):
+    """Product of sizes (ints or symbolic dims)."""
+    n = 1
+    for d in dims:
+        n = n * d
+    return n
+
+
+@register(torch.argmax, "Tensor.argmax")
+def argmax(ctx: EmitContext, input: Value, dim: Optional[int] = None, keepdim: bool = False):
+    """argmax(Tensor self, int? dim=None, bool keepdim=False) -> Tensor"""
+    return _arg(ctx, "argmax_reduce", input, dim, keepdim)
+
+
+@register(torch.argmin, "Tensor.argmin")
+def argmin(ctx: EmitContext, input: Value, dim: Optional[int] = None, keepdim: bool = False):
+    """argmin(Tensor self, int? dim=None, bool keepdim=False) -> Tensor"""
+    return _arg(ctx, "argmin_reduce", input, dim, keepdim)
+
+
+# variance ----------------------------------------------------------------------------------------
+def variance(ctx: EmitContext, x: Value, axes_: list, correction: float = 1) -> tuple:
+    """(variance, mean, x - mean) of ``x`` over ``axes_``, the statistics with the reduced axes kept."""
+    m = reduce(ctx, "mean_reduce", x, axes_)
+    d = ew(ctx, "sub", x, m)
+    if correction == 0:
+        return reduce(ctx, "mean_reduce", ew(ctx, "mul", d, d), axes_), m, d
+    total = reduce(ctx, "sum_reduce", ew(ctx, "mul", d, d), axes_)
+    return ew(ctx, "div", total, element_count(ctx, x, axes_, x.dtype, correction)), m, d
+
+
+def _var_args(dim, unbiased, correction):
+    """Normalize the var/std overloads: ``var(x, unbiased)``, ``var(x, dim, unbiased)``, ``correction=``."""
+    if isinstance(dim, bool):
+        dim, unbiased = None, dim
+    if correction is None:
+        correction = 1 if unbiased is None or unbiased else 0
+    return dim, correction
+
+
+def _var_std(ctx: EmitContext, input: Value, dim, unbiased, keepdim: bool, correction, std: bool,
+             with_mean: bool = False):
+    """var or std (and the mean when ``with_mean``) as torch returns them."""
+    dim, correction = _var_args(dim, unbiased, correction)
+    x = to_float(ctx, input)
+    axes_ = reduce_axes(dim, x)
+    var, m, _ = variance(ctx, x, axes_, correction)
+    out = squeeze_unless(ctx, un(ctx, "sqrt", var) if std else var, x.shape, axes_, keepdim)
+    return (out, squeeze_unless(ctx, m, x.shape, axes_, keepdim)) if with_mean else out
+
+
+@register(torch.var, "Tensor.var")
+def var(ctx: EmitContext, input: Value, dim=None, unbiased: Optional[bool] = None, keepdim: bool = False, *,
+        correction=None):
+    """var.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool keepdim=False) -> Tensor"""
+    return _var_std(ctx, input, dim, unbiased, keepdim, correction, std=False)
+
+
+@register(torch.std, "Tensor.std")
+def std(ctx: EmitContext, input: Value, dim=None, unbiased: Optional[bool] = None, keepdim: bool = False, *,
+        correction=None):
+    """std.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool keepdim=False) -> Tensor"""
+    return _var_std(ctx, input, dim, unbiased, keepdim, correction, std=True)
+
+
+@register(torch.var_mean)
+def var_mean(ctx: EmitContext, input: Value, dim=None, unbiased: Optional[bool] = None, keepdim: bool = False, *,
+             correction=None):
+    """var_mean.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool keepdim=False) -> (Tensor, Tensor)"""
+    return _var_std(ctx, input, dim, unbiased, keepdim, correction, std=False, with_mean=True)
+
+
+@register(torch.std_mean)
+def std_mean(ctx: EmitContext, input: Value, dim=None, unbiased: Optional[bool] = None, keepdim: bool = False, *,
+             correction=None):
+    """std_mean.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool keepdim=False) -> (Tensor, Tensor)"""
+    return _var_std(ctx, input, dim, unbiased, keepdim, correction, std=True, with_mean=True)
+
+
+# norms -----------------------------------------------------------------------------------------
+def vector_norm(ctx: EmitContext, x: Value, ord, axes_: list, keepdim: bool) -> Value:
+    """The ``ord``-norm of ``x`` over ``axes_`` (ord 2, 1, inf, -inf, 0 or any other p)."""
+    x = to_float(ctx, x)
+    if ord == 2:
+        return un(ctx, "sqrt", reduce(ctx, "sum_reduce", ew(ctx, "mul", x, x), axes_, keepdim))
+    if ord == 0:
+        nonzero = cast(ctx, compare(ctx, "ne", x, 0.0), x.dtype)
+        return reduce(ctx, "sum_reduce", nonzero, axes_, keepdim)
+    a = un(ctx, "abs", x)
+    if ord == math.inf:
+        return reduce(ctx, "max_reduce", a, axes_, keepdim)
+    if ord == -math.inf:
+        return reduce(ctx, "min_reduce", a, axes_, keepdim)
+    if ord == 1:
+        return reduce(ctx, "sum_reduce", a, axes_, keepdim)
+    powered = reduce(ctx, "sum_reduce", ew(ctx, "pow", a, float(ord)), axes_, keepdim)
+    return ew(ctx, "pow", powered, 1.0 / ord)
+
+
+@register(torch.linalg.vector_norm)
+def linalg_vector_norm(ctx: EmitContext, x: Value, ord=2, dim=None, keepdim: bool = False, *,
+                       dtype: Optional[DType] = None):
+    """linalg_vector_norm(Tensor self, Scalar ord=2, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor"""
+    v = cast(ctx, x, dtype) if dtype is not None else x
+    return vector_norm(ctx, v, ord, reduce_axes(dim, v), keepdim)
+
+
+@register(torch.norm, "Tensor.norm")
+def norm(ctx: EmitContext, input: Value, p="fro", dim=None, keepdim: bool = False, out=None,
+         dtype: Optional[DType] = None):
+    """norm(Tensor input, Scalar|str p='fro', int[]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor"""
+    if isinstance(p, str) and p != "fro":
+        ctx.fail(f"norm: p={p!r} (a matrix norm) is not supported")
+    x = cast(ctx, input, dtype) if dtype is not None else input
+    return vector_norm(ctx, x, 2 if p == "fro" else p, reduce_axes(dim, x), keepdim)
+
+
+@register(torch.linalg.norm)
+def linalg_norm(ctx: EmitContext, input: Value, ord=None, dim=None, keepdim: bool = False, *,
+                dtype: Optional[DType] = None):
+    """linalg_norm(Tensor self, Scalar? ord=None, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor"""
+    matrix = isinstance(dim, (list, tuple)) and len(dim) == 2 or (dim is None and ord is not None and rank(input) == 2)
+    if ord not in (None, "fro") and (matrix or isinstance(ord, str)):
+        ctx.fail(f"linalg.norm: the matrix norm ord={ord!r} is not supported (vector norms and 'fro' are)")
+    x = cast(ctx, input, dtype) if dtype is not None else input
+    return vector_norm(ctx, x, 2 if ord in (None, "fro") else ord, reduce_axes(dim, x), keepdim)
+
+
+# logic, logsumexp, counting ----------------------------------------------------------------------
+@register(torch.all, "Tensor.all")
+def all_(ctx: EmitContext, input: Value, dim=None, keepdim: bool = False):
+    """all.dims(Tensor self, int[1]? dim=None, bool keepdim=False) -> Tensor"""
+    x = cast(ctx, input, DType.BOOL)
+    return reduce(ctx, "all_reduce", x, reduce_axes(dim, x), keepdim)
+
+
+@register(torch.any, "Tensor.any")
+def any_(ctx: EmitContext, input: Value, dim=None, keepdim: bool = False):
+    """any.dims(Tensor self, int[1]? dim=None, bool keepdim=False) -> Tensor"""
+    x = cast(ctx, input, DType.BOOL)
+    return reduce(ctx, "any_reduce", x, reduce_axes(dim, x), keepdim)
+
+
+@register(torch.logsumexp, "Tensor.logsumexp", torch.special.logsumexp)
+def logsumexp(ctx: EmitContext, input: Value, dim, keepdim: bool = False):
+    """logsumexp(Tensor self, int[1] dim, bool keepdim=False) -> Tensor"""
+    x = to_float(ctx, input)
+    axes_ = reduce_axes(dim, x)
+    m = reduce(ctx, "max_reduce", x, axes_)
+    total = reduce(ctx, "sum_reduce", un(ctx, "exp", ew(ctx, "sub", x, m)), axes_)
+    return squeeze_unless(ctx, ew(ctx, "add", un(ctx, "log", total), m), x.shape, axes_, keepdim)
+
+
+@register(torch.count_nonzero, "Tensor.count_nonzero")
+def count_nonzero(ctx: EmitContext, input: Value, dim=None):
+    """count_nonzero(Tensor self, int? dim=None) -> Tensor"""
+    nonzero = compare(ctx, "ne", input, 0) if not input.dtype.is_bool else input
+    x = cast(ctx, nonzero, DType.I64)
+    return reduce(ctx, "sum_reduce", x, reduce_axes(dim, x), False)
+
+
+# cumulative sum ----------------------------------------------------------------------------------
+@register(torch.cumsum, "Tensor.cumsum")
+def cumsum(ctx: EmitContext, input: Value, dim: int, *, dtype: Optional[DType] = None):
+    """cumsum(Tensor self, int dim, *, ScalarType? dtype=None) -> Tensor"""
+    x = cast(ctx, input, _accumulate_dtype(input, dtype))
+    r = rank(x)
+    a = axes(dim, r)[0]
+    n = x.shape[a]
+    if not isinstance(n, int):
+        ctx.fail(f"cumsum over an axis of dynamic size {n} needs tract")
+    order = [i for i in range(r) if i != a] + [a]
+    moved = x if a == r - 1 else ctx.op("transpose", x, axes=order, out_shape=tuple(x.shape[i] for i in order))
+    rows = ctx.op("reshape", moved, shape=[-1, n], out_shape=(_numel(moved.shape) // n, n))
+    upper = ctx.const(np.triu(np.ones((n, n))), x.dtype)
+    summed = ctx.op("matmul", rows, upper, out_shape=rows.shape)
+    back = ctx.op("reshape", summed, shape=list(moved.shape), out_shape=moved.shape)
+    if a == r - 1:
+        return back
+    return ctx.op("transpose", back, axes=[int(i) for i in np.argsort(order)], out_shape=x.shape)
+
+
+@register(torch.cumsum, "Tensor.cumsum", target="tract")
+def cumsum_tract(ctx: EmitContext, input: Value, dim: int, *, dtype: Optional[DType] = None):
+    """cumsum(Tensor self, int dim, *, ScalarType? dtype=None) -> Tensor"""
+    x = cast(ctx, input, _accumulate_dtype(input, dtype))
+    return un(ctx, "tract_core_cumsum", x, axis=axes(dim, rank(x))[0], exclusive=False, reverse=False)
