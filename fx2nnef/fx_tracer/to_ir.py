@@ -142,6 +142,11 @@ class _Builder:
             return self._scalar(n)
         if n.op == "call_function" and n.target is operator.getitem and isinstance(self.env.get(n.args[0]), tuple):
             return self.env[n.args[0]][n.args[1]]
+        if n.op == "call_function" and n.target is getattr and isinstance(self.env.get(n.args[0]), tuple):
+            # a named field of a multi-output result: torch.max(x, 1).indices
+            base = self.a.values[n.args[0]]
+            field = getattr(base, n.args[1])
+            return self.env[n.args[0]][next(i for i, t in enumerate(base) if t is field)]
         args = self.lookup(n.args)
         kwargs = self.lookup(n.kwargs)
         if n.op == "call_function":
