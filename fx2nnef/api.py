@@ -16,6 +16,7 @@ import torch
 from .errors import CheckIOError, Fx2NnefError, GuardError, InvalidArgumentError
 from .fx_tracer import structures
 from .fx_tracer.capture import Capture, capture
+from .piece_by_piece.record import eval_mode
 from .ir import Graph, sanitize
 from .nnef_emit import emit_graph, write_asset
 from .nnef_emit.extractors import registered_module_classes
@@ -83,17 +84,6 @@ class ExportResult:
         return "<pre>" + html.escape(str(self)) + "</pre>"
 
 
-@contextmanager
-def _eval_mode(model: torch.nn.Module):
-    modes = {m: m.training for m in model.modules()}
-    model.eval()
-    try:
-        yield
-    finally:
-        for m, training in modes.items():
-            m.training = training
-
-
 def _timed(timings: dict, key: str):
     @contextmanager
     def ctx():
@@ -127,7 +117,7 @@ def export(model: torch.nn.Module, args=(), path=None, *, kwargs: Optional[dict]
         return export_with_fallback(model, args, path, kwargs=kwargs, target=target, input_names=input_names,
                                     output_names=output_names)
     timings: dict = {}
-    with _eval_mode(model):
+    with eval_mode(model):
         with _timed(timings, "trace"):
             cap = capture(model, args, kwargs or {}, target=target, input_names=input_names,
                           output_names=output_names,

@@ -147,13 +147,7 @@ class Graph:
 
     # construction ---------------------------------------------------------------------
     def unique_name(self, base: str) -> str:
-        base = sanitize(base)
-        name, i = base, 0
-        while name in self._names:
-            i += 1
-            name = f"{base}_{i}"
-        self._names.add(name)
-        return name
+        return unique_name(base, self._names)
 
     def new_value(self, base: str, dtype=None, shape=None, data=None) -> Value:
         return Value(self.unique_name(base), dtype, None if shape is None else tuple(shape), data)
@@ -233,6 +227,17 @@ def _fmt(v) -> str:
 # NNEF keywords; tract also misreads identifiers that merely start with true/false
 _RESERVED = {"version", "extension", "fragment", "graph", "tensor", "integer", "scalar", "logical", "string",
              "true", "false", "for", "in", "if", "else", "yield", "length_of", "shape_of", "range_of"}
+
+
+def unique_name(base: str, taken: set, first: int = 0) -> str:
+    """``base`` made NNEF-safe and distinct from every name in ``taken`` (which it joins)."""
+    base = sanitize(base)
+    name, i = base, first
+    while name in taken:
+        i += 1
+        name = f"{base}_{i}"
+    taken.add(name)
+    return name
 
 
 def sanitize(name: str) -> str:

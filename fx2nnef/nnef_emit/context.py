@@ -12,7 +12,7 @@ from typing import Any, Optional
 import numpy as np
 
 from ..errors import EmitError
-from ..ir import DType, Node, SymDim, Value, sanitize
+from ..ir import DType, Node, SymDim, Value, sanitize, unique_name
 
 TRACT_DATUM = {
     DType.F16: "f16", DType.F32: "f32", DType.F64: "f64", DType.I8: "i8", DType.I16: "i16",
@@ -100,13 +100,7 @@ class EmitContext:
 
     # naming ---------------------------------------------------------------------------
     def fresh(self, base: str) -> str:
-        base = sanitize(base)
-        name, i = base, 0
-        while name in self._taken:
-            i += 1
-            name = f"{base}_{i}"
-        self._taken.add(name)
-        return name
+        return unique_name(base, self._taken)
 
     def bind(self, value: Value, name: Optional[str] = None) -> str:
         if id(value) not in self.names:

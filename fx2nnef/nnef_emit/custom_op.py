@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..errors import EmitError
-from ..ir import Graph, Value, sanitize
+from ..ir import Graph, Value, unique_name
 from .context import EmitContext
 from .emitter import emit_fragment
 from .registry import REGISTRY, Registry
@@ -115,12 +115,7 @@ class FragmentLibrary:
         return self._names[id(plan)]
 
     def _fresh(self, base: str) -> str:
-        base = sanitize(base)
-        name, i = base, 1
-        while name in self.texts:
-            i += 1
-            name = f"{base}_{i}"
-        return name
+        return unique_name(base, set(self.texts), first=1)
 
 
 def _caller(fdef: FragmentDef, path: str):
