@@ -11,10 +11,10 @@ def tiny_llama(attn_implementation: str = "sdpa", seed: int = 0, **overrides):
     """
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    config = LlamaConfig(
-        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, vocab_size=256, max_position_embeddings=128, use_cache=False,
-        attn_implementation=attn_implementation, **overrides)
+    settings = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                    num_key_value_heads=2, vocab_size=256, max_position_embeddings=128, use_cache=False)
+    settings.update(overrides)
+    config = LlamaConfig(attn_implementation=attn_implementation, **settings)
     torch.manual_seed(seed)
     model = LlamaForCausalLM(config).eval()
     with torch.no_grad():
