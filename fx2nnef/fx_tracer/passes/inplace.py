@@ -53,9 +53,9 @@ def _mutation(node: fx.Node):
 
 def _write_back(graph: fx.Graph, view: fx.Node, new_view: fx.Node):
     """Nodes that rebuild the base of ``view`` with ``new_view`` in its place: (base, new_base)."""
-    base = view.meta.get("view_of")
-    if base is None:
+    if view.meta.get("view_of") is None:
         return None
+    base = view.args[0]  # the current version of the viewed tensor (earlier mutations rewired it)
     op, target, args = view.op, view.target, view.args
     with graph.inserting_after(new_view):
         if op == "call_function" and target is operator.getitem:

@@ -1,0 +1,90 @@
+"""Odd but common Python in forwards: loops, iteration, aliasing, masks, shape arithmetic."""
+import math
+
+import pytest
+import torch
+import torch.nn as nn
+
+import fx2nnef
+from harness import randn
+
+
+class Loops(nn.Module):
+    def __init__(self):
+        super().__init__()
+        for i in range(3):
+            setattr(self, f"layer{i}", nn.Linear(8, 8))
+
+    def forward(self, x, *extra, scale=1.0, **options):
+        for i in range(3):
+            x = getattr(self, f"layer{i}")(x)
+        rows = [row * (k + 1) for k, row in enumerate(x)]        # iterate over a tensor
+        y = torch.stack(rows) * scale
+        if options.get("double"):
+            y = y * 2
+        return y + sum(extra) if extra else y
+
+
+class ShapeMath(nn.Module):
+    def forward(self, x):
+        d = x.size(-1)
+        q = x / math.sqrt(d) * x.shape[-1] ** 0.5
+        head = x.size()[1:]
+        z = x.new_zeros(x.shape) + q
+        assert x.shape[1] == head[0]
+        return z.reshape(*x.shape[:-1], 2, d // 2).flatten(-2)
+
+
+class Aliasing(nn.Module):
+    def forward(self, x):
+        y = x.clone()
+        alias = y
+        alias += 1                    # in-place through an alias: y sees it
+        y[y < 0.5] = 0.0              # masked assignment
+        y.masked_fill_(y > 2.0, 2.0)
+        z = y.view(-1)
+        z.mul_(3)                     # in-place on a view: y sees it
+        return y, z
+
+
+class Pieces(nn.Module):
+    def forward(self, x):
+        a, b = torch.chunk(x, 2, dim=-1)
+        c = (a.T @ b).softmax(-1)
+        w = torch.where(x > 0, x, 0.0)
+        return {"c": c, "w": w, "none": None, "n": [a.float().mean(), b.sum(-1)]}
+
+
+class Training(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.drop = nn.Dropout(0.5)
+
+    def forward(self, x):
+        if self.training:
+            x = x * 100
+        return self.drop(x) + 1
+
+
+@pytest.mark.parametrize("model, args, kwargs", [
+    (Loops(), (randn(3, 8), randn(3, 8, seed=2)), {"scale": 0.5, "double": True}),
+    (ShapeMath(), (randn(2, 3, 8),), {}),
+    (Aliasing(), (randn(3, 4),), {}),
+    (Pieces(), (randn(4, 6),), {}),
+    (Training().train(), (randn(2, 3),), {}),
+], ids=["loops", "shape_math", "aliasing", "pieces", "training_mode"])
+def test_odd_python(model, args, kwargs, tmp_path):
+    r = fx2nnef.export(model, args, tmp_path / "m.nnef.tgz", kwargs=kwargs)
+    assert r.check.ok
+
+
+def test_shape_math_with_dynamic_dims(tmp_path):
+    r = fx2nnef.export(ShapeMath(), (randn(2, 3, 8),), tmp_path / "m.nnef.tgz",
+                       target=fx2nnef.TractNNEF(dynamic_axes={"x": {0: "B", 1: "S"}}))
+    assert r.check.ok and len(r.check.cases) == 2
+
+
+def test_training_mode_is_restored(tmp_path):
+    model = Training().train()
+    fx2nnef.export(model, (randn(2, 3),), tmp_path / "m.nnef.tgz")
+    assert model.training and model.drop.training
