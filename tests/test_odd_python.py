@@ -88,3 +88,31 @@ def test_training_mode_is_restored(tmp_path):
     model = Training().train()
     fx2nnef.export(model, (randn(2, 3),), tmp_path / "m.nnef.tgz")
     assert model.training and model.drop.training
+
+
+class PositionalEncoder(nn.Module):
+    """Classic transformer input block: a sliced positional buffer and positions from arange."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(50, 16)
+        self.register_buffer("pe", torch.randn(1, 64, 16, generator=torch.Generator().manual_seed(3)))
+        self.pos = nn.Embedding(64, 16)
+        self.blocks = nn.ModuleList([nn.Linear(16, 16) for _ in range(2)])
+
+    def forward(self, ids):
+        b, s = ids.shape
+        pos = torch.arange(s).unsqueeze(0).expand(b, -1)
+        h = self.emb(ids) + self.pe[:, : ids.size(1)] + self.pos(pos)
+        for i, blk in enumerate(self.blocks):
+            h = h + torch.tanh(blk(h)) * (i + 1)
+        width = max(h.shape[-1], 4)
+        perm = h.permute(*range(h.ndim - 1, -1, -1))
+        return h[:, -1] * width, perm.sum(0)
+
+
+def test_dynamic_batch_and_sequence_blocks(tmp_path):
+    ids = torch.randint(0, 50, (3, 7), generator=torch.Generator().manual_seed(0))
+    r = fx2nnef.export(PositionalEncoder(), (ids,), tmp_path / "m.nnef.tgz",
+                       target=fx2nnef.TractNNEF(dynamic_axes={"ids": {0: "B", 1: "S"}}, check_io_tolerance="close"))
+    assert r.check.ok and len(r.check.cases) == 2

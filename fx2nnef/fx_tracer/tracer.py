@@ -279,13 +279,23 @@ def tracing_patches(tracer: CustomTracer):
         wrapper.__wrapped_factory__ = fn
         return wrapper
 
+    orig_getitem = torch.Tensor.__getitem__
+
+    def getitem(self, index):
+        # a plain tensor (e.g. a buffer) indexed with a traced size: x[:, :s]
+        if _contains_proxy(index):
+            return tracer.create_proxy("call_function", operator.getitem, (self, index), {})
+        return orig_getitem(self, index)
+
     builtins.isinstance = _traced_isinstance
+    torch.Tensor.__getitem__ = getitem
     try:
         for name, fn in saved.items():
             setattr(torch, name, wrap(fn))
         yield
     finally:
         builtins.isinstance = _orig_isinstance
+        torch.Tensor.__getitem__ = orig_getitem
         for name, fn in saved.items():
             setattr(torch, name, fn)
 
