@@ -183,3 +183,10 @@ def test_tiny_llama_with_kv_cache(tmp_path):
         got = run_tract(out, [ids.numpy()] + [t.numpy() for kv in cache for t in kv])
         np.testing.assert_allclose(got[0], expected.logits.numpy(), atol=1e-5, rtol=1e-4)
         np.testing.assert_allclose(got[1], expected.past_key_values.layers[0].keys.numpy(), atol=1e-5, rtol=1e-4)
+
+
+def test_tiny_llama_float16(tmp_path):
+    r = fx2nnef.export(tiny_llama("sdpa").half(), (example_input_ids(8),), tmp_path / "f16.nnef.tgz",
+                       target=fx2nnef.TractNNEF(dynamic_axes={"input_ids": {1: "S"}}, check_io_tolerance="super"))
+    assert r.check.ok and r.max_abs_diff < 5e-3
+    assert "'f16'" in r.nnef_text or "f16" in r.nnef_text
