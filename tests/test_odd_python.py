@@ -116,3 +116,24 @@ def test_dynamic_batch_and_sequence_blocks(tmp_path):
     r = fx2nnef.export(PositionalEncoder(), (ids,), tmp_path / "m.nnef.tgz",
                        target=fx2nnef.TractNNEF(dynamic_axes={"ids": {0: "B", 1: "S"}}, check_io_tolerance="close"))
     assert r.check.ok and len(r.check.cases) == 2
+
+
+class StridedTime(nn.Module):
+    """Sizes after a strided conv are floor divisions of the input length: they stay symbolic."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv1d(4, 8, 3, stride=2, padding=1)
+
+    def forward(self, x):
+        h = self.conv(x)
+        t = h.shape[-1]
+        pos = torch.arange(t).float()
+        return h[:, :, : t - 1] + pos[: t - 1], x.view(x.shape[0], 2, -1)[:, :, : x.shape[2] // 2]
+
+
+def test_floor_division_sizes(tmp_path):
+    r = fx2nnef.export(StridedTime(), (randn(2, 4, 38),), tmp_path / "m.nnef.tgz",
+                       target=fx2nnef.TractNNEF(dynamic_axes={"x": {2: "T"}}))
+    assert r.check.ok and len(r.check.cases) == 2
+    assert "((T+1)/2)" in r.nnef_text

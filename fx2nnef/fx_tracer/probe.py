@@ -17,6 +17,7 @@ import torch
 import torch.fx as fx
 
 from ..ir import Guard, SymDim, fit_polynomial, simplify
+from ..ir.dims import fit_floor_division
 from .tracer import GuardRecord
 
 _SHAPE_QUERIES = {"size", "dim", "numel", "nelement", "ndimension"}
@@ -90,7 +91,7 @@ def inputs_at(example: list, names: list, dynamic_axes: dict, env: dict) -> list
 def probe_envs(base: dict) -> list:
     envs = []
     for s in base:
-        for k in (1, 2, 3):
+        for k in (1, 2, 3, 5, 8):  # enough points to tell polynomials and floor divisions apart
             envs.append({**base, s: base[s] + k})
     if len(base) > 1:
         envs.append({s: v + 1 for s, v in base.items()})
@@ -241,6 +242,8 @@ def _fit_int(samples, symbols):
     if all(v == samples[0][1] for _, v in samples):
         return samples[0][1]
     fitted = fit_polynomial(samples, symbols)
+    if fitted is None:
+        fitted = fit_floor_division(samples, symbols)
     return Unfit(samples) if fitted is None else fitted
 
 

@@ -11,10 +11,28 @@ from typing import Union
 Monomial = tuple  # sorted tuple of symbol names, () is the constant term
 
 
+# Floor-division atoms: a name such as "((S+1)/2)" stands for floor(numerator / divisor) and
+# is used like a symbol inside polynomials (tract parses the name itself as that expression).
+_DIV_ATOMS: dict = {}
+
+
 class SymDim:
-    """An integer-valued polynomial of symbols with integer coefficients."""
+    """An integer-valued polynomial of symbols with integer coefficients.
+
+    A "symbol" may also be a floor-division atom made by :meth:`floordiv`.
+    """
 
     __slots__ = ("terms",)
+
+    @classmethod
+    def floordiv(cls, numerator, divisor: int):
+        """floor(numerator / divisor) for a positive int divisor."""
+        numerator = as_sym(numerator)
+        if all(c % divisor == 0 for c in numerator.terms.values()):
+            return simplify(SymDim({m: c // divisor for m, c in numerator.terms.items()}))
+        name = f"(({str(numerator).replace(' ', '')})/{divisor})"
+        _DIV_ATOMS[name] = (numerator, divisor)
+        return cls({(name,): 1})
 
     def __init__(self, terms: dict):
         self.terms = {m: int(c) for m, c in terms.items() if c != 0}
@@ -32,7 +50,7 @@ class SymDim:
         for mono, coef in self.terms.items():
             prod = coef
             for s in mono:
-                prod *= env[s]
+                prod *= _atom_value(s, env)
             total += prod
         return total
 
@@ -98,6 +116,13 @@ class SymDim:
 Dim = Union[int, SymDim]
 
 
+def _atom_value(name: str, env: dict) -> int:
+    if name in env:
+        return env[name]
+    numerator, divisor = _DIV_ATOMS[name]
+    return numerator.evaluate(env) // divisor
+
+
 def as_sym(x) -> SymDim:
     if isinstance(x, SymDim):
         return x
@@ -136,6 +161,28 @@ def fit_polynomial(samples: list, symbols: list, max_degree: int = 2):
         if (result if isinstance(result, int) else result.evaluate(env)) != value:
             return None
     return result
+
+
+def fit_floor_division(samples: list, symbols: list, max_divisor: int = 8):
+    """Find ``floor((sum a_i*S_i + b) / d)`` mapping every sample env to its value, with the
+    smallest divisor d and coefficients (what strided convs and pools give). None if none fits."""
+    import itertools
+
+    symbols = sorted(symbols)
+    for d in range(2, max_divisor + 1):
+        for coefs in itertools.product(range(-2 * d, 2 * d + 1), repeat=len(symbols)):
+            if all(c % d == 0 for c in coefs):
+                continue
+            lows, highs = [], []
+            for env, value in samples:
+                lin = sum(c * env[s] for c, s in zip(coefs, symbols))
+                lows.append(d * value - lin)
+                highs.append(d * value + d - 1 - lin)
+            b = max(lows)
+            if b <= min(highs):
+                numerator = SymDim({(s,): c for c, s in zip(coefs, symbols)}) + b
+                return SymDim.floordiv(numerator, d)
+    return None
 
 
 def _monomials(symbols, max_degree):
