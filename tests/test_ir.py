@@ -28,4 +28,4 @@ def test_fit_floor_division():
 
 def test_sanitize():
     assert sanitize("model.layers.0.weight") == "model_layers_0_weight"
-    assert sanitize("truediv") == "v_truediv" and sanitize("graph") == "v_graph" and sanitize("0x") == "v0x"
+    assert sanitize("truediv") == "v_truediv" and sanitize("graph") == "v_graph" and sanitize("0x") == "v_0x"
