@@ -14,7 +14,8 @@ def supported_ops_markdown() -> str:
 
     rows = {}
     for (key, target), fn in REGISTRY.rules():
-        if key.startswith("nnef."):
+        # the built-in page: no internal kinds, no rules a user (or a test) registered
+        if key.startswith(("nnef.", "module:")) or not fn.__module__.startswith("fx2nnef."):
             continue
         row = rows.setdefault(key, {"common": None, "tract": None, "khronos": None, "doc": ""})
         row[target or "common"] = fn
