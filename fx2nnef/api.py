@@ -1,8 +1,6 @@
 """``fx2nnef.export``: trace, lower, write and check a model in one call."""
 from __future__ import annotations
 
-import dataclasses
-import inspect
 import shutil
 import tempfile
 import time
@@ -13,75 +11,17 @@ from typing import Optional
 import numpy as np
 import torch
 
-from .errors import CheckIOError, Fx2NnefError, GuardError, InvalidArgumentError
-from .fx_tracer import structures
+from .errors import CheckIOError, InvalidArgumentError
 from .fx_tracer.capture import Capture, capture
 from .piece_by_piece.record import eval_mode
-from .ir import Graph, sanitize
+from .ir import sanitize
 from .nnef_emit import emit_graph, write_asset
 from .nnef_emit.extractors import registered_module_classes
-from .targets import CheckCase, CheckReport, InferenceTarget, TractNNEF
-from .targets.base import as_numpy
+from .targets import CheckReport, InferenceTarget, TractNNEF
+from .targets.result import ExportResult
 from .targets.tolerance import format_diffs
 
 ARCHIVE_SUFFIXES = (".tgz", ".tar.gz", ".tar")
-
-
-@dataclasses.dataclass
-class ExportResult:
-    """What an export produced: where, which ops, how close to PyTorch, how long each stage took."""
-
-    path: Path
-    target: str
-    input_names: list
-    output_names: list
-    symbols: list
-    source_op_counts: dict
-    nnef_op_counts: dict
-    check: Optional[CheckReport]
-    guards: list
-    timings: dict
-    graph: Optional[Graph] = dataclasses.field(default=None, repr=False)
-    nnef_text: str = dataclasses.field(default="", repr=False)
-    notes: list = dataclasses.field(default_factory=list)
-
-    @property
-    def max_abs_diff(self) -> float:
-        if not self.check:
-            return float("nan")
-        values = [d.max_abs for _, diffs in self.check.cases for d in diffs]
-        return float(np.nanmax(values)) if values and not all(np.isnan(values)) else float("nan")
-
-    def __str__(self) -> str:
-        lines = [f"fx2nnef export -> {self.path} (target {self.target})"]
-        lines.append(f"  inputs:  {', '.join(self.input_names)}" + (f"   symbols: {', '.join(self.symbols)}" if self.symbols else ""))
-        lines.append(f"  outputs: {', '.join(self.output_names)}")
-        n_src = sum(self.source_op_counts.values())
-        lines.append(f"  ops: {n_src} source ops of {len(self.source_op_counts)} kinds -> "
-                     f"{sum(self.nnef_op_counts.values())} NNEF ops of {len(self.nnef_op_counts)} kinds")
-        lines.append("    " + ", ".join(f"{k} x{v}" for k, v in list(self.source_op_counts.items())[:12])
-                     + (" ..." if len(self.source_op_counts) > 12 else ""))
-        if self.check:
-            lines.append(f"  check in {self.check.engine}: {'OK' if self.check.ok else 'FAILED'}")
-            for label, diffs in self.check.cases:
-                lines.append(f"    [{label}]")
-                lines += ["      " + l for l in format_diffs(diffs).splitlines()]
-        else:
-            lines.append("  check: not run (check_io=False)")
-        if self.guards:
-            lines.append(f"  guards ({len(self.guards)}):")
-            lines += [f"    {g}" for g in self.guards[:10]]
-            if len(self.guards) > 10:
-                lines.append(f"    ... {len(self.guards) - 10} more")
-        for n in self.notes:
-            lines.append(f"  note: {n}")
-        lines.append("  time: " + ", ".join(f"{k} {v:.2f}s" for k, v in self.timings.items()))
-        return "\n".join(lines)
-
-    def _repr_html_(self) -> str:
-        import html
-
-        return "<pre>" + html.escape(str(self)) + "</pre>"
 
 
 def _timed(timings: dict, key: str):

@@ -4,6 +4,10 @@ from __future__ import annotations
 import inspect
 
 
+# keys that name a source op (others, such as "nnef.cast", are internal kinds converters call)
+SOURCE_PREFIXES = ("torch.", "Tensor.", "F.", "operator.", "nn.", "builtins.", "math.", "fx2nnef.")
+
+
 def _first_doc_line(fn) -> str:
     doc = inspect.getdoc(fn) or ""
     return doc.splitlines()[0] if doc else ""
@@ -15,7 +19,7 @@ def supported_ops_markdown() -> str:
     rows = {}
     for (key, target), fn in REGISTRY.rules():
         # the built-in page: no internal kinds, no rules a user (or a test) registered
-        if key.startswith(("nnef.", "module:")) or not fn.__module__.startswith("fx2nnef."):
+        if not key.startswith(SOURCE_PREFIXES) or not fn.__module__.startswith("fx2nnef."):
             continue
         row = rows.setdefault(key, {"common": None, "tract": None, "khronos": None, "doc": ""})
         row[target or "common"] = fn

@@ -15,7 +15,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from ..errors import GuardError, InvalidArgumentError, TraceError
+from ..errors import GuardError, InvalidArgumentError
 from ..ir import Graph
 from . import structures
 from .passes import cleanup_slices, remove_dead_code, remove_inplace
@@ -159,8 +159,6 @@ def _ident(name: str) -> str:
 
 
 def _extractor_types() -> tuple:
-    from ..ir import op_key  # noqa: F401 - keeps the import graph explicit
-
     return tuple(_LEAF_TYPES)
 
 

@@ -10,13 +10,12 @@ The recorded graph is executed at the example sizes and at probe sizes (each sym
 from __future__ import annotations
 
 import dataclasses
-import math
-from typing import Any, Optional
+from typing import Optional
 
 import torch
 import torch.fx as fx
 
-from ..ir import Guard, SymDim, fit_polynomial, simplify
+from ..ir import Guard, SymDim, fit_polynomial
 from ..ir.dims import fit_floor_division
 from .tracer import GuardRecord
 
@@ -156,7 +155,6 @@ def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, 
     returns its flat outputs: a guard that flips at a probe size is then accepted when the
     graph still reproduces the model there (the branch taken was equivalent).
     """
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     base_env = {}
     for name, t in zip(names, example):
         for axis, sym in dynamic_axes.get(name, {}).items():

@@ -139,13 +139,7 @@ for _name, _method, _fallback in [
 DECOMPOSED_FUNCTIONS: set = set()
 
 
-def _decompose_on_trace(fn):
-    import torch.nn.functional as F  # noqa: F401
-
-    DECOMPOSED_FUNCTIONS.add(fn)
-
-
-_decompose_on_trace(torch.nn.functional.multi_head_attention_forward)
+DECOMPOSED_FUNCTIONS.add(torch.nn.functional.multi_head_attention_forward)
 
 
 @contextlib.contextmanager

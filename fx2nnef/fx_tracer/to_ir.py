@@ -14,7 +14,7 @@ import torch
 import torch.fx as fx
 
 from ..errors import TraceError
-from ..ir import DType, Graph, Node, SourceLoc, SymDim, Value, method_key, op_key
+from ..ir import DType, Graph, Node, Value, method_key, op_key
 from .probe import Analysis, Unfit
 
 _TORCH_TO_IR = {

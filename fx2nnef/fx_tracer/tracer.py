@@ -9,7 +9,6 @@ from __future__ import annotations
 import builtins
 import contextlib
 import dataclasses
-import inspect
 import operator
 from typing import Any, Callable, Optional
 

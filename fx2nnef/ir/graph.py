@@ -12,7 +12,7 @@ from typing import Any, Iterator, Optional
 
 import numpy as np
 
-from .dims import Dim, SymDim
+from .dims import SymDim
 from .dtypes import DType
 
 

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Optional
+from typing import Optional
 
 import numpy as np
 
 from ..errors import EmitError
-from ..ir import DType, Node, SymDim, Value, sanitize, unique_name
+from ..ir import DType, Node, SymDim, Value, unique_name
 
 TRACT_DATUM = {
     DType.F16: "f16", DType.F32: "f32", DType.F64: "f64", DType.I8: "i8", DType.I16: "i16",

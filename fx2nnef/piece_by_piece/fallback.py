@@ -20,6 +20,7 @@ from ..errors import Fx2NnefError, InvalidArgumentError
 from ..nnef_emit import write_asset
 from ..nnef_emit.registry import Registry
 from ..targets import CheckReport, InferenceTarget, TractNNEF
+from ..targets.result import ExportResult
 from .diagnose import Diagnoser, prepare
 from .record import eval_mode
 from .report import Report
@@ -42,7 +43,6 @@ def export_with_fallback(model: torch.nn.Module, args=(), path=None, *, kwargs: 
     Returns an :class:`fx2nnef.ExportResult` whose notes name the custom ops; raises
     :class:`PieceByPieceError` when some failing module has no working replacement.
     """
-    from ..api import ExportResult  # the api layer sits above this one; imported when called
 
     t0 = time.perf_counter()
     target = target if target is not None else TractNNEF()

@@ -6,7 +6,6 @@ import tarfile
 from pathlib import Path
 from typing import Optional
 
-from ..errors import InvalidArgumentError
 from .base import CheckReport, InferenceTarget
 from .khronos_runner import run_khronos, validate_khronos
 from .tolerance import compare_outputs, resolve_tolerance

@@ -123,7 +123,7 @@ def remove_inplace(gm: fx.GraphModule) -> bool:
         graph.erase_node(node)
         _replace_later_uses(graph, mutated, new, new)
         # propagate the update into the bases this tensor is a view of
-        view, new_view, last = mutated, new, new
+        view, new_view = mutated, new
         while True:
             pair = _write_back(graph, view, new_view)
             if pair is None:

@@ -296,9 +296,9 @@ def expand(ctx: EmitContext, input: Value, *size, implicit: bool = False):
 
 
 @register(torch.broadcast_to, "Tensor.broadcast_to")
-def broadcast_to(ctx: EmitContext, input: Value, size):
-    """broadcast_to(Tensor(a) self, SymInt[] size) -> Tensor(a)"""
-    return expand_to(ctx, input, _expand_sizes(input, dims_list(size)))
+def broadcast_to(ctx: EmitContext, input: Value, *size):
+    """broadcast_to(Tensor(a) self, SymInt[] size) -> Tensor(a)  (the method also takes sizes as varargs)"""
+    return expand_to(ctx, input, _expand_sizes(input, size_args(size)))
 
 
 @register("Tensor.expand_as")
@@ -325,9 +325,9 @@ def repeat(ctx: EmitContext, input: Value, *repeats):
 
 
 @register(torch.tile, "Tensor.tile")
-def tile(ctx: EmitContext, input: Value, dims):
-    """tile(Tensor self, SymInt[] dims) -> Tensor"""
-    dims = dims_list(dims)
+def tile(ctx: EmitContext, input: Value, *dims):
+    """tile(Tensor self, SymInt[] dims) -> Tensor  (the method also takes counts as varargs)"""
+    dims = size_args(dims)
     return _tile(ctx, input, [1] * (rank(input) - len(dims)) + dims)
 
 
