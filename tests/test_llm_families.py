@@ -29,3 +29,37 @@ def test_family_exports(family, attn, tmp_path):
     r = fx2nnef.export(model, (ids,), tmp_path / "m.nnef.tgz",
                        target=fx2nnef.TractNNEF(dynamic_axes={"input_ids": {1: "S"}}, check_io_tolerance="close"))
     assert r.check.ok and len(r.check.cases) == 2
+
+
+def _others():
+    torch.manual_seed(0)
+    bert = T.BertModel(T.BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+                                    vocab_size=100, max_position_embeddings=64))
+    ids = torch.randint(0, 100, (2, 7), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones(2, 7, dtype=torch.long)
+    mask[1, 5:] = 0
+    vit = T.ViTModel(T.ViTConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+                                 image_size=32, patch_size=8))
+    w2v = T.Wav2Vec2Model(T.Wav2Vec2Config(
+        hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128, conv_dim=(32, 32),
+        conv_stride=(5, 2), conv_kernel=(10, 3), num_feat_extract_layers=2, num_conv_pos_embeddings=16,
+        num_conv_pos_embedding_groups=4))
+    t5 = T.T5ForConditionalGeneration(T.T5Config(d_model=64, d_ff=128, num_layers=2, num_heads=4, vocab_size=100, d_kv=16))
+    g = torch.Generator().manual_seed(1)
+    return {
+        "bert_with_padding_mask": (bert, (ids,), {"attention_mask": mask},
+                                   {"input_ids": {1: "S"}, "attention_mask": {1: "S"}}),
+        "vit": (vit, (torch.randn(1, 3, 32, 32, generator=g),), {}, {}),
+        "wav2vec2_strided_time": (w2v, (torch.randn(1, 4000, generator=g),), {}, {"input_values": {1: "T"}}),
+        "t5_encoder_decoder": (t5, (torch.randint(0, 100, (1, 6), generator=g),),
+                               {"decoder_input_ids": torch.randint(0, 100, (1, 4), generator=g), "use_cache": False},
+                               {"input_ids": {1: "S"}, "decoder_input_ids": {1: "D"}}),
+    }
+
+
+@pytest.mark.parametrize("name", ["bert_with_padding_mask", "vit", "wav2vec2_strided_time", "t5_encoder_decoder"])
+def test_other_architectures(name, tmp_path):
+    model, args, kwargs, dyn = _others()[name]
+    r = fx2nnef.export(model.eval(), args, tmp_path / "m.nnef.tgz", kwargs=kwargs,
+                       target=fx2nnef.TractNNEF(dynamic_axes=dyn, check_io_tolerance="close"))
+    assert r.check.ok and len(r.check.cases) == (2 if dyn else 1)

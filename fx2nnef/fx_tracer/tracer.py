@@ -105,6 +105,7 @@ class CustomTracer(fx.Tracer):
 
     def __init__(self, leaf_types: tuple = (), leaf_names: tuple = ()):
         super().__init__(autowrap_functions=())
+        self.proxy_buffer_attributes = True  # buffers are traced values: self.pos_ids[:, :s].expand(b, -1)
         self.leaf_types = tuple(leaf_types)
         self.leaf_names = set(leaf_names)
         self.guards: list[GuardRecord] = []

@@ -163,14 +163,16 @@ def fit_polynomial(samples: list, symbols: list, max_degree: int = 2):
     return result
 
 
-def fit_floor_division(samples: list, symbols: list, max_divisor: int = 8):
+def fit_floor_division(samples: list, symbols: list, max_divisor: int = 1024):
     """Find ``floor((sum a_i*S_i + b) / d)`` mapping every sample env to its value, with the
-    smallest divisor d and coefficients (what strided convs and pools give). None if none fits."""
+    smallest divisor d and coefficients (what strided convs and pools give: a stack of
+    strides s1, s2 gives d = s1*s2). None if none fits."""
     import itertools
 
     symbols = sorted(symbols)
-    for d in range(2, max_divisor + 1):
-        for coefs in itertools.product(range(-2 * d, 2 * d + 1), repeat=len(symbols)):
+    coef_range = range(1, 5) if len(symbols) == 1 else range(0, 3)
+    for d in range(2, max_divisor + 1 if len(symbols) == 1 else 17):
+        for coefs in itertools.product(coef_range, repeat=len(symbols)):
             if all(c % d == 0 for c in coefs):
                 continue
             lows, highs = [], []

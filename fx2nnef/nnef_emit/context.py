@@ -92,6 +92,7 @@ class EmitContext:
         self.statements: list[Statement] = []
         self.variables: dict = {}  # label -> (Value, np.ndarray)
         self.names: dict = {}  # id(Value) -> NNEF identifier
+        self._alive: list = []  # every named Value, so that no id in `names` is ever reused
         self.fragments: set = set()
         self.used_ops: dict = {}
         self._taken: set = set()
@@ -104,6 +105,7 @@ class EmitContext:
 
     def bind(self, value: Value, name: Optional[str] = None) -> str:
         if id(value) not in self.names:
+            self._alive.append(value)
             self.names[id(value)] = self.fresh(name or value.name)
         return self.names[id(value)]
 
@@ -154,6 +156,7 @@ class EmitContext:
         data = value.data
         key = (data.dtype.str, data.shape, data.tobytes()) if data.size <= 64 else None
         if key is not None and key in self._var_cache:
+            self._alive.append(value)
             self.names[id(value)] = self._var_cache[key]
             return self._var_cache[key]
         name = self.bind(value)

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from ...ir import DType, Value
 from ..context import EmitContext
-from ..helpers import broadcast_operands, cast, result_dtype
+from ..helpers import broadcast_operands, cast, result_dtype, scalar_operand
 from ..registry import REGISTRY
 
 # op -> NNEF unary op
@@ -65,10 +65,28 @@ def _compare(nnef_op: str):
     def convert(ctx: EmitContext, input, other):
         dtype = result_dtype(input, other)
         a, b = broadcast_operands(ctx, cast(ctx, input, dtype), cast(ctx, other, dtype), dtype)
-        return ctx.op(nnef_op, a, b, out_dtype=DType.BOOL)
+        return ctx.call("nnef.compare", nnef_op, a, b)
 
     convert.__name__ = f"compare_{nnef_op}"
     return convert
+
+
+@REGISTRY.register("nnef.compare")
+def compare(ctx: EmitContext, nnef_op: str, a, b):
+    return ctx.op(nnef_op, a, b, out_dtype=DType.BOOL)
+
+
+@REGISTRY.register("nnef.compare", target="tract")
+def compare_tract(ctx: EmitContext, nnef_op: str, a, b):
+    """NOTE: tract 0.23.9 mis-optimizes ``select`` on a comparison of two tensors whose shapes
+    are symbolic (e.g. ``ge(range[:, None], range[None, :])``: "Undetermined symbol" at run
+    time). Comparing their difference with 0 gives the same mask and runs."""
+    symbolic = all(isinstance(v, Value) and not v.is_constant and v.shape is not None and not v.is_static
+                   for v in (a, b))
+    if not symbolic or a.dtype.is_bool or a.dtype is DType.U8:
+        return ctx.op(nnef_op, a, b, out_dtype=DType.BOOL)
+    diff = ctx.op("sub", a, b, out_dtype=a.dtype)
+    return ctx.op(nnef_op, diff, scalar_operand(ctx, 0, a.dtype), out_dtype=DType.BOOL)
 
 
 def _logic(nnef_op: str):

@@ -412,6 +412,11 @@ def _select(ctx: EmitContext, condition: Value, a, b) -> Value:
     r = max(rank(t) for t in tensors)
     condition, a, b = [unsqueeze_to(ctx, t, r) if isinstance(t, Value) else t for t in (condition, a, b)]
     shape = tuple(_broadcast_dim([t.shape[i] for t in (condition, a, b) if isinstance(t, Value)]) for i in range(r))
+    if any(isinstance(d, SymDim) for d in shape):
+        # NOTE: tract 0.23.9 can fail at run time ("Undetermined symbol") when select broadcasts
+        # symbolic dims itself; operands already at the result shape avoid that.
+        condition, a, b = [expand_to(ctx, t, shape) if isinstance(t, Value) and tuple(t.shape) != shape else t
+                           for t in (condition, a, b)]
     return ctx.op("select", condition, a, b, out_dtype=dtype, out_shape=shape)
 
 
