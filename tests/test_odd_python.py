@@ -137,3 +137,19 @@ def test_floor_division_sizes(tmp_path):
                        target=fx2nnef.TractNNEF(dynamic_axes={"x": {2: "T"}}))
     assert r.check.ok and len(r.check.cases) == 2
     assert "((T+1)/2)" in r.nnef_text
+
+
+class PlainTensorSizes(nn.Module):
+    """Tensors created in forward with constant sizes, then shaped by traced sizes."""
+
+    def forward(self, x):
+        b, s = x.shape[0], x.shape[1]
+        bias = torch.arange(4.0).expand(b, s, -1)
+        scale = torch.ones(1, 1, 4).repeat(b, 1, 1)
+        return x * scale + bias
+
+
+def test_plain_tensors_given_traced_sizes(tmp_path):
+    r = fx2nnef.export(PlainTensorSizes(), (randn(2, 3, 4),), tmp_path / "m.nnef.tgz",
+                       target=fx2nnef.TractNNEF(dynamic_axes={"x": {0: "B", 1: "S"}}))
+    assert r.check.ok and len(r.check.cases) == 2

@@ -251,6 +251,9 @@ def _record_view(node: fx.Node, value: torch.Tensor, args) -> None:
 
 
 # scoped patches -----------------------------------------------------------------------
+# Tensor methods that take sizes: recorded when a plain tensor gets traced sizes
+_SIZED_METHODS = ("expand", "view", "reshape", "repeat", "narrow", "new_zeros", "new_ones", "new_full",
+                  "new_empty", "unflatten", "tile", "roll", "split", "chunk", "select")
 _orig_isinstance = builtins.isinstance
 _INTERNAL_MODULES = ("torch.fx", "fx2nnef", "torch._", "torch.utils._pytree")
 
@@ -282,20 +285,33 @@ def tracing_patches(tracer: CustomTracer):
     orig_getitem = torch.Tensor.__getitem__
 
     def getitem(self, index):
-        # a plain tensor (e.g. a buffer) indexed with a traced size: x[:, :s]
+        # a plain tensor (e.g. created in forward) indexed with a traced size: x[:, :s]
         if _contains_proxy(index):
             return tracer.create_proxy("call_function", operator.getitem, (self, index), {})
         return orig_getitem(self, index)
 
+    def wrap_method(name, fn):
+        def method(self, *args, **kwargs):
+            # a plain tensor given traced sizes: torch.ones(4).expand(b, -1)
+            if _contains_proxy(args) or _contains_proxy(kwargs):
+                return tracer.create_proxy("call_method", name, (self,) + args, kwargs)
+            return fn(self, *args, **kwargs)
+        return method
+
+    methods = {name: getattr(torch.Tensor, name) for name in _SIZED_METHODS}
     builtins.isinstance = _traced_isinstance
     torch.Tensor.__getitem__ = getitem
     try:
+        for name, fn in methods.items():
+            setattr(torch.Tensor, name, wrap_method(name, fn))
         for name, fn in saved.items():
             setattr(torch, name, wrap(fn))
         yield
     finally:
         builtins.isinstance = _orig_isinstance
         torch.Tensor.__getitem__ = orig_getitem
+        for name, fn in methods.items():
+            setattr(torch.Tensor, name, fn)
         for name, fn in saved.items():
             setattr(torch, name, fn)
 
