@@ -13,12 +13,22 @@ FAMILIES = {
     "mistral": (lambda: T.MistralConfig(**SMALL), T.MistralForCausalLM),
     "phi3": (lambda: T.Phi3Config(**SMALL, pad_token_id=0), T.Phi3ForCausalLM),
     "gemma": (lambda: T.GemmaConfig(**SMALL, head_dim=16), T.GemmaForCausalLM),
+    "gemma2": (lambda: T.Gemma2Config(**SMALL, head_dim=16), T.Gemma2ForCausalLM),
+    "qwen3": (lambda: T.Qwen3Config(**SMALL, head_dim=16), T.Qwen3ForCausalLM),
+    "gpt_neox": (lambda: T.GPTNeoXConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                         num_attention_heads=4, vocab_size=256, max_position_embeddings=128),
+                 T.GPTNeoXForCausalLM),
 }
+
+
+NO_SDPA = {("gemma2", "sdpa")}  # transformers refuses sdpa there (softcapping)
 
 
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_family_exports(family, attn, tmp_path):
+    if (family, attn) in NO_SDPA:
+        pytest.skip(f"transformers has no {attn} attention for {family}")
     make_config, cls = FAMILIES[family]
     config = make_config()
     config._attn_implementation = attn
@@ -63,3 +73,16 @@ def test_other_architectures(name, tmp_path):
     r = fx2nnef.export(model.eval(), args, tmp_path / "m.nnef.tgz", kwargs=kwargs,
                        target=fx2nnef.TractNNEF(dynamic_axes=dyn, check_io_tolerance="close"))
     assert r.check.ok and len(r.check.cases) == (2 if dyn else 1)
+
+
+def test_llama_with_padding_mask_dynamic_batch_and_sequence(tmp_path):
+    from fx2nnef.examples.tiny_llm import tiny_llama
+
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, 256, (2, 7), generator=g)
+    mask = torch.ones(2, 7, dtype=torch.long)
+    mask[1, :2] = 0  # left padding
+    dyn = {"input_ids": {0: "B", 1: "S"}, "attention_mask": {0: "B", 1: "S"}}
+    r = fx2nnef.export(tiny_llama("sdpa"), (ids,), tmp_path / "m.nnef.tgz", kwargs={"attention_mask": mask},
+                       target=fx2nnef.TractNNEF(dynamic_axes=dyn, check_io_tolerance="close"))
+    assert r.check.ok and r.input_names == ["input_ids", "attention_mask"]
