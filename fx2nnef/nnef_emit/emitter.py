@@ -67,12 +67,8 @@ def _flatten(result) -> list:
 def emit_graph(graph: Graph, target: str, *, registry: Registry = REGISTRY, bool_bits: int = 8,
                extra_fragments: dict | None = None) -> Emitted:
     """Lower ``graph`` for ``target`` ("tract" or "khronos")."""
-    _check_lowerings(graph, target, registry)
-    ctx = EmitContext(target, registry, graph.symbols)
-    for name in list(graph.output_names) + [v.name for v in graph.inputs]:
-        ctx._taken.add(sanitize(name))
+    ctx = _context_for(graph, target, registry)
     for v in graph.inputs:
-        ctx.names[id(v)] = sanitize(v.name)
         ctx.call("nnef.external", v)
     lower_nodes(ctx, graph)
     out_names = _bind_outputs(ctx, graph)
@@ -81,6 +77,18 @@ def emit_graph(graph: Graph, target: str, *, registry: Registry = REGISTRY, bool
     for label, (value, data) in sorted(ctx.variables.items()):
         files[f"{label}.dat"] = dat.dat_bytes(data, bool_bits=bool_bits)
     return Emitted(files, text, dict(sorted(ctx.used_ops.items())), graph.op_counts())
+
+
+def _context_for(graph: Graph, target: str, registry: Registry) -> EmitContext:
+    """A context for lowering ``graph``: every op has a rule, the input and output names are
+    reserved, and the inputs are named."""
+    _check_lowerings(graph, target, registry)
+    ctx = EmitContext(target, registry, graph.symbols)
+    for name in list(graph.output_names) + [v.name for v in graph.inputs]:
+        ctx._taken.add(sanitize(name))
+    for v in graph.inputs:
+        ctx.names[id(v)] = sanitize(v.name)
+    return ctx
 
 
 def _check_lowerings(graph: Graph, target: str, registry: Registry) -> None:
@@ -141,12 +149,7 @@ def emit_fragment(graph: Graph, target: str, name: str, *, registry: Registry = 
     Weights are parameters, not ``variable``s of the body: the Khronos parser refuses
     ``variable`` inside fragments, and each call can pass its own weights.
     """
-    _check_lowerings(graph, target, registry)
-    ctx = EmitContext(target, registry, graph.symbols)
-    for n in list(graph.output_names) + [v.name for v in graph.inputs]:
-        ctx._taken.add(sanitize(n))
-    for v in graph.inputs:
-        ctx.names[id(v)] = sanitize(v.name)
+    ctx = _context_for(graph, target, registry)
     lower_nodes(ctx, graph)
     results = _bind_outputs(ctx, graph)
     weights = [(label, value) for label, (value, _) in ctx.variables.items()]
