@@ -33,7 +33,7 @@ from ..nnef_emit.custom_op import FragmentLibrary, ModulePlan, flat_values
 from ..nnef_emit.registry import Registry
 from ..targets.tolerance import compare_outputs
 from .record import Call, copy_value, flat_input_names
-from .report import Status
+from .report import Outcome, Status
 
 _SKIP_DIRS = (os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
               os.path.dirname(os.__file__))
@@ -69,17 +69,9 @@ class StepFailure(Exception):
 
 
 @dataclasses.dataclass
-class Attempt:
+class Attempt(Outcome):
     """The outcome of exporting one module on its own."""
 
-    status: Status
-    step: Optional[str] = None
-    reason: str = ""
-    location: Optional[SourceLoc] = None
-    guards: list = dataclasses.field(default_factory=list)
-    max_abs: Optional[float] = None
-    max_rel: Optional[float] = None
-    time: float = 0.0
     plan: Optional[ModulePlan] = None
     library: Optional[FragmentLibrary] = None
     files: Optional[dict] = None
@@ -105,7 +97,7 @@ class Exporter:
                 spec: dict, output_names: Optional[list] = None) -> Attempt:
         """Export ``module`` from ``calls[0]``, run the asset on every call and compare."""
         t0 = time.perf_counter()
-        result = Attempt(Status.FAIL)
+        result = Attempt(status=Status.FAIL)
         try:
             self._run_steps(result, module, class_name, calls, names, dyn, spec, output_names)
         except StepFailure as exc:

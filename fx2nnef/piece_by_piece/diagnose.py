@@ -186,8 +186,8 @@ class Diagnoser:
     def _fill_row(self, st: _State, attempt: Attempt, spec: dict) -> None:
         row = st.row
         row.status = attempt.status | (Status.CHILDC if attempt.ok and spec else Status(0))
-        row.step, row.reason, row.location = attempt.step, attempt.reason, attempt.location
-        row.guards, row.max_abs, row.max_rel = attempt.guards, attempt.max_abs, attempt.max_rel
+        for name in ("step", "reason", "location", "guards", "max_abs", "max_rel"):
+            setattr(row, name, getattr(attempt, name))
         row.time += attempt.time
         row.notes += attempt.notes
         if attempt.ok:

@@ -76,15 +76,10 @@ class Status(enum.Flag):
         return " ".join(self.names) or "-"
 
 
-@dataclasses.dataclass
-class Row:
-    """What the diagnoser found about one module."""
+@dataclasses.dataclass(kw_only=True)
+class Outcome:
+    """What one try of a module gives: flags, failing step, reason and where, guards, numbers."""
 
-    path: str
-    class_name: str
-    depth: int
-    parent: Optional[str]
-    strategy: Strategy
     status: Status = Status(0)
     step: Optional[str] = None
     reason: str = ""
@@ -93,6 +88,17 @@ class Row:
     max_abs: Optional[float] = None
     max_rel: Optional[float] = None
     time: float = 0.0
+
+
+@dataclasses.dataclass
+class Row(Outcome):
+    """What the diagnoser found about one module."""
+
+    path: str
+    class_name: str
+    depth: int
+    parent: Optional[str]
+    strategy: Strategy
     calls: int = 0
     replacement: Optional[str] = None
     encapsulated: list = dataclasses.field(default_factory=list)
