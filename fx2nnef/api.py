@@ -16,6 +16,7 @@ from .fx_tracer.capture import Capture, capture
 from .piece_by_piece.record import eval_mode
 from .ir import sanitize
 from .nnef_emit import emit_graph, write_asset
+from .nnef_emit.archive import check_asset_path
 from .nnef_emit.extractors import registered_module_classes
 from .targets import CheckReport, InferenceTarget, TractNNEF
 from .targets.result import ExportResult
@@ -67,7 +68,7 @@ def export(model: torch.nn.Module, args=(), path=None, *, kwargs: Optional[dict]
 
 def _lower_write_check(cap: Capture, path: Path, target: InferenceTarget, timings: dict,
                        debug_bundle: Optional[str]) -> ExportResult:
-    _check_out_path(path)
+    check_asset_path(path)
     target.post_trace(cap.graph)
     with _timed(timings, "lower"):
         emitted = emit_graph(cap.graph, target.name, bool_bits=target.bool_bits,
@@ -91,14 +92,6 @@ def _lower_write_check(cap: Capture, path: Path, target: InferenceTarget, timing
     return ExportResult(final, type(target).__name__, cap.input_names, cap.graph.output_names, cap.graph.symbols,
                         emitted.source_op_counts, emitted.nnef_op_counts, report, cap.graph.guards, timings,
                         cap.graph, emitted.text, cap.notes)
-
-
-def _check_out_path(path: Path) -> None:
-    parent = path.parent if str(path.parent) else Path(".")
-    if parent.exists() and not parent.is_dir():
-        raise InvalidArgumentError(f"cannot write {path}: {parent} is a file, not a folder")
-    if not parent.exists():
-        raise InvalidArgumentError(f"cannot write {path}: folder {parent} does not exist; create it first")
 
 
 def _write_bundle(where: str, staged: Path, cap: Capture, report: CheckReport) -> Path:

@@ -72,6 +72,13 @@ def asset_kind(path: str | os.PathLike) -> str:
     return "folder"
 
 
+def check_asset_path(path: str | os.PathLike) -> None:
+    """Raise InvalidArgumentError now if :func:`write_asset` could not write ``path``
+    (so that an export fails before its slow steps, not after)."""
+    path = pathlib.Path(path)
+    _check_target(path, asset_kind(path))
+
+
 def _checked_entries(files: Mapping[str, bytes]) -> list[tuple[str, bytes]]:
     """Validate names and contents; return (name, bytes) pairs sorted by name."""
     if not isinstance(files, Mapping) or not files:
