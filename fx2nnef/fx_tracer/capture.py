@@ -131,10 +131,8 @@ def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_na
         raise InvalidArgumentError("the example inputs contain no tensor")
     tensors = [t for _, t in flat]
     names = _check_names("input", input_names, len(flat)) if input_names else default_input_names(model, args, kwargs)
-    with torch.no_grad():  # on copies: a model may update its inputs in place
-        reference = model(*structures.rebuild((args, kwargs), lambda _k, t: t.clone())[0],
-                          **structures.rebuild((args, kwargs), lambda _k, t: t.clone())[1])
-    ref_flat = structures.flatten(reference, "")
+    # on copies: a model may update its inputs in place
+    ref_flat = structures.flatten(_run_model(model, args, kwargs, [t.clone() for t in tensors]), "")
     if not ref_flat:
         raise InvalidArgumentError("the model returned no tensor")
     out_names = _check_names("output", output_names, len(ref_flat)) if output_names else [
@@ -171,13 +169,24 @@ def register_leaf_type(cls: type) -> None:
         _LEAF_TYPES.append(cls)
 
 
+def _with_flat(args, kwargs, flat_inputs: list):
+    """``(args, kwargs)`` with their tensors replaced, in order, by ``flat_inputs``."""
+    it = iter(flat_inputs)
+    return structures.rebuild((args, kwargs), lambda _k, _t: next(it))
+
+
+def _run_model(model, args, kwargs, flat_inputs: list):
+    """The eager model's result on ``(args, kwargs)`` with ``flat_inputs`` as its tensors."""
+    a, k = _with_flat(args, kwargs, flat_inputs)
+    with torch.no_grad():
+        return model(*a, **k)
+
+
 def _reference(model, args, kwargs, names, dyn, example):
     """``env -> flat eager outputs`` of the model at the sizes ``env``."""
     def run(env):
-        it = iter(inputs_at(example, names, dyn, env))
-        a2, k2 = structures.rebuild((args, kwargs), lambda _k, _t: next(it))
-        with torch.no_grad():
-            return [t for _, t in structures.flatten(model(*a2, **k2), "")]
+        out = _run_model(model, args, kwargs, inputs_at(example, names, dyn, env))
+        return [t for _, t in structures.flatten(out, "")]
     return run
 
 
@@ -200,9 +209,7 @@ def _trace_and_probe(model, args, kwargs, names, out_names, dyn, leaf_types, lea
     bigger = {s: v + 2 for s, v in analysis.base_env.items()}
     retraced = None
     try:
-        flat_big = inputs_at(trace.example_inputs, names, dyn, bigger)
-        it = iter(flat_big)
-        a2, k2 = structures.rebuild((args, kwargs), lambda _k, _t: next(it))
+        a2, k2 = _with_flat(args, kwargs, inputs_at(trace.example_inputs, names, dyn, bigger))
         trace2, analysis2 = _trace_once(model, a2, k2, names, out_names, dyn, leaf_types, leaf_names)
         if not analysis2.failures:
             # the graph must also reproduce the example sizes: analyze at the user's inputs
@@ -231,9 +238,6 @@ def _trace_and_probe(model, args, kwargs, names, out_names, dyn, leaf_types, lea
 def _second_case(model, args, kwargs, names, tensors, dyn, base_env):
     env = {s: (v // 2 if v // 2 >= 2 else v + 2) for s, v in base_env.items()}
     new = inputs_at(tensors, names, dyn, env)
-    it = iter(new)
-    a2, k2 = structures.rebuild((args, kwargs), lambda _k, _t: next(it))
-    with torch.no_grad():
-        out = model(*a2, **k2)
+    out = _run_model(model, args, kwargs, new)
     label = ", ".join(f"{k}={v}" for k, v in env.items())
     return (label, [_numpy(t) for t in new], [_numpy(t) for _, t in structures.flatten(out, "")])
