@@ -199,7 +199,7 @@ def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, 
         if reference is not None:
             try:
                 mismatch = _outputs_match(gm, values, reference(env))
-            except Exception as exc:  # noqa: BLE001 - the model itself refuses a far size
+            except Exception:  # noqa: BLE001 - the model itself refuses a far size
                 if not optional:
                     raise
                 continue

@@ -15,7 +15,6 @@ from typing import Any, Callable, Optional
 import torch
 import torch.fx as fx
 from torch.fx._symbolic_trace import _maybe_revert_all_patches
-from torch.fx.node import map_aggregate
 
 from ..errors import TraceError
 from ..ir import SourceLoc
@@ -44,53 +43,36 @@ class GuardRecord:
 
 def _unwrap(obj):
     """Replace every proxy in a nested structure by its example value."""
-    def f(x):
-        return x.value if isinstance(x, CustomProxy) else x
-
-    def walk(x):
-        if isinstance(x, CustomProxy):
-            return x.value
-        if isinstance(x, (list, tuple)) and not isinstance(x, torch.Size):
-            t = type(x)
-            items = [walk(i) for i in x]
-            if t in (list, tuple, SizeTuple):
-                return items if t is list else tuple(items)
-            try:
-                return t(items)
-            except TypeError:
-                return tuple(items)
-        if isinstance(x, dict):
-            return {k: walk(v) for k, v in x.items()}
-        if isinstance(x, slice):
-            return slice(walk(x.start), walk(x.stop), walk(x.step))
-        return f(x)
-
-    return walk(obj)
+    if isinstance(obj, CustomProxy):
+        return obj.value
+    if isinstance(obj, (list, tuple)) and not isinstance(obj, torch.Size):
+        items = [_unwrap(i) for i in obj]
+        if type(obj) is list:
+            return items
+        if type(obj) in (tuple, SizeTuple):
+            return tuple(items)
+        try:
+            return type(obj)(items)
+        except TypeError:
+            return tuple(items)
+    if isinstance(obj, dict):
+        return {k: _unwrap(v) for k, v in obj.items()}
+    if isinstance(obj, slice):
+        return slice(_unwrap(obj.start), _unwrap(obj.stop), _unwrap(obj.step))
+    return obj
 
 
 def _contains_proxy(obj) -> bool:
-    found = []
-
-    def visit(x):
-        if isinstance(x, fx.Proxy):
-            found.append(x)
-        return x
-
-    map_aggregate(obj, visit)
-    if not found:
-        def walk(x):
-            if isinstance(x, fx.Proxy):
-                found.append(x)
-            elif isinstance(x, (list, tuple)):
-                for i in x:
-                    walk(i)
-            elif isinstance(x, dict):
-                for i in x.values():
-                    walk(i)
-            elif isinstance(x, slice):
-                walk(x.start), walk(x.stop), walk(x.step)
-        walk(obj)
-    return bool(found)
+    """Whether a proxy sits anywhere in a nested list/tuple/dict/slice."""
+    if isinstance(obj, fx.Proxy):
+        return True
+    if isinstance(obj, (list, tuple)):
+        return any(_contains_proxy(i) for i in obj)
+    if isinstance(obj, dict):
+        return any(_contains_proxy(v) for v in obj.values())
+    if isinstance(obj, slice):
+        return any(_contains_proxy(v) for v in (obj.start, obj.stop, obj.step))
+    return False
 
 
 def setitem_functional(x: torch.Tensor, index, value) -> torch.Tensor:
