@@ -109,7 +109,7 @@ def cmd_ops(ns) -> int:
 def _add_target_options(p):
     p.add_argument("--target", choices=["tract", "khronos"], default="tract")
     p.add_argument("--dynamic-axes", help='JSON, e.g. \'{"input_ids": {"1": "S"}}\'')
-    p.add_argument("--tolerance", default="approximate", help="exact|approximate|close|very|super|ultra")
+    p.add_argument("--tolerance", default="approximate", help="tract's levels: exact|close|approximate|very|super|ultra (default approximate)")
     p.add_argument("--no-check", action="store_true", help="do not run the asset in the engine")
 
 

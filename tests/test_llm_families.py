@@ -37,7 +37,7 @@ def test_family_exports(family, attn, tmp_path):
     model = cls(config).eval()
     ids = torch.randint(0, 256, (1, 7), generator=torch.Generator().manual_seed(1))
     r = fx2nnef.export(model, (ids,), tmp_path / "m.nnef.tgz",
-                       target=fx2nnef.TractNNEF(dynamic_axes={"input_ids": {1: "S"}}, check_io_tolerance="close"))
+                       target=fx2nnef.TractNNEF(dynamic_axes={"input_ids": {1: "S"}}))
     assert r.check.ok and len(r.check.cases) == 2
 
 
@@ -71,7 +71,7 @@ def _others():
 def test_other_architectures(name, tmp_path):
     model, args, kwargs, dyn = _others()[name]
     r = fx2nnef.export(model.eval(), args, tmp_path / "m.nnef.tgz", kwargs=kwargs,
-                       target=fx2nnef.TractNNEF(dynamic_axes=dyn, check_io_tolerance="close"))
+                       target=fx2nnef.TractNNEF(dynamic_axes=dyn))
     assert r.check.ok and len(r.check.cases) == (2 if dyn else 1)
 
 
@@ -84,5 +84,5 @@ def test_llama_with_padding_mask_dynamic_batch_and_sequence(tmp_path):
     mask[1, :2] = 0  # left padding
     dyn = {"input_ids": {0: "B", 1: "S"}, "attention_mask": {0: "B", 1: "S"}}
     r = fx2nnef.export(tiny_llama("sdpa"), (ids,), tmp_path / "m.nnef.tgz", kwargs={"attention_mask": mask},
-                       target=fx2nnef.TractNNEF(dynamic_axes=dyn, check_io_tolerance="close"))
+                       target=fx2nnef.TractNNEF(dynamic_axes=dyn))
     assert r.check.ok and r.input_names == ["input_ids", "attention_mask"]

@@ -34,15 +34,15 @@ UNARY_METHODS = ["abs", "acos", "asin", "atanh", "ceil", "floor", "log", "log10"
 DOMAIN = {"acos": U, "asin": U, "atanh": U, "log": POS, "log10": POS, "log1p": POS, "log2": POS, "rsqrt": POS,
           "sqrt": POS, "reciprocal": POS, "acosh": POS}
 
-CASES = [OpCase(f"Tensor.{m}", (lambda m: lambda x: getattr(x, m)())(m), [DOMAIN.get(m, X)], khronos=False,
-                tolerance="close") for m in UNARY_METHODS]
-CASES += [OpCase("Tensor.acosh", lambda x: x.acosh(), [POS], khronos=False, tolerance="close")]
-CASES += [OpCase(f"torch.{m}", getattr(torch, m), [DOMAIN.get(m, X)], khronos=False, tolerance="close")
+CASES = [OpCase(f"Tensor.{m}", (lambda m: lambda x: getattr(x, m)())(m), [DOMAIN.get(m, X)], khronos=False)
+         for m in UNARY_METHODS]
+CASES += [OpCase("Tensor.acosh", lambda x: x.acosh(), [POS], khronos=False)]
+CASES += [OpCase(f"torch.{m}", getattr(torch, m), [DOMAIN.get(m, X)], khronos=False)
           for m in ["acos", "acosh", "asin", "asinh", "atan", "atanh", "cosh", "log2", "round", "sign", "sinh", "tan",
                     "fix"]]
-CASES += [OpCase(f"torch.special.{m}", getattr(torch.special, m), [DOMAIN.get(m, X)], khronos=False, tolerance="close")
+CASES += [OpCase(f"torch.special.{m}", getattr(torch.special, m), [DOMAIN.get(m, X)], khronos=False)
           for m in ["erf", "exp2", "expm1", "log1p", "round"]]
-CASES += [OpCase(f"F.{m}", getattr(F, m), [X], khronos=False, tolerance="close") for m in ["selu", "sigmoid", "tanh"]]
+CASES += [OpCase(f"F.{m}", getattr(F, m), [X], khronos=False) for m in ["selu", "sigmoid", "tanh"]]
 
 BINARY_METHODS = ["div", "eq", "ge", "greater", "greater_equal", "gt", "le", "less", "less_equal", "lt", "maximum",
                   "minimum", "multiply", "ne", "not_equal", "sub", "subtract", "true_divide", "fmod", "floor_divide"]
@@ -87,7 +87,8 @@ CASES += [
     OpCase("Tensor.cpu", lambda x: x.cpu() + 1, [X], khronos=False),
     OpCase("torch.detach", lambda x: torch.detach(x) * 2, [X], khronos=False),
     OpCase("Tensor.diff", lambda x: x.diff(dim=1), [X], khronos=False),
-    OpCase("Tensor.bfloat16", lambda x: x.bfloat16().float(), [X], khronos=False, tolerance="super"),
+    # tract has no bfloat16: the cast keeps f32 precision, torch rounds to 8 bits of mantissa
+    OpCase("Tensor.bfloat16", lambda x: x.bfloat16().float(), [X], khronos=False, tolerance="very"),
     OpCase("Tensor.byte", lambda x: x.abs().byte().long(), [I], khronos=False),
     OpCase("Tensor.char", lambda x: x.char().long(), [I], khronos=False),
     OpCase("Tensor.short", lambda x: x.short().long(), [I], khronos=False),
@@ -102,15 +103,14 @@ CASES += [
     OpCase("Tensor.clip", lambda x: x.clip(-0.5, 0.5), [X], khronos=False),
     OpCase("Tensor.hardshrink", lambda x: x.hardshrink(0.3), [X], khronos=False),
     OpCase("Tensor.prelu", lambda x: x.prelu(torch.tensor([0.25])), [X], khronos=False),
-    OpCase("torch.celu", lambda x: torch.celu(x, 0.5), [X], khronos=False, tolerance="close"),
+    OpCase("torch.celu", lambda x: torch.celu(x, 0.5), [X], khronos=False),
     OpCase("torch.threshold", lambda x: torch.threshold(x, 0.1, -1.0), [X], khronos=False),
     OpCase("Tensor.nan_to_num", lambda x: (x / (x > 0)).nan_to_num(0.0, 9.0, -9.0), [X], khronos=False),
     OpCase("Tensor.addcmul", lambda x, a, b: x.addcmul(a, b, value=0.5), [X, Y, X], khronos=False),
     OpCase("torch.addcdiv", lambda x, a, b: torch.addcdiv(x, a, b, value=0.5), [X, Y, POS], khronos=False),
-    OpCase("torch.special.softmax", lambda x: torch.special.softmax(x, -1), [X], khronos=False, tolerance="close"),
-    OpCase("torch.special.log_softmax", lambda x: torch.special.log_softmax(x, -1), [X], khronos=False,
-           tolerance="close"),
-    OpCase("torch.special.logsumexp", lambda x: torch.special.logsumexp(x, -1), [X], khronos=False, tolerance="close"),
+    OpCase("torch.special.softmax", lambda x: torch.special.softmax(x, -1), [X], khronos=False),
+    OpCase("torch.special.log_softmax", lambda x: torch.special.log_softmax(x, -1), [X], khronos=False),
+    OpCase("torch.special.logsumexp", lambda x: torch.special.logsumexp(x, -1), [X], khronos=False),
     OpCase("Tensor.isfinite", lambda x: (x / (x > 0)).isfinite(), [X], khronos=False),
     OpCase("Tensor.isinf", lambda x: (x / (x > 0)).isinf(), [X], khronos=False),
     OpCase("Tensor.isposinf", lambda x: (x / (x > 0)).isposinf(), [X], khronos=False),
@@ -124,10 +124,10 @@ CASES += [
     OpCase("torch.feature_dropout", lambda x: torch.feature_dropout(x, 0.5, False), [X], khronos=False),
     OpCase("torch.feature_alpha_dropout", lambda x: torch.feature_alpha_dropout(x, 0.5, False), [X], khronos=False),
     # norms and pools
-    OpCase("torch.group_norm", lambda x: torch.group_norm(x, 1), [X], khronos=False, tolerance="close"),
+    OpCase("torch.group_norm", lambda x: torch.group_norm(x, 1), [X], khronos=False),
     OpCase("torch.instance_norm", lambda x: torch.instance_norm(x, None, None, None, None, True, 0.1, 1e-5, False),
-           [X], khronos=False, tolerance="close"),
-    OpCase("torch.rms_norm", lambda x: torch.rms_norm(x, [4]), [X], khronos=False, tolerance="close"),
+           [X], khronos=False),
+    OpCase("torch.rms_norm", lambda x: torch.rms_norm(x, [4]), [X], khronos=False),
     OpCase("torch.max_pool1d", lambda x: torch.max_pool1d(x, 2), [IMG1], khronos=False),
     OpCase("torch.max_pool3d", lambda x: torch.max_pool3d(x, 2), [IMG3], khronos=False),
     OpCase("F.adaptive_max_pool3d", lambda x: F.adaptive_max_pool3d(x, (2, 3, 3)), [IMG3], khronos=False),

@@ -66,15 +66,15 @@ CASES = [
            khronos=False, dynamic_axes={**DYN_ST, "x3": {0: "S", 1: "T"}}),
     OpCase("kv_cache_step", decode_with_past, [Q[:1], K2[:1, :, :S], V2[:1, :, :S], K2[:1, :, :3], V2[:1, :, :3]],
            khronos=False, dynamic_axes={**DYN_S, "x3": {2: "P"}, "x4": {2: "P"}}),
-    OpCase("f16", sdpa, half(Q, K, V), khronos=False, tolerance="super"),
+    OpCase("f16", sdpa, half(Q, K, V), khronos=False),
     OpCase("f16_causal_gqa", lambda q, k, v: sdpa(q, k, v, is_causal=True, enable_gqa=True), half(Q, K2, V2),
-           khronos=False, tolerance="super"),
+           khronos=False),
     OpCase("f16_bool_mask_empty_row", lambda q, k, v, m: sdpa(q, k, v, attn_mask=m), half(Q, K, V) + [EMPTY_ROW],
-           khronos=False, tolerance="super"),
+           khronos=False),
     OpCase("f16_f32_mask_finfo_min_row", lambda q, k, v, m: sdpa(q, k, v, attn_mask=m), half(Q, K, V) + [MIN_ROW],
-           khronos=False, tolerance="super"),
+           khronos=False),
     OpCase("f16_float_mask", lambda q, k, v, m: sdpa(q, k, v, attn_mask=m), half(Q, K, V, FLOAT_MASK),
-           khronos=False, tolerance="super"),
+           khronos=False),
 ]
 
 

@@ -14,8 +14,7 @@ def mod(cls, *args, **kwargs) -> nn.Module:
 
 
 def case(name, op, inputs, **kw) -> OpCase:
-    """An OpCase for a module or a function, with the conv tolerance ('close') by default."""
-    kw.setdefault("tolerance", "close")
+    """An OpCase for a module or a function."""
     if isinstance(op, nn.Module):
         return OpCase(name, None, inputs, module=op, **kw)
     return OpCase(name, op, inputs, **kw)
@@ -75,7 +74,7 @@ CASES = [
     case("conv2d_unbatched", mod(nn.Conv2d, 4, 6, 3), [randn(4, 9, 10)]),
     case("conv2d_reflect_mode", mod(nn.Conv2d, 4, 6, 3, padding=1, padding_mode="reflect"), [X2]),
     case("conv2d_circular_mode", mod(nn.Conv2d, 4, 6, 3, padding=(1, 2), padding_mode="circular"), [X2]),
-    case("conv2d_f16", mod(nn.Conv2d, 4, 6, 3, padding=1).half(), [X2.half()], tolerance="very", **TRACT_ONLY),
+    case("conv2d_f16", mod(nn.Conv2d, 4, 6, 3, padding=1).half(), [X2.half()], **TRACT_ONLY),
     case("conv2d_dyn_batch", mod(nn.Conv2d, 4, 6, 3, stride=2, padding=1), [X2], dynamic_axes={"x0": {0: "B"}},
          **TRACT_ONLY),
     case("conv3d", mod(nn.Conv3d, 3, 4, 3, padding=(1, 0, 1), stride=(1, 2, 1)), [X3]),
@@ -96,7 +95,7 @@ CASES = [
     case("small_cnn", SmallCNN(), [randn(2, 3, 16, 16)]),
     case("small_cnn_dyn_batch", SmallCNN(), [randn(2, 3, 16, 16)], dynamic_axes={"x0": {0: "B"}}, **TRACT_ONLY),
     case("deconv2d_f16", mod(nn.ConvTranspose2d, 4, 6, 3, stride=2, groups=2).half(), [X2.half()],
-         tolerance="very", **TRACT_ONLY),
+         **TRACT_ONLY),
 ]
 
 

@@ -14,7 +14,7 @@ B = randbool(2, 3, 4)
 IDX = torch.tensor([2, 0])
 DYN1 = {"x0": {1: "S"}}
 TRACT = dict(khronos=False)  # no standard NNEF form, or covered by a sibling case
-VERY = dict(khronos=False, tolerance="very")
+TRACT_ONLY = dict(khronos=False)
 
 
 def assign(index, value=None):
@@ -120,7 +120,7 @@ CASES = [
     OpCase("list_index", lambda x: x[:, [0, 2]], [F32]),
     OpCase("index_i64", lambda x: x[:, 1:, 0], [I64], **TRACT),
     OpCase("index_bool", lambda x: x[0, ..., None], [B], **TRACT),
-    OpCase("index_f16", lambda x: x[:, IDX], [F16], **VERY),
+    OpCase("index_f16", lambda x: x[:, IDX], [F16], **TRACT_ONLY),
     OpCase("slice_dyn", lambda x: x[:, 1:-1], [F32], dynamic_axes=DYN1, **TRACT),
     OpCase("slice_dyn_end", slice_dyn_end, [F32], dynamic_axes=DYN1, **TRACT),
     OpCase("slice_dyn_tail", lambda x: x[:, -2:], [F32], dynamic_axes=DYN1, **TRACT),
@@ -142,7 +142,7 @@ CASES = [
     # conditions and masks
     OpCase("where", lambda c, x, y: torch.where(c, x, y), [B, F32, randn(3, 4, seed=1)]),
     OpCase("where_scalar", lambda x: torch.where(x > 0, x, 0.0), [F32], **TRACT),
-    OpCase("where_scalars_f16", lambda x: torch.where(x > 0, 1.0, x), [F16], **VERY),
+    OpCase("where_scalars_f16", lambda x: torch.where(x > 0, 1.0, x), [F16], **TRACT_ONLY),
     OpCase("where_i64", lambda x: torch.where(x > 0, x, -x), [I64], **TRACT),
     OpCase("where_method", lambda x: x.where(x > 0, torch.zeros(4)), [F32]),
     OpCase("masked_fill", lambda x: x.masked_fill(x > 0, -1e9), [F32]),
@@ -150,7 +150,7 @@ CASES = [
     OpCase("masked_fill_broadcast", lambda x, m: x.masked_fill(m, 3.0), [F32, randbool(3, 1)]),
     OpCase("masked_fill_tensor", lambda x: x.masked_fill(x < 0, torch.tensor(7.0)), [F32], **TRACT),
     OpCase("masked_fill_i64", lambda x: x.masked_fill(x < 0, 0), [I64], **TRACT),
-    OpCase("masked_fill_f16", lambda x: x.masked_fill(x < 0, 2.0), [F16], **VERY),
+    OpCase("masked_fill_f16", lambda x: x.masked_fill(x < 0, 2.0), [F16], **TRACT_ONLY),
     OpCase("triu", lambda x: x.triu(), [F32]),
     OpCase("tril_k", lambda x: torch.tril(x, -1), [F32]),
     OpCase("triu_k", lambda x: torch.triu(x, 2), [randn(5, 5)], **TRACT),
@@ -168,7 +168,7 @@ CASES = [
     OpCase("set_kernel_border", kernel_border, [randn(7, 7, 3), randn(3, 3, 2, seed=1)]),
     OpCase("set_i64", assign((0, slice(1, None)), 9), [I64], **TRACT),
     OpCase("set_bool", assign((slice(None), 0), True), [B], **TRACT),
-    OpCase("set_f16", assign((slice(None), slice(None, 1))), [F16, randn(2, 1, 4, dtype=torch.float16, seed=1)], **VERY),
+    OpCase("set_f16", assign((slice(None), slice(None, 1))), [F16, randn(2, 1, 4, dtype=torch.float16, seed=1)], **TRACT_ONLY),
     OpCase("set_cast_value", assign((slice(None), slice(None, 2))), [F32, randint(0, 5, 2, 2, 4)], **TRACT),
     OpCase("set_dyn", assign((slice(None), slice(1, -1))), [F32, randn(2, 1, 4, seed=1)], dynamic_axes=DYN1, **TRACT),
     OpCase("set_dyn_sym_bounds", assign_dyn, [F32, randn(2, 3, 4, seed=1)], dynamic_axes={"x0": {1: "S"}, "x1": {1: "S"}}, **TRACT),

@@ -184,13 +184,13 @@ def test_report_pins_the_unlowered_op_and_the_data_branch():
 def test_registered_extractor_makes_the_fallback_export_pass(tmp_path):
     torch.manual_seed(0)
     model = Net(branch=False, bessel_cls=ExtractedBessel).eval()
-    report = diagnose(model, _inputs(), target=fx2nnef.TractNNEF(check_io_tolerance="close"))
+    report = diagnose(model, _inputs(), target=fx2nnef.TractNNEF())
     assert report.ok and report.row("").status == Status.OK | Status.CHILDC
     assert report.row("bessel").status == Status.FAIL | Status.CUSTOM
     assert report.row("bessel").replacement == "extractor:BesselExtractor"
 
     x = torch.rand(3, 8) + 0.1
-    target = fx2nnef.TractNNEF(check_io_tolerance="close", dynamic_axes={"x": {0: "B"}})
+    target = fx2nnef.TractNNEF(dynamic_axes={"x": {0: "B"}})
     result = fx2nnef.export(model, (x,), tmp_path / "net.nnef.tgz", target=target, fallback="piece_by_piece")
     assert result.check.ok and any("bessel (ExtractedBessel) is a custom op" in n for n in result.notes)
     for batch in (3, 7):
@@ -263,7 +263,7 @@ def test_tiny_llama_all_ok_with_one_shared_decoder_fragment(tmp_path):
     from fx2nnef.examples.tiny_llm import example_input_ids, tiny_llama
 
     model = tiny_llama()
-    target = fx2nnef.TractNNEF(check_io_tolerance="close")
+    target = fx2nnef.TractNNEF()
     strategies = {"LlamaDecoderLayer": Strategy.ALWAYS}
     report = diagnose(model, [(example_input_ids(8),), (example_input_ids(5, seed=1),)], target=target,
                       strategies=strategies)
@@ -271,7 +271,7 @@ def test_tiny_llama_all_ok_with_one_shared_decoder_fragment(tmp_path):
     assert report.row("model.layers.0").status == Status.OK | Status.CUSTOM
     assert report.row("model").status == Status.OK | Status.CHILDC
 
-    target = fx2nnef.TractNNEF(check_io_tolerance="close", dynamic_axes={"input_ids": {1: "S"}})
+    target = fx2nnef.TractNNEF(dynamic_axes={"input_ids": {1: "S"}})
     result = export_with_fallback(model, (example_input_ids(8),), tmp_path / "llama.nnef.tgz", target=target,
                                   strategies=strategies, output_names=["logits"])
     text = _graph_text(result.path)

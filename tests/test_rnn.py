@@ -101,11 +101,11 @@ DYNAMIC_CASES = [
     case("gru_unbatched_dyn_t", rnn(nn.GRU, 3, 4), [randn(5, 3)], dynamic_axes={"x0": {0: "T"}}),
     case("lstm_cell_dyn_b", rnn(nn.LSTMCell, 3, 4), [randn(3, 3)], dynamic_axes={"x0": {0: "B"}}),
     case("lstm_f16_dyn_t", rnn(nn.LSTM, 3, 4, bidirectional=True).half(), [randn(5, 2, 3, dtype=torch.float16)],
-         dynamic_axes={"x0": {0: "T"}}, tolerance="very"),
+         dynamic_axes={"x0": {0: "T"}}),
     case("gru_f16_dyn_b", rnn(nn.GRU, 3, 4, batch_first=True).half(), [randn(3, 5, 3, dtype=torch.float16)],
-         dynamic_axes={"x0": {0: "B"}}, tolerance="very"),
+         dynamic_axes={"x0": {0: "B"}}),
     case("gru_cell_f16_hx", rnn(nn.GRUCell, 3, 4).half(),
-         [randn(2, 3, dtype=torch.float16), randn(2, 4, seed=1, dtype=torch.float16)], tolerance="very"),
+         [randn(2, 3, dtype=torch.float16), randn(2, 4, seed=1, dtype=torch.float16)]),
 ]
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import fx2nnef
 from fx2nnef.errors import InvalidArgumentError, KhronosError, TractError
 from fx2nnef.nnef_emit.archive import write_asset
 from fx2nnef.nnef_emit.dat import dat_bytes, read_dat
@@ -403,7 +404,7 @@ def test_khronos_validates_and_runs_standard_graph(tmp_path):
     np.testing.assert_array_equal(z_again, z)
     np.testing.assert_allclose(z_neg, 2 * np.maximum(-x @ W_STANDARD + b, 0), rtol=1e-6, atol=1e-6)
     tract_z, tract_y = run_tract(archive, [x, b])
-    assert all(d.ok for d in compare_outputs(["z", "y"], [z, y_got], [tract_z, tract_y], "close"))
+    assert all(d.ok for d in compare_outputs(["z", "y"], [z, y_got], [tract_z, tract_y], "approximate"))
 
 
 def test_khronos_errors(tmp_path):
@@ -420,28 +421,32 @@ def test_khronos_errors(tmp_path):
 
 # --------------------------------------------------------------------------- tolerances
 
-def test_presets_increase_and_resolve():
+def test_presets_are_tracts_levels():
+    """Values copied from tract's Approximation::atol_rtol_outliers (data/src/tensor.rs)."""
+    rows = {name: (t.atol, t.rtol, t.outliers) for name, t in PRESETS.items()}
+    assert rows == {"exact": (0, 0, 0), "close": (1e-7, 1e-7, 0), "approximate": (1e-4, 5e-4, 0),
+                    "very": (5e-2, 1e-2, 0), "super": (0.1, 0.05, 0.0001), "ultra": (0.2, 0.1, 0.0005)}
+    half = {name: (t.for_dtype(np.float16).atol, t.for_dtype(np.float16).rtol) for name, t in PRESETS.items()}
+    assert half["close"] == (1e-3, 1e-3) and half["approximate"] == (1e-3, 5e-3)
+    assert half["very"] == (5e-2, 1e-2) and PRESETS["exact"].for_dtype(np.float16).is_exact()
     values = list(PRESETS.values())
-    assert [t.name for t in values] == ["exact", "approximate", "close", "very", "super", "ultra"]
-    assert values[0].atol == values[0].rtol == 0
     assert all(a.atol <= b.atol and a.rtol <= b.rtol for a, b in zip(values, values[1:]))
+    assert fx2nnef.TractNNEF().check_io_tolerance is PRESETS["approximate"]
+    assert fx2nnef.KhronosNNEF().check_io_tolerance is PRESETS["approximate"]
+
+
+def test_resolve_names():
     assert resolve_tolerance("Close") is PRESETS["close"]
+    assert resolve_tolerance("VeryApproximate") is resolve_tolerance("very_approximate") is PRESETS["very"]
     custom = Tolerance("mine", 1e-3, 0)
     assert resolve_tolerance(custom) is custom
-    with pytest.raises(InvalidArgumentError, match="exact, approximate, close, very, super, ultra"):
+    with pytest.raises(InvalidArgumentError, match="exact, close, approximate, very, super, ultra"):
         resolve_tolerance("loose")
+    with pytest.raises(InvalidArgumentError, match="outliers < 1"):
+        Tolerance("bad", 0.1, 0.1, outliers=1.5)
 
 
-def test_for_dtype_widens_half_precision_only():
-    close = PRESETS["close"]
-    half = close.for_dtype(np.float16)
-    assert half.atol == half.rtol == 4 * float(np.finfo(np.float16).eps)
-    assert close.for_dtype(np.float32) is close and close.for_dtype(np.int64) is close
-    assert PRESETS["exact"].for_dtype(np.float16).is_exact()
-    assert PRESETS["ultra"].for_dtype(np.float16).atol == PRESETS["ultra"].atol
-
-
-def diff_of(expected, got, tol="close") -> OutputDiff:
+def diff_of(expected, got, tol="approximate") -> OutputDiff:
     (diff,) = compare_outputs(["out"], [np.asarray(expected)], [np.asarray(got)], tol)
     return diff
 
@@ -449,22 +454,36 @@ def diff_of(expected, got, tol="close") -> OutputDiff:
 def test_compare_float_cases():
     f = np.float32
     assert diff_of(np.array([1, 2], f), np.array([1, 2.0001], f)).ok
+    assert not diff_of(np.array([1, 2], f), np.array([1, 2.0001], f), "close").ok
     bad = diff_of(np.array([1, 2], f), np.array([1, 2.1], f))
-    assert not bad.ok and "1 of 2 values outside close" in bad.note and "index (1,)" in bad.note
+    assert not bad.ok and "1 of 2 values outside approximate" in bad.note and "index (1,)" in bad.note
     assert bad.max_abs == pytest.approx(0.1, rel=1e-5) and bad.max_rel == pytest.approx(0.05, rel=1e-5)
     special = np.array([np.nan, np.inf, -np.inf, 1], f)
     assert diff_of(special, special.copy(), "exact").ok
     wrong = diff_of(special, np.array([np.nan, -np.inf, np.inf, 1], f))
     assert not wrong.ok and wrong.max_abs == np.inf and "NaN/inf differ at 2" in wrong.note
-    assert not diff_of(np.array([1.0], f), np.array([np.nan], f)).ok
+    assert not diff_of(np.array([1.0], f), np.array([np.nan], f), "ultra").ok
     assert diff_of(np.zeros((0, 3), f), np.zeros((0, 3), f), "exact").ok
 
 
-def test_compare_half_precision_uses_looser_bound():
+def test_compare_outlier_fraction():
+    expected = np.zeros(10_000, np.float32)
+    got = expected.copy()
+    got[0] = 1.0  # one value in 10,000: within super's 0.01 % of outliers
+    assert diff_of(expected, got, "super").ok and "allowed outliers" in diff_of(expected, got, "super").note
+    got[1] = 1.0
+    assert not diff_of(expected, got, "super").ok
+    assert diff_of(expected, got, "ultra").ok
+    assert not diff_of(expected, got, "very").ok
+
+
+def test_compare_half_precision_uses_tracts_f16_row():
     expected = np.array([1.0, 100.0], np.float16)
-    got = np.array([1.001, 100.2], np.float16)
-    assert diff_of(expected, got, "close").ok
-    assert not diff_of(expected.astype(np.float32), got.astype(np.float32), "close").ok
+    got = np.array([1.001, 100.2], np.float16)  # 100.2 rounds to 100.1875 in float16
+    assert diff_of(expected, got).ok  # approximate@float16: 1e-3 + 5e-3 * 100
+    assert not diff_of(expected, got, "close").ok  # close@float16: 1e-3 + 1e-3 * 100
+    assert diff_of(expected[:1], got[:1], "close").ok
+    assert not diff_of(expected.astype(np.float32), got.astype(np.float32)).ok
 
 
 def test_compare_exact_kinds_and_mismatches():
@@ -477,14 +496,14 @@ def test_compare_exact_kinds_and_mismatches():
     assert not shape.ok and "shape differs: expected [2, 3], got [3, 2]" in shape.note
     dtype = diff_of(np.ones(3, np.float32), np.ones(3, np.float64))
     assert not dtype.ok and dtype.max_abs == 0 and "dtype differs" in dtype.note
-    diffs = compare_outputs(None, [np.ones(2), np.ones(2)], [np.ones(2)], "close")
+    diffs = compare_outputs(None, [np.ones(2), np.ones(2)], [np.ones(2)], "approximate")
     assert [d.name for d in diffs] == ["output_0", "output_1"]
     assert diffs[0].ok and not diffs[1].ok and "missing from the engine" in diffs[1].note
 
 
 def test_diff_text_and_table():
     diffs = compare_outputs(["logits", "kv"], [np.ones((2, 3), np.float32), np.arange(4)],
-                            [np.ones((2, 3), np.float32), np.arange(4) + 1], "close")
+                            [np.ones((2, 3), np.float32), np.arange(4) + 1], "approximate")
     assert str(diffs[0]) == "logits: [2, 3] float32 max_abs=0 max_rel=0 OK"
     table = format_diffs(diffs).splitlines()
     assert table[0].split() == ["output", "shape", "dtype", "max_abs", "max_rel", "ok", "note"]

@@ -20,7 +20,8 @@ class TractNNEF(InferenceTarget):
         version: tract version the asset is written for (recorded in the properties).
         check_io: run the asset in tract (in a child process) and compare with PyTorch.
         dynamic_axes: ``{input_name: {axis: "SYMBOL"}}``; symbols become ``tract_symbol``.
-        check_io_tolerance: a preset name (exact, approximate, close, very, super, ultra)
+        check_io_tolerance: one of tract's levels (exact, close, approximate, very, super, ultra;
+            see fx2nnef.targets.tolerance)
             or a Tolerance.
         specific_properties: extra ``key: value`` strings written in ``tract_core_properties``.
         dump_identity_properties: also record exporter identity (versions) in the properties.
