@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -156,7 +157,7 @@ def run_child(script: Path, workdir: Path, timeout: float) -> ChildOutcome:
     Raises subprocess.TimeoutExpired after killing a child that runs past ``timeout``.
     """
     completed = subprocess.run(
-        [sys.executable, "-c", _RUN_SCRIPT, str(script), str(workdir)],
+        child_prefix() + [sys.executable, "-c", _RUN_SCRIPT, str(script), str(workdir)],
         cwd=workdir,
         env=child_env(),
         stdin=subprocess.DEVNULL,
@@ -168,6 +169,16 @@ def run_child(script: Path, workdir: Path, timeout: float) -> ChildOutcome:
     result_path = workdir / "result.json"
     result = json.loads(result_path.read_text()) if result_path.exists() else None
     return ChildOutcome(completed.returncode, completed.stdout, completed.stderr, result)
+
+
+def child_prefix() -> list[str]:
+    """Command words put before the child's Python, from ``$FX2NNEF_CHILD_PREFIX``.
+
+    ``FX2NNEF_CHILD_PREFIX="valgrind -q --tool=none"`` runs the engines on a CPU without
+    AVX-512 (valgrind does not emulate it, so tract picks its AVX2/FMA kernels): a check of
+    the results an AVX2 machine gets, on an AVX-512 machine.
+    """
+    return shlex.split(os.environ.get("FX2NNEF_CHILD_PREFIX", ""))
 
 
 def child_env() -> dict[str, str]:
