@@ -6,7 +6,6 @@ casts to float, per-channel views) that reduce.py and norm.py use too.
 from __future__ import annotations
 
 import math
-import operator
 from typing import Optional
 
 import numpy as np
@@ -462,43 +461,6 @@ def trunc(ctx: EmitContext, input: Value):
 def frac(ctx: EmitContext, input: Value):
     """frac(Tensor self) -> Tensor"""
     return ew(ctx, "sub", input, _trunc(ctx, input))
-
-
-def _operands(ctx: EmitContext, a, b):
-    dtype = result_dtype(a, b)
-    return cast(ctx, a, dtype), cast(ctx, b, dtype)
-
-
-def _fmod(ctx: EmitContext, a, b) -> Value:
-    """``a - trunc(a / b) * b``; integer division already truncates."""
-    return ew(ctx, "sub", a, ew(ctx, "mul", _trunc(ctx, ew(ctx, "div", a, b)), b))
-
-
-@register(*sources("fmod"))
-def fmod(ctx: EmitContext, input, other):
-    """fmod.Tensor(Tensor self, Tensor other) -> Tensor"""
-    return _fmod(ctx, *_operands(ctx, input, other))
-
-
-@register(*sources("remainder"), operator.mod)
-def remainder(ctx: EmitContext, input, other):
-    """remainder.Tensor(Tensor self, Tensor other) -> Tensor"""
-    a, b = _operands(ctx, input, other)
-    r = _fmod(ctx, a, b)
-    wrong_sign = compare(ctx, "lt", ew(ctx, "mul", r, b), 0)
-    return select(ctx, wrong_sign, ew(ctx, "add", r, b), r)
-
-
-@register(*sources("floor_divide"), operator.floordiv)
-def floor_divide(ctx: EmitContext, input, other):
-    """floor_divide(Tensor self, Tensor other) -> Tensor"""
-    a, b = _operands(ctx, input, other)
-    q = ew(ctx, "div", a, b)
-    if q.dtype.is_float:
-        return un(ctx, "floor", q)
-    r = ew(ctx, "sub", a, ew(ctx, "mul", q, b))
-    wrong_sign = compare(ctx, "lt", ew(ctx, "mul", r, b), 0)
-    return select(ctx, wrong_sign, ew(ctx, "sub", q, 1), q)
 
 
 @register(*sources("lerp"))

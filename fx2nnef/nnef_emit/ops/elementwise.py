@@ -43,6 +43,8 @@ def _unary(nnef_op: str):
 
 def _binary(nnef_op: str, promote_div: bool = False):
     def convert(ctx: EmitContext, input, other, *, alpha=1, rounding_mode=None, out=None):
+        if rounding_mode is not None:
+            return ctx.call("nnef.div_rounding", input, other, rounding_mode)
         dtype = result_dtype(input, other)
         if promote_div and not dtype.is_float:
             dtype = DType.F32
@@ -50,12 +52,7 @@ def _binary(nnef_op: str, promote_div: bool = False):
         if alpha != 1:
             b = ctx.op("mul", *broadcast_operands(ctx, b, alpha, dtype), out_dtype=dtype)
         a, b = broadcast_operands(ctx, a, b, dtype)
-        y = ctx.op(nnef_op, a, b, out_dtype=dtype)
-        if rounding_mode == "floor":
-            y = ctx.op("floor", y, out_dtype=dtype)
-        elif rounding_mode == "trunc":
-            y = ctx.op("mul", ctx.op("sign", y), ctx.op("floor", ctx.op("abs", y)), out_dtype=dtype)
-        return y
+        return ctx.op(nnef_op, a, b, out_dtype=dtype)
 
     convert.__name__ = f"binary_{nnef_op}"
     return convert
