@@ -123,4 +123,6 @@ def result_dtype(*xs) -> DType:
             best = d
     if any(isinstance(x, float) for x in xs) and not best.is_float:
         best = DType.F32
+    if best.is_bool and any(isinstance(x, int) and not isinstance(x, bool) for x in xs):
+        best = DType.I64  # torch: a bool tensor with a Python int gives int64
     return best

@@ -448,7 +448,7 @@ def exp2(ctx: EmitContext, input: Value):
 @register(*sources("sgn"))
 def sgn(ctx: EmitContext, input: Value):
     """sgn(Tensor self) -> Tensor"""
-    return un(ctx, "sign", input)
+    return ctx.call("torch.sign", input)
 
 
 @register(*sources("trunc"), *sources("fix"))

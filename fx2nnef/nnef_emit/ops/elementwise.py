@@ -1,46 +1,192 @@
-"""Elementwise math, comparisons and logic: tables of trivial ops and one generic converter each."""
+"""Elementwise math, comparisons, logic and bitwise ops: tables of trivial ops and one generic converter each.
+
+NOTE: facts about tract 0.23.9 integer arithmetic that the converters below work around:
+- ``mul(x, x)`` is rewritten to ``square``, which saturates on i8/u8 and is refused on i16/i32/i64
+  (also after folding ``add(x, 0)``, ``bitor(x, 0)``); integer products go through
+  ``0 - x * (0 - y)``, which wraps like torch.
+- ``neg`` saturates on u8 (torch wraps): ``0 - x`` wraps.
+- ``pow`` saturates on integers and is refused on i8/u8: integer powers are built from products.
+- comparisons, ``add``/``mul``/``max``/``min``, ``sign`` and ``square`` are refused on bool;
+  ``not`` is refused on anything but bool; ``round`` rounds half away from zero (torch: to even).
+"""
 from __future__ import annotations
 
 import operator
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
 from ...ir import DType, Value
 from ..context import EmitContext
 from ..helpers import broadcast_operands, cast, result_dtype, scalar_operand
-from ..registry import REGISTRY
+from ..registry import REGISTRY, register
+from .activation import broadcast_shape, ew, select
+from .division import float_quotient
 
-# op -> NNEF unary op
+# op -> NNEF unary op on floats (integer and bool inputs are computed in f32, as torch promotes them)
 UNARY = {
     "exp": "exp", "log": "log", "sin": "sin", "cos": "cos", "tan": "tan", "sinh": "sinh",
     "cosh": "cosh", "tanh": "tanh", "asin": "asin", "acos": "acos", "atan": "atan", "asinh": "asinh",
-    "acosh": "acosh", "atanh": "atanh", "abs": "abs", "neg": "neg", "sign": "sign", "floor": "floor",
-    "ceil": "ceil", "round": "round", "sqrt": "sqrt", "rsqrt": "rsqrt", "sigmoid": "sigmoid",
-    "relu": "relu", "logical_not": "not", "square": "sqr", "log2": "log2",
+    "acosh": "acosh", "atanh": "atanh", "sqrt": "sqrt", "rsqrt": "rsqrt", "sigmoid": "sigmoid", "log2": "log2",
 }
+# op -> NNEF unary op that keeps integer dtypes (bool has its own rule in the converter)
+INTEGER_UNARY = {"abs": "abs", "sign": "sign", "floor": "floor", "ceil": "ceil"}
 # op -> NNEF binary op (float or int result)
 BINARY = {
-    "add": "add", "sub": "sub", "mul": "mul", "div": "div", "true_divide": "div", "pow": "pow",
+    "add": "add", "sub": "sub", "mul": "mul", "div": "div", "true_divide": "div",
     "maximum": "max", "minimum": "min", "multiply": "mul", "subtract": "sub",
 }
+# on bool operands torch's add/mul/max/min are logical
+BOOL_BINARY = {"add": "or", "mul": "and", "max": "or", "min": "and"}
 COMPARE = {"eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge",
            "greater": "gt", "less": "lt", "greater_equal": "ge", "less_equal": "le", "not_equal": "ne"}
-LOGIC = {"logical_and": "and", "logical_or": "or", "bitwise_and": "and", "bitwise_or": "or"}
+LOGIC = {"logical_and": "and", "logical_or": "or", "logical_xor": "xor"}
+BITWISE = {"bitwise_and": "and", "bitwise_or": "or", "bitwise_xor": "xor"}
+SHIFTS = {"bitwise_left_shift": "left", "bitwise_right_shift": "right"}
 OPERATORS = {operator.add: "add", operator.sub: "sub", operator.mul: "mul", operator.truediv: "div",
-             operator.pow: "pow", operator.eq: "eq", operator.ne: "ne", operator.lt: "lt",
+             operator.eq: "eq", operator.ne: "ne", operator.lt: "lt",
              operator.le: "le", operator.gt: "gt", operator.ge: "ge"}
+_BITS = {DType.I8: 8, DType.U8: 8, DType.I16: 16, DType.I32: 32, DType.I64: 64}
+
+
+def _zero(ctx: EmitContext, dtype: DType):
+    return scalar_operand(ctx, 0, dtype)
+
+
+def int_mul(ctx: EmitContext, a: Value, b, dtype: DType) -> Value:
+    """``a * b`` on integers, wrapping like torch (see the module note on tract's square)."""
+    if not isinstance(b, Value):
+        return ew(ctx, "mul", a, b)
+    return ew(ctx, "sub", _zero(ctx, dtype), ew(ctx, "mul", a, ew(ctx, "sub", _zero(ctx, dtype), b)))
 
 
 def _unary(nnef_op: str):
     def convert(ctx: EmitContext, input: Value):
-        x = input if input.dtype.is_float or nnef_op in ("abs", "neg", "sign", "not") else cast(ctx, input, DType.F32)
+        x = input if input.dtype.is_float else cast(ctx, input, DType.F32)
         return ctx.op(nnef_op, x, out_shape=input.shape)
 
     convert.__name__ = f"unary_{nnef_op}"
     return convert
 
 
+def _integer_unary(nnef_op: str):
+    def convert(ctx: EmitContext, input: Value):
+        if nnef_op in ("floor", "ceil") and not input.dtype.is_float:
+            return input
+        if input.dtype.is_bool:
+            if nnef_op == "sign":
+                return input
+            ctx.fail(f"{nnef_op} of a bool tensor is not defined in torch")
+        return ctx.op(nnef_op, input, out_shape=input.shape)
+
+    convert.__name__ = f"unary_{nnef_op}"
+    return convert
+
+
+@register(torch.neg, "Tensor.neg", operator.neg, torch.negative, "Tensor.negative")
+def neg(ctx: EmitContext, input: Value):
+    """neg(Tensor self) -> Tensor (u8 wraps: 0 - x)"""
+    if input.dtype is DType.U8:
+        return ctx.op("sub", *broadcast_operands(ctx, _zero(ctx, DType.U8), input, DType.U8), out_shape=input.shape)
+    return ctx.op("neg", input, out_shape=input.shape)
+
+
+@register(operator.pos, "Tensor.positive", torch.positive)
+def positive(ctx: EmitContext, input: Value):
+    """positive(Tensor(a) self) -> Tensor(a)"""
+    return input
+
+
+@register(torch.relu, "Tensor.relu", F.relu)
+def relu(ctx: EmitContext, input: Value, inplace: bool = False):
+    """relu(Tensor self) -> Tensor"""
+    if input.dtype.is_float:
+        return ctx.op("relu", input, out_shape=input.shape)
+    return ctx.op("max", *broadcast_operands(ctx, input, 0, input.dtype), out_shape=input.shape)
+
+
+@register(torch.square, "Tensor.square")
+def square(ctx: EmitContext, input: Value):
+    """square(Tensor self) -> Tensor (bool gives int64)"""
+    if input.dtype.is_float:
+        return ctx.op("sqr", input, out_shape=input.shape)
+    x = cast(ctx, input, DType.I64) if input.dtype.is_bool else input
+    return int_mul(ctx, x, x, x.dtype)
+
+
+@register(torch.logical_not, "Tensor.logical_not")
+def logical_not(ctx: EmitContext, input: Value):
+    """logical_not(Tensor self) -> Tensor"""
+    if input.dtype.is_bool:
+        return ctx.op("not", input, out_shape=input.shape)
+    return ctx.call("nnef.compare", "eq", *broadcast_operands(ctx, input, 0, input.dtype))
+
+
+@register(torch.bitwise_not, "Tensor.bitwise_not", operator.invert)
+def bitwise_not(ctx: EmitContext, input: Value):
+    """bitwise_not(Tensor self) -> Tensor"""
+    if input.dtype.is_bool:
+        return ctx.op("not", input, out_shape=input.shape)
+    if input.dtype.is_float:
+        ctx.fail("bitwise_not of a float tensor is not defined in torch")
+    return ctx.call("nnef.bitnot", input)
+
+
+@register("nnef.bitnot")
+def bitnot(ctx: EmitContext, x: Value):
+    ctx.fail("bitwise ops on integer tensors have no standard NNEF op; export for tract (TractNNEF)")
+
+
+@register("nnef.bitnot", target="tract")
+def bitnot_tract(ctx: EmitContext, x: Value):
+    return ctx.op("tract_core_bitnot", x, out_shape=x.shape)
+
+
+# rounding ---------------------------------------------------------------------------------
+@register("nnef.round_even")
+def round_even(ctx: EmitContext, x: Value):
+    """Round half to even (the standard ``round``)."""
+    return ctx.op("round", x, out_shape=x.shape)
+
+
+@register("nnef.round_even", target="tract")
+def round_even_tract(ctx: EmitContext, x: Value):
+    """NOTE: tract's ``round`` rounds half away from zero; torch rounds half to even."""
+    return ctx.op("tract_core_round_even", x, out_shape=x.shape)
+
+
+@register(torch.round, "Tensor.round", torch.special.round)
+def round_(ctx: EmitContext, input: Value, *, decimals: int = 0):
+    """round.decimals(Tensor self, *, int decimals=0) -> Tensor
+
+    torch's kernel: ``nearbyint(x * 10^d) / 10^d`` (``nearbyint(x / 10^-d) * 10^-d`` for d < 0),
+    computed in f32 for f16 inputs; the division is made correctly rounded as in torch.
+    """
+    if not input.dtype.is_float:
+        return input
+    if decimals == 0:
+        return ctx.call("nnef.round_even", input)
+    wide = DType.F32 if input.dtype in (DType.F16, DType.BF16) else input.dtype
+    x, scale = cast(ctx, input, wide), float(10.0 ** abs(decimals))
+    if decimals > 0:
+        y = float_quotient(ctx, ctx.call("nnef.round_even", _ew(ctx, "mul", x, scale)), _const(ctx, scale, wide), wide)
+    else:
+        y = _ew(ctx, "mul", ctx.call("nnef.round_even", float_quotient(ctx, x, _const(ctx, scale, wide), wide)), scale)
+    return cast(ctx, y, input.dtype)
+
+
+def _const(ctx: EmitContext, v: float, dtype: DType) -> Value:
+    return ctx.const(np.array(v, dtype=dtype.numpy_name), dtype)
+
+
+def _ew(ctx: EmitContext, op: str, a, b, dtype=None) -> Value:
+    if dtype is not None and not isinstance(a, Value):
+        a = scalar_operand(ctx, a, dtype)
+    return ew(ctx, op, a, b)
+
+
+# binary arithmetic ---------------------------------------------------------------------------
 def _binary(nnef_op: str, promote_div: bool = False):
     def convert(ctx: EmitContext, input, other, *, alpha=1, rounding_mode=None, out=None):
         if rounding_mode is not None:
@@ -48,16 +194,83 @@ def _binary(nnef_op: str, promote_div: bool = False):
         dtype = result_dtype(input, other)
         if promote_div and not dtype.is_float:
             dtype = DType.F32
+        if dtype.is_bool and nnef_op in BOOL_BINARY and alpha in (1, True):
+            return ew(ctx, BOOL_BINARY[nnef_op], cast(ctx, input, dtype), cast(ctx, other, dtype))
+        if dtype.is_bool:
+            ctx.fail(f"{nnef_op} of bool tensors is not defined in torch (or not supported here)")
         a, b = cast(ctx, input, dtype), cast(ctx, other, dtype)
         if alpha != 1:
-            b = ctx.op("mul", *broadcast_operands(ctx, b, alpha, dtype), out_dtype=dtype)
+            b = int_mul(ctx, b, alpha, dtype) if dtype.is_int and isinstance(b, Value) else (
+                ctx.op("mul", *broadcast_operands(ctx, b, alpha, dtype), out_dtype=dtype))
+        if nnef_op == "mul" and dtype.is_int and isinstance(a, Value) and isinstance(b, Value):
+            return int_mul(ctx, a, b, dtype)
         a, b = broadcast_operands(ctx, a, b, dtype)
-        return ctx.op(nnef_op, a, b, out_dtype=dtype)
+        return ctx.op(nnef_op, a, b, out_dtype=dtype, out_shape=broadcast_shape(a, b))
 
     convert.__name__ = f"binary_{nnef_op}"
     return convert
 
 
+@register(torch.pow, "Tensor.pow", operator.pow)
+def pow_(ctx: EmitContext, input, exponent):
+    """pow.Tensor_Tensor(Tensor self, Tensor exponent) -> Tensor (also Tensor_Scalar and Scalar_Tensor)"""
+    dtype = result_dtype(input, exponent)
+    if dtype.is_bool:
+        dtype = DType.I64
+    if dtype.is_float:
+        a, b = cast(ctx, input, dtype), cast(ctx, exponent, dtype)
+        a, b = broadcast_operands(ctx, a, b, dtype)
+        return ctx.op("pow", a, b, out_dtype=dtype, out_shape=broadcast_shape(a, b))
+    base = cast(ctx, input, dtype) if isinstance(input, Value) else _const(ctx, input, dtype)
+    if not isinstance(exponent, Value):
+        return _int_pow_const(ctx, base, int(exponent), dtype)
+    return _int_pow_tensor(ctx, base, cast(ctx, exponent, dtype), dtype)
+
+
+def _int_pow_const(ctx: EmitContext, base: Value, k: int, dtype: DType) -> Value:
+    """``base ** k`` for a Python int ``k >= 0`` by squaring, wrapping like torch."""
+    if k < 0:
+        ctx.fail("Integers to negative integer powers are not allowed (torch raises too)")
+    result, power = None, base
+    while k:
+        if k & 1:
+            result = power if result is None else int_mul(ctx, result, power, dtype)
+        k >>= 1
+        if k:
+            power = int_mul(ctx, power, power, dtype)
+    if result is None:  # k == 0: ones of the base's shape
+        result = _ew(ctx, "add", _ew(ctx, "sub", base, base), 1)
+    return result
+
+
+def _int_pow_tensor(ctx: EmitContext, base: Value, e: Value, dtype: DType) -> Value:
+    """``base ** e`` for an integer tensor ``e``, bit by bit; a negative ``e`` follows torch
+    (1 for base 1, +-1 for base -1, else 0)."""
+    sel = select
+    e_pos = _ew(ctx, "max", e, 0, dtype)
+    ones = _ew(ctx, "add", _ew(ctx, "sub", e, e, dtype), 1, dtype)
+    result, power = ones, base
+    for i in range(_BITS[dtype]):
+        half = _ew(ctx, "div", e_pos, 2, dtype)
+        bit = _ew(ctx, "sub", e_pos, int_mul(ctx, half, 2, dtype), dtype)
+        result = sel(ctx, ctx.call("nnef.compare", "ne", *broadcast_operands(ctx, bit, 0, dtype)),
+                     int_mul(ctx, result, power, dtype), result)
+        if i + 1 < _BITS[dtype]:
+            power = int_mul(ctx, power, power, dtype)
+            e_pos = half
+    if dtype is DType.U8:
+        return result
+    # negative exponents: base 1 -> 1, base -1 -> (-1)^e, anything else -> 0
+    odd = ctx.call("nnef.compare", "ne", *broadcast_operands(
+        ctx, _ew(ctx, "sub", e, int_mul(ctx, _ew(ctx, "div", e, 2, dtype), 2, dtype), dtype), 0, dtype))
+    minus_one = sel(ctx, odd, _ew(ctx, "sub", _ew(ctx, "sub", ones, ones, dtype), 1, dtype), ones)
+    is_one = ctx.call("nnef.compare", "eq", *broadcast_operands(ctx, base, 1, dtype))
+    is_minus_one = ctx.call("nnef.compare", "eq", *broadcast_operands(ctx, base, -1, dtype))
+    negative = sel(ctx, is_one, ones, sel(ctx, is_minus_one, minus_one, _ew(ctx, "sub", ones, ones, dtype)))
+    return sel(ctx, ctx.call("nnef.compare", "lt", *broadcast_operands(ctx, e, 0, dtype)), negative, result)
+
+
+# comparisons ---------------------------------------------------------------------------------
 def _compare(nnef_op: str):
     def convert(ctx: EmitContext, input, other):
         dtype = result_dtype(input, other)
@@ -68,31 +281,98 @@ def _compare(nnef_op: str):
     return convert
 
 
-@REGISTRY.register("nnef.compare")
+@register("nnef.compare")
 def compare(ctx: EmitContext, nnef_op: str, a, b):
-    return ctx.op(nnef_op, a, b, out_dtype=DType.BOOL)
+    return ctx.op(nnef_op, a, b, out_dtype=DType.BOOL, out_shape=broadcast_shape(a, b))
 
 
-@REGISTRY.register("nnef.compare", target="tract")
+@register("nnef.compare", target="tract")
 def compare_tract(ctx: EmitContext, nnef_op: str, a, b):
     """NOTE: tract 0.23.9 mis-optimizes ``select`` on a comparison of two tensors whose shapes
     are symbolic (e.g. ``ge(range[:, None], range[None, :])``: "Undetermined symbol" at run
-    time). Comparing their difference with 0 gives the same mask and runs."""
+    time). Comparing their difference with 0 gives the same mask and runs. tract refuses
+    comparisons of bools: they are compared as u8."""
+    if any(isinstance(v, Value) and v.dtype.is_bool for v in (a, b)):
+        a, b = cast(ctx, a, DType.U8), cast(ctx, b, DType.U8)
     symbolic = all(isinstance(v, Value) and not v.is_constant and v.shape is not None and not v.is_static
                    for v in (a, b))
-    if not symbolic or a.dtype.is_bool or a.dtype is DType.U8:
-        return ctx.op(nnef_op, a, b, out_dtype=DType.BOOL)
-    diff = ctx.op("sub", a, b, out_dtype=a.dtype)
-    return ctx.op(nnef_op, diff, scalar_operand(ctx, 0, a.dtype), out_dtype=DType.BOOL)
+    shape = broadcast_shape(a, b)
+    if not symbolic or a.dtype is DType.U8:
+        return ctx.op(nnef_op, a, b, out_dtype=DType.BOOL, out_shape=shape)
+    diff = ctx.op("sub", a, b, out_dtype=a.dtype, out_shape=shape)
+    return ctx.op(nnef_op, diff, scalar_operand(ctx, 0, a.dtype), out_dtype=DType.BOOL, out_shape=shape)
 
 
-def _logic(nnef_op: str):
+# logic and bitwise ----------------------------------------------------------------------------
+def _logic(kind: str):
     def convert(ctx: EmitContext, input, other):
         a, b = broadcast_operands(ctx, cast(ctx, input, DType.BOOL), cast(ctx, other, DType.BOOL), DType.BOOL)
-        return ctx.op(nnef_op, a, b, out_dtype=DType.BOOL)
+        return ctx.call("nnef.bitwise", kind, a, b)
 
-    convert.__name__ = f"logic_{nnef_op}"
+    convert.__name__ = f"logical_{kind}"
     return convert
+
+
+def _bitwise(kind: str):
+    def convert(ctx: EmitContext, input, other):
+        dtype = result_dtype(input, other)
+        if dtype.is_float:
+            ctx.fail(f"bitwise_{kind} of float tensors is not defined in torch")
+        a, b = broadcast_operands(ctx, cast(ctx, input, dtype), cast(ctx, other, dtype), dtype)
+        return ctx.call("nnef.bitwise", kind, a, b)
+
+    convert.__name__ = f"bitwise_{kind}"
+    return convert
+
+
+@register("nnef.bitwise")
+def bitwise(ctx: EmitContext, kind: str, a: Value, b: Value):
+    """and / or / xor on bool tensors with standard ops; integers need tract."""
+    if not a.dtype.is_bool:
+        ctx.fail(f"bitwise_{kind} on integer tensors has no standard NNEF op; export for tract (TractNNEF)")
+    if kind == "xor":
+        either = ew(ctx, "or", a, b)
+        return ew(ctx, "and", either, ctx.op("not", ew(ctx, "and", a, b), out_shape=either.shape))
+    return ew(ctx, kind, a, b)
+
+
+@register("nnef.bitwise", target="tract")
+def bitwise_tract(ctx: EmitContext, kind: str, a: Value, b: Value):
+    """tract_core_bitand/bitor/bitxor: bitwise on integers, logical on bools."""
+    return ew(ctx, f"tract_core_bit{kind}", a, b)
+
+
+def _shift(direction: str):
+    def convert(ctx: EmitContext, input, other):
+        dtype = result_dtype(input, other)
+        if not dtype.is_int:
+            ctx.fail(f"bitwise_{direction}_shift is defined on integer tensors only")
+        a = cast(ctx, input, dtype) if isinstance(input, Value) else _const(ctx, input, dtype)
+        b = cast(ctx, other, dtype) if isinstance(other, Value) else _const(ctx, other, dtype)
+        return ctx.call("nnef.shift", direction, *broadcast_operands(ctx, a, b, dtype))
+
+    convert.__name__ = f"shift_{direction}"
+    return convert
+
+
+@register("nnef.shift")
+def shift(ctx: EmitContext, direction: str, a: Value, b: Value):
+    ctx.fail("bit shifts have no standard NNEF op; export for tract (TractNNEF)")
+
+
+@register("nnef.shift", target="tract")
+def shift_tract(ctx: EmitContext, direction: str, a: Value, b: Value):
+    """NOTE: tract shifts by the amount modulo the bit width; torch gives 0 (or -1 for a negative
+    value shifted right) when the amount is negative or at least the width."""
+    dtype = a.dtype
+    y = ctx.op("tract_shl" if direction == "left" else "tract_shr", a, b, out_dtype=dtype, out_shape=broadcast_shape(a, b))
+    cmp = lambda op, x, v: ctx.call("nnef.compare", op, *broadcast_operands(ctx, x, v, dtype))  # noqa: E731
+    outside = cmp("ge", b, _BITS[dtype])
+    if dtype is not DType.U8:
+        outside = ew(ctx, "or", outside, cmp("lt", b, 0))
+    zero = _ew(ctx, "sub", a, a, dtype)
+    fill = zero if direction == "left" or dtype is DType.U8 else select(ctx, cmp("lt", a, 0), _ew(ctx, "sub", zero, 1, dtype), zero)
+    return select(ctx, outside, fill, y)
 
 
 def _sources(name: str) -> list:
@@ -118,13 +398,17 @@ def _register_family(table: dict, factory) -> None:
 
 
 _register_family(UNARY, _unary)
+_register_family(INTEGER_UNARY, _integer_unary)
 _register_family(BINARY, _binary)
 _register_family(COMPARE, _compare)
 _register_family(LOGIC, _logic)
-REGISTRY.add(operator.neg, _unary("neg"))
-REGISTRY.add(operator.abs, _unary("abs"))
-REGISTRY.add(operator.and_, _logic("and"))
-REGISTRY.add(operator.or_, _logic("or"))
-REGISTRY.add(operator.invert, _unary("not"))
+_register_family(BITWISE, _bitwise)
+_register_family(SHIFTS, _shift)
+REGISTRY.add(operator.abs, _integer_unary("abs"))
+REGISTRY.add(operator.and_, _bitwise("and"))
+REGISTRY.add(operator.or_, _bitwise("or"))
+REGISTRY.add(operator.xor, _bitwise("xor"))
+REGISTRY.add(operator.lshift, _shift("left"))
+REGISTRY.add(operator.rshift, _shift("right"))
 for _op, _nnef in OPERATORS.items():
     REGISTRY.add(_op, _binary(_nnef, promote_div=_op is operator.truediv) if _nnef in BINARY.values() else _compare(_nnef))
