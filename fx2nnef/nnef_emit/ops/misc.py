@@ -8,7 +8,8 @@ import torch
 
 from ...ir import DType, SymDim, Value
 from ..context import TRACT_DATUM, EmitContext
-from ..helpers import axis, cast, rank, result_dtype
+from ..helpers import axis, broadcast_operands, cast, rank, result_dtype
+from .activation import ew
 from ..registry import register
 from .creation import dim_tensor
 
@@ -145,8 +146,28 @@ def einsum_tract(ctx: EmitContext, equation: str, *operands):
     terms, out = parse_einsum(ctx, equation, operands)
     size = _sizes(terms, operands)
     dtype = result_dtype(*operands)
-    return ctx.op("tract_core_einsum", [cast(ctx, t, dtype) for t in operands], expr=",".join(terms) + "->" + out,
-                  acc=TRACT_DATUM[dtype], out_dtype=dtype, out_shape=tuple(size[c] for c in out))
+    operands = [cast(ctx, t, dtype) for t in operands]
+    if len(operands) > 1:
+        # NOTE: tract 0.23.9 gives zeros for a repeated letter next to another operand ('ii,i->i');
+        # each diagonal is taken alone first ('ii->i' is right)
+        for k, s in enumerate(terms):
+            if len(set(s)) != len(s):
+                once = "".join(dict.fromkeys(s))
+                operands[k] = _tract_einsum(ctx, [operands[k]], s + "->" + once, dtype, tuple(size[c] for c in once))
+                terms[k] = once
+    if out:
+        return _tract_einsum(ctx, operands, ",".join(terms) + "->" + out, dtype, tuple(size[c] for c in out))
+    # NOTE: tract 0.23.9 returns its input unchanged for a full reduction ('ij->'): keep one letter, then sum it
+    keep = next((c for t in terms for c in t), None)
+    if keep is None:
+        ctx.fail(f"einsum '{equation}' of scalars only: multiply them instead")
+    y = _tract_einsum(ctx, operands, ",".join(terms) + "->" + keep, dtype, (size[keep],))
+    y = ctx.op("sum_reduce", y, axes=[0], out_shape=(1,), out_dtype=dtype)
+    return ctx.op("squeeze", y, axes=[0], out_shape=(), out_dtype=dtype)
+
+
+def _tract_einsum(ctx: EmitContext, operands: list, expr: str, dtype: DType, shape: tuple) -> Value:
+    return ctx.op("tract_core_einsum", operands, expr=expr, acc=TRACT_DATUM[dtype], out_dtype=dtype, out_shape=shape)
 
 
 @register(torch.outer, "Tensor.outer", torch.ger, "Tensor.ger")
@@ -198,7 +219,7 @@ def _largest(dtype: DType) -> float:
 @register(torch.isnan, "Tensor.isnan")
 def isnan(ctx: EmitContext, input: Value):
     """isnan(Tensor self) -> Tensor"""
-    return ctx.op("ne", input, input, out_dtype=DType.BOOL, out_shape=input.shape)
+    return ctx.call("nnef.compare", "ne", input, input)
 
 
 # name -> (NNEF comparison, compare |x| rather than x, sign of the bound, result for integers)
@@ -212,7 +233,7 @@ def _classifier(name: str, op: str, magnitude: bool, sign: int, int_result: bool
     """Compare x (or |x|) with the largest finite value: NaN compares False, inf beyond it."""
     def convert(ctx: EmitContext, input: Value):
         if not input.dtype.is_float:
-            return ctx.op("eq" if int_result else "ne", input, input, out_dtype=DType.BOOL, out_shape=input.shape)
+            return ctx.call("nnef.compare", "eq" if int_result else "ne", input, input)
         x = ctx.op("abs", input, out_shape=input.shape) if magnitude else input
         return ctx.op(op, x, sign * _largest(input.dtype), out_dtype=DType.BOOL, out_shape=input.shape)
 
@@ -222,3 +243,44 @@ def _classifier(name: str, op: str, magnitude: bool, sign: int, int_result: bool
 
 for _name, _rule in CLASSIFIERS.items():
     register(getattr(torch, _name), f"Tensor.{_name}")(_classifier(_name, *_rule))
+
+
+# ---- hypot / isclose -------------------------------------------------------------------------------------------
+@register(torch.hypot, "Tensor.hypot")
+def hypot(ctx: EmitContext, input, other):
+    """hypot(Tensor self, Tensor other) -> Tensor (sqrt(a^2 + b^2) in f64: no overflow, rounded once)"""
+    dtype = result_dtype(input, other)
+    if not dtype.is_float:
+        ctx.fail("hypot is defined on float tensors only (torch refuses integers)")
+    a, b = (cast(ctx, v, DType.F64) if isinstance(v, Value) else float(v) for v in (input, other))
+    total = ew(ctx, "add", ew(ctx, "mul", a, a), ew(ctx, "mul", b, b)) if isinstance(a, Value) else \
+        ew(ctx, "add", ew(ctx, "mul", b, b), a * a)
+    return cast(ctx, ctx.op("sqrt", total, out_shape=total.shape), dtype)
+
+
+@register(torch.isclose, "Tensor.isclose")
+def isclose(ctx: EmitContext, input: Value, other, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False):
+    """isclose(Tensor self, Tensor other, float rtol=1e-05, float atol=1e-08, bool equal_nan=False) -> Tensor
+
+    torch's steps: ``a == b``, or (``|a - b|`` finite and ``<= atol + |rtol * b|``), the latter
+    in f32 for integer and bool tensors.
+    """
+    dtype = result_dtype(input, other)
+    a, b = cast(ctx, input, dtype), cast(ctx, other, dtype)
+    if not isinstance(b, Value):
+        b = ctx.const(np.array(b, dtype=dtype.numpy_name), dtype)
+    close = ctx.call("nnef.compare", "eq", *broadcast_operands(ctx, a, b, dtype))
+    if equal_nan and dtype.is_float:
+        both_nan = ew(ctx, "and", ctx.call("nnef.compare", "ne", a, a), ctx.call("nnef.compare", "ne", b, b))
+        close = ew(ctx, "or", close, both_nan)
+    if rtol == 0 and atol == 0:
+        return close
+    if not dtype.is_float:
+        a, b, dtype = cast(ctx, a, DType.F32), cast(ctx, b, DType.F32), DType.F32
+    scaled = ew(ctx, "mul", b, float(rtol))
+    allowed = ew(ctx, "add", ctx.op("abs", scaled, out_shape=scaled.shape), float(atol))
+    diff = ew(ctx, "sub", a, b)
+    actual = ctx.op("abs", diff, out_shape=diff.shape)
+    within = ctx.call("nnef.compare", "le", *broadcast_operands(ctx, actual, allowed, dtype))
+    finite = ctx.call("nnef.compare", "le", actual, _largest(dtype))
+    return ew(ctx, "or", close, ew(ctx, "and", within, finite))
