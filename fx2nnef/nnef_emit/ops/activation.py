@@ -62,7 +62,9 @@ def un(ctx: EmitContext, op: str, x: Value, **attrs) -> Value:
 def select(ctx: EmitContext, cond: Value, a, b) -> Value:
     """``select(cond, a, b)`` with every tensor operand at the same rank."""
     dtype = next((v.dtype for v in (a, b) if isinstance(v, Value)), DType.F32)
-    a, b = cast(ctx, a, dtype), cast(ctx, b, dtype)
+    # NOTE: tract's select does not adapt a float literal to f16: numbers become typed constants
+    a, b = (cast(ctx, v, dtype) if isinstance(v, Value) else ctx.const(np.array(v, dtype=dtype.numpy_name), dtype)
+            for v in (a, b))
     r = max(rank(v) for v in (cond, a, b) if isinstance(v, Value))
     cond, a, b = (unsqueeze_to(ctx, v, r) if isinstance(v, Value) else v for v in (cond, a, b))
     return ctx.op("select", cond, a, b, out_dtype=dtype, out_shape=broadcast_shape(cond, a, b))
