@@ -250,14 +250,25 @@ def _int_pow_tensor(ctx: EmitContext, base: Value, e: Value, dtype: DType) -> Va
     e_pos = _ew(ctx, "max", e, 0, dtype)
     ones = _ew(ctx, "add", _ew(ctx, "sub", e, e, dtype), 1, dtype)
     result, power = ones, base
+    # NOTE: tract 0.23.9 takes minutes (exponential constant folding) on a chain of i64 products of
+    # a constant: the powers of a constant base are computed here instead
+    powers = None
+    if base.is_constant:
+        powers, p = [], np.array(base.data)
+        with np.errstate(over="ignore"):
+            for _ in range(_BITS[dtype]):
+                powers.append(ctx.const(p, dtype))
+                p = p * p
     for i in range(_BITS[dtype]):
         half = _ew(ctx, "div", e_pos, 2, dtype)
         bit = _ew(ctx, "sub", e_pos, int_mul(ctx, half, 2, dtype), dtype)
-        result = sel(ctx, ctx.call("nnef.compare", "ne", *broadcast_operands(ctx, bit, 0, dtype)),
-                     int_mul(ctx, result, power, dtype), result)
-        if i + 1 < _BITS[dtype]:
-            power = int_mul(ctx, power, power, dtype)
-            e_pos = half
+        taken = ctx.call("nnef.compare", "ne", *broadcast_operands(ctx, bit, 0, dtype))
+        if powers is not None:
+            result = int_mul(ctx, result, sel(ctx, taken, powers[i], ones), dtype)
+        else:
+            result = sel(ctx, taken, int_mul(ctx, result, power, dtype), result)
+            power = int_mul(ctx, power, power, dtype) if i + 1 < _BITS[dtype] else power
+        e_pos = half
     if dtype is DType.U8:
         return result
     # negative exponents: base 1 -> 1, base -1 -> (-1)^e, anything else -> 0
