@@ -1,6 +1,8 @@
 """Matrix products: linear, matmul, mm, bmm, addmm, baddbmm."""
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 import torch.nn.functional as F
 
@@ -10,9 +12,47 @@ from ..helpers import broadcast_operands, rank, unsqueeze_to
 from ..registry import register
 
 
+def _tiled_from(ctx: EmitContext, v: Value, axis_: int):
+    """``(source, repeats)`` when ``v`` was emitted as ``tile`` of a size-1 axis ``axis_`` alone, else None."""
+    name = ctx.names.get(id(v))
+    for st in reversed(ctx.statements):
+        if any(o is v or (name is not None and ctx.names.get(id(o)) == name) for o in st.outputs):
+            if st.op != "tile" or not st.args or not isinstance(st.args[0], Value):
+                return None
+            reps, src = st.attrs.get("repeats"), st.args[0]
+            if (src.shape is None or len(reps) != rank(v) or reps[axis_] == 1 or src.shape[axis_] != 1
+                    or any(r != 1 for i, r in enumerate(reps) if i != axis_)):
+                return None
+            return src, reps[axis_]
+    return None
+
+
+def _untiled_matmul(ctx: EmitContext, a: Value, b: Value, transpose_b: bool) -> Optional[Value]:
+    """NOTE: tract 0.23.9 cannot load a matmul whose row operand is a ``tile`` of a size-1 row axis
+    (or whose column operand tiles a size-1 column axis): its declutter pass tries to move the
+    tile after the product and fails ("Trying to substitute a 4,6,F32 by 1,6,F32"). The product
+    of the untiled operand, tiled afterwards, is the same tensor."""
+    for operand, ax, out_ax in ((a, rank(a) - 2, -2), (b, rank(b) - (2 if transpose_b else 1), -1)):
+        found = _tiled_from(ctx, operand, ax)
+        if found is None:
+            continue
+        src, reps = found
+        y = _matmul(ctx, src if operand is a else a, src if operand is b else b, transpose_b)
+        repeats = [1] * rank(y)
+        repeats[out_ax] = reps
+        shape = list(y.shape)
+        shape[out_ax] = shape[out_ax] * reps
+        return ctx.op("tile", y, repeats=repeats, out_shape=tuple(shape))
+    return None
+
+
 def _matmul(ctx: EmitContext, a: Value, b: Value, transpose_b: bool = False) -> Value:
     """NNEF matmul needs equal ranks: vectors become matrices and lower ranks get unit batch axes."""
     ra, rb = rank(a), rank(b)
+    if ra >= 2 and rb >= 2 and ra == rb:
+        untiled = _untiled_matmul(ctx, a, b, transpose_b)
+        if untiled is not None:
+            return untiled
     if ra == 1:
         a = ctx.op("unsqueeze", a, axes=[0], out_shape=(1,) + tuple(a.shape))
     if rb == 1:
