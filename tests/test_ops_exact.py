@@ -275,3 +275,29 @@ def test_khronos_refuses_integer_bitwise(tmp_path):
     with pytest.raises(fx2nnef.UnsupportedOpError, match="bitwise_and on integer tensors"):
         run_case(OpCase("and_i64", torch.bitwise_and, [values(torch.int64), values(torch.int64, 1)]), tmp_path,
                  "khronos")
+
+
+# ---- matmul on a tiled (expanded) size-1 operand ------------------------------------------------------------------
+# tract 0.23.9 cannot load matmul(tile(x[1, K], [M, 1]), W): the product is taken untiled, then tiled
+TILED_MATMUL_CASES = [
+    OpCase("matmul_expand_rows", lambda x, w: x.expand(4, 5) @ w, [R(1, 5), R(5, 6, seed=1)]),
+    OpCase("matmul_expand_cols", lambda x, w: x @ w.expand(5, 6), [R(4, 5), R(5, 1, seed=1)]),
+    OpCase("matmul_expand_both", lambda x, w: x.expand(4, 5) @ w.expand(5, 6), [R(1, 5), R(5, 1, seed=1)]),
+    OpCase("bmm_expand_rows", lambda x, w: torch.bmm(x.expand(3, 4, 5), w), [R(3, 1, 5), R(3, 5, 6, seed=1)]),
+    OpCase("linear_expand", lambda x, w: torch.nn.functional.linear(x.expand(4, 5), w), [R(1, 5), R(6, 5, seed=1)]),
+    OpCase("matmul_expand_batch", lambda x, w: x.expand(3, 4, 5) @ w, [R(1, 4, 5), R(3, 5, 6, seed=1)]),
+    OpCase("matmul_expand_rows_dyn", lambda x, w: x.expand(x.shape[0], 4, 5) @ w, [R(2, 1, 5), R(2, 5, 6, seed=1)],
+           khronos=False, dynamic_axes={"x0": {0: "B"}, "x1": {0: "B"}}),
+    OpCase("matmul_expand_sym_rows_dyn", lambda x, w: x[:, :1].expand(-1, x.shape[1], -1) @ w,
+           [R(2, 5, 4), R(2, 4, 6, seed=1)], khronos=False, dynamic_axes={"x0": {1: "S"}}),
+]
+
+
+@pytest.mark.parametrize("case", TILED_MATMUL_CASES, ids=str)
+def test_tiled_matmul(case, tmp_path):
+    run_case(case, tmp_path, "tract")
+
+
+@pytest.mark.parametrize("case", [c for c in TILED_MATMUL_CASES if c.khronos], ids=str)
+def test_tiled_matmul_khronos(case, tmp_path):
+    run_case(case, tmp_path, "khronos")
