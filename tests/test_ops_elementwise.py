@@ -32,6 +32,25 @@ CASES = [
     OpCase("le_f16", lambda x: x <= 0.5, [F16], khronos=False),
     OpCase("logical_and", torch.logical_and, [B, randbool(2, 3, 4, seed=4)]),
     OpCase("logical_not", torch.logical_not, [B]),
+    # bool operands: logic with standard ops; integer bitwise, wrap-around and exact floor division need tract
+    OpCase("logical_xor", torch.logical_xor, [B, randbool(2, 3, 4, seed=4)]),
+    OpCase("bitwise_or_bool", torch.bitwise_or, [B, randbool(2, 3, 4, seed=4)]),
+    OpCase("logical_not_f32", torch.logical_not, [F32.round()], khronos=False),
+    OpCase("and_i64", lambda x: x & 6, [I64], khronos=False),
+    OpCase("xor_i64", lambda x, y: x ^ y, [I64, randint(-5, 5, 2, 3, 4, seed=5)], khronos=False),
+    OpCase("bitwise_not_i64", torch.bitwise_not, [I64], khronos=False),
+    OpCase("neg_u8", torch.neg, [randint(0, 256, 2, 3, 4, dtype=torch.uint8)], khronos=False),
+    OpCase("square_i64", torch.square, [I64], khronos=False),
+    OpCase("eq_bool", torch.eq, [B, randbool(2, 3, 4, seed=4)], khronos=False),
+    OpCase("add_bool", torch.add, [B, randbool(2, 3, 4, seed=4)], khronos=False),
+    OpCase("mul_bool_int", lambda x: x * 3, [B], khronos=False),
+    OpCase("round_half_even", torch.round, [torch.arange(-6, 6).float() / 2], khronos=False, tolerance="exact"),
+    OpCase("round_decimals", lambda x: x.round(decimals=2), [F32 * 10], khronos=False, tolerance="exact"),
+    OpCase("floordiv_self", lambda x: x // x, [POS * 7], khronos=False, tolerance="exact"),
+    OpCase("fmod_self", lambda x: torch.fmod(x, x), [POS * 7], khronos=False, tolerance="exact"),
+    OpCase("floordiv_i64", lambda x: x // -3, [I64], khronos=False),
+    OpCase("hypot", torch.hypot, [F32, randn(2, 3, 4, seed=6)], khronos=False),
+    OpCase("isclose", lambda x: torch.isclose(x, x * 1.000001), [F32], khronos=False),
 ]
 
 

@@ -126,3 +126,15 @@ def result_dtype(*xs) -> DType:
     if best.is_bool and any(isinstance(x, int) and not isinstance(x, bool) for x in xs):
         best = DType.I64  # torch: a bool tensor with a Python int gives int64
     return best
+
+
+def producer(ctx: EmitContext, v: Value):
+    """The statement already emitted that computes ``v`` (matched by NNEF name), or None.
+
+    Lets a converter see which op made an operand, to avoid op pairs that tract mis-evaluates.
+    """
+    name = ctx.names.get(id(v))
+    for st in reversed(ctx.statements):
+        if any(o is v or (name is not None and ctx.names.get(id(o)) == name) for o in st.outputs):
+            return st
+    return None

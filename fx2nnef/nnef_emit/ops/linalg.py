@@ -8,23 +8,20 @@ import torch.nn.functional as F
 
 from ...ir import Value
 from ..context import EmitContext
-from ..helpers import broadcast_operands, rank, unsqueeze_to
+from ..helpers import broadcast_operands, producer, rank, unsqueeze_to
 from ..registry import register
 
 
 def _tiled_from(ctx: EmitContext, v: Value, axis_: int):
     """``(source, repeats)`` when ``v`` was emitted as ``tile`` of a size-1 axis ``axis_`` alone, else None."""
-    name = ctx.names.get(id(v))
-    for st in reversed(ctx.statements):
-        if any(o is v or (name is not None and ctx.names.get(id(o)) == name) for o in st.outputs):
-            if st.op != "tile" or not st.args or not isinstance(st.args[0], Value):
-                return None
-            reps, src = st.attrs.get("repeats"), st.args[0]
-            if (src.shape is None or len(reps) != rank(v) or reps[axis_] == 1 or src.shape[axis_] != 1
-                    or any(r != 1 for i, r in enumerate(reps) if i != axis_)):
-                return None
-            return src, reps[axis_]
-    return None
+    st = producer(ctx, v)
+    if st is None or st.op != "tile" or not st.args or not isinstance(st.args[0], Value):
+        return None
+    reps, src = st.attrs.get("repeats"), st.args[0]
+    if (src.shape is None or len(reps) != rank(v) or reps[axis_] == 1 or src.shape[axis_] != 1
+            or any(r != 1 for i, r in enumerate(reps) if i != axis_)):
+        return None
+    return src, reps[axis_]
 
 
 def _untiled_matmul(ctx: EmitContext, a: Value, b: Value, transpose_b: bool) -> Optional[Value]:
