@@ -301,3 +301,27 @@ def test_tiled_matmul(case, tmp_path):
 @pytest.mark.parametrize("case", [c for c in TILED_MATMUL_CASES if c.khronos], ids=str)
 def test_tiled_matmul_khronos(case, tmp_path):
     run_case(case, tmp_path, "khronos")
+
+
+# ---- a strided slice after a softmax ---------------------------------------------------------------------------------
+# tract 0.23.9 moves a step > 1 slice above a softmax (through elementwise ops and transposes too) and
+# normalizes over the kept items only; such softmaxes are spelt out with reductions
+SOFTMAX_SLICE_CASES = [
+    OpCase("softmax_step_slice", lambda x: torch.softmax(x, -1)[..., ::2], [R(3, 8, 6)], khronos=False),
+    OpCase("softmax_step_slice_offset", lambda x: torch.softmax(x, -1)[..., 1::3], [R(3, 8, 6)], khronos=False),
+    OpCase("softmax_mul_step_slice", lambda x: (torch.softmax(x, -1) * 2)[..., ::2], [R(3, 8, 6)], khronos=False),
+    OpCase("softmax_transpose_step_slice", lambda x: torch.softmax(x, -1).transpose(1, 2)[:, ::2], [R(3, 8, 6)],
+           khronos=False),
+    OpCase("log_softmax_step_slice", lambda x: torch.log_softmax(x, -1)[..., ::2], [R(3, 8, 6)], khronos=False),
+    OpCase("functional_softmax_step_slice", lambda x: torch.nn.functional.softmax(x, dim=-1)[..., ::3],
+           [R(3, 8, 6)], khronos=False),
+    OpCase("softmax_step_slice_dyn", lambda x: torch.softmax(x, -1)[..., ::2], [R(3, 8, 6)], khronos=False,
+           dynamic_axes={"x0": {1: "S"}}),
+    OpCase("softmax_step_slice_dyn_axis", lambda x: torch.softmax(x, 1)[:, ::2], [R(3, 8, 6)], khronos=False,
+           dynamic_axes={"x0": {1: "S"}}),
+]
+
+
+@pytest.mark.parametrize("case", SOFTMAX_SLICE_CASES, ids=str)
+def test_softmax_then_strided_slice(case, tmp_path):
+    run_case(case, tmp_path, "tract")

@@ -143,10 +143,48 @@ def softmax(ctx: EmitContext, input: Value, dim: int, dtype: Optional[DType] = N
     return un(ctx, "softmax", x, axes=[axis(dim, rank(x))])
 
 
+def strided_slice_downstream(ctx: EmitContext) -> bool:
+    """Whether a slice with a step > 1 reads the current node's result, directly or through other ops.
+
+    NOTE: tract 0.23.9 moves such a slice above a softmax (``softmax``, ``tract_core_softmax``,
+    ``tract_core_log_softmax``), even through elementwise ops and transposes, and so normalizes
+    over the kept items only: ``softmax(x, -1)[..., ::2]`` comes out as ``softmax(x[..., ::2], -1)``.
+    A softmax spelt out with reductions is left alone.
+    """
+    if ctx.node is None:
+        return False
+    seen, todo = set(), list(ctx.node.outputs)
+    while todo:
+        for use in getattr(todo.pop(), "uses", []):
+            if id(use) in seen:
+                continue
+            seen.add(id(use))
+            if use.kind == "operator.getitem" and any(isinstance(i, slice) and i.step not in (None, 1)
+                                                      for i in _index_items(use.args[1:])):
+                return True
+            todo.extend(use.outputs)
+    return False
+
+
+def _index_items(args) -> list:
+    out = []
+    for a in args:
+        out.extend(_index_items(a) if isinstance(a, (tuple, list)) else [a])
+    return out
+
+
+def softmax_decomposed(ctx: EmitContext, x: Value, axes_: list) -> Value:
+    """``exp(x - max) / sum(exp(x - max))`` with reductions (see strided_slice_downstream)."""
+    e = un(ctx, "exp", ew(ctx, "sub", x, ctx.op("max_reduce", x, axes=axes_, out_shape=_keep(x.shape, axes_))))
+    return ew(ctx, "div", e, ctx.op("sum_reduce", e, axes=axes_, out_shape=_keep(x.shape, axes_)))
+
+
 @register(torch.softmax, "Tensor.softmax", torch.special.softmax, target="tract")
 def softmax_tract(ctx: EmitContext, input: Value, dim: int, dtype: Optional[DType] = None):
     """softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor"""
     x = to_float(ctx, cast(ctx, input, dtype) if dtype else input)
+    if strided_slice_downstream(ctx):
+        return softmax_decomposed(ctx, x, [axis(dim, rank(x))])
     return un(ctx, "tract_core_softmax", x, axes=[axis(dim, rank(x))])
 
 
@@ -163,6 +201,8 @@ def log_softmax(ctx: EmitContext, input: Value, dim: int, dtype: Optional[DType]
 @register(torch.log_softmax, "Tensor.log_softmax", torch.special.log_softmax, target="tract")
 def log_softmax_tract(ctx: EmitContext, input: Value, dim: int, dtype: Optional[DType] = None):
     """log_softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor"""
+    if strided_slice_downstream(ctx):
+        return log_softmax(ctx, input, dim, dtype)
     x = to_float(ctx, cast(ctx, input, dtype) if dtype else input)
     return un(ctx, "tract_core_log_softmax", x, axes=[axis(dim, rank(x))])
 
