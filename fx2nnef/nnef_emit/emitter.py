@@ -50,8 +50,16 @@ def _bind(fn, ctx, node):
         if k == "inplace" and k not in params:
             continue  # the in-place pass made every call functional
         kwargs[k] = v
+    args = list(node.args)
+    var_pos = next((p.name for p in params.values() if p.kind is p.VAR_POSITIONAL), None)
+    if var_pos in kwargs:
+        # torch takes `x.view(size=(2, 3))` for the varargs `x.view(2, 3)`: pass it as the one
+        # positional value, after the parameters before it (given by position or by keyword)
+        before = [p.name for p in params.values() if p.kind is p.POSITIONAL_OR_KEYWORD][1 + len(args):]
+        if all(n in kwargs for n in before):
+            args += [kwargs.pop(n) for n in before] + [kwargs.pop(var_pos)]
     try:
-        return sig.bind(ctx, *node.args, **kwargs)
+        return sig.bind(ctx, *args, **kwargs)
     except TypeError as exc:
         raise EmitError(f"arguments do not match the converter signature {sig}: {exc}") from None
 

@@ -42,7 +42,7 @@ def _unary(nnef_op: str):
 
 
 def _binary(nnef_op: str, promote_div: bool = False):
-    def convert(ctx: EmitContext, input, other, *, alpha=1, rounding_mode=None, out=None):
+    def convert(ctx: EmitContext, input, other, alpha=1, *, rounding_mode=None, out=None):
         dtype = result_dtype(input, other)
         if promote_div and not dtype.is_float:
             dtype = DType.F32
@@ -120,8 +120,9 @@ def _register_family(table: dict, factory) -> None:
             REGISTRY.add(src, conv)
 
 
-_register_family(UNARY, _unary)
-_register_family(BINARY, _binary)
+_OWN_SIGNATURE = ("pow", "round")  # torch names their arguments differently from the family
+_register_family({k: v for k, v in UNARY.items() if k not in _OWN_SIGNATURE}, _unary)
+_register_family({k: v for k, v in BINARY.items() if k not in _OWN_SIGNATURE}, _binary)
 _register_family(COMPARE, _compare)
 _register_family(LOGIC, _logic)
 REGISTRY.add(operator.neg, _unary("neg"))
@@ -131,3 +132,17 @@ REGISTRY.add(operator.or_, _logic("or"))
 REGISTRY.add(operator.invert, _unary("not"))
 for _op, _nnef in OPERATORS.items():
     REGISTRY.add(_op, _binary(_nnef, promote_div=_op is operator.truediv) if _nnef in BINARY.values() else _compare(_nnef))
+
+
+@REGISTRY.register(torch.pow, "Tensor.pow")
+def pow_(ctx: EmitContext, input, exponent):
+    """pow.Tensor_Tensor(Tensor self, Tensor exponent) -> Tensor  (self or exponent may be a number)"""
+    return _binary("pow")(ctx, input, exponent)
+
+
+@REGISTRY.register(torch.round, "Tensor.round", torch.special.round)
+def round_(ctx: EmitContext, input: Value, *, decimals: int = 0):
+    """round(Tensor self) -> Tensor  (round.decimals(Tensor self, *, int decimals))"""
+    if decimals:
+        ctx.fail(f"round(decimals={decimals}) is not supported")
+    return _unary("round")(ctx, input)

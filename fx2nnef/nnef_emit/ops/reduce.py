@@ -302,17 +302,24 @@ def vector_norm(ctx: EmitContext, x: Value, ord, axes_: list, keepdim: bool) -> 
 
 
 @register(torch.linalg.vector_norm)
-def linalg_vector_norm(ctx: EmitContext, x: Value, ord=2, dim=None, keepdim: bool = False, *,
+def linalg_vector_norm(ctx: EmitContext, input: Value, ord=2, dim=None, keepdim: bool = False, *,
                        dtype: Optional[DType] = None):
     """linalg_vector_norm(Tensor self, Scalar ord=2, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor"""
-    v = cast(ctx, x, dtype) if dtype is not None else x
+    v = cast(ctx, input, dtype) if dtype is not None else input
     return vector_norm(ctx, v, ord, reduce_axes(dim, v), keepdim)
 
 
-@register(torch.norm, "Tensor.norm")
+@register(torch.norm)
 def norm(ctx: EmitContext, input: Value, p="fro", dim=None, keepdim: bool = False, out=None,
          dtype: Optional[DType] = None):
-    """norm(Tensor input, Scalar|str p='fro', int[]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor"""
+    """norm(Tensor input, Scalar|str p='fro', int[]? dim=None, bool keepdim=False, out=None, dtype=None) -> Tensor"""
+    return norm_method(ctx, input, p, dim, keepdim, dtype)
+
+
+@register("Tensor.norm")
+def norm_method(ctx: EmitContext, input: Value, p="fro", dim=None, keepdim: bool = False,
+                dtype: Optional[DType] = None):
+    """norm(Tensor self, Scalar|str p='fro', int[]? dim=None, bool keepdim=False, dtype=None) -> Tensor"""
     if isinstance(p, str) and p != "fro":
         ctx.fail(f"norm: p={p!r} (a matrix norm) is not supported")
     x = cast(ctx, input, dtype) if dtype is not None else input

@@ -7,6 +7,7 @@ negative stride, so splits are slices with non-negative bounds and flip has a tr
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import numpy as np
 import torch
@@ -164,11 +165,17 @@ def full_like_value(ctx: EmitContext, value, dtype: DType, shape) -> Value:
 # reshapes
 
 
-@register("Tensor.view", "Tensor.reshape")
-def view(ctx: EmitContext, input: Value, *shape):
-    """view(Tensor(a) self, SymInt[] size) -> Tensor(a)"""
-    if len(shape) == 1 and isinstance(shape[0], DType):
+@register("Tensor.view")
+def view(ctx: EmitContext, input: Value, *size, dtype: Optional[DType] = None):
+    """view(Tensor(a) self, SymInt[] size) -> Tensor(a)  (also view(ScalarType dtype))"""
+    if dtype is not None or len(size) == 1 and isinstance(size[0], DType):
         raise EmitError("view(dtype) reinterprets bits, which NNEF cannot express; use .to(dtype) to convert values")
+    return reshape_to(ctx, input, size_args(size))
+
+
+@register("Tensor.reshape")
+def reshape_method(ctx: EmitContext, input: Value, *shape):
+    """reshape(Tensor(a) self, SymInt[] shape) -> Tensor(a)"""
     return reshape_to(ctx, input, size_args(shape))
 
 
@@ -424,9 +431,14 @@ def identity(ctx: EmitContext, input: Value, *, memory_format=None):
 
 
 @register("Tensor.to")
-def to(ctx: EmitContext, input: Value, *args, dtype=None, device=None, non_blocking: bool = False,
-       copy: bool = False, memory_format=None):
-    """to(Tensor self, Device? device=None, ScalarType? dtype=None, bool non_blocking=False, bool copy=False) -> Tensor"""
+def to(ctx: EmitContext, input: Value, *args, dtype=None, device=None, tensor: Optional[Value] = None,
+       non_blocking: bool = False, copy: bool = False, memory_format=None):
+    """to(Tensor self, Device? device=None, ScalarType? dtype=None, bool non_blocking=False, bool copy=False) -> Tensor
+
+    Also ``to(ScalarType dtype, ...)`` and ``to(Tensor tensor, ...)``.
+    """
+    if tensor is not None:
+        dtype = tensor.dtype
     for a in args:
         if isinstance(a, DType):
             dtype = a
