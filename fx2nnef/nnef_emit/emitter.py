@@ -64,6 +64,17 @@ def _bind(fn, ctx, node):
         raise EmitError(f"arguments do not match the converter signature {sig}: {exc}") from None
 
 
+def _complete_shape(value: Value, computed: Value) -> None:
+    """Fill the dims the probes could not fit (e.g. the last piece of ``chunk(3)`` of a dynamic
+    length) from the shape the converter computed."""
+    if value.shape is None or computed.shape is None or len(value.shape) != len(computed.shape):
+        if value.shape is None and computed.shape is not None and None not in computed.shape:
+            value.shape = tuple(computed.shape)
+        return
+    if None in value.shape:
+        value.shape = tuple(c if v is None else v for v, c in zip(value.shape, computed.shape))
+
+
 def _flatten(result) -> list:
     if isinstance(result, Value):
         return [result]
@@ -129,6 +140,7 @@ def lower_nodes(ctx: EmitContext, graph: Graph) -> None:
             for ir_out, res in zip(node.outputs, produced):
                 if ir_out is not res:
                     ctx.names[id(ir_out)] = ctx.name_of(res)
+                    _complete_shape(ir_out, res)
         except EmitError as exc:
             problems.append(Problem(node.kind, node.where, str(exc)))
             failed.update(id(o) for o in node.outputs)

@@ -379,21 +379,37 @@ def _static_dim(x: Value, ax: int, what: str) -> int:
     n = x.shape[ax]
     if not isinstance(n, int):
         raise EmitError(f"{what} along axis {ax} needs a static size, but that axis has the dynamic size {n}; "
-                        "make this axis static (or, for split, give the sizes explicitly)")
+                        "make this axis static")
     return n
 
 
-def _even_sizes(n: int, size: int) -> list:
-    return [min(size, n - b) for b in range(0, n, size)] or [0]
+def _piece_count(ctx: EmitContext, what: str, n) -> int:
+    """How many tensors the traced call returned (a dynamic length gives no count of its own).
+
+    The tracer records that count as a guard, so a size where torch gives another count is
+    caught, not exported wrong.
+    """
+    if ctx.node is None or not ctx.node.outputs:
+        raise EmitError(f"{what} of the dynamic size {n}: the number of pieces is unknown here")
+    return len(ctx.node.outputs)
+
+
+def _even_sizes(ctx: EmitContext, n, size, what: str) -> list:
+    """Pieces of ``size`` (the last one shorter) covering a length ``n``: torch's split rule."""
+    if isinstance(n, int) and isinstance(size, int):
+        return [min(size, n - b) for b in range(0, n, size)] or [0]
+    count = _piece_count(ctx, what, n)
+    return [size] * (count - 1) + [simplify(n - (count - 1) * size)]
 
 
 @register(torch.split)
 def split(ctx: EmitContext, tensor: Value, split_size_or_sections, dim: int = 0):
-    """split.Tensor(Tensor(a -> *) self, SymInt split_size, int dim=0) -> Tensor(a)[]"""
+    """split(Tensor tensor, int|int[] split_size_or_sections, int dim=0) -> Tensor[]"""
     ax = axis(dim, rank(tensor))
     if isinstance(split_size_or_sections, (list, tuple)):
         return _split(ctx, tensor, ax, dims_list(split_size_or_sections))
-    return _split(ctx, tensor, ax, _even_sizes(_static_dim(tensor, ax, "split"), split_size_or_sections))
+    size = dims_list([split_size_or_sections])[0]
+    return _split(ctx, tensor, ax, _even_sizes(ctx, tensor.shape[ax], size, "split"))
 
 
 @register("Tensor.split")
@@ -402,19 +418,63 @@ def split_method(ctx: EmitContext, input: Value, split_size, dim: int = 0):
     return split(ctx, input, split_size, dim)
 
 
+@register(torch.split_with_sizes, "Tensor.split_with_sizes")
+def split_with_sizes(ctx: EmitContext, input: Value, split_sizes, dim: int = 0):
+    """split_with_sizes(Tensor(a -> *) self, SymInt[] split_sizes, int dim=0) -> Tensor(a)[]"""
+    return _split(ctx, input, axis(dim, rank(input)), dims_list(split_sizes))
+
+
 @register(torch.chunk, "Tensor.chunk")
 def chunk(ctx: EmitContext, input: Value, chunks: int, dim: int = 0):
     """chunk(Tensor(a -> *) self, int chunks, int dim=0) -> Tensor(a)[]"""
     ax = axis(dim, rank(input))
-    n = _static_dim(input, ax, "chunk")
-    return _split(ctx, input, ax, _even_sizes(n, max(1, math.ceil(n / chunks))))
+    n = input.shape[ax]
+    size = max(1, -(-n // chunks)) if isinstance(n, int) else SymDim.floordiv(n + (chunks - 1), chunks)
+    return _split(ctx, input, ax, _even_sizes(ctx, n, size, "chunk"))
+
+
+@register(torch.tensor_split, "Tensor.tensor_split")
+def tensor_split(ctx: EmitContext, input: Value, indices_or_sections, dim: int = 0):
+    """tensor_split.sections(Tensor(a -> *) self, SymInt sections, int dim=0) -> Tensor(a)[]
+
+    Also ``tensor_split.indices(Tensor self, SymInt[] indices, int dim=0)``.
+    """
+    ax = axis(dim, rank(input))
+    n = input.shape[ax]
+    if isinstance(indices_or_sections, Value):
+        if not indices_or_sections.is_constant:
+            raise EmitError("tensor_split with indices computed from tensor data is not supported")
+        indices_or_sections = indices_or_sections.data.tolist()
+    if isinstance(indices_or_sections, (list, tuple)):
+        bounds = [0] + [_clamped_index(i, n) for i in dims_list(indices_or_sections)] + [n]
+        return tuple(slice_axis(ctx, input, ax, b, max(b, e) if isinstance(b, int) and isinstance(e, int) else e)
+                     for b, e in zip(bounds, bounds[1:]))
+    sections = indices_or_sections
+    if not isinstance(sections, int) or sections <= 0:
+        raise EmitError(f"tensor_split needs a positive number of sections, got {sections!r}")
+    # piece j (0-based) holds floor((n + sections - 1 - j) / sections) items: the first n % sections get one more
+    sizes = [(n + sections - 1 - j) // sections if isinstance(n, int) else SymDim.floordiv(n + (sections - 1 - j), sections)
+             for j in range(sections)]
+    return _split(ctx, input, ax, sizes)
+
+
+def _clamped_index(i, n):
+    """A tensor_split index: negatives count from the end, and torch clamps to [0, n]."""
+    if isinstance(i, int) and isinstance(n, int):
+        return min(max(i + n if i < 0 else i, 0), n)
+    if isinstance(i, int) and i < 0:
+        return simplify(n + i)
+    return i
 
 
 @register(torch.unbind, "Tensor.unbind")
 def unbind(ctx: EmitContext, input: Value, dim: int = 0):
     """unbind.int(Tensor(a -> *) self, int dim=0) -> Tensor(a)[]"""
     ax = axis(dim, rank(input))
-    n = _static_dim(input, ax, "unbind")
+    n = input.shape[ax]
+    if not isinstance(n, int):
+        raise EmitError(f"unbind along axis {ax} gives one tensor per item, but that axis has the dynamic size {n}; "
+                        "make this axis static, or index the items you need (x.select(dim, i))")
     shape = input.shape[:ax] + input.shape[ax + 1:]
     outs = ctx.op("unstack", input, axis=ax, n_out=n, out_shape=shape, out_dtype=input.dtype, __array__=True)
     return (outs,) if n == 1 else outs
