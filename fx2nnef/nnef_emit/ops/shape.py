@@ -117,12 +117,12 @@ def slice_axes(ctx: EmitContext, x: Value, ranges: list) -> Value:
 
 
 def slice_length(begin, end, step: int = 1):
-    """Length of ``begin:end:step`` (None when a strided length depends on a symbol)."""
+    """Length of ``begin:end:step`` (a symbolic length assumes ``end >= begin``)."""
     if step == 1:
         return simplify(end - begin)
     if isinstance(begin, int) and isinstance(end, int):
         return max(0, -(-(end - begin) // step))
-    return None
+    return SymDim.floordiv(end - begin + (step - 1), step)
 
 
 def concat(ctx: EmitContext, parts: list, ax: int) -> Value:
