@@ -98,6 +98,11 @@ class EmitContext:
         self._taken: set = set()
         self.node: Optional[Node] = None
         self._var_cache: dict = {}
+        self.graph_outputs: set = set()  # ids of the graph's output Values
+
+    def is_used(self, value: Value) -> bool:
+        """Whether a later op or the graph's outputs read ``value``."""
+        return bool(value.uses) or id(value) in self.graph_outputs
 
     # naming ---------------------------------------------------------------------------
     def fresh(self, base: str) -> str:

@@ -352,7 +352,7 @@ def zero_(ctx: EmitContext, dst: Value):
 # selections
 
 
-@register(torch.narrow, "Tensor.narrow")
+@register(torch.narrow, "Tensor.narrow", torch.narrow_copy, "Tensor.narrow_copy")
 def narrow(ctx: EmitContext, input: Value, dim: int, start, length):
     """narrow(Tensor(a) self, int dim, SymInt start, SymInt length) -> Tensor(a)"""
     ax = axis(dim, rank(input))

@@ -11,11 +11,12 @@ from typing import Optional
 import numpy as np
 import torch
 
-from ...ir import DType, SymDim, Value
+from ...ir import DType, SymDim, Value, simplify
 from ..context import TRACT_DATUM, EmitContext
 from ..helpers import axes, cast, rank
 from ..registry import register
 from .activation import compare, ew, select, to_float, un
+from .shape import concat, expand_to, full_like_value, reshape_to, slice_axis
 
 
 # building blocks -------------------------------------------------------------------------
@@ -396,3 +397,105 @@ def cumsum_tract(ctx: EmitContext, input: Value, dim: int, *, dtype: Optional[DT
     """cumsum(Tensor self, int dim, *, ScalarType? dtype=None) -> Tensor"""
     x = cast(ctx, input, _accumulate_dtype(input, dtype))
     return un(ctx, "tract_core_cumsum", x, axis=axes(dim, rank(x))[0], exclusive=False, reverse=False)
+
+
+# running products and extremes -------------------------------------------------------------------
+# A scan of length n in ceil(log2(n)) steps (Hillis-Steele): at step k every item combines with the
+# item k places earlier (an identity item before the start). With a dynamic length the step count
+# cannot follow the size, so the scan takes every step up to 2**31 items; steps past the length
+# only combine with identity items.
+_DYNAMIC_SCAN_STEPS = 31
+
+
+def _scan_steps(n) -> list:
+    if not isinstance(n, int):
+        return [1 << i for i in range(_DYNAMIC_SCAN_STEPS)]
+    return [1 << i for i in range(max(0, (n - 1).bit_length()))]
+
+
+def _earlier(ctx: EmitContext, x: Value, a: int, k: int, identity) -> Value:
+    """``x`` moved ``k`` places later along axis ``a``, ``identity`` filling the first ``k`` places."""
+    n = x.shape[a]
+    pad_shape = x.shape[:a] + (k,) + x.shape[a + 1:]
+    pad = full_like_value(ctx, identity, x.dtype, pad_shape)
+    if isinstance(n, int) and k >= n:
+        return slice_axis(ctx, pad, a, 0, n)
+    kept = slice_axis(ctx, x, a, 0, simplify(n - k)) if isinstance(n, int) else x
+    return slice_axis(ctx, concat(ctx, [pad, kept], a), a, 0, n)
+
+
+def _scan_axis(dim, x: Value) -> int:
+    return axes(dim, rank(x))[0] if rank(x) else 0
+
+
+@register(torch.cumprod, "Tensor.cumprod")
+def cumprod(ctx: EmitContext, input: Value, dim: int, *, dtype: Optional[DType] = None):
+    """cumprod(Tensor self, int dim, *, ScalarType? dtype=None) -> Tensor"""
+    x = cast(ctx, input, _accumulate_dtype(input, dtype))
+    if rank(x) == 0:
+        return x
+    a = _scan_axis(dim, x)
+    for k in _scan_steps(x.shape[a]):
+        x = ew(ctx, "mul", _earlier(ctx, x, a, k, 1), x)
+    return x
+
+
+def _lowest(dtype: DType, largest: bool):
+    """The identity of a running max (``largest``) or min in ``dtype``."""
+    if dtype.is_float:
+        return -math.inf if largest else math.inf
+    info = np.iinfo(dtype.numpy_name)
+    return int(info.min if largest else info.max)
+
+
+def _running_extreme(ctx: EmitContext, input: Value, dim: int, largest: bool) -> tuple:
+    """torch.cummax/cummin: (values, int64 indices); on ties the later index, and a NaN stays
+    once met (the last NaN's index), as torch does."""
+    x = cast(ctx, input, DType.I64) if input.dtype.is_bool else input
+    if rank(x) == 0:
+        return input, ctx.const(np.array(0, dtype=np.int64), DType.I64)
+    a = _scan_axis(dim, x)
+    n = x.shape[a]
+    positions = ctx.call("nnef.range", 0, n, 1, DType.I64, (n,))
+    shape = [1] * rank(x)
+    shape[a] = n
+    idx = expand_to(ctx, reshape_to(ctx, positions, shape), x.shape)
+    op = "ge" if largest else "le"
+    for k in _scan_steps(n):
+        before, before_idx = _earlier(ctx, x, a, k, _lowest(x.dtype, largest)), _earlier(ctx, idx, a, k, 0)
+        take = compare(ctx, op, x, before)
+        if x.dtype.is_float:  # NaN: a NaN here wins, a NaN before wins over a number here
+            here_nan, before_nan = compare(ctx, "ne", x, x), compare(ctx, "ne", before, before)
+            take = ew(ctx, "or", here_nan, ew(ctx, "and", take, un(ctx, "not", before_nan)))
+        x, idx = select(ctx, take, x, before), select(ctx, take, idx, before_idx)
+    return cast(ctx, x, input.dtype), idx
+
+
+@register(torch.cummax, "Tensor.cummax", target="tract")
+def cummax(ctx: EmitContext, input: Value, dim: int):
+    """cummax(Tensor self, int dim) -> (Tensor values, Tensor indices)"""
+    return _running_extreme(ctx, input, dim, True)
+
+
+@register(torch.cummin, "Tensor.cummin", target="tract")
+def cummin(ctx: EmitContext, input: Value, dim: int):
+    """cummin(Tensor self, int dim) -> (Tensor values, Tensor indices)"""
+    return _running_extreme(ctx, input, dim, False)
+
+
+@register(torch.kthvalue, "Tensor.kthvalue", target="tract")
+def kthvalue(ctx: EmitContext, input: Value, k: int, dim: int = -1, keepdim: bool = False):
+    """kthvalue(Tensor self, SymInt k, int dim=-1, bool keepdim=False) -> (Tensor values, Tensor indices)
+
+    The value is exact. Which index torch returns among equal values depends on its selection
+    algorithm (neither the first nor the last), so a graph that uses the indices is refused.
+    """
+    if ctx.node is not None and len(ctx.node.outputs) > 1 and ctx.is_used(ctx.node.outputs[1]):
+        ctx.fail("kthvalue's index among equal values depends on torch's selection algorithm, which tract cannot "
+                 "reproduce; use only .values, or torch.sort(..., stable=True) / topk for indices")
+    x = _numeric(ctx, input)
+    a = _scan_axis(dim, x)
+    values, indices = ctx.call("torch.topk", x, k, a, False)
+    values, indices = (slice_axis(ctx, v, a, simplify(k - 1), k) for v in (values, indices))
+    return (squeeze_unless(ctx, cast(ctx, values, input.dtype), values.shape, [a], keepdim),
+            squeeze_unless(ctx, indices, indices.shape, [a], keepdim))

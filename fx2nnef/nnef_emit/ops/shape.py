@@ -434,11 +434,14 @@ def chunk(ctx: EmitContext, input: Value, chunks: int, dim: int = 0):
 
 
 @register(torch.tensor_split, "Tensor.tensor_split")
-def tensor_split(ctx: EmitContext, input: Value, indices_or_sections, dim: int = 0):
+def tensor_split(ctx: EmitContext, input: Value, sections=None, dim: int = 0, *, indices=None,
+                 tensor_indices_or_sections=None):
     """tensor_split.sections(Tensor(a -> *) self, SymInt sections, int dim=0) -> Tensor(a)[]
 
-    Also ``tensor_split.indices(Tensor self, SymInt[] indices, int dim=0)``.
+    Also ``tensor_split.indices(Tensor self, SymInt[] indices, int dim=0)`` and a tensor of either.
+    With a dynamic axis, constant indices hold while the length is at least the largest index.
     """
+    indices_or_sections = next(v for v in (sections, indices, tensor_indices_or_sections, 1) if v is not None)
     ax = axis(dim, rank(input))
     n = input.shape[ax]
     if isinstance(indices_or_sections, Value):
@@ -456,6 +459,33 @@ def tensor_split(ctx: EmitContext, input: Value, indices_or_sections, dim: int =
     sizes = [(n + sections - 1 - j) // sections if isinstance(n, int) else SymDim.floordiv(n + (sections - 1 - j), sections)
              for j in range(sections)]
     return _split(ctx, input, ax, sizes)
+
+
+def _split_like(ctx: EmitContext, input: Value, sections, indices, dim: int, name: str):
+    """hsplit/vsplit/dsplit: tensor_split along ``dim``, an int needing an exact division."""
+    spec = sections if sections is not None else indices
+    n = input.shape[dim]
+    if isinstance(spec, int) and not (isinstance(n, int) and n % spec == 0):
+        raise EmitError(f"{name}({spec}) needs the size {n} of axis {dim} to be a multiple of {spec}")
+    return tensor_split(ctx, input, spec, dim)
+
+
+@register(torch.hsplit, "Tensor.hsplit")
+def hsplit(ctx: EmitContext, input: Value, sections=None, indices=None):
+    """hsplit.int(Tensor(a -> *) self, int sections) -> Tensor(a)[]  (also hsplit.array(int[] indices))"""
+    return _split_like(ctx, input, sections, indices, 1 if rank(input) > 1 else 0, "hsplit")
+
+
+@register(torch.vsplit, "Tensor.vsplit")
+def vsplit(ctx: EmitContext, input: Value, sections=None, indices=None):
+    """vsplit.int(Tensor(a -> *) self, int sections) -> Tensor(a)[]  (also vsplit.array(int[] indices))"""
+    return _split_like(ctx, input, sections, indices, 0, "vsplit")
+
+
+@register(torch.dsplit, "Tensor.dsplit")
+def dsplit(ctx: EmitContext, input: Value, sections=None, indices=None):
+    """dsplit.int(Tensor(a -> *) self, int sections) -> Tensor(a)[]  (also dsplit.array(int[] indices))"""
+    return _split_like(ctx, input, sections, indices, 2, "dsplit")
 
 
 def _clamped_index(i, n):
@@ -478,6 +508,65 @@ def unbind(ctx: EmitContext, input: Value, dim: int = 0):
     shape = input.shape[:ax] + input.shape[ax + 1:]
     outs = ctx.op("unstack", input, axis=ax, n_out=n, out_shape=shape, out_dtype=input.dtype, __array__=True)
     return (outs,) if n == 1 else outs
+
+
+# stacking helpers (numpy style)
+
+
+def _at_least(ctx: EmitContext, x: Value, r: int) -> Value:
+    """numpy's atleast_{1,2,3}d: a 0-d tensor becomes [1]*r, 1-d [n] becomes [1, n] (and [1, n, 1]),
+    2-d [m, n] becomes [m, n, 1]."""
+    shape = tuple(x.shape)
+    if len(shape) >= r:
+        return x
+    if len(shape) == 0:
+        new = (1,) * r
+    elif len(shape) == 1:
+        new = ((1,) + shape + (1,))[:r]
+    else:
+        new = shape + (1,)
+    return reshape_to(ctx, x, list(new))
+
+
+def _at_least_each(r: int):
+    def convert(ctx: EmitContext, *tensors):
+        items = list(tensors[0]) if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)) else list(tensors)
+        out = tuple(_at_least(ctx, t, r) for t in items)
+        return out[0] if len(tensors) == 1 and isinstance(tensors[0], Value) else out
+
+    convert.__name__ = f"atleast_{r}d"
+    convert.__doc__ = f"atleast_{r}d(Tensor|Tensor[] *tensors) -> Tensor|Tensor[]"
+    return convert
+
+
+for _r, _fn in ((1, torch.atleast_1d), (2, torch.atleast_2d), (3, torch.atleast_3d)):
+    register(_fn)(_at_least_each(_r))
+
+
+@register(torch.vstack, torch.row_stack)
+def vstack(ctx: EmitContext, tensors: list):
+    """vstack(Tensor[] tensors) -> Tensor"""
+    return cat(ctx, [_at_least(ctx, t, 2) for t in tensors], 0)
+
+
+@register(torch.hstack)
+def hstack(ctx: EmitContext, tensors: list):
+    """hstack(Tensor[] tensors) -> Tensor"""
+    parts = [_at_least(ctx, t, 1) for t in tensors]
+    return cat(ctx, parts, 0 if rank(parts[0]) == 1 else 1)
+
+
+@register(torch.dstack)
+def dstack(ctx: EmitContext, tensors: list):
+    """dstack(Tensor[] tensors) -> Tensor"""
+    return cat(ctx, [_at_least(ctx, t, 3) for t in tensors], 2)
+
+
+@register(torch.column_stack)
+def column_stack(ctx: EmitContext, tensors: list):
+    """column_stack(Tensor[] tensors) -> Tensor"""
+    parts = [reshape_to(ctx, t, [t.shape[0] if rank(t) else 1, 1]) if rank(t) < 2 else t for t in tensors]
+    return cat(ctx, parts, 1)
 
 
 # ---------------------------------------------------------------------------------------
@@ -562,6 +651,40 @@ def flip_tract(ctx: EmitContext, input: Value, dims):
     for a in axes(dims, rank(input)):
         x = ctx.op("tract_core_downsample", x, axis=a, stride=-1, modulo=0, out_shape=x.shape, out_dtype=x.dtype)
     return x
+
+
+@register(torch.fliplr, "Tensor.fliplr")
+def fliplr(ctx: EmitContext, input: Value):
+    """fliplr(Tensor self) -> Tensor"""
+    if rank(input) < 2:
+        raise EmitError("fliplr needs a tensor of at least 2 dimensions")
+    return ctx.call("torch.flip", input, [1])
+
+
+@register(torch.flipud, "Tensor.flipud")
+def flipud(ctx: EmitContext, input: Value):
+    """flipud(Tensor self) -> Tensor"""
+    if rank(input) < 1:
+        raise EmitError("flipud needs a tensor of at least 1 dimension")
+    return ctx.call("torch.flip", input, [0])
+
+
+@register(torch.rot90, "Tensor.rot90")
+def rot90(ctx: EmitContext, input: Value, k: int = 1, dims=(0, 1)):
+    """rot90(Tensor self, int k=1, int[] dims=[0,1]) -> Tensor"""
+    r = rank(input)
+    if len(dims) != 2:
+        raise EmitError(f"rot90 needs two dims, got {list(dims)}")
+    d0, d1 = axis(dims[0], r), axis(dims[1], r)
+    if d0 == d1:
+        raise EmitError(f"rot90 needs two different dims, got {list(dims)}")
+    k %= 4
+    if k == 0:
+        return input
+    if k == 2:
+        return ctx.call("torch.flip", input, [d0, d1])
+    flipped = ctx.call("torch.flip", input, [d1 if k == 1 else d0])
+    return transpose(ctx, flipped, d0, d1)
 
 
 def _roll_axis(ctx: EmitContext, x: Value, ax: int, shift: int) -> Value:
