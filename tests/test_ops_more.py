@@ -62,8 +62,8 @@ CASES = [
     OpCase("chunk3_dyn_cat", lambda x: torch.cat(x.chunk(3, 1)[::-1], 1), [randn(2, 9, 4)], dynamic_axes=DYN1, **TRACT),
     OpCase("chunk_dyn_batch_i64", pieces(lambda x: x.chunk(2, 0)), [randint(0, 9, 4, 3)], dynamic_axes=DYN0, **TRACT),
     OpCase("split_list_dyn", pieces(lambda x: x.split([2, x.shape[1] - 2], 1)), [F32], dynamic_axes=DYN1, **TRACT),
-    OpCase("split_half_dyn", pieces(lambda x: x.split(x.shape[1] // 2, 1)), [randn(2, 8, 4)],
-           dynamic_axes={"x0": {1: "S"}}, **TRACT),
+    OpCase("split_half_up_dyn", pieces(lambda x: x.split((x.shape[1] + 1) // 2, 1)), [randn(2, 8, 4)],
+           dynamic_axes=DYN1, **TRACT),
     OpCase("tensor_split_dyn", pieces(lambda x: torch.tensor_split(x, 4, 1)), [randn(2, 11, 3)], dynamic_axes=DYN1, **TRACT),
     OpCase("tensor_split_dyn3", pieces(lambda x: x.tensor_split(3, dim=1)), [F32], dynamic_axes=DYN1, **TRACT),
     OpCase("tensor_split_indices_dyn", pieces(lambda x: x.tensor_split([1, 4], 1)), [randn(2, 10, 3)],
@@ -75,7 +75,7 @@ CASES = [
     OpCase("cumprod_bool", lambda x: x.cumprod(0), [randbool(5, 3)], **TRACT),
     OpCase("cumprod_dtype", lambda x: torch.cumprod(x, 0, dtype=torch.float32), [I64], **TRACT),
     OpCase("cumprod_f16", lambda x: x.cumprod(1), [randn(2, 5, dtype=torch.float16) * 0.5 + 1], **TRACT),
-    OpCase("cumprod_dyn", lambda x: x.cumprod(1), [F32 * 0.3 + 1], dynamic_axes=DYN1, **TRACT),
+    OpCase("cumprod_dyn_other_axis", lambda x: x.cumprod(2), [F32 * 0.3 + 1], dynamic_axes=DYN1, **TRACT),
     OpCase("cummax", pieces(lambda x: torch.cummax(x, 1)), [TIES], **TRACT),
     OpCase("cummax_values", lambda x: x.cummax(0).values, [F32], **TRACT),
     OpCase("cummin", pieces(lambda x: torch.cummin(x, dim=-1)), [TIES], **TRACT),
@@ -83,7 +83,8 @@ CASES = [
     OpCase("cummin_bool", pieces(lambda x: x.cummin(1)), [randbool(3, 6)], **TRACT),
     OpCase("cummax_nan", pieces(lambda x: x.cummax(1)),
            [torch.tensor([[1.0, float("nan"), 3.0, 2.0, float("nan"), 0.0], [2.0, 2.0, 1.0, 5.0, 5.0, 0.0]])], **TRACT),
-    OpCase("cummax_dyn", pieces(lambda x: x.cummax(1)), [randint(0, 3, 2, 6, 3).float()], dynamic_axes=DYN1, **TRACT),
+    OpCase("cummax_dyn_batch", pieces(lambda x: x.cummax(1)), [randint(0, 3, 2, 6, 3).float()], dynamic_axes=DYN0,
+           **TRACT),
     OpCase("cummin_dyn_other_axis", pieces(lambda x: x.cummin(2)), [I64], dynamic_axes=DYN1, **TRACT),
     OpCase("kthvalue", lambda x: torch.kthvalue(x, 3, 1).values, [TIES], **TRACT),
     OpCase("kthvalue_keepdim", lambda x: x.kthvalue(2, dim=0, keepdim=True)[0], [F32], **TRACT),
@@ -184,9 +185,16 @@ def test_keyword_calls_khronos(case, tmp_path):
     (pieces(lambda x: x.split(2, 1)), "gives 4 outputs here"),  # the number of pieces follows S
     (pieces(lambda x: x.chunk(4, 1)), "outputs here"),  # chunk(4) of 6 is 3 pieces, of 7 is 4
     (pieces(lambda x: x.unbind(1)), "outputs here"),
-], ids=["split_int", "chunk_count_varies", "unbind"])
+    (pieces(lambda x: x.split(x.shape[1] // 2, 1)), "gives 3 outputs here"),  # 2 pieces at even S, 3 at odd
+], ids=["split_int", "chunk_count_varies", "unbind", "split_half_down"])
 def test_piece_count_that_follows_a_dynamic_size_is_refused(fn, match, tmp_path):
     with pytest.raises(fx2nnef.GuardError, match=match):
+        check_op(fn, [F32], tmp_path, dynamic_axes=DYN1)
+
+
+@pytest.mark.parametrize("fn", [lambda x: x.cumprod(1), lambda x: x.cummax(1).values], ids=["cumprod", "cummax"])
+def test_scan_along_a_dynamic_axis_is_refused(fn, tmp_path):
+    with pytest.raises(fx2nnef.UnsupportedOpError, match="axis of dynamic size S"):
         check_op(fn, [F32], tmp_path, dynamic_axes=DYN1)
 
 

@@ -401,15 +401,14 @@ def cumsum_tract(ctx: EmitContext, input: Value, dim: int, *, dtype: Optional[DT
 
 # running products and extremes -------------------------------------------------------------------
 # A scan of length n in ceil(log2(n)) steps (Hillis-Steele): at step k every item combines with the
-# item k places earlier (an identity item before the start). With a dynamic length the step count
-# cannot follow the size, so the scan takes every step up to 2**31 items; steps past the length
-# only combine with identity items.
-_DYNAMIC_SCAN_STEPS = 31
+# item k places earlier (an identity item before the start).
 
 
-def _scan_steps(n) -> list:
+def _scan_steps(ctx: EmitContext, n, what: str) -> list:
     if not isinstance(n, int):
-        return [1 << i for i in range(_DYNAMIC_SCAN_STEPS)]
+        # NOTE: enough steps for any length (31) make tract 0.23.9 run out of memory at load
+        ctx.fail(f"{what} along an axis of dynamic size {n} is not supported (the number of steps follows the "
+                 "length); make that axis static, or scan along another axis")
     return [1 << i for i in range(max(0, (n - 1).bit_length()))]
 
 
@@ -420,8 +419,7 @@ def _earlier(ctx: EmitContext, x: Value, a: int, k: int, identity) -> Value:
     pad = full_like_value(ctx, identity, x.dtype, pad_shape)
     if isinstance(n, int) and k >= n:
         return slice_axis(ctx, pad, a, 0, n)
-    kept = slice_axis(ctx, x, a, 0, simplify(n - k)) if isinstance(n, int) else x
-    return slice_axis(ctx, concat(ctx, [pad, kept], a), a, 0, n)
+    return concat(ctx, [pad, slice_axis(ctx, x, a, 0, n - k)], a)
 
 
 def _scan_axis(dim, x: Value) -> int:
@@ -435,7 +433,7 @@ def cumprod(ctx: EmitContext, input: Value, dim: int, *, dtype: Optional[DType] 
     if rank(x) == 0:
         return x
     a = _scan_axis(dim, x)
-    for k in _scan_steps(x.shape[a]):
+    for k in _scan_steps(ctx, x.shape[a], "cumprod"):
         x = ew(ctx, "mul", _earlier(ctx, x, a, k, 1), x)
     return x
 
@@ -461,7 +459,7 @@ def _running_extreme(ctx: EmitContext, input: Value, dim: int, largest: bool) ->
     shape[a] = n
     idx = expand_to(ctx, reshape_to(ctx, positions, shape), x.shape)
     op = "ge" if largest else "le"
-    for k in _scan_steps(n):
+    for k in _scan_steps(ctx, n, "cummax" if largest else "cummin"):
         before, before_idx = _earlier(ctx, x, a, k, _lowest(x.dtype, largest)), _earlier(ctx, idx, a, k, 0)
         take = compare(ctx, op, x, before)
         if x.dtype.is_float:  # NaN: a NaN here wins, a NaN before wins over a number here
