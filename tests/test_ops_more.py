@@ -112,6 +112,11 @@ CASES = [
            dynamic_axes=DYN1, **TRACT),
     OpCase("set_step_dyn_other_axis", assigned((slice(None), slice(None), slice(None, None, 2)), 1.0), [F32],
            dynamic_axes=DYN1, **TRACT),
+    # strided reads of a dynamic axis (the length is a floor division)
+    OpCase("read_step_dyn", lambda x: x[:, ::2] + 1, [randn(2, 7, 4)], dynamic_axes=DYN1, **TRACT),
+    OpCase("read_step_offset_dyn", lambda x: x[:, 1::3] * 2, [randn(2, 7, 4)], dynamic_axes=DYN1, **TRACT),
+    OpCase("read_step_cat_dyn", lambda x: torch.cat([x[:, ::2], x[:, 1::2]], 1), [randn(2, 7, 4)],
+           dynamic_axes=DYN1, **TRACT),
     # a dynamic size used as an index or a length
     OpCase("slice_half_dyn", lambda x: x[:, : x.shape[1] // 2], [F32], dynamic_axes=DYN1, **TRACT),
     OpCase("slice_from_half_dyn", lambda x: x[:, x.size(1) // 2:] * 2, [randn(2, 7, 4)], dynamic_axes=DYN1, **TRACT),
