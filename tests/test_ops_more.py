@@ -75,6 +75,8 @@ CASES = [
     OpCase("cumprod_bool", lambda x: x.cumprod(0), [randbool(5, 3)], **TRACT),
     OpCase("cumprod_dtype", lambda x: torch.cumprod(x, 0, dtype=torch.float32), [I64], **TRACT),
     OpCase("cumprod_f16", lambda x: x.cumprod(1), [randn(2, 5, dtype=torch.float16) * 0.5 + 1], **TRACT),
+    OpCase("cumprod_dyn", lambda x: x.cumprod(1), [F32 * 0.3 + 1], dynamic_axes=DYN1, **TRACT),
+    OpCase("cumprod_dyn_i64", lambda x: x.cumprod(dim=0), [randint(-3, 4, 5, 3)], dynamic_axes=DYN0, **TRACT),
     OpCase("cumprod_dyn_other_axis", lambda x: x.cumprod(2), [F32 * 0.3 + 1], dynamic_axes=DYN1, **TRACT),
     OpCase("cummax", pieces(lambda x: torch.cummax(x, 1)), [TIES], **TRACT),
     OpCase("cummax_values", lambda x: x.cummax(0).values, [F32], **TRACT),
@@ -197,7 +199,7 @@ def test_piece_count_that_follows_a_dynamic_size_is_refused(fn, match, tmp_path)
         check_op(fn, [F32], tmp_path, dynamic_axes=DYN1)
 
 
-@pytest.mark.parametrize("fn", [lambda x: x.cumprod(1), lambda x: x.cummax(1).values], ids=["cumprod", "cummax"])
+@pytest.mark.parametrize("fn", [lambda x: x.cummax(1).values, lambda x: x.cummin(1).values], ids=["cummax", "cummin"])
 def test_scan_along_a_dynamic_axis_is_refused(fn, tmp_path):
     with pytest.raises(fx2nnef.UnsupportedOpError, match="axis of dynamic size S"):
         check_op(fn, [F32], tmp_path, dynamic_axes=DYN1)

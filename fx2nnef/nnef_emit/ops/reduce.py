@@ -438,6 +438,33 @@ def cumprod(ctx: EmitContext, input: Value, dim: int, *, dtype: Optional[DType] 
     return x
 
 
+@register(torch.cumprod, "Tensor.cumprod", target="tract")
+def cumprod_tract(ctx: EmitContext, input: Value, dim: int, *, dtype: Optional[DType] = None):
+    """cumprod(Tensor self, int dim, *, ScalarType? dtype=None) -> Tensor
+
+    Along a dynamic axis of length n: the product of each prefix, as a product reduction of an
+    [n, n] selection (memory grows as n squared).
+    """
+    x = cast(ctx, input, _accumulate_dtype(input, dtype))
+    if rank(x) == 0 or isinstance(x.shape[_scan_axis(dim, x)], int):
+        return cumprod(ctx, input, dim, dtype=dtype)
+    a, r = _scan_axis(dim, x), rank(x)
+    n = x.shape[a]
+    order = [i for i in range(r) if i != a] + [a]
+    moved = ctx.call("torch.permute", x, order)
+    square = tuple(moved.shape) + (n,)
+    positions = ctx.call("nnef.range", 0, n, 1, DType.I64, (n,))
+    later = expand_to(ctx, reshape_to(ctx, positions, [1] * (r - 1) + [1, n]), square)
+    rows = expand_to(ctx, reshape_to(ctx, positions, [1] * (r - 1) + [n, 1]), square)
+    prefix = ctx.call("nnef.compare", "le", later, rows)
+    items = expand_to(ctx, ctx.op("unsqueeze", moved, axes=[r - 1], out_shape=tuple(moved.shape[:-1]) + (1, n),
+                                  out_dtype=x.dtype), square)
+    chosen = ctx.op("select", prefix, items, full_like_value(ctx, 1, x.dtype, square), out_dtype=x.dtype,
+                    out_shape=square)
+    product = reduce(ctx, "tract_core_product_reduce", chosen, [r], keepdim=False)
+    return ctx.call("torch.permute", product, [int(i) for i in np.argsort(order)])
+
+
 def _lowest(dtype: DType, largest: bool):
     """The identity of a running max (``largest``) or min in ``dtype``."""
     if dtype.is_float:
