@@ -149,11 +149,3 @@ def test_view_dtype_is_refused(tmp_path):
 
     with pytest.raises(fx2nnef.UnsupportedOpError, match="reinterprets bits"):
         check_op(lambda x: x.view(torch.int32), [F32], tmp_path)
-
-
-def test_chunk_of_dynamic_axis_is_refused(tmp_path):
-    import fx2nnef
-    from harness import check_op
-
-    with pytest.raises(fx2nnef.UnsupportedOpError, match="needs a static size"):
-        check_op(pieces(lambda x: x.chunk(2, 1)), [F32], tmp_path, dynamic_axes=DYN1)

@@ -139,7 +139,7 @@ def _run(gm, inputs) -> tuple:
 
 
 def _guard_holds(g: GuardRecord, value) -> bool:
-    fn = {"bool": bool, "int": int, "index": int, "float": float, "len": int}.get(g.op)
+    fn = {"bool": bool, "int": int, "index": int, "float": float, "len": int, "count": len}.get(g.op)
     try:
         return fn(value) == g.expected if fn else True
     except Exception:  # noqa: BLE001
@@ -150,6 +150,8 @@ def _outputs_match(gm, values: dict, expected: list) -> Optional[str]:
     """None when the graph's outputs equal ``expected``, else what differs."""
     out_node = [n for n in gm.graph.nodes if n.op == "output"][0]
     got = [values[n] for n in out_node.args[0]]
+    if len(got) != len(expected):
+        return f"the model gives {len(expected)} outputs here, the graph {len(got)}"
     for i, (g, e) in enumerate(zip(got, expected)):
         if g.shape != e.shape:
             return f"output {i} has shape {tuple(g.shape)}, the model gives {tuple(e.shape)}"
@@ -222,7 +224,7 @@ def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, 
     constant = _constants(gm, data_dep, varies)
     ir_guards = []
     for g in guards:
-        kind = "data" if g.node in data_dep else "shape"
+        kind = "data" if g.node in data_dep and g.op != "count" else "shape"  # a count of pieces is a shape fact
         flipped = guard_flips.get(id(g))
         status, note = ("checked", f"holds at {len(good_envs)} sizes") if symbols else ("kept", "")
         if id(g) in equivalent:

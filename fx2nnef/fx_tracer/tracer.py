@@ -118,6 +118,9 @@ class CustomTracer(fx.Tracer):
             node.meta["module_type"] = getattr(mtype, "__qualname__", str(mtype))
         if isinstance(value, torch.Tensor):
             _record_view(node, value, args)
+        elif kind in ("call_function", "call_method") and _target_name(target) in _SPLITTING and isinstance(value, (tuple, list)):
+            # how many pieces torch returns can depend on a dynamic size (chunk(3) of 4 gives 2)
+            self._record_guard(proxy, "count", len(value), f"{_target_name(target)}(...) gives {len(value)} tensors")
         return proxy
 
     def _concrete(self, kind, target, args, kwargs):
@@ -197,6 +200,15 @@ class CustomTracer(fx.Tracer):
         qualname = self.get_fresh_qualname("_tensor_constant")
         self.tensor_attrs[t] = qualname
         setattr(self.root, qualname, t.detach().clone())
+
+
+# ops returning a number of tensors that a size decides
+_SPLITTING = {"split", "chunk", "unbind", "tensor_split", "split_with_sizes", "hsplit", "vsplit", "dsplit",
+              "unsafe_split", "unsafe_chunk"}
+
+
+def _target_name(target) -> str:
+    return target if isinstance(target, str) else getattr(target, "__name__", "")
 
 
 def _each_tensor(obj, fn) -> None:

@@ -56,7 +56,7 @@ def format_value(x, names: dict) -> str:
     if isinstance(x, (float, np.floating)):
         return format_float(float(x))
     if isinstance(x, SymDim):
-        return str(x).replace(" ", "")
+        return dim_text(x)
     if isinstance(x, str):
         return "'" + x.replace("'", "\\'") + "'"
     if isinstance(x, list):
@@ -66,6 +66,29 @@ def format_value(x, names: dict) -> str:
     if isinstance(x, DType):
         return "'" + TRACT_DATUM[x] + "'"
     raise EmitError(f"cannot write {x!r} ({type(x).__name__}) as an NNEF argument")
+
+
+def dim_text(d: SymDim) -> str:
+    """A symbolic size as tract reads it.
+
+    NOTE: tract 0.23.9 evaluates ``S-((S)/2)`` as floor(S/2) (it is ceil(S/2)), and
+    ``S-((S)/2)-((S)/2)`` as 0; a sum with one floor division of coefficient +-1 is written as
+    that one division (``P - N/d = (d*P - N + d - 1)/d``), which tract evaluates right.
+    """
+    from ..ir.dims import _DIV_ATOMS
+
+    divs = [(m, c) for m, c in d.terms.items() if any(s in _DIV_ATOMS for s in m)]
+    if len(divs) == 1 and len(divs[0][0]) == 1 and divs[0][1] in (1, -1) and len(d.terms) > 1:
+        (mono, coef), = divs
+        numerator, divisor = _DIV_ATOMS[mono[0]]
+        rest = d - SymDim({mono: coef})
+        if coef == 1:
+            d = SymDim.floordiv(rest * divisor + numerator, divisor)
+        else:
+            d = SymDim.floordiv(rest * divisor - numerator + (divisor - 1), divisor)
+        if not isinstance(d, SymDim):
+            return str(d)
+    return str(d).replace(" ", "")
 
 
 def format_float(f: float) -> str:
@@ -98,6 +121,11 @@ class EmitContext:
         self._taken: set = set()
         self.node: Optional[Node] = None
         self._var_cache: dict = {}
+        self.graph_outputs: set = set()  # ids of the graph's output Values
+
+    def is_used(self, value: Value) -> bool:
+        """Whether a later op or the graph's outputs read ``value``."""
+        return bool(value.uses) or id(value) in self.graph_outputs
 
     # naming ---------------------------------------------------------------------------
     def fresh(self, base: str) -> str:

@@ -50,10 +50,29 @@ def _bind(fn, ctx, node):
         if k == "inplace" and k not in params:
             continue  # the in-place pass made every call functional
         kwargs[k] = v
+    args = list(node.args)
+    var_pos = next((p.name for p in params.values() if p.kind is p.VAR_POSITIONAL), None)
+    if var_pos in kwargs:
+        # torch takes `x.view(size=(2, 3))` for the varargs `x.view(2, 3)`: pass it as the one
+        # positional value, after the parameters before it (given by position or by keyword)
+        before = [p.name for p in params.values() if p.kind is p.POSITIONAL_OR_KEYWORD][1 + len(args):]
+        if all(n in kwargs for n in before):
+            args += [kwargs.pop(n) for n in before] + [kwargs.pop(var_pos)]
     try:
-        return sig.bind(ctx, *node.args, **kwargs)
+        return sig.bind(ctx, *args, **kwargs)
     except TypeError as exc:
         raise EmitError(f"arguments do not match the converter signature {sig}: {exc}") from None
+
+
+def _complete_shape(value: Value, computed: Value) -> None:
+    """Fill the dims the probes could not fit (e.g. the last piece of ``chunk(3)`` of a dynamic
+    length) from the shape the converter computed."""
+    if value.shape is None or computed.shape is None or len(value.shape) != len(computed.shape):
+        if value.shape is None and computed.shape is not None and None not in computed.shape:
+            value.shape = tuple(computed.shape)
+        return
+    if None in value.shape:
+        value.shape = tuple(c if v is None else v for v, c in zip(value.shape, computed.shape))
 
 
 def _flatten(result) -> list:
@@ -84,6 +103,7 @@ def _context_for(graph: Graph, target: str, registry: Registry) -> EmitContext:
     reserved, and the inputs are named."""
     _check_lowerings(graph, target, registry)
     ctx = EmitContext(target, registry, graph.symbols)
+    ctx.graph_outputs = {id(v) for v in graph.outputs}
     for name in list(graph.output_names) + [v.name for v in graph.inputs]:
         ctx._taken.add(sanitize(name))
     for v in graph.inputs:
@@ -121,6 +141,7 @@ def lower_nodes(ctx: EmitContext, graph: Graph) -> None:
             for ir_out, res in zip(node.outputs, produced):
                 if ir_out is not res:
                     ctx.names[id(ir_out)] = ctx.name_of(res)
+                    _complete_shape(ir_out, res)
         except EmitError as exc:
             problems.append(Problem(node.kind, node.where, str(exc)))
             failed.update(id(o) for o in node.outputs)

@@ -72,7 +72,7 @@ def range_length(start, end, step):
 
 
 @register(torch.arange)
-def arange(ctx: EmitContext, start, end=None, step=1, *, out=None, dtype: Optional[DType] = None,
+def arange(ctx: EmitContext, start=0, end=None, step=1, *, out=None, dtype: Optional[DType] = None,
            layout=None, device=None, pin_memory=False, requires_grad=False):
     """arange(Scalar start, Scalar end, Scalar step=1, *, ScalarType? dtype=None, ...) -> Tensor"""
     if end is None:
@@ -90,7 +90,7 @@ def arange(ctx: EmitContext, start, end=None, step=1, *, out=None, dtype: Option
 
 @register(torch.zeros, torch.empty)
 def zeros(ctx: EmitContext, *size, out=None, dtype: Optional[DType] = None, layout=None, device=None,
-          pin_memory=False, requires_grad=False, names=None):
+          pin_memory=False, requires_grad=False, names=None, memory_format=None):
     """zeros(SymInt[] size, *, ScalarType? dtype=None, ...) -> Tensor (empty gives zeros too)"""
     return filled(ctx, size_arg(size), 0, dtype or DType.F32)
 

@@ -188,7 +188,7 @@ def _ew(ctx: EmitContext, op: str, a, b, dtype=None) -> Value:
 
 # binary arithmetic ---------------------------------------------------------------------------
 def _binary(nnef_op: str, promote_div: bool = False):
-    def convert(ctx: EmitContext, input, other, *, alpha=1, rounding_mode=None, out=None):
+    def convert(ctx: EmitContext, input, other, alpha=1, *, rounding_mode=None, out=None):
         if rounding_mode is not None:
             return ctx.call("nnef.div_rounding", input, other, rounding_mode)
         dtype = result_dtype(input, other)
@@ -423,3 +423,4 @@ REGISTRY.add(operator.lshift, _shift("left"))
 REGISTRY.add(operator.rshift, _shift("right"))
 for _op, _nnef in OPERATORS.items():
     REGISTRY.add(_op, _binary(_nnef, promote_div=_op is operator.truediv) if _nnef in BINARY.values() else _compare(_nnef))
+

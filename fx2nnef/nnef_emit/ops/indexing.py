@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from ...errors import EmitError
-from ...ir import DType, SymDim, Value
+from ...ir import DType, SymDim, Value, simplify
 from ..context import EmitContext
 from ..helpers import axis, broadcast_operands, cast, rank, result_dtype, unsqueeze_to
 from ..registry import register
@@ -220,16 +220,17 @@ def setitem(ctx: EmitContext, x: Value, index, value):
 
 
 def _set_region(ctx: EmitContext, x: Value, items: list, value) -> Value:
-    """``x[slices and ints] = value`` as slices of ``x`` around the region, concatenated."""
+    """``x[slices and ints] = value``: slices of ``x`` around the region, concatenated; an
+    axis sliced with a step is written back by a scatter at ``begin, begin + step, ...``."""
     ranges, region = [], list(x.shape)
     for ax, item in enumerate(items):
         n = x.shape[ax]
         b, e, s = _bounds(item, n) if isinstance(item, slice) else (_position(item, n), _position(item, n) + 1, 1)
-        if s != 1:
-            raise EmitError("item assignment with a slice step other than 1 is not supported")
-        if not (b == 0 and e == n):
-            ranges.append((ax, b, e))
-        region[ax] = slice_length(b, e)
+        if not (b == 0 and e == n and s == 1):
+            ranges.append((ax, b, e, s))
+        region[ax] = slice_length(b, e, s)
+    if any(isinstance(d, int) and d == 0 for d in region):
+        return x  # an empty region: torch writes nothing
     v = _region_value(ctx, x, items, value, region)
     return _write(ctx, x, ranges, v)
 
@@ -253,12 +254,19 @@ def _region_value(ctx: EmitContext, x: Value, items: list, value, region: list) 
 
 
 def _write(ctx: EmitContext, x: Value, ranges: list, v: Value) -> Value:
-    """``x`` with ``v`` written over the box ``ranges`` [(axis, begin, end)], one axis at a time."""
+    """``x`` with ``v`` written over the box ``ranges`` [(axis, begin, end, step)], one axis at a time."""
     if not ranges:
         return v
-    (ax, b, e), rest = ranges[0], ranges[1:]
+    (ax, b, e, s), rest = ranges[0], ranges[1:]
     n = x.shape[ax]
-    inner = _write(ctx, slice_axis(ctx, x, ax, b, e), rest, v)
+    inner = _write(ctx, slice_axis(ctx, x, ax, b, e, s), rest, v)
+    if s != 1:
+        count = inner.shape[ax]
+        if isinstance(b, int) and isinstance(e, int):
+            idx = ctx.const(np.arange(b, e, s, dtype=np.int64), DType.I64)
+        else:
+            idx = ctx.call("nnef.range", b, simplify(b + count * s), s, DType.I64, (count,))
+        return ctx.call("nnef.scatter_axis", x, idx, inner, ax)
     before = slice_axis(ctx, x, ax, 0, b) if not b == 0 else None
     after = slice_axis(ctx, x, ax, e, n) if not e == n else None
     return concat(ctx, [before, inner, after], ax)
@@ -344,7 +352,7 @@ def zero_(ctx: EmitContext, dst: Value):
 # selections
 
 
-@register(torch.narrow, "Tensor.narrow")
+@register(torch.narrow, "Tensor.narrow", torch.narrow_copy, "Tensor.narrow_copy")
 def narrow(ctx: EmitContext, input: Value, dim: int, start, length):
     """narrow(Tensor(a) self, int dim, SymInt start, SymInt length) -> Tensor(a)"""
     ax = axis(dim, rank(input))
@@ -488,13 +496,13 @@ def tril_tract(ctx: EmitContext, input: Value, diagonal: int = 0):
 
 
 @register(F.one_hot)
-def one_hot(ctx: EmitContext, tensor: Value, num_classes: int = -1):
+def one_hot(ctx: EmitContext, input: Value, num_classes: int = -1):
     """one_hot(Tensor self, int num_classes=-1) -> Tensor"""
     if num_classes < 0:
         raise EmitError("one_hot without num_classes takes its size from the data; pass num_classes")
-    r = rank(tensor)
-    x = ctx.op("unsqueeze", tensor, axes=[r], out_shape=tuple(tensor.shape) + (1,))
-    classes = ctx.const(np.arange(num_classes).reshape([1] * r + [num_classes]), tensor.dtype)
-    hit = ctx.op("eq", x, classes, out_dtype=DType.BOOL, out_shape=tuple(tensor.shape) + (num_classes,))
+    r = rank(input)
+    x = ctx.op("unsqueeze", input, axes=[r], out_shape=tuple(input.shape) + (1,))
+    classes = ctx.const(np.arange(num_classes).reshape([1] * r + [num_classes]), input.dtype)
+    hit = ctx.op("eq", x, classes, out_dtype=DType.BOOL, out_shape=tuple(input.shape) + (num_classes,))
     one, zero = _value_operand(ctx, 1, DType.I64), _value_operand(ctx, 0, DType.I64)
     return ctx.op("select", hit, one, zero, out_dtype=DType.I64, out_shape=hit.shape)

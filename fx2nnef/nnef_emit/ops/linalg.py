@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from ...ir import Value
 from ..context import EmitContext
-from ..helpers import broadcast_operands, producer, rank, unsqueeze_to
+from ..helpers import broadcast_operands, cast, producer, rank, unsqueeze_to
 from ..registry import register
 
 
@@ -76,15 +76,31 @@ def linear(ctx: EmitContext, input: Value, weight: Value, bias=None):
     return y
 
 
-@register(torch.matmul, "Tensor.matmul", "operator.matmul", torch.mm, "Tensor.mm", torch.bmm, "Tensor.bmm")
+@register(torch.matmul, "Tensor.matmul", "operator.matmul")
 def matmul(ctx: EmitContext, input: Value, other: Value):
     """matmul(Tensor self, Tensor other) -> Tensor"""
     return _matmul(ctx, input, other)
 
 
-@register(torch.addmm, "Tensor.addmm", torch.baddbmm, "Tensor.baddbmm")
-def addmm(ctx: EmitContext, input, mat1: Value, mat2: Value, *, beta=1, alpha=1):
+@register(torch.mm, "Tensor.mm", torch.bmm, "Tensor.bmm")
+def mm(ctx: EmitContext, input: Value, mat2: Value, out_dtype=None):
+    """mm(Tensor self, Tensor mat2) -> Tensor  (bmm alike; ``out_dtype`` computes in that dtype)"""
+    if out_dtype is not None:
+        input, mat2 = cast(ctx, input, out_dtype), cast(ctx, mat2, out_dtype)
+    return _matmul(ctx, input, mat2)
+
+
+@register(torch.baddbmm, "Tensor.baddbmm")
+def baddbmm(ctx: EmitContext, input, batch1: Value, batch2: Value, out_dtype=None, *, beta=1, alpha=1):
+    """baddbmm(Tensor self, Tensor batch1, Tensor batch2, *, Scalar beta=1, Scalar alpha=1) -> Tensor"""
+    return addmm(ctx, input, batch1, batch2, out_dtype, beta=beta, alpha=alpha)
+
+
+@register(torch.addmm, "Tensor.addmm")
+def addmm(ctx: EmitContext, input, mat1: Value, mat2: Value, out_dtype=None, *, beta=1, alpha=1):
     """addmm(Tensor self, Tensor mat1, Tensor mat2, *, Scalar beta=1, Scalar alpha=1) -> Tensor"""
+    if out_dtype is not None:
+        input, mat1, mat2 = (cast(ctx, v, out_dtype) for v in (input, mat1, mat2))
     y = _matmul(ctx, mat1, mat2)
     if alpha != 1:
         y = ctx.op("mul", y, float(alpha))

@@ -45,8 +45,10 @@ def _count(ctx: EmitContext, repeats) -> int:
 
 
 @register(torch.repeat_interleave, "Tensor.repeat_interleave")
-def repeat_interleave(ctx: EmitContext, input: Value, repeats, dim=None, *, output_size=None):
+def repeat_interleave(ctx: EmitContext, input: Value = None, repeats=None, dim=None, *, output_size=None):
     """repeat_interleave(Tensor self, Tensor|SymInt repeats, int? dim=None, *, SymInt? output_size=None) -> Tensor"""
+    if input is None or repeats is None:
+        ctx.fail("repeat_interleave(repeats) alone gives indices whose count depends on the data; pass the input tensor")
     n = _count(ctx, repeats)
     if dim is None:
         input = ctx.op("reshape", input, shape=[-1], out_shape=(_product(input.shape),))

@@ -11,11 +11,12 @@ from typing import Optional
 import numpy as np
 import torch
 
-from ...ir import DType, SymDim, Value
+from ...ir import DType, SymDim, Value, simplify
 from ..context import TRACT_DATUM, EmitContext
 from ..helpers import axes, cast, rank
 from ..registry import register
 from .activation import compare, ew, select, to_float, un
+from .shape import concat, expand_to, full_like_value, reshape_to, slice_axis
 
 
 # building blocks -------------------------------------------------------------------------
@@ -302,17 +303,24 @@ def vector_norm(ctx: EmitContext, x: Value, ord, axes_: list, keepdim: bool) -> 
 
 
 @register(torch.linalg.vector_norm)
-def linalg_vector_norm(ctx: EmitContext, x: Value, ord=2, dim=None, keepdim: bool = False, *,
+def linalg_vector_norm(ctx: EmitContext, input: Value, ord=2, dim=None, keepdim: bool = False, *,
                        dtype: Optional[DType] = None):
     """linalg_vector_norm(Tensor self, Scalar ord=2, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor"""
-    v = cast(ctx, x, dtype) if dtype is not None else x
+    v = cast(ctx, input, dtype) if dtype is not None else input
     return vector_norm(ctx, v, ord, reduce_axes(dim, v), keepdim)
 
 
-@register(torch.norm, "Tensor.norm")
+@register(torch.norm)
 def norm(ctx: EmitContext, input: Value, p="fro", dim=None, keepdim: bool = False, out=None,
          dtype: Optional[DType] = None):
-    """norm(Tensor input, Scalar|str p='fro', int[]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor"""
+    """norm(Tensor input, Scalar|str p='fro', int[]? dim=None, bool keepdim=False, out=None, dtype=None) -> Tensor"""
+    return norm_method(ctx, input, p, dim, keepdim, dtype)
+
+
+@register("Tensor.norm")
+def norm_method(ctx: EmitContext, input: Value, p="fro", dim=None, keepdim: bool = False,
+                dtype: Optional[DType] = None):
+    """norm(Tensor self, Scalar|str p='fro', int[]? dim=None, bool keepdim=False, dtype=None) -> Tensor"""
     if isinstance(p, str) and p != "fro":
         ctx.fail(f"norm: p={p!r} (a matrix norm) is not supported")
     x = cast(ctx, input, dtype) if dtype is not None else input
@@ -389,3 +397,130 @@ def cumsum_tract(ctx: EmitContext, input: Value, dim: int, *, dtype: Optional[DT
     """cumsum(Tensor self, int dim, *, ScalarType? dtype=None) -> Tensor"""
     x = cast(ctx, input, _accumulate_dtype(input, dtype))
     return un(ctx, "tract_core_cumsum", x, axis=axes(dim, rank(x))[0], exclusive=False, reverse=False)
+
+
+# running products and extremes -------------------------------------------------------------------
+# A scan of length n in ceil(log2(n)) steps (Hillis-Steele): at step k every item combines with the
+# item k places earlier (an identity item before the start).
+
+
+def _scan_steps(ctx: EmitContext, n, what: str) -> list:
+    if not isinstance(n, int):
+        # NOTE: enough steps for any length (31) make tract 0.23.9 run out of memory at load
+        ctx.fail(f"{what} along an axis of dynamic size {n} is not supported (the number of steps follows the "
+                 "length); make that axis static, or scan along another axis")
+    return [1 << i for i in range(max(0, (n - 1).bit_length()))]
+
+
+def _earlier(ctx: EmitContext, x: Value, a: int, k: int, identity) -> Value:
+    """``x`` moved ``k`` places later along axis ``a``, ``identity`` filling the first ``k`` places."""
+    n = x.shape[a]
+    pad_shape = x.shape[:a] + (k,) + x.shape[a + 1:]
+    pad = full_like_value(ctx, identity, x.dtype, pad_shape)
+    if isinstance(n, int) and k >= n:
+        return slice_axis(ctx, pad, a, 0, n)
+    return concat(ctx, [pad, slice_axis(ctx, x, a, 0, n - k)], a)
+
+
+def _scan_axis(dim, x: Value) -> int:
+    return axes(dim, rank(x))[0] if rank(x) else 0
+
+
+@register(torch.cumprod, "Tensor.cumprod")
+def cumprod(ctx: EmitContext, input: Value, dim: int, *, dtype: Optional[DType] = None):
+    """cumprod(Tensor self, int dim, *, ScalarType? dtype=None) -> Tensor"""
+    x = cast(ctx, input, _accumulate_dtype(input, dtype))
+    if rank(x) == 0:
+        return x
+    a = _scan_axis(dim, x)
+    for k in _scan_steps(ctx, x.shape[a], "cumprod"):
+        x = ew(ctx, "mul", _earlier(ctx, x, a, k, 1), x)
+    return x
+
+
+@register(torch.cumprod, "Tensor.cumprod", target="tract")
+def cumprod_tract(ctx: EmitContext, input: Value, dim: int, *, dtype: Optional[DType] = None):
+    """cumprod(Tensor self, int dim, *, ScalarType? dtype=None) -> Tensor
+
+    Along a dynamic axis of length n: the product of each prefix, as a product reduction of an
+    [n, n] selection (memory grows as n squared).
+    """
+    x = cast(ctx, input, _accumulate_dtype(input, dtype))
+    if rank(x) == 0 or isinstance(x.shape[_scan_axis(dim, x)], int):
+        return cumprod(ctx, input, dim, dtype=dtype)
+    a, r = _scan_axis(dim, x), rank(x)
+    n = x.shape[a]
+    order = [i for i in range(r) if i != a] + [a]
+    moved = ctx.call("torch.permute", x, order)
+    square = tuple(moved.shape) + (n,)
+    positions = ctx.call("nnef.range", 0, n, 1, DType.I64, (n,))
+    later = expand_to(ctx, reshape_to(ctx, positions, [1] * (r - 1) + [1, n]), square)
+    rows = expand_to(ctx, reshape_to(ctx, positions, [1] * (r - 1) + [n, 1]), square)
+    prefix = ctx.call("nnef.compare", "le", later, rows)
+    items = expand_to(ctx, ctx.op("unsqueeze", moved, axes=[r - 1], out_shape=tuple(moved.shape[:-1]) + (1, n),
+                                  out_dtype=x.dtype), square)
+    chosen = ctx.op("select", prefix, items, full_like_value(ctx, 1, x.dtype, square), out_dtype=x.dtype,
+                    out_shape=square)
+    product = reduce(ctx, "tract_core_product_reduce", chosen, [r], keepdim=False)
+    return ctx.call("torch.permute", product, [int(i) for i in np.argsort(order)])
+
+
+def _lowest(dtype: DType, largest: bool):
+    """The identity of a running max (``largest``) or min in ``dtype``."""
+    if dtype.is_float:
+        return -math.inf if largest else math.inf
+    info = np.iinfo(dtype.numpy_name)
+    return int(info.min if largest else info.max)
+
+
+def _running_extreme(ctx: EmitContext, input: Value, dim: int, largest: bool) -> tuple:
+    """torch.cummax/cummin: (values, int64 indices); on ties the later index, and a NaN stays
+    once met (the last NaN's index), as torch does."""
+    x = cast(ctx, input, DType.I64) if input.dtype.is_bool else input
+    if rank(x) == 0:
+        return input, ctx.const(np.array(0, dtype=np.int64), DType.I64)
+    a = _scan_axis(dim, x)
+    n = x.shape[a]
+    positions = ctx.call("nnef.range", 0, n, 1, DType.I64, (n,))
+    shape = [1] * rank(x)
+    shape[a] = n
+    idx = expand_to(ctx, reshape_to(ctx, positions, shape), x.shape)
+    op = "ge" if largest else "le"
+    for k in _scan_steps(ctx, n, "cummax" if largest else "cummin"):
+        before, before_idx = _earlier(ctx, x, a, k, _lowest(x.dtype, largest)), _earlier(ctx, idx, a, k, 0)
+        take = compare(ctx, op, x, before)
+        if x.dtype.is_float:  # NaN: a NaN here wins, a NaN before wins over a number here
+            here_nan, before_nan = compare(ctx, "ne", x, x), compare(ctx, "ne", before, before)
+            take = ew(ctx, "or", here_nan, ew(ctx, "and", take, un(ctx, "not", before_nan)))
+        x, idx = select(ctx, take, x, before), select(ctx, take, idx, before_idx)
+    return cast(ctx, x, input.dtype), idx
+
+
+@register(torch.cummax, "Tensor.cummax", target="tract")
+def cummax(ctx: EmitContext, input: Value, dim: int):
+    """cummax(Tensor self, int dim) -> (Tensor values, Tensor indices)"""
+    return _running_extreme(ctx, input, dim, True)
+
+
+@register(torch.cummin, "Tensor.cummin", target="tract")
+def cummin(ctx: EmitContext, input: Value, dim: int):
+    """cummin(Tensor self, int dim) -> (Tensor values, Tensor indices)"""
+    return _running_extreme(ctx, input, dim, False)
+
+
+@register(torch.kthvalue, "Tensor.kthvalue", target="tract")
+def kthvalue(ctx: EmitContext, input: Value, k: int, dim: int = -1, keepdim: bool = False):
+    """kthvalue(Tensor self, SymInt k, int dim=-1, bool keepdim=False) -> (Tensor values, Tensor indices)
+
+    The value is exact. Which index torch returns among equal values depends on its selection
+    algorithm (neither the first nor the last), so a graph that uses the indices is refused.
+    """
+    if ctx.node is not None and len(ctx.node.outputs) > 1 and ctx.is_used(ctx.node.outputs[1]):
+        ctx.fail("kthvalue's index among equal values depends on torch's selection algorithm, which tract cannot "
+                 "reproduce; use only .values, or torch.sort(..., stable=True) / topk for indices")
+    x = _numeric(ctx, input)
+    a = _scan_axis(dim, x)
+    values, indices = ctx.call("torch.topk", x, k, a, False)
+    values, indices = (slice_axis(ctx, v, a, simplify(k - 1), k) for v in (values, indices))
+    return (squeeze_unless(ctx, cast(ctx, values, input.dtype), values.shape, [a], keepdim),
+            squeeze_unless(ctx, indices, indices.shape, [a], keepdim))

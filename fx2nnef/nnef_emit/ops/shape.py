@@ -7,6 +7,7 @@ negative stride, so splits are slices with non-negative bounds and flip has a tr
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import numpy as np
 import torch
@@ -116,12 +117,12 @@ def slice_axes(ctx: EmitContext, x: Value, ranges: list) -> Value:
 
 
 def slice_length(begin, end, step: int = 1):
-    """Length of ``begin:end:step`` (None when a strided length depends on a symbol)."""
+    """Length of ``begin:end:step`` (a symbolic length assumes ``end >= begin``)."""
     if step == 1:
         return simplify(end - begin)
     if isinstance(begin, int) and isinstance(end, int):
         return max(0, -(-(end - begin) // step))
-    return None
+    return SymDim.floordiv(end - begin + (step - 1), step)
 
 
 def concat(ctx: EmitContext, parts: list, ax: int) -> Value:
@@ -164,11 +165,17 @@ def full_like_value(ctx: EmitContext, value, dtype: DType, shape) -> Value:
 # reshapes
 
 
-@register("Tensor.view", "Tensor.reshape")
-def view(ctx: EmitContext, input: Value, *shape):
-    """view(Tensor(a) self, SymInt[] size) -> Tensor(a)"""
-    if len(shape) == 1 and isinstance(shape[0], DType):
+@register("Tensor.view")
+def view(ctx: EmitContext, input: Value, *size, dtype: Optional[DType] = None):
+    """view(Tensor(a) self, SymInt[] size) -> Tensor(a)  (also view(ScalarType dtype))"""
+    if dtype is not None or len(size) == 1 and isinstance(size[0], DType):
         raise EmitError("view(dtype) reinterprets bits, which NNEF cannot express; use .to(dtype) to convert values")
+    return reshape_to(ctx, input, size_args(size))
+
+
+@register("Tensor.reshape")
+def reshape_method(ctx: EmitContext, input: Value, *shape):
+    """reshape(Tensor(a) self, SymInt[] shape) -> Tensor(a)"""
     return reshape_to(ctx, input, size_args(shape))
 
 
@@ -372,21 +379,37 @@ def _static_dim(x: Value, ax: int, what: str) -> int:
     n = x.shape[ax]
     if not isinstance(n, int):
         raise EmitError(f"{what} along axis {ax} needs a static size, but that axis has the dynamic size {n}; "
-                        "make this axis static (or, for split, give the sizes explicitly)")
+                        "make this axis static")
     return n
 
 
-def _even_sizes(n: int, size: int) -> list:
-    return [min(size, n - b) for b in range(0, n, size)] or [0]
+def _piece_count(ctx: EmitContext, what: str, n) -> int:
+    """How many tensors the traced call returned (a dynamic length gives no count of its own).
+
+    The tracer records that count as a guard, so a size where torch gives another count is
+    caught, not exported wrong.
+    """
+    if ctx.node is None or not ctx.node.outputs:
+        raise EmitError(f"{what} of the dynamic size {n}: the number of pieces is unknown here")
+    return len(ctx.node.outputs)
+
+
+def _even_sizes(ctx: EmitContext, n, size, what: str) -> list:
+    """Pieces of ``size`` (the last one shorter) covering a length ``n``: torch's split rule."""
+    if isinstance(n, int) and isinstance(size, int):
+        return [min(size, n - b) for b in range(0, n, size)] or [0]
+    count = _piece_count(ctx, what, n)
+    return [size] * (count - 1) + [simplify(n - (count - 1) * size)]
 
 
 @register(torch.split)
 def split(ctx: EmitContext, tensor: Value, split_size_or_sections, dim: int = 0):
-    """split.Tensor(Tensor(a -> *) self, SymInt split_size, int dim=0) -> Tensor(a)[]"""
+    """split(Tensor tensor, int|int[] split_size_or_sections, int dim=0) -> Tensor[]"""
     ax = axis(dim, rank(tensor))
     if isinstance(split_size_or_sections, (list, tuple)):
         return _split(ctx, tensor, ax, dims_list(split_size_or_sections))
-    return _split(ctx, tensor, ax, _even_sizes(_static_dim(tensor, ax, "split"), split_size_or_sections))
+    size = dims_list([split_size_or_sections])[0]
+    return _split(ctx, tensor, ax, _even_sizes(ctx, tensor.shape[ax], size, "split"))
 
 
 @register("Tensor.split")
@@ -395,22 +418,155 @@ def split_method(ctx: EmitContext, input: Value, split_size, dim: int = 0):
     return split(ctx, input, split_size, dim)
 
 
+@register(torch.split_with_sizes, "Tensor.split_with_sizes")
+def split_with_sizes(ctx: EmitContext, input: Value, split_sizes, dim: int = 0):
+    """split_with_sizes(Tensor(a -> *) self, SymInt[] split_sizes, int dim=0) -> Tensor(a)[]"""
+    return _split(ctx, input, axis(dim, rank(input)), dims_list(split_sizes))
+
+
 @register(torch.chunk, "Tensor.chunk")
 def chunk(ctx: EmitContext, input: Value, chunks: int, dim: int = 0):
     """chunk(Tensor(a -> *) self, int chunks, int dim=0) -> Tensor(a)[]"""
     ax = axis(dim, rank(input))
-    n = _static_dim(input, ax, "chunk")
-    return _split(ctx, input, ax, _even_sizes(n, max(1, math.ceil(n / chunks))))
+    n = input.shape[ax]
+    size = max(1, -(-n // chunks)) if isinstance(n, int) else SymDim.floordiv(n + (chunks - 1), chunks)
+    return _split(ctx, input, ax, _even_sizes(ctx, n, size, "chunk"))
+
+
+@register(torch.tensor_split, "Tensor.tensor_split")
+def tensor_split(ctx: EmitContext, input: Value, sections=None, dim: int = 0, *, indices=None,
+                 tensor_indices_or_sections=None):
+    """tensor_split.sections(Tensor(a -> *) self, SymInt sections, int dim=0) -> Tensor(a)[]
+
+    Also ``tensor_split.indices(Tensor self, SymInt[] indices, int dim=0)`` and a tensor of either.
+    With a dynamic axis, constant indices hold while the length is at least the largest index.
+    """
+    indices_or_sections = next(v for v in (sections, indices, tensor_indices_or_sections, 1) if v is not None)
+    ax = axis(dim, rank(input))
+    n = input.shape[ax]
+    if isinstance(indices_or_sections, Value):
+        if not indices_or_sections.is_constant:
+            raise EmitError("tensor_split with indices computed from tensor data is not supported")
+        indices_or_sections = indices_or_sections.data.tolist()
+    if isinstance(indices_or_sections, (list, tuple)):
+        bounds = [0] + [_clamped_index(i, n) for i in dims_list(indices_or_sections)] + [n]
+        return tuple(slice_axis(ctx, input, ax, b, max(b, e) if isinstance(b, int) and isinstance(e, int) else e)
+                     for b, e in zip(bounds, bounds[1:]))
+    sections = indices_or_sections
+    if not isinstance(sections, int) or sections <= 0:
+        raise EmitError(f"tensor_split needs a positive number of sections, got {sections!r}")
+    # piece j (0-based) holds floor((n + sections - 1 - j) / sections) items: the first n % sections get one more
+    sizes = [(n + sections - 1 - j) // sections if isinstance(n, int) else SymDim.floordiv(n + (sections - 1 - j), sections)
+             for j in range(sections)]
+    return _split(ctx, input, ax, sizes)
+
+
+def _split_like(ctx: EmitContext, input: Value, sections, indices, dim: int, name: str):
+    """hsplit/vsplit/dsplit: tensor_split along ``dim``, an int needing an exact division."""
+    spec = sections if sections is not None else indices
+    n = input.shape[dim]
+    if isinstance(spec, int) and not (isinstance(n, int) and n % spec == 0):
+        raise EmitError(f"{name}({spec}) needs the size {n} of axis {dim} to be a multiple of {spec}")
+    return tensor_split(ctx, input, spec, dim)
+
+
+@register(torch.hsplit, "Tensor.hsplit")
+def hsplit(ctx: EmitContext, input: Value, sections=None, indices=None):
+    """hsplit.int(Tensor(a -> *) self, int sections) -> Tensor(a)[]  (also hsplit.array(int[] indices))"""
+    return _split_like(ctx, input, sections, indices, 1 if rank(input) > 1 else 0, "hsplit")
+
+
+@register(torch.vsplit, "Tensor.vsplit")
+def vsplit(ctx: EmitContext, input: Value, sections=None, indices=None):
+    """vsplit.int(Tensor(a -> *) self, int sections) -> Tensor(a)[]  (also vsplit.array(int[] indices))"""
+    return _split_like(ctx, input, sections, indices, 0, "vsplit")
+
+
+@register(torch.dsplit, "Tensor.dsplit")
+def dsplit(ctx: EmitContext, input: Value, sections=None, indices=None):
+    """dsplit.int(Tensor(a -> *) self, int sections) -> Tensor(a)[]  (also dsplit.array(int[] indices))"""
+    return _split_like(ctx, input, sections, indices, 2, "dsplit")
+
+
+def _clamped_index(i, n):
+    """A tensor_split index: negatives count from the end, and torch clamps to [0, n]."""
+    if isinstance(i, int) and isinstance(n, int):
+        return min(max(i + n if i < 0 else i, 0), n)
+    if isinstance(i, int) and i < 0:
+        return simplify(n + i)
+    return i
 
 
 @register(torch.unbind, "Tensor.unbind")
 def unbind(ctx: EmitContext, input: Value, dim: int = 0):
     """unbind.int(Tensor(a -> *) self, int dim=0) -> Tensor(a)[]"""
     ax = axis(dim, rank(input))
-    n = _static_dim(input, ax, "unbind")
+    n = input.shape[ax]
+    if not isinstance(n, int):
+        raise EmitError(f"unbind along axis {ax} gives one tensor per item, but that axis has the dynamic size {n}; "
+                        "make this axis static, or index the items you need (x.select(dim, i))")
     shape = input.shape[:ax] + input.shape[ax + 1:]
     outs = ctx.op("unstack", input, axis=ax, n_out=n, out_shape=shape, out_dtype=input.dtype, __array__=True)
     return (outs,) if n == 1 else outs
+
+
+# stacking helpers (numpy style)
+
+
+def _at_least(ctx: EmitContext, x: Value, r: int) -> Value:
+    """numpy's atleast_{1,2,3}d: a 0-d tensor becomes [1]*r, 1-d [n] becomes [1, n] (and [1, n, 1]),
+    2-d [m, n] becomes [m, n, 1]."""
+    shape = tuple(x.shape)
+    if len(shape) >= r:
+        return x
+    if len(shape) == 0:
+        new = (1,) * r
+    elif len(shape) == 1:
+        new = ((1,) + shape + (1,))[:r]
+    else:
+        new = shape + (1,)
+    return reshape_to(ctx, x, list(new))
+
+
+def _at_least_each(r: int):
+    def convert(ctx: EmitContext, *tensors):
+        items = list(tensors[0]) if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)) else list(tensors)
+        out = tuple(_at_least(ctx, t, r) for t in items)
+        return out[0] if len(tensors) == 1 and isinstance(tensors[0], Value) else out
+
+    convert.__name__ = f"atleast_{r}d"
+    convert.__doc__ = f"atleast_{r}d(Tensor|Tensor[] *tensors) -> Tensor|Tensor[]"
+    return convert
+
+
+for _r, _fn in ((1, torch.atleast_1d), (2, torch.atleast_2d), (3, torch.atleast_3d)):
+    register(_fn)(_at_least_each(_r))
+
+
+@register(torch.vstack, torch.row_stack)
+def vstack(ctx: EmitContext, tensors: list):
+    """vstack(Tensor[] tensors) -> Tensor"""
+    return cat(ctx, [_at_least(ctx, t, 2) for t in tensors], 0)
+
+
+@register(torch.hstack)
+def hstack(ctx: EmitContext, tensors: list):
+    """hstack(Tensor[] tensors) -> Tensor"""
+    parts = [_at_least(ctx, t, 1) for t in tensors]
+    return cat(ctx, parts, 0 if rank(parts[0]) == 1 else 1)
+
+
+@register(torch.dstack)
+def dstack(ctx: EmitContext, tensors: list):
+    """dstack(Tensor[] tensors) -> Tensor"""
+    return cat(ctx, [_at_least(ctx, t, 3) for t in tensors], 2)
+
+
+@register(torch.column_stack)
+def column_stack(ctx: EmitContext, tensors: list):
+    """column_stack(Tensor[] tensors) -> Tensor"""
+    parts = [reshape_to(ctx, t, [t.shape[0] if rank(t) else 1, 1]) if rank(t) < 2 else t for t in tensors]
+    return cat(ctx, parts, 1)
 
 
 # ---------------------------------------------------------------------------------------
@@ -424,9 +580,14 @@ def identity(ctx: EmitContext, input: Value, *, memory_format=None):
 
 
 @register("Tensor.to")
-def to(ctx: EmitContext, input: Value, *args, dtype=None, device=None, non_blocking: bool = False,
-       copy: bool = False, memory_format=None):
-    """to(Tensor self, Device? device=None, ScalarType? dtype=None, bool non_blocking=False, bool copy=False) -> Tensor"""
+def to(ctx: EmitContext, input: Value, *args, dtype=None, device=None, tensor: Optional[Value] = None,
+       non_blocking: bool = False, copy: bool = False, memory_format=None):
+    """to(Tensor self, Device? device=None, ScalarType? dtype=None, bool non_blocking=False, bool copy=False) -> Tensor
+
+    Also ``to(ScalarType dtype, ...)`` and ``to(Tensor tensor, ...)``.
+    """
+    if tensor is not None:
+        dtype = tensor.dtype
     for a in args:
         if isinstance(a, DType):
             dtype = a
@@ -490,6 +651,40 @@ def flip_tract(ctx: EmitContext, input: Value, dims):
     for a in axes(dims, rank(input)):
         x = ctx.op("tract_core_downsample", x, axis=a, stride=-1, modulo=0, out_shape=x.shape, out_dtype=x.dtype)
     return x
+
+
+@register(torch.fliplr, "Tensor.fliplr")
+def fliplr(ctx: EmitContext, input: Value):
+    """fliplr(Tensor self) -> Tensor"""
+    if rank(input) < 2:
+        raise EmitError("fliplr needs a tensor of at least 2 dimensions")
+    return ctx.call("torch.flip", input, [1])
+
+
+@register(torch.flipud, "Tensor.flipud")
+def flipud(ctx: EmitContext, input: Value):
+    """flipud(Tensor self) -> Tensor"""
+    if rank(input) < 1:
+        raise EmitError("flipud needs a tensor of at least 1 dimension")
+    return ctx.call("torch.flip", input, [0])
+
+
+@register(torch.rot90, "Tensor.rot90")
+def rot90(ctx: EmitContext, input: Value, k: int = 1, dims=(0, 1)):
+    """rot90(Tensor self, int k=1, int[] dims=[0,1]) -> Tensor"""
+    r = rank(input)
+    if len(dims) != 2:
+        raise EmitError(f"rot90 needs two dims, got {list(dims)}")
+    d0, d1 = axis(dims[0], r), axis(dims[1], r)
+    if d0 == d1:
+        raise EmitError(f"rot90 needs two different dims, got {list(dims)}")
+    k %= 4
+    if k == 0:
+        return input
+    if k == 2:
+        return ctx.call("torch.flip", input, [d0, d1])
+    flipped = ctx.call("torch.flip", input, [d1 if k == 1 else d0])
+    return transpose(ctx, flipped, d0, d1)
 
 
 def _roll_axis(ctx: EmitContext, x: Value, ax: int, shift: int) -> Value:
