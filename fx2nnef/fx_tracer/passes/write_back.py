@@ -275,11 +275,7 @@ def _by_index_replay(em, steps, parent, parent_cur, new_child):
         raise TraceError(f"in-place update of '{steps[-1].name}' writes several elements through one memory "
                          f"location (a view made by '{view_name(steps[0])}'{_at(steps[0])}); clone the view first")
     pv = _value(parent)
-    numel = em.method("numel", (parent_cur,), parent, value=pv.numel())
-    flat_positions = torch.arange(pv.numel())
-    positions = em.function(torch.arange, (numel,), parent, value=flat_positions)
-    positions = em.method("reshape_as", (positions, parent_cur), parent, value=flat_positions.reshape(pv.shape))
-    replayed = {parent: positions}
+    replayed = {parent: _positions(em, parent, parent_cur)}
     try:
         for step in steps:
             value = _replay_value(step, replayed, em.resolve)
@@ -299,6 +295,36 @@ def _by_index_replay(em, steps, parent, parent_cur, new_child):
                          value=new_value.reshape(-1) if isinstance(new_value, torch.Tensor) else None)
     written = em.function(setitem_functional, (flat_base, (flat_where,), flat_new), parent, value=pv.reshape(-1))
     return em.method("reshape_as", (written, parent_cur), parent)
+
+
+def _positions(em: Emitter, parent: fx.Node, parent_cur: fx.Node) -> fx.Node:
+    """``arange(numel).reshape(shape)`` of ``parent``, built as a broadcast sum of one arange
+    per axis times its row-major stride (a reshape of an arange on a symbolic size followed
+    by a strided slice makes tract's declutter fail at load: "Invalid axis")."""
+    shape = tuple(_value(parent).shape)
+    r = len(shape)
+    if r == 0:
+        return em.function(torch.zeros_like, (parent_cur,), parent, value=torch.zeros((), dtype=torch.int64))
+    total, stride, stride_value = None, 1, 1
+    for d in reversed(range(r)):
+        size = em.method("size", (parent_cur, d), parent, value=shape[d])
+        axis = em.function(torch.arange, (size,), parent, value=torch.arange(shape[d]))
+        index = (None,) * d + (slice(None),) + (None,) * (r - 1 - d)
+        axis_value = torch.arange(shape[d])[index]
+        axis = em.function(operator.getitem, (axis, index), parent, value=axis_value)
+        if stride_value != 1:
+            axis_value = axis_value * stride_value
+            axis = em.function(operator.mul, (axis, stride), parent, value=axis_value)
+        if total is None:
+            total, total_value = axis, axis_value
+        else:
+            total_value = total_value + axis_value
+            total = em.function(operator.add, (total, axis), parent, value=total_value)
+        stride_value *= shape[d]
+        stride = size if stride == 1 else em.function(operator.mul, (stride, size), parent, value=stride_value)
+    if total_value.shape != shape:
+        total = em.method("expand_as", (total, parent_cur), parent, value=total_value.expand(shape))
+    return total
 
 
 def _replay_value(step: fx.Node, replayed: dict, resolve):
