@@ -98,6 +98,10 @@ def _mutation(node: fx.Node) -> Optional[_Form]:
                              f"use the out-of-place form (x = x.{name[:-1]}(...))")
         if name in _SPECIAL:
             return _Form("call_function", _SPECIAL[name], args, kwargs, args[0])
+        if name in _AS_SETITEM:
+            form = _AS_SETITEM[name](node)
+            if form is not None:
+                return form
         if hasattr(torch.Tensor, name[:-1]):
             return _Form("call_method", name[:-1], args, kwargs, args[0])
         return _unknown(node)
@@ -120,6 +124,36 @@ def _mutation(node: fx.Node) -> Optional[_Form]:
     if node.meta.get("mutated_inputs"):
         return _unknown(node)
     return None
+
+
+def _arg(node: fx.Node, pos: int, name: str, default=None):
+    """Argument ``pos`` (after ``self``) or keyword ``name`` of a method call."""
+    rest = node.args[1:]
+    return rest[pos] if pos < len(rest) else node.kwargs.get(name, default)
+
+
+def _along(node: fx.Node, dim: int, index) -> tuple:
+    rank = node.args[0].meta["value"].dim()
+    return (slice(None),) * (dim % rank) + (index,)
+
+
+def _index_put_form(node: fx.Node) -> Optional[_Form]:
+    """``x.index_put_(indices, values)`` is ``x[indices] = values`` (not with ``accumulate=True``)."""
+    if _arg(node, 2, "accumulate", False) is not False:
+        return None
+    index = tuple(_arg(node, 0, "indices"))
+    return _Form("call_function", setitem_functional, (node.args[0], index, _arg(node, 1, "values")), {}, node.args[0])
+
+
+def _index_fill_form(node: fx.Node) -> Optional[_Form]:
+    """``x.index_fill_(dim, index, value)`` / ``x.index_copy_(dim, index, source)``: item assignment."""
+    dim, index, value = _arg(node, 0, "dim"), _arg(node, 1, "index"), _arg(node, 2, "value", _arg(node, 2, "source"))
+    if not isinstance(dim, int):
+        return None
+    return _Form("call_function", setitem_functional, (node.args[0], _along(node, dim, index), value), {}, node.args[0])
+
+
+_AS_SETITEM = {"index_put_": _index_put_form, "index_fill_": _index_fill_form, "index_copy_": _index_fill_form}
 
 
 def _inplace_form(node: fx.Node) -> Optional[_Form]:
