@@ -176,8 +176,9 @@ def _with_flat(args, kwargs, flat_inputs: list):
 
 
 def _run_model(model, args, kwargs, flat_inputs: list):
-    """The eager model's result on ``(args, kwargs)`` with ``flat_inputs`` as its tensors."""
-    a, k = _with_flat(args, kwargs, flat_inputs)
+    """The eager model's result on ``(args, kwargs)`` with copies of ``flat_inputs`` as its tensors
+    (a model may update its inputs in place; the inputs recorded for checks must stay as given)."""
+    a, k = _with_flat(args, kwargs, [t.clone() for t in flat_inputs])
     with torch.no_grad():
         return model(*a, **k)
 

@@ -99,10 +99,12 @@ class CustomTracer(fx.Tracer):
         return CustomProxy(node, self)
 
     def create_proxy(self, kind, target, args, kwargs, name=None, type_expr=None, proxy_factory_fn=None):
+        versions: list = []
         if kind == "placeholder":
             value = self.placeholder_values[target]
         else:
             _each_tensor((args, kwargs), self._snapshot_constant)  # before the call can mutate them
+            versions = _input_versions((args, kwargs))
             value = self._concrete(kind, target, args, kwargs)
         proxy = super().create_proxy(kind, target, args, kwargs, name, type_expr, proxy_factory_fn)
         if not isinstance(proxy, CustomProxy):
@@ -116,9 +118,8 @@ class CustomTracer(fx.Tracer):
             path, mtype = list(stack.values())[-1]
             node.meta["module_path"] = path
             node.meta["module_type"] = getattr(mtype, "__qualname__", str(mtype))
-        if isinstance(value, torch.Tensor):
-            _record_view(node, value, args)
-        elif kind in ("call_function", "call_method") and _target_name(target) in _SPLITTING and isinstance(value, (tuple, list)):
+        _record_view(node, value, versions)
+        if kind in ("call_function", "call_method") and _target_name(target) in _SPLITTING and isinstance(value, (tuple, list)):
             # how many pieces torch returns can depend on a dynamic size (chunk(3) of 4 gives 2)
             self._record_guard(proxy, "count", len(value), f"{_target_name(target)}(...) gives {len(value)} tensors")
         return proxy
@@ -229,19 +230,46 @@ def _fetch_attr(root, target: str):
     return obj
 
 
-def _record_view(node: fx.Node, value: torch.Tensor, args) -> None:
-    """Remember which input tensor this output is a view of (for the in-place pass)."""
-    if not args:
-        return
-    first = args[0]
-    if isinstance(first, CustomProxy) and isinstance(first.value, torch.Tensor):
-        base = first.value
+def _input_versions(args) -> list:
+    """(input node, its tensor, version counter) for every traced tensor among ``args``."""
+    found: list = []
+
+    def visit(obj):
+        if type(obj) is CustomProxy and isinstance(obj.value, torch.Tensor):
+            try:
+                found.append((obj.node, obj.value, obj.value._version))
+            except RuntimeError:  # inference tensors have no version counter
+                pass
+        elif isinstance(obj, (list, tuple)):
+            for x in obj:
+                visit(x)
+        elif isinstance(obj, dict):
+            for x in obj.values():
+                visit(x)
+
+    visit(args)
+    return found
+
+
+def storage_keys(value) -> tuple:
+    """Identities of the memory blocks that the tensors in ``value`` live in (torch's aliasing)."""
+    if isinstance(value, torch.Tensor):
         try:
-            same = value.untyped_storage().data_ptr() == base.untyped_storage().data_ptr()
+            ptr = value.untyped_storage().data_ptr()
         except Exception:  # noqa: BLE001 - storage-less tensors
-            same = False
-        if same and value.numel() > 0 and node.op in ("call_function", "call_method"):
-            node.meta["view_of"] = first.node
+            return ()
+        return (ptr,) if ptr and value.numel() > 0 else ()
+    if isinstance(value, (list, tuple)) and not isinstance(value, torch.Size):
+        return tuple(dict.fromkeys(k for v in value for k in storage_keys(v)))
+    return ()
+
+
+def _record_view(node: fx.Node, value, versions: list) -> None:
+    """Record, for the in-place pass, which memory ``value`` lives in (``meta['storage']``:
+    a view shares it with its base) and which inputs the call updated in place
+    (``meta['mutated_inputs']``, from torch's version counters)."""
+    node.meta["storage"] = storage_keys(value)
+    node.meta["mutated_inputs"] = [n for n, t, v in versions if t._version != v]
 
 
 # scoped patches -----------------------------------------------------------------------
