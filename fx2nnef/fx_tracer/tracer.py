@@ -176,6 +176,21 @@ class CustomTracer(fx.Tracer):
     def is_leaf_module(self, m, module_qualified_name):
         return isinstance(m, self.leaf_types) or module_qualified_name in self.leaf_names
 
+    def call_module(self, m, forward, args, kwargs):
+        try:
+            self.path_of_module(m)
+        except NameError:
+            # a module made inside forward (``nn.GELU()(x)``, ``ACT2FN[name](x)``) has no path:
+            # trace through its forward like any other code
+            if self.is_leaf_module(m, ""):
+                loc = user_frame_location()
+                raise TraceError(
+                    f"{type(m).__name__} is created inside forward{' at ' + str(loc) if loc else ''}, so its "
+                    "weights are not part of the model and it cannot be kept as one call; make it a "
+                    "submodule in __init__ (self.name = ...)") from None
+            return forward(*args, **kwargs)
+        return super().call_module(m, forward, args, kwargs)
+
     def getattr(self, attr, attr_val, parameter_proxy_cache):
         return super().getattr(attr, attr_val, parameter_proxy_cache)
 
@@ -281,6 +296,7 @@ def tracing_patches(tracer: CustomTracer):
         return method
 
     methods = {name: getattr(torch.Tensor, name) for name in _SIZED_METHODS}
+    checks = {name: getattr(torch, name) for name in _CHECK_FUNCTIONS if hasattr(torch, name)}
     builtins.isinstance = _traced_isinstance
     torch.Tensor.__getitem__ = getitem
     try:
@@ -288,6 +304,8 @@ def tracing_patches(tracer: CustomTracer):
             setattr(torch.Tensor, name, wrap_method(name, fn))
         for name, fn in saved.items():
             setattr(torch, name, wrap(fn))
+        for name, fn in checks.items():
+            setattr(torch, name, _concrete_check(fn, _CHECK_FUNCTIONS[name]))
         yield
     finally:
         builtins.isinstance = _orig_isinstance
@@ -296,6 +314,32 @@ def tracing_patches(tracer: CustomTracer):
             setattr(torch.Tensor, name, fn)
         for name, fn in saved.items():
             setattr(torch, name, fn)
+        for name, fn in checks.items():
+            setattr(torch, name, fn)
+
+
+# torch's runtime checks -> (position, keyword) of their condition argument
+_CHECK_FUNCTIONS = {
+    "_check": (0, "cond"), "_check_with": (1, "cond"), "_check_index": (0, "cond"),
+    "_check_value": (0, "cond"), "_check_type": (0, "cond"), "_check_not_implemented": (0, "cond"),
+    "_assert": (0, "condition"),
+}
+
+
+def _concrete_check(fn, where):
+    """``fn`` with a traced condition replaced by its example value, recorded as a guard
+    (``torch._check(x.shape[0] == n)`` must hold at every size the export claims)."""
+    pos, key = where
+
+    def check(*args, **kwargs):
+        if len(args) > pos and _orig_isinstance(args[pos], CustomProxy):
+            args = args[:pos] + (bool(args[pos]),) + args[pos + 1:]
+        elif _orig_isinstance(kwargs.get(key), CustomProxy):
+            kwargs = {**kwargs, key: bool(kwargs[key])}
+        return fn(*args, **kwargs)
+
+    check.__wrapped__ = fn
+    return check
 
 
 # entry point --------------------------------------------------------------------------
@@ -320,10 +364,23 @@ class _TraceRoot(torch.nn.Module):
         self.__dict__["_buffers"] = model._buffers
 
 
+class _LeafRoot(torch.nn.Module):
+    """Holds a root model that is itself a leaf module, so that its call is recorded whole."""
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, *args, **kwargs):
+        return self.model(*args, **kwargs)
+
+
 def trace_model(model: torch.nn.Module, args: tuple, kwargs: dict, flat_names: list,
                 output_names: Optional[list] = None, leaf_types: tuple = (), leaf_names: tuple = ()) -> TraceResult:
     """Trace ``model(*args, **kwargs)``; tensors inside the inputs become placeholders
     named ``flat_names`` (in :func:`structures.flatten` order)."""
+    if isinstance(model, tuple(leaf_types)):
+        model = _LeafRoot(model)  # a root that an extractor lowers whole: one call_module node
     flat = structures.flatten((args, kwargs), "")
     if len(flat) != len(flat_names):
         raise TraceError(f"expected {len(flat_names)} input names for {len(flat)} input tensors")
