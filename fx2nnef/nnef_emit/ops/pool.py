@@ -464,8 +464,12 @@ def repeat_nearest(ctx: EmitContext, x: Value, factors: list, outs: list) -> Val
     for axis, f in zip(inner, factors):
         repeats[axis], shape[axis] = f, f
     y = ctx.op("tile", y, repeats=repeats, out_shape=tuple(shape))
-    return ctx.op("reshape", y, shape=list(outs), axis_start=2, axis_count=2 * n,
-                  out_shape=tuple(x.shape[:2]) + tuple(outs))
+    # one merge per axis pair with -1: the traced output sizes may be unknown (None) on dynamic axes
+    for i, (d, f) in enumerate(zip(x.shape[2:], factors)):
+        merged = outs[i] if outs[i] is not None else (None if d is None else d * f)
+        shape = shape[:2 + i] + [merged] + shape[4 + i:]
+        y = ctx.op("reshape", y, shape=[-1], axis_start=2 + i, axis_count=2, out_shape=tuple(shape))
+    return y
 
 
 def gather_nearest(ctx: EmitContext, x: Value, outs: list, scales: list, exact: bool) -> Value:
