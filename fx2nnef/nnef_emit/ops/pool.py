@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from ...errors import EmitError
-from ...ir import Value
+from ...ir import SymDim, Value, simplify
 from ..context import EmitContext
 from ..helpers import rank
 from ..registry import register
@@ -445,11 +445,22 @@ def _integer_factors(ins: list, outs: list, scales: list) -> Optional[list]:
         elif isinstance(n_in, int) and isinstance(n_out, int) and n_out % n_in == 0:
             f = n_out // n_in
         else:
-            f = None
+            f = _symbolic_factor(n_in, n_out)
         if f is None:
             return None
         factors.append(f)
     return factors
+
+
+def _symbolic_factor(n_in, n_out) -> Optional[int]:
+    """k when the dynamic size ``n_out`` is exactly ``k * n_in`` (size=(2 * H, ...)), else None."""
+    if not isinstance(n_in, SymDim) or not isinstance(n_out, SymDim) or not n_in.terms:
+        return None
+    mono, coef = next(iter(n_in.terms.items()))
+    k, rem = divmod(n_out.terms.get(mono, 0), coef)
+    if rem or k < 1 or simplify(n_out - n_in * k) != 0:
+        return None
+    return k
 
 
 def repeat_nearest(ctx: EmitContext, x: Value, factors: list, outs: list) -> Value:
