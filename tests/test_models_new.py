@@ -156,3 +156,65 @@ SIZE_SCALARS = {
 def test_dynamic_size_as_scalar(name, tmp_path):
     res = check_op(SIZE_SCALARS[name], [randn(2, 5)], tmp_path, dynamic_axes={"x0": {1: "S"}})
     assert res.check.ok
+
+
+# 6. models built from transformers configs (random weights, tiny) -------------------------
+def _perturbed(model):
+    """Random weights with norm weights and biases away from their 1 / 0 defaults."""
+    g = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name.lower() or "ln" in name.lower() or name.endswith("bias"):
+                p.add_(torch.rand(p.shape, generator=g) * 0.4 - 0.2)
+    return model.eval()
+
+
+def _causal_lm(config_cls, model_cls, **kw):
+    def make():
+        config = config_cls(**kw)
+        config.use_cache = False
+        return model_cls(config)
+    return make
+
+
+def _hf_models():
+    import transformers as T
+
+    ids = torch.randint(0, 256, (1, 7), generator=torch.Generator().manual_seed(1))
+    image = randn(1, 3, 32, 32)
+    seq = {"input_ids": {1: "S"}}
+    return {
+        "falcon": (_causal_lm(T.FalconConfig, T.FalconForCausalLM, hidden_size=64, num_hidden_layers=2,
+                              num_attention_heads=4, vocab_size=256), ids, seq),
+        "opt": (_causal_lm(T.OPTConfig, T.OPTForCausalLM, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                           ffn_dim=128, vocab_size=256, max_position_embeddings=128, word_embed_proj_dim=64), ids, seq),
+        # ACT2FN[...] modules made inside forward (issue item 3); static S: the chunk padding is S mod 8
+        "mamba2": (_causal_lm(T.Mamba2Config, T.Mamba2ForCausalLM, hidden_size=64, num_hidden_layers=2, num_heads=8,
+                              head_dim=16, state_size=16, vocab_size=256, n_groups=1, expand=2, chunk_size=8), ids, {}),
+        "convnext": (lambda: T.ConvNextModel(T.ConvNextConfig(hidden_sizes=[16, 32], depths=[1, 1], num_stages=2,
+                                                              image_size=32)), image, {"pixel_values": {0: "B"}}),
+        "resnet_dynamic_hw": (lambda: T.ResNetModel(T.ResNetConfig(hidden_sizes=[16, 32], depths=[1, 1], embedding_size=16)),
+                              image, {"pixel_values": {0: "B", 2: "H", 3: "W"}}),
+        "swin": (lambda: T.SwinModel(T.SwinConfig(image_size=32, patch_size=4, embed_dim=16, depths=[1, 1],
+                                                  num_heads=[2, 2], window_size=4)), image, {"pixel_values": {0: "B"}}),
+        "mobilevit": (lambda: T.MobileViTModel(T.MobileViTConfig(
+            image_size=32, hidden_sizes=[16, 24, 32], neck_hidden_sizes=[8, 8, 16, 16, 24, 32, 64],
+            num_attention_heads=2, patch_size=2)), image, {"pixel_values": {0: "B"}}),
+        "whisper_encoder": (lambda: T.WhisperModel(T.WhisperConfig(
+            d_model=64, encoder_layers=2, decoder_layers=1, encoder_attention_heads=4, decoder_attention_heads=4,
+            encoder_ffn_dim=128, decoder_ffn_dim=128, num_mel_bins=16, max_source_positions=32, vocab_size=256,
+            pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1)).encoder,
+            randn(1, 16, 64), {"input_features": {0: "B"}}),
+    }
+
+
+HF_MODELS = ["falcon", "opt", "mamba2", "convnext", "resnet_dynamic_hw", "swin", "mobilevit", "whisper_encoder"]
+
+
+@pytest.mark.parametrize("name", HF_MODELS)
+def test_transformers_model(name, tmp_path):
+    make, x, dyn = _hf_models()[name]
+    torch.manual_seed(0)
+    model = _perturbed(make())
+    res = fx2nnef.export(model, (x,), tmp_path / "m.nnef.tgz", target=fx2nnef.TractNNEF(check_io=True, dynamic_axes=dyn))
+    assert res.check.ok and len(res.check.cases) == (2 if dyn else 1)
