@@ -75,12 +75,37 @@ UPSAMPLES = {
     "nearest_sf2": lambda x: F.interpolate(F.max_pool2d(x, 2), scale_factor=2),
     "nearest_sf3_module": lambda x: nn.Upsample(scale_factor=(3, 2))(x),
     "nearest_size_from_input": lambda x: F.interpolate(x, size=(x.shape[2] * 2, x.shape[3] * 2)),
+    "bilinear_sf2": lambda x: F.interpolate(x, scale_factor=2, mode="bilinear"),
+    "bilinear_sf3x2_after_pool": lambda x: nn.Upsample(scale_factor=(3, 2), mode="bilinear")(F.max_pool2d(x, 2)),
+    "bilinear_size_from_input": lambda x: F.interpolate(x, size=(x.shape[2] * 2, x.shape[3] * 4), mode="bilinear",
+                                                        align_corners=False),
 }
 
 
 @pytest.mark.parametrize("name", list(UPSAMPLES))
 def test_nearest_upsample_dynamic_spatial(name, tmp_path):
     res = check_op(UPSAMPLES[name], [randn(2, 3, 8, 6)], tmp_path, dynamic_axes={"x0": {0: "B", 2: "H", 3: "W"}})
+    assert res.check.ok
+
+
+def test_linear_upsample_dynamic_1d_and_3d(tmp_path):
+    res = check_op(lambda x: F.interpolate(x, scale_factor=2, mode="linear"), [randn(2, 3, 5)], tmp_path,
+                   dynamic_axes={"x0": {2: "T"}})
+    assert res.check.ok
+    res = check_op(lambda x: F.interpolate(x, scale_factor=2, mode="trilinear"), [randn(1, 2, 4, 4, 3)], tmp_path,
+                   dynamic_axes={"x0": {2: "D", 4: "W"}})
+    assert res.check.ok
+
+
+def test_bilinear_align_corners_on_dynamic_size_is_refused_clearly(tmp_path):
+    with pytest.raises(fx2nnef.UnsupportedOpError, match="align_corners=True"):
+        check_op(lambda x: F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=True), [randn(1, 2, 4, 4)],
+                 tmp_path, dynamic_axes={"x0": {2: "H"}})
+
+
+def test_bilinear_align_corners_static_sizes(tmp_path):
+    res = check_op(lambda x: F.interpolate(x, size=(5, 7), mode="bilinear", align_corners=True), [randn(2, 3, 4, 4)],
+                   tmp_path, dynamic_axes={"x0": {0: "B"}})
     assert res.check.ok
 
 

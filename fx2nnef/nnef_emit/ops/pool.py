@@ -493,6 +493,31 @@ def gather_nearest(ctx: EmitContext, x: Value, outs: list, scales: list, exact: 
     return x
 
 
+def linear_upsample_axis(ctx: EmitContext, x: Value, axis: int, k: int) -> Value:
+    """Linear upsampling by an integer factor ``k`` along ``axis`` of any (dynamic) length, with
+    align_corners=False: output ``k*i + j`` blends ``x[i]`` with its neighbour at the fixed offset
+    ``(j + 0.5) / k - 0.5``; edge-replicated neighbours give torch's clamping at both ends."""
+    from .shape import concat, slice_axis
+
+    if k == 1:
+        return x
+    n = x.shape[axis]
+    prev = concat(ctx, [slice_axis(ctx, x, axis, 0, 1), slice_axis(ctx, x, axis, 0, n - 1)], axis)
+    nxt = concat(ctx, [slice_axis(ctx, x, axis, 1, n), slice_axis(ctx, x, axis, n - 1, n)], axis)
+    expanded = tuple(x.shape[:axis + 1]) + (1,) + tuple(x.shape[axis + 1:])
+    phases = []
+    for j in range(k):
+        t = (j + 0.5) / k - 0.5
+        other = prev if t < 0 else nxt
+        w = abs(t)
+        y = ctx.op("add", ctx.op("mul", x, float(1 - w), out_shape=x.shape),
+                   ctx.op("mul", other, float(w), out_shape=x.shape), out_shape=x.shape)
+        phases.append(ctx.op("unsqueeze", y, axes=[axis + 1], out_shape=expanded))
+    stacked = concat(ctx, phases, axis + 1)
+    return ctx.op("reshape", stacked, shape=[-1], axis_start=axis, axis_count=2,
+                  out_shape=with_dim(x.shape, axis, simplify(n * k)))
+
+
 def _axis_scales(scale_factor, recompute_scale_factor, n: int) -> list:
     """The scale factor torch uses for source indices along each axis (None: taken from the sizes)."""
     if scale_factor is None or recompute_scale_factor:
@@ -518,8 +543,15 @@ def interpolate(ctx: EmitContext, input: Value, size=None, scale_factor=None, mo
         return adaptive_pool(ctx, input, outs, n, "avg")
     if mode not in ("linear", "bilinear", "bicubic", "trilinear"):
         raise EmitError(f"F.interpolate mode {mode!r} is not supported")
+    if mode != "bicubic" and not align_corners and not all(isinstance(d, int) for d in input.shape[2:]):
+        factors = _integer_factors(list(input.shape[2:]), outs, scales)
+        if factors is not None and all(d is not None for d in input.shape[2:]):
+            x = input
+            for axis, k in enumerate(factors, start=2):
+                x = linear_upsample_axis(ctx, x, axis, k)
+            return x
     x = input
-    ins = static_dims(input.shape[2:], f"{mode} interpolation")
+    ins = static_dims(input.shape[2:], f"{mode} interpolation with align_corners=True or a non-integer factor")
     for axis, (n_in, n_out, sf) in enumerate(zip(ins, outs, scales), start=2):
         m = resample_matrix(n_in, n_out, sf, bool(align_corners), mode == "bicubic")
         if m.shape[0] != m.shape[1] or not np.array_equal(m, np.eye(n_in)):
