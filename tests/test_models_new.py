@@ -38,6 +38,17 @@ def test_extractor_module_as_root(name, tmp_path):
     assert res.check.ok
 
 
+def test_extractor_root_with_initial_state_and_dynamic_time(tmp_path):
+    torch.manual_seed(0)
+    lstm = nn.LSTM(4, 5, batch_first=True)
+    h = (randn(1, 2, 5, seed=1), randn(1, 2, 5, seed=2))
+    target = fx2nnef.TractNNEF(check_io=True, dynamic_axes={"x0": {1: "T"}})
+    res = fx2nnef.export(lstm.eval(), (randn(2, 6, 4), h), tmp_path / "m.nnef.tgz", target=target,
+                         input_names=["x0", "h0", "c0"])
+    assert res.check.ok and len(res.check.cases) == 2
+    assert len(res.graph.outputs) == 3
+
+
 def test_module_made_in_forward_that_needs_an_extractor_is_refused_clearly(tmp_path):
     with pytest.raises(fx2nnef.TraceError, match="created inside forward"):
         export(FnModule(lambda x: nn.GRU(4, 5)(x)[0]), [randn(3, 2, 4)], tmp_path)
