@@ -132,7 +132,8 @@ class MadeInForward(nn.Module):
 
     def forward(self, x):
         x = ACT2FN["gelu"]()(self.lin(x))
-        return self.plain(nn.SiLU()(x) + nn.LayerNorm(4, elementwise_affine=False)(x))
+        # LayerNorm's own (constant) parameters become constants; Sequential's children are made here too
+        return self.plain(nn.SiLU()(x) + nn.LayerNorm(4)(x)) + nn.Sequential(nn.ReLU(), nn.Tanh())(x)
 
 
 def test_module_made_inside_forward_is_traced_through(tmp_path):

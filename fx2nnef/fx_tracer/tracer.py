@@ -93,6 +93,8 @@ class CustomTracer(fx.Tracer):
         self.guards: list[GuardRecord] = []
         self.placeholder_values: dict = {}
         self._in_guard = False
+        self._root_params: Optional[set] = None
+        self._foreign: dict = {}
 
     # proxies and values ---------------------------------------------------------------
     def proxy(self, node):
@@ -197,9 +199,21 @@ class CustomTracer(fx.Tracer):
     def create_arg(self, a):
         if isinstance(a, SizeTuple):
             return tuple(self.create_arg(x) for x in a)
+        if isinstance(a, torch.nn.Parameter):
+            a = self._foreign_parameter(a)
         if isinstance(a, torch.Tensor) and not isinstance(a, fx.Proxy):
             self._snapshot_constant(a)
         return super().create_arg(a)
+
+    def _foreign_parameter(self, p: torch.nn.Parameter) -> torch.Tensor:
+        """A parameter of a module made inside forward (not the model's) is a constant tensor."""
+        if self._root_params is None:
+            self._root_params = {id(q) for q in self.root.parameters()}
+        if id(p) in self._root_params:
+            return p
+        if id(p) not in self._foreign:
+            self._foreign[id(p)] = (p, p.detach())  # p is kept alive so that its id stays unique
+        return self._foreign[id(p)][1]
 
     def _snapshot_constant(self, t: torch.Tensor) -> None:
         """Store a copy of a tensor created outside the trace (e.g. ``torch.zeros(2, 3)`` with
