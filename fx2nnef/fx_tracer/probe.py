@@ -332,7 +332,9 @@ def _constants(gm, data_dep, varies) -> set:
     for n in gm.graph.nodes:
         if n.op in ("placeholder", "output") or n in data_dep or n in varies:
             continue
-        if _is_shape_query(n) or all(a in const for a in n.all_input_nodes):
+        # new_full(x, (2,), s) reads x's dtype only, but its sizes and fill must be constant too
+        rest = n.all_input_nodes[1:] if _is_shape_query(n) else n.all_input_nodes
+        if all(a in const for a in rest):
             const.add(n)
     return const
 

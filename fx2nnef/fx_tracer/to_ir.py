@@ -6,6 +6,7 @@ folded to constants.
 """
 from __future__ import annotations
 
+import math
 import operator
 from typing import Any
 
@@ -14,7 +15,7 @@ import torch
 import torch.fx as fx
 
 from ..errors import TraceError
-from ..ir import DType, Graph, Node, Value, method_key, op_key
+from ..ir import DType, Graph, Node, SymDim, Value, method_key, op_key
 from .probe import Analysis, Unfit
 
 _TORCH_TO_IR = {
@@ -88,10 +89,40 @@ class _Builder:
     def _scalar(self, n: fx.Node):
         sym = self.a.sym.get(n)
         if isinstance(sym, Unfit) or sym is None:
+            lowered = self._float_scalar(n)
+            if lowered is not None:
+                return lowered
             return Unrepresentable(n, f"value changes with the dynamic sizes as {sym!r}")
         if isinstance(sym, tuple):
             return tuple(Unrepresentable(n, "") if isinstance(d, Unfit) else d for d in sym)
         return sym
+
+    def _float_scalar(self, n: fx.Node):
+        """A Python float computed from dynamic sizes (``s ** -0.5``, ``math.sqrt(s)``) as a 0-d
+        f32 tensor node, or None when ``n`` is not such arithmetic."""
+        if n.op != "call_function" or not isinstance(self.a.values[n], float) or n.kwargs:
+            return None
+        target = _FLOAT_SCALAR_OPS.get(n.target)
+        if target is None:
+            return None
+        args = tuple(self._f32_operand(n, a) for a in self.lookup(n.args))
+        if not any(isinstance(a, Value) for a in args) or any(isinstance(a, Unrepresentable) for a in args):
+            return None
+        return self._add_scalar_node(n, op_key(target), args)
+
+    def _f32_operand(self, n: fx.Node, a):
+        if isinstance(a, SymDim):
+            return self._add_scalar_node(n, "reduce.size", (a, DType.F32))
+        if isinstance(a, Value) and a.dtype != DType.F32:
+            return self._add_scalar_node(n, op_key(torch.Tensor.float), (a,))
+        return a
+
+    def _add_scalar_node(self, n: fx.Node, kind: str, args: tuple) -> Value:
+        out = self.graph.new_value(n.name, DType.F32, ())
+        self.graph.add_node(Node(kind, args, {}, [out], module_path=n.meta.get("module_path", ""),
+                                 module_type=n.meta.get("module_type", ""), source=n.meta.get("source"),
+                                 name=n.name))
+        return out
 
     def _tensor_outputs(self, n: fx.Node, value, path=()):
         """Create IR Values for every tensor in ``value``; returns the same structure."""
@@ -186,6 +217,15 @@ class _Builder:
                 raise TraceError(f"output '{name}' is not a tensor ({v!r})")
             self.graph.outputs.append(v)
             self.graph.output_names.append(name)
+
+
+# Python arithmetic on sizes that yields a float, and the tensor op that computes it on a 0-d tensor
+_FLOAT_SCALAR_OPS = {
+    operator.add: operator.add, operator.sub: operator.sub, operator.mul: operator.mul,
+    operator.truediv: operator.truediv, operator.pow: operator.pow, operator.neg: operator.neg,
+    math.sqrt: torch.sqrt, math.exp: torch.exp, math.log: torch.log, math.log2: torch.log2,
+    math.log10: torch.log10, math.sin: torch.sin, math.cos: torch.cos, math.tanh: torch.tanh,
+}
 
 
 def _has_tensor(value) -> bool:

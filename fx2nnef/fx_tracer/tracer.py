@@ -93,6 +93,8 @@ class CustomTracer(fx.Tracer):
         self.guards: list[GuardRecord] = []
         self.placeholder_values: dict = {}
         self._in_guard = False
+        self._root_params: Optional[set] = None
+        self._foreign: dict = {}
 
     # proxies and values ---------------------------------------------------------------
     def proxy(self, node):
@@ -180,15 +182,42 @@ class CustomTracer(fx.Tracer):
     def is_leaf_module(self, m, module_qualified_name):
         return isinstance(m, self.leaf_types) or module_qualified_name in self.leaf_names
 
+    def call_module(self, m, forward, args, kwargs):
+        try:
+            self.path_of_module(m)
+        except NameError:
+            # a module made inside forward (``nn.GELU()(x)``, ``ACT2FN[name](x)``) has no path:
+            # trace through its forward like any other code
+            if self.is_leaf_module(m, ""):
+                loc = user_frame_location()
+                raise TraceError(
+                    f"{type(m).__name__} is created inside forward{' at ' + str(loc) if loc else ''}, so its "
+                    "weights are not part of the model and it cannot be kept as one call; make it a "
+                    "submodule in __init__ (self.name = ...)") from None
+            return forward(*args, **kwargs)
+        return super().call_module(m, forward, args, kwargs)
+
     def getattr(self, attr, attr_val, parameter_proxy_cache):
         return super().getattr(attr, attr_val, parameter_proxy_cache)
 
     def create_arg(self, a):
         if isinstance(a, SizeTuple):
             return tuple(self.create_arg(x) for x in a)
+        if isinstance(a, torch.nn.Parameter):
+            a = self._foreign_parameter(a)
         if isinstance(a, torch.Tensor) and not isinstance(a, fx.Proxy):
             self._snapshot_constant(a)
         return super().create_arg(a)
+
+    def _foreign_parameter(self, p: torch.nn.Parameter) -> torch.Tensor:
+        """A parameter of a module made inside forward (not the model's) is a constant tensor."""
+        if self._root_params is None:
+            self._root_params = {id(q) for q in self.root.parameters()}
+        if id(p) in self._root_params:
+            return p
+        if id(p) not in self._foreign:
+            self._foreign[id(p)] = (p, p.detach())  # p is kept alive so that its id stays unique
+        return self._foreign[id(p)][1]
 
     def _snapshot_constant(self, t: torch.Tensor) -> None:
         """Store a copy of a tensor created outside the trace (e.g. ``torch.zeros(2, 3)`` with
@@ -321,6 +350,7 @@ def tracing_patches(tracer: CustomTracer):
         return method
 
     methods = {name: getattr(torch.Tensor, name) for name in _SIZED_METHODS}
+    checks = {name: getattr(torch, name) for name in _CHECK_FUNCTIONS if hasattr(torch, name)}
     builtins.isinstance = _traced_isinstance
     torch.Tensor.__getitem__ = getitem
     try:
@@ -328,6 +358,8 @@ def tracing_patches(tracer: CustomTracer):
             setattr(torch.Tensor, name, wrap_method(name, fn))
         for name, fn in saved.items():
             setattr(torch, name, wrap(fn))
+        for name, fn in checks.items():
+            setattr(torch, name, _concrete_check(fn, _CHECK_FUNCTIONS[name]))
         yield
     finally:
         builtins.isinstance = _orig_isinstance
@@ -336,6 +368,32 @@ def tracing_patches(tracer: CustomTracer):
             setattr(torch.Tensor, name, fn)
         for name, fn in saved.items():
             setattr(torch, name, fn)
+        for name, fn in checks.items():
+            setattr(torch, name, fn)
+
+
+# torch's runtime checks -> (position, keyword) of their condition argument
+_CHECK_FUNCTIONS = {
+    "_check": (0, "cond"), "_check_with": (1, "cond"), "_check_index": (0, "cond"),
+    "_check_value": (0, "cond"), "_check_type": (0, "cond"), "_check_not_implemented": (0, "cond"),
+    "_assert": (0, "condition"),
+}
+
+
+def _concrete_check(fn, where):
+    """``fn`` with a traced condition replaced by its example value, recorded as a guard
+    (``torch._check(x.shape[0] == n)`` must hold at every size the export claims)."""
+    pos, key = where
+
+    def check(*args, **kwargs):
+        if len(args) > pos and _orig_isinstance(args[pos], CustomProxy):
+            args = args[:pos] + (bool(args[pos]),) + args[pos + 1:]
+        elif _orig_isinstance(kwargs.get(key), CustomProxy):
+            kwargs = {**kwargs, key: bool(kwargs[key])}
+        return fn(*args, **kwargs)
+
+    check.__wrapped__ = fn
+    return check
 
 
 # entry point --------------------------------------------------------------------------
@@ -360,10 +418,23 @@ class _TraceRoot(torch.nn.Module):
         self.__dict__["_buffers"] = model._buffers
 
 
+class _LeafRoot(torch.nn.Module):
+    """Holds a root model that is itself a leaf module, so that its call is recorded whole."""
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, *args, **kwargs):
+        return self.model(*args, **kwargs)
+
+
 def trace_model(model: torch.nn.Module, args: tuple, kwargs: dict, flat_names: list,
                 output_names: Optional[list] = None, leaf_types: tuple = (), leaf_names: tuple = ()) -> TraceResult:
     """Trace ``model(*args, **kwargs)``; tensors inside the inputs become placeholders
     named ``flat_names`` (in :func:`structures.flatten` order)."""
+    if isinstance(model, tuple(leaf_types)):
+        model = _LeafRoot(model)  # a root that an extractor lowers whole: one call_module node
     flat = structures.flatten((args, kwargs), "")
     if len(flat) != len(flat_names):
         raise TraceError(f"expected {len(flat_names)} input names for {len(flat)} input tensors")

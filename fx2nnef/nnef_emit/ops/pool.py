@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from ...errors import EmitError
-from ...ir import Value
+from ...ir import SymDim, Value, simplify
 from ..context import EmitContext
 from ..helpers import rank
 from ..registry import register
@@ -445,11 +445,22 @@ def _integer_factors(ins: list, outs: list, scales: list) -> Optional[list]:
         elif isinstance(n_in, int) and isinstance(n_out, int) and n_out % n_in == 0:
             f = n_out // n_in
         else:
-            f = None
+            f = _symbolic_factor(n_in, n_out)
         if f is None:
             return None
         factors.append(f)
     return factors
+
+
+def _symbolic_factor(n_in, n_out) -> Optional[int]:
+    """k when the dynamic size ``n_out`` is exactly ``k * n_in`` (size=(2 * H, ...)), else None."""
+    if not isinstance(n_in, SymDim) or not isinstance(n_out, SymDim) or not n_in.terms:
+        return None
+    mono, coef = next(iter(n_in.terms.items()))
+    k, rem = divmod(n_out.terms.get(mono, 0), coef)
+    if rem or k < 1 or simplify(n_out - n_in * k) != 0:
+        return None
+    return k
 
 
 def repeat_nearest(ctx: EmitContext, x: Value, factors: list, outs: list) -> Value:
@@ -464,8 +475,12 @@ def repeat_nearest(ctx: EmitContext, x: Value, factors: list, outs: list) -> Val
     for axis, f in zip(inner, factors):
         repeats[axis], shape[axis] = f, f
     y = ctx.op("tile", y, repeats=repeats, out_shape=tuple(shape))
-    return ctx.op("reshape", y, shape=list(outs), axis_start=2, axis_count=2 * n,
-                  out_shape=tuple(x.shape[:2]) + tuple(outs))
+    # one merge per axis pair with -1: the traced output sizes may be unknown (None) on dynamic axes
+    for i, (d, f) in enumerate(zip(x.shape[2:], factors)):
+        merged = outs[i] if outs[i] is not None else (None if d is None else d * f)
+        shape = shape[:2 + i] + [merged] + shape[4 + i:]
+        y = ctx.op("reshape", y, shape=[-1], axis_start=2 + i, axis_count=2, out_shape=tuple(shape))
+    return y
 
 
 def gather_nearest(ctx: EmitContext, x: Value, outs: list, scales: list, exact: bool) -> Value:
@@ -476,6 +491,31 @@ def gather_nearest(ctx: EmitContext, x: Value, outs: list, scales: list, exact: 
         if not np.array_equal(idx, np.arange(n_in)):
             x = ctx.call("nnef.gather", x, ctx.const(idx), axis, with_dim(x.shape, axis, n_out))
     return x
+
+
+def linear_upsample_axis(ctx: EmitContext, x: Value, axis: int, k: int) -> Value:
+    """Linear upsampling by an integer factor ``k`` along ``axis`` of any (dynamic) length, with
+    align_corners=False: output ``k*i + j`` blends ``x[i]`` with its neighbour at the fixed offset
+    ``(j + 0.5) / k - 0.5``; edge-replicated neighbours give torch's clamping at both ends."""
+    from .shape import concat, slice_axis
+
+    if k == 1:
+        return x
+    n = x.shape[axis]
+    prev = concat(ctx, [slice_axis(ctx, x, axis, 0, 1), slice_axis(ctx, x, axis, 0, n - 1)], axis)
+    nxt = concat(ctx, [slice_axis(ctx, x, axis, 1, n), slice_axis(ctx, x, axis, n - 1, n)], axis)
+    expanded = tuple(x.shape[:axis + 1]) + (1,) + tuple(x.shape[axis + 1:])
+    phases = []
+    for j in range(k):
+        t = (j + 0.5) / k - 0.5
+        other = prev if t < 0 else nxt
+        w = abs(t)
+        y = ctx.op("add", ctx.op("mul", x, float(1 - w), out_shape=x.shape),
+                   ctx.op("mul", other, float(w), out_shape=x.shape), out_shape=x.shape)
+        phases.append(ctx.op("unsqueeze", y, axes=[axis + 1], out_shape=expanded))
+    stacked = concat(ctx, phases, axis + 1)
+    return ctx.op("reshape", stacked, shape=[-1], axis_start=axis, axis_count=2,
+                  out_shape=with_dim(x.shape, axis, simplify(n * k)))
 
 
 def _axis_scales(scale_factor, recompute_scale_factor, n: int) -> list:
@@ -503,8 +543,15 @@ def interpolate(ctx: EmitContext, input: Value, size=None, scale_factor=None, mo
         return adaptive_pool(ctx, input, outs, n, "avg")
     if mode not in ("linear", "bilinear", "bicubic", "trilinear"):
         raise EmitError(f"F.interpolate mode {mode!r} is not supported")
+    if mode != "bicubic" and not align_corners and not all(isinstance(d, int) for d in input.shape[2:]):
+        factors = _integer_factors(list(input.shape[2:]), outs, scales)
+        if factors is not None and all(d is not None for d in input.shape[2:]):
+            x = input
+            for axis, k in enumerate(factors, start=2):
+                x = linear_upsample_axis(ctx, x, axis, k)
+            return x
     x = input
-    ins = static_dims(input.shape[2:], f"{mode} interpolation")
+    ins = static_dims(input.shape[2:], f"{mode} interpolation with align_corners=True or a non-integer factor")
     for axis, (n_in, n_out, sf) in enumerate(zip(ins, outs, scales), start=2):
         m = resample_matrix(n_in, n_out, sf, bool(align_corners), mode == "bicubic")
         if m.shape[0] != m.shape[1] or not np.array_equal(m, np.eye(n_in)):
