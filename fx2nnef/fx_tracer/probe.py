@@ -226,6 +226,74 @@ def _symbol_range(sym: str, v: int, results: dict) -> SymRange:
     return SymRange(sym, lo, hi, step, v % step, "; ".join(why))
 
 
+def _meta_inputs(example: list, names: list, dynamic_axes: dict, env: dict) -> list:
+    out = []
+    for name, t in zip(names, example):
+        shape = list(t.shape)
+        for axis, sym in dynamic_axes.get(name, {}).items():
+            shape[axis] = env[sym]
+        out.append(torch.empty(shape, dtype=t.dtype, device="meta"))
+    return out
+
+
+def guard_flip_sizes(gm, example, names, dynamic_axes, guards, base_env, data_dep, max_sizes: int = 4) -> list:
+    """Sizes, one symbol moved at a time, where a shape guard's decision changes.
+
+    Only the nodes the guards depend on are run, on meta tensors (shapes, no data), at every
+    size from 1 to a few times the example: a decision such as ``S > 2`` or ``S == 4`` is then
+    found whichever threshold it has, and the nearest sizes where it flips are probed with
+    real data. Nodes that cannot run on meta tensors leave their guards unscanned."""
+    shape_guards = [g for g in guards if g.node not in data_dep]
+    if not shape_guards or not base_env:
+        return []
+    need: set = set()
+    todo = [g.node for g in shape_guards]
+    while todo:
+        n = todo.pop()
+        if n not in need:
+            need.add(n)
+            todo.extend(n.all_input_nodes)
+    if any(n.op == "get_attr" for n in need):
+        return []
+    order = [n for n in gm.graph.nodes if n in need]
+    interp = fx.Interpreter(gm)
+
+    def decisions(env):
+        inputs = iter(_meta_inputs(example, names, dynamic_axes, env))
+        interp.env = {}
+        try:
+            with torch.no_grad():
+                for n in order:
+                    interp.env[n] = next(inputs) if n.op == "placeholder" else interp.run_node(n)
+        except Exception:  # noqa: BLE001 - a node needs data: its guards stay unscanned
+            return None
+        return tuple(_guard_holds(g, interp.env[g.node]) if g.node in interp.env else None for g in shape_guards)
+
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if any(n not in need for n in placeholders):
+        order = [n for n in gm.graph.nodes if n in need or n.op == "placeholder"]
+    found = []
+    for s, v in base_env.items():
+        top = min(max(3 * v, v + 16, 32), 1024)
+        base = decisions(base_env)
+        if base is None:
+            continue
+        for side in (range(v - 1, 0, -1), range(v + 1, top + 1)):
+            hits = 0
+            prev = base
+            for n in side:
+                cur = decisions({**base_env, s: n})
+                if cur is None:
+                    break
+                if cur != prev:
+                    found.append({**base_env, s: n})
+                    hits += 1
+                    if hits >= max_sizes:
+                        break
+                prev = cur
+    return found
+
+
 def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, guards: list,
             reference=None) -> Analysis:
     """Run the graph at the example sizes and at probe sizes below and above; fit shapes;
@@ -257,6 +325,10 @@ def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, 
         for env in below_probe_envs(base_env) + probe_envs(base_env) + far_probe_envs(base_env):
             if env not in single and env not in multi:
                 (single if len(_moved(env, base_env)) == 1 else multi).append(env)
+        data_dep0 = _data_dependence(gm)
+        for env in guard_flip_sizes(gm, example, names, dynamic_axes, guards, base_env, data_dep0):
+            if env not in single:
+                single.append(env)
     good: list = [(base_env, base_values)]
     guard_flips: dict = {}  # id(guard) -> first env where it flipped and the graph differs
     equivalent: dict = {}
