@@ -374,6 +374,23 @@ def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, 
             r = "bad"
         results[s][env[s]] = "bad" if r == "error" else r
     ranges = {s: _symbol_range(s, base_env[s], results[s]) for s in symbols}
+    for s in symbols:
+        # a model accepting only every N-th size: look for a finer step and for the smallest
+        # accepted size below the lowest probed one (a few more runs only for such models)
+        v = base_env[s]
+        for _ in range(4):
+            rng = ranges[s]
+            if rng.step <= 1 and not (rng.lo is not None and "refuses" in rng.why):
+                break
+            finer = [v + d for d in range(rng.step - 1, 0, -1) if rng.step % d == 0 and v + d not in results[s]]
+            lower = [] if rng.lo is None else [n for n in (rng.lo - rng.step,) if n >= 1 and n not in results[s]]
+            todo = (finer[:1] + lower)[:1]
+            if not todo:
+                break
+            env = {**base_env, s: todo[0]}
+            r = probe(env)
+            results[s][todo[0]] = "bad" if isinstance(r, tuple) or r == "error" else r
+            ranges[s] = _symbol_range(s, v, results[s])
     for env in multi:
         if all(ranges[s].contains(env[s]) for s in symbols):
             r = probe(env)
