@@ -294,6 +294,25 @@ def guard_flip_sizes(gm, example, names, dynamic_axes, guards, base_env, data_de
     return found
 
 
+def _bisect_refused(results: dict, rng: SymRange, v: int) -> list:
+    """A size halfway between a bound set by the model's refusals and the nearest refused
+    size beyond it (aligned to the step): probing it tightens that bound."""
+    out = []
+    if rng.lo is not None:
+        below = [n for n in results if n < rng.lo]
+        if below and results[max(below)] == "refused":
+            mid = rng.lo - ((rng.lo - max(below)) // 2 // rng.step) * rng.step
+            if mid < rng.lo and mid not in results:
+                out.append(mid)
+    if rng.hi is not None:
+        above = [n for n in results if n > rng.hi]
+        if above and results[min(above)] == "refused":
+            mid = rng.hi + ((min(above) - rng.hi) // 2 // rng.step) * rng.step
+            if mid > rng.hi and mid not in results:
+                out.append(mid)
+    return out
+
+
 def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, guards: list,
             reference=None) -> Analysis:
     """Run the graph at the example sizes and at probe sizes below and above; fit shapes;
@@ -380,11 +399,8 @@ def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, 
         v = base_env[s]
         for _ in range(4):
             rng = ranges[s]
-            if rng.step <= 1 and not (rng.lo is not None and "refuses" in rng.why):
-                break
             finer = [v + d for d in range(rng.step - 1, 0, -1) if rng.step % d == 0 and v + d not in results[s]]
-            lower = [] if rng.lo is None else [n for n in (rng.lo - rng.step,) if n >= 1 and n not in results[s]]
-            todo = (finer[:1] + lower)[:1]
+            todo = (finer[:1] + _bisect_refused(results[s], rng, v))[:1]
             if not todo:
                 break
             env = {**base_env, s: todo[0]}
