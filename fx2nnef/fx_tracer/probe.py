@@ -201,7 +201,7 @@ def _symbol_range(sym: str, v: int, results: dict) -> SymRange:
     else:
         if any(results[n] == "refused" for n in results if n > last):
             hi = last
-            why.append(f"the model refuses {sym}=" + ",".join(str(n) for n in sorted(results) if n > last))
+            why.append(f"the model refuses {sym}={min(n for n in results if n > last)}")
     last = v
     for n in sorted((n for n in results if n < v), reverse=True):
         if results[n] == "bad":
@@ -213,7 +213,7 @@ def _symbol_range(sym: str, v: int, results: dict) -> SymRange:
     else:
         if any(results[n] == "refused" for n in results if n < last):
             lo = last
-            why.append(f"the model refuses {sym}=" + ",".join(str(n) for n in sorted(results) if n < last))
+            why.append(f"the model refuses {sym}={max(n for n in results if n < last)}")
     good = [n for n, r in results.items() if r == "good" and (lo is None or n >= lo) and (hi is None or n <= hi)]
     step = 0
     for n in good:
