@@ -94,16 +94,15 @@ def test_decision_flipping_at_the_example_size(tmp_path):
     assert "extension tract_assert S <= 6;" in _asserts(r)
 
 
-@pytest.mark.parametrize("kind", ["eq", "ge", "numel", "len", "product", "mod"])
+@pytest.mark.parametrize("kind", ["eq", "ge", "numel", "len", "product"])
 def test_decisions_of_every_form(kind, tmp_path):
-    """==, >=, numel(), len(), products of dims, % : each is found wherever it flips."""
+    """==, >=, numel(), len(), products of dims: each is found wherever it flips."""
     conds = {
         "eq": lambda x: x.shape[0] == 4,
         "ge": lambda x: x.shape[0] >= 3,
         "numel": lambda x: x.numel() <= 12,
         "len": lambda x: len(x) > 5,
         "product": lambda x: x.shape[0] * x.shape[1] > 9,
-        "mod": lambda x: x.shape[0] % 2 == 1,
     }
     cond = conds[kind]
 
@@ -113,12 +112,16 @@ def test_decisions_of_every_form(kind, tmp_path):
     sizes = [n for n in range(1, 22) if _in_range(r, "S", n)]
     assert 7 in sizes
     _sizes_check(model, ins, names, {"x0": {0: "S"}}, r, [{"S": n} for n in sizes])
-    if kind in ("eq", "ge", "numel", "len", "product"):
-        assert r.graph.ranges, "the decision flips somewhere in 1..21: the range must say so"
-    if kind == "mod":
-        # S % 2 flips at every size: the graph is valid at S=7 only -> refused or a single size
-        rng = r.graph.ranges["S"]
-        assert rng.lo == rng.hi == 7
+    assert r.graph.ranges, "the decision flips somewhere in 1..21: the range must say so"
+    assert r.graph.ranges["S"].asserts() and all(f"tract_assert {a};" in r.nnef_text for a in r.graph.ranges["S"].asserts())
+
+
+def test_decision_flipping_at_every_size_is_refused(tmp_path):
+    """`S % 2` at S=7: the graph holds at the example size only -> GuardError naming the line."""
+    def fn(x):
+        return x.cumsum(0) if x.shape[0] % 2 == 1 else x - x.mean(0, keepdim=True)
+    with pytest.raises(fx2nnef.GuardError, match=r"test_dynamic_guards.py:\d+"):
+        _export(fn, [(7, 3)], {"x0": {0: "S"}}, tmp_path)
 
 
 def test_two_symbols(tmp_path):

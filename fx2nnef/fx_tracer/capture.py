@@ -246,6 +246,7 @@ def _trace_and_probe(model, args, kwargs, names, out_names, dyn, leaf_types, lea
         retraced = None
     if retraced is None:
         if not first_failures:
+            _refuse_single_sizes(analysis)
             _note_ranges(analysis, notes)
             return trace.gm, analysis, trace
         lines = [f"the trace took decisions on dynamic dims {dict(analysis.base_env)} that do not hold at other sizes:"]
@@ -253,6 +254,7 @@ def _trace_and_probe(model, args, kwargs, names, out_names, dyn, leaf_types, lea
         lines.append("Make that code independent of the dynamic size, trace with other example sizes, or drop the dim from dynamic_axes.")
         raise GuardError("\n".join(lines))
     trace2, analysis_back = retraced
+    _refuse_single_sizes(analysis_back)
     for g in analysis_back.guards:
         if g.kind == "shape":
             g.note = (g.note + "; " if g.note else "") + "graph traced at larger sizes"
@@ -263,6 +265,18 @@ def _trace_and_probe(model, args, kwargs, names, out_names, dyn, leaf_types, lea
                  + " and checked at the example sizes")
     _note_ranges(analysis_back, notes)
     return trace2.gm, analysis_back, trace2
+
+
+def _refuse_single_sizes(analysis):
+    """A symbol valid at the example size alone is not dynamic: say which decisions fix it."""
+    single = [r for r in analysis.ranges.values() if r.lo is not None and r.lo == r.hi]
+    if not single:
+        return
+    lines = ["the trace took decisions on dynamic dims that make the graph valid at the example size only ("
+             + ", ".join(f"{r.symbol}={r.lo}: {r.why}" for r in single) + "):"]
+    lines += [f"  - {g}" for g in analysis.guards if g.status in ("bounds", "violated")][:10]
+    lines.append("Make that code independent of the dynamic size, or drop the dim from dynamic_axes.")
+    raise GuardError("\n".join(lines))
 
 
 def _note_ranges(analysis, notes):
