@@ -80,6 +80,8 @@ def test_decision_flipping_below_the_example(tmp_path):
     assert str(r.graph.ranges["S"]).startswith("S >= 3")
     assert _asserts(r) == ["extension tract_assert S >= 3;"]
     assert "valid only for S >= 3" in str(r)
+    assert "  valid for: S >= 3 (the graph differs from the model at S=2)" in str(r).splitlines()
+    assert r.ranges["S"].lo == 3 and r.ranges["S"].hi is None
     assert any(g.status == "bounds" and "test_dynamic_guards.py" in str(g.source) for g in r.guards)
 
 
