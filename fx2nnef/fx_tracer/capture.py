@@ -293,6 +293,8 @@ def _check_envs(analysis) -> list:
         env = {}
         for s, v in base.items():
             sizes = [e[s] for e in analysis.good_envs if e[s] != v and (e[s] - v) * side > 0]
+            if side < 0 and any(n >= 2 for n in sizes):
+                sizes = [n for n in sizes if n >= 2]  # a size of 1 broadcasts: a check there says little
             if sizes:
                 target = v // 2 if side < 0 else v + 3
                 env[s] = min(sizes, key=lambda n: (abs(n - target), n))

@@ -165,6 +165,8 @@ def _outputs_match(gm, values: dict, expected: list) -> Optional[str]:
     """None when the graph's outputs equal ``expected``, else what differs."""
     out_node = [n for n in gm.graph.nodes if n.op == "output"][0]
     got = [values[n] for n in out_node.args[0]]
+    if len(got) != len(expected):
+        return f"the model returns {len(expected)} tensors, the graph {len(got)}"
     for i, (g, e) in enumerate(zip(got, expected)):
         if g.shape != e.shape:
             return f"output {i} has shape {tuple(g.shape)}, the model gives {tuple(e.shape)}"
