@@ -228,3 +228,15 @@ def test_check_io_runs_below_and_above_the_example(tmp_path):
     sizes = [int(l.split("=")[1]) for l in labels[1:]]
     assert labels[0] == "example" and min(sizes) < 7 < max(sizes)
     assert not _asserts(r) and not r.graph.ranges
+
+
+def test_shapes_clamped_at_small_sizes_bound_the_range(tmp_path):
+    """`x[:, 1:-1]` is empty at S=1 (not of size -1): shapes follow S-2 from S=2 only."""
+    def fn(x, y):
+        x = x.clone()
+        x[:, 1 : x.shape[1] - 1] = y[:, 1 : x.shape[1] - 1]
+        return x
+    dyn = {"x0": {1: "S"}, "x1": {1: "S"}}
+    model, ins, names, r = _export(fn, [(2, 5, 4), (2, 5, 4)], dyn, tmp_path, check_io=True)
+    assert r.check.ok and r.ranges["S"].lo == 2 and "shapes change otherwise below S=2" in str(r)
+    _sizes_check(model, ins, names, dyn, r, [{"S": n} for n in range(2, 12)])

@@ -296,6 +296,26 @@ def guard_flip_sizes(gm, example, names, dynamic_axes, guards, base_env, data_de
     return found
 
 
+def _fit_good(good: list, symbols: list):
+    envs = [e for e, _ in good]
+    records: dict = {}
+    for _, values in good:
+        for n, v in values.items():
+            records.setdefault(n, []).append(_record(v))
+    sym = _fit_all(records, envs, symbols) if symbols else {n: _static(r[0]) for n, r in records.items()}
+    return envs, records, sym
+
+
+def _count_unfit(sym: dict) -> int:
+    def count(x):
+        if isinstance(x, Unfit):
+            return 1
+        if isinstance(x, tuple):
+            return sum(count(i) for i in x)
+        return 0
+    return sum(count(v) for v in sym.values())
+
+
 def _bisect_refused(results: dict, rng: SymRange, v: int) -> list:
     """A size halfway between a bound set by the model's refusals and the nearest refused
     size beyond it (aligned to the step): probing it tightens that bound."""
@@ -417,13 +437,25 @@ def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, 
                 failures.append(ProbeFailure(env, node, r[2]))
     # shapes are fitted only on sizes inside the range: outside, another branch may give other shapes
     good = [(e, v) for e, v in good if all(ranges[s].contains(e[s]) for s in symbols)]
-    good_envs = [e for e, _ in good]
-    records: dict = {}
-    for _, values in good:
-        for n, v in values.items():
-            records.setdefault(n, []).append(_record(v))
+    good_envs, records, sym = _fit_good(good, symbols)
+    if symbols and _count_unfit(sym):
+        # sizes that stop following a polynomial below some size (``x[:, 1:-1]`` is empty,
+        # not negative, at S=1): fit from the sizes above and make that the lower bound
+        for s in symbols:
+            lows = sorted({e[s] for e, _ in good if e[s] < base_env[s]})
+            best = (_count_unfit(sym), 0, None)
+            for k in range(1, len(lows) + 1):
+                trial = [(e, v) for e, v in good if e[s] >= base_env[s] or e[s] > lows[k - 1]]
+                fitted = _fit_good(trial, symbols)
+                if _count_unfit(fitted[2]) < best[0]:
+                    best = (_count_unfit(fitted[2]), k, (trial, fitted))
+            if best[2] is not None:
+                good, (good_envs, records, sym) = best[2]
+                r = ranges[s]
+                new_lo = min(e[s] for e, _ in good)
+                ranges[s] = SymRange(s, new_lo, r.hi, r.step, r.rest,
+                                     "; ".join(x for x in (r.why, f"shapes change otherwise below {s}={new_lo}") if x))
     data_dep = _data_dependence(gm)
-    sym = _fit_all(records, good_envs, symbols) if symbols else {n: _static(r[0]) for n, r in records.items()}
     varies = {n for n, r in records.items() if any(x != r[0] for x in r[1:])}
     constant = _constants(gm, data_dep, varies)
     ir_guards = []
