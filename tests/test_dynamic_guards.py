@@ -240,3 +240,18 @@ def test_shapes_clamped_at_small_sizes_bound_the_range(tmp_path):
     model, ins, names, r = _export(fn, [(2, 5, 4), (2, 5, 4)], dyn, tmp_path, check_io=True)
     assert r.check.ok and r.ranges["S"].lo == 2 and "shapes change otherwise below S=2" in str(r)
     _sizes_check(model, ins, names, dyn, r, [{"S": n} for n in range(2, 12)])
+
+
+def test_tiny_llama_decision_at_one_keeps_the_full_range(tmp_path):
+    """transformers' `q_length == 1` flips at S=1 only, where the graph still reproduces the model."""
+    from fx2nnef.examples.tiny_llm import example_input_ids, tiny_llama
+    model = tiny_llama("sdpa")
+    r = fx2nnef.export(model, (example_input_ids(8),), tmp_path / "llama.nnef.tgz", input_names=["input_ids"],
+                       target=fx2nnef.TractNNEF(dynamic_axes={"input_ids": {1: "S"}}))
+    assert r.check.ok and not r.ranges and "tract_assert" not in r.nnef_text
+    assert any("q_length == 1" in str(g) and "still reproduces the model" in g.note for g in r.guards)
+    ids = [example_input_ids(n, seed=n) for n in (1, 2, 13)]
+    got = run_tract_many(r.path, [[i.numpy()] for i in ids])
+    for i, g in zip(ids, got):
+        with torch.no_grad():
+            np.testing.assert_allclose(g[0], model(i).logits.numpy(), atol=1e-4, rtol=5e-4)

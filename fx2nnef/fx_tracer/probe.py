@@ -308,8 +308,8 @@ def _fit_good(good: list, symbols: list):
 
 def _count_unfit(sym: dict) -> int:
     def count(x):
-        if isinstance(x, Unfit):
-            return 1
+        if isinstance(x, Unfit):  # sizes only: a decision (bool) may flip where the graph still holds
+            return int(all(isinstance(v, int) and not isinstance(v, bool) for _, v in x.samples))
         if isinstance(x, tuple):
             return sum(count(i) for i in x)
         return 0
