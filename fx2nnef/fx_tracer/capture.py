@@ -146,8 +146,10 @@ def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_na
     remove_dead_code(gm)
     graph = build_ir(gm, analysis, names, out_names)
     cases = [("example", [_numpy(t) for t in tensors], [_numpy(t) for _, t in ref_flat])]
-    if analysis.symbols:
-        cases.append(_second_case(model, args, kwargs, names, tensors, dyn, analysis.base_env))
+    for env in _check_envs(analysis) if analysis.symbols else []:
+        case = _case(model, args, kwargs, names, tensors, dyn, env)
+        if case is not None:
+            cases.append(case)
     return Capture(graph, names, tensors, cases, notes)
 
 
@@ -200,12 +202,35 @@ def _trace_once(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_nam
     return trace, analysis
 
 
+def _wider(a: dict, b: dict) -> bool:
+    """True when the ranges ``a`` (symbol -> SymRange) hold every size of ``b`` and more."""
+    def key(r):
+        return (r is None or r.lo is None, r is None or r.hi is None)
+    better = False
+    for s in set(a) | set(b):
+        ra, rb = a.get(s), b.get(s)
+        if rb is None and ra is not None:
+            return False
+        if ra is None and rb is not None:
+            better = True
+            continue
+        if ra is None:
+            continue
+        if (rb.lo is None and ra.lo is not None) or (rb.hi is None and ra.hi is not None):
+            return False
+        if ra.step > rb.step:
+            return False
+        if key(ra) != key(rb) or ra.step < rb.step:
+            better = True
+    return better
+
+
 def _trace_and_probe(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, notes):
     trace, analysis = _trace_once(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names)
-    if not analysis.failures:
+    if not analysis.failures and not any(r.lo is not None or r.hi is not None for r in analysis.ranges.values()):
         return trace.gm, analysis, trace
     # A decision was baked on a dynamic size: trace again at larger sizes and keep that
-    # trace if it also holds at the example sizes.
+    # trace if it reproduces the model at the example sizes and is valid for more sizes.
     first_failures = analysis.failures
     bigger = {s: v + 2 for s, v in analysis.base_env.items()}
     retraced = None
@@ -216,29 +241,76 @@ def _trace_and_probe(model, args, kwargs, names, out_names, dyn, leaf_types, lea
             # the graph must also reproduce the example sizes: analyze at the user's inputs
             ref = _reference(model, args, kwargs, names, dyn, trace.example_inputs)
             analysis_back = analyze(trace2.gm, trace.example_inputs, names, dyn, trace2.guards, ref)
-            if not analysis_back.failures:
+            if not analysis_back.failures and (first_failures or _wider(analysis_back.ranges, analysis.ranges)):
                 retraced = (trace2, analysis_back)
     except Exception:  # noqa: BLE001 - fall through to the original report
         retraced = None
     if retraced is None:
+        if not first_failures:
+            _refuse_single_sizes(analysis)
+            _note_ranges(analysis, notes)
+            return trace.gm, analysis, trace
         lines = [f"the trace took decisions on dynamic dims {dict(analysis.base_env)} that do not hold at other sizes:"]
         lines += [f"  - {f}" for f in first_failures[:10]]
         lines.append("Make that code independent of the dynamic size, trace with other example sizes, or drop the dim from dynamic_axes.")
         raise GuardError("\n".join(lines))
     trace2, analysis_back = retraced
+    _refuse_single_sizes(analysis_back)
     for g in analysis_back.guards:
         if g.kind == "shape":
             g.note = (g.note + "; " if g.note else "") + "graph traced at larger sizes"
+    reason = "; ".join(str(f) for f in first_failures[:3]) or "; ".join(str(r) for r in analysis.ranges.values())
     notes.append("the example sizes made the trace take size-specific branches ("
-                 + "; ".join(str(f) for f in first_failures[:3])
+                 + reason
                  + "); the exported graph was traced again at " + ", ".join(f"{k}={v}" for k, v in bigger.items())
                  + " and checked at the example sizes")
+    _note_ranges(analysis_back, notes)
     return trace2.gm, analysis_back, trace2
 
 
-def _second_case(model, args, kwargs, names, tensors, dyn, base_env):
-    env = {s: (v // 2 if v // 2 >= 2 else v + 2) for s, v in base_env.items()}
+def _refuse_single_sizes(analysis):
+    """A symbol valid at the example size alone is not dynamic: say which decisions fix it."""
+    single = [r for r in analysis.ranges.values() if r.lo is not None and r.lo == r.hi]
+    if not single:
+        return
+    lines = ["the trace took decisions on dynamic dims that make the graph valid at the example size only ("
+             + ", ".join(f"{r.symbol}={r.lo}: {r.why}" for r in single) + "):"]
+    lines += [f"  - {g}" for g in analysis.guards if g.status in ("bounds", "violated")][:10]
+    lines.append("Make that code independent of the dynamic size, or drop the dim from dynamic_axes.")
+    raise GuardError("\n".join(lines))
+
+
+def _note_ranges(analysis, notes):
+    for r in analysis.ranges.values():
+        notes.append(f"the export is valid only for {r}; graph.nnef asserts the bounds (tract_assert)")
+
+
+def _check_envs(analysis) -> list:
+    """Sizes for check_io besides the example: one below and one above it, inside the range
+    and among the sizes where the probes saw the graph reproduce the model."""
+    base = analysis.base_env
+    envs = []
+    for side in (-1, 1):
+        env = {}
+        for s, v in base.items():
+            sizes = [e[s] for e in analysis.good_envs if e[s] != v and (e[s] - v) * side > 0]
+            if side < 0 and any(n >= 2 for n in sizes):
+                sizes = [n for n in sizes if n >= 2]  # a size of 1 broadcasts: a check there says little
+            if sizes:
+                target = v // 2 if side < 0 else v + 3
+                env[s] = min(sizes, key=lambda n: (abs(n - target), n))
+        if env:
+            env = {**base, **env}
+            if env not in envs:
+                envs.append(env)
+    return envs
+
+
+def _case(model, args, kwargs, names, tensors, dyn, env):
     new = inputs_at(tensors, names, dyn, env)
-    out = _run_model(model, args, kwargs, new)
+    try:
+        out = _run_model(model, args, kwargs, new)
+    except Exception:  # noqa: BLE001 - the model refuses this combination of sizes
+        return None
     label = ", ".join(f"{k}={v}" for k, v in env.items())
     return (label, [_numpy(t) for t in new], [_numpy(t) for _, t in structures.flatten(out, "")])

@@ -10,12 +10,13 @@ The recorded graph is executed at the example sizes and at probe sizes (each sym
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Optional
 
 import torch
 import torch.fx as fx
 
-from ..ir import Guard, SymDim, fit_polynomial
+from ..ir import Guard, SymDim, SymRange, fit_polynomial
 from ..ir.dims import fit_floor_division
 from .tracer import GuardRecord
 
@@ -48,6 +49,8 @@ class Analysis:
     guards: list  # ir.Guard
     failures: list  # ProbeFailure for guard flips and run errors on shape decisions
     envs: list
+    ranges: dict = dataclasses.field(default_factory=dict)  # symbol -> SymRange (restricted ones only)
+    good_envs: list = dataclasses.field(default_factory=list)  # sizes where the graph reproduces the model
 
 
 class _Recorder(fx.Interpreter):
@@ -88,7 +91,7 @@ def inputs_at(example: list, names: list, dynamic_axes: dict, env: dict) -> list
 
 
 def probe_envs(base: dict) -> list:
-    """Sizes near the example: every one must reproduce the model."""
+    """Sizes near the example, above it: every one must reproduce the model."""
     envs = []
     for s in base:
         for k in (1, 2, 3, 5, 8):  # enough points to tell polynomials and floor divisions apart
@@ -99,10 +102,22 @@ def probe_envs(base: dict) -> list:
     return envs
 
 
+def below_probe_envs(base: dict) -> list:
+    """Sizes below the example (one less, two less, half, 1): a decision such as
+    ``S > 2`` taken at S=7 flips only there."""
+    envs = []
+    for s, v in base.items():
+        for n in sorted({v - 1, v - 2, v // 2, 1}, reverse=True):
+            if 1 <= n < v:
+                envs.append({**base, s: n})
+    if len(base) > 1 and all(v > 1 for v in base.values()):
+        envs.append({s: v - 1 for s, v in base.items()})
+    return envs
+
+
 def far_probe_envs(base: dict) -> list:
     """Sizes far from the example (x2, x3): they reveal sizes that change only every N steps
-    (strided convs: floor((T - c) / 320)). A model may refuse them (e.g. beyond its maximum
-    length), so a far size that fails is dropped rather than reported."""
+    (strided convs: floor((T - c) / 320))."""
     envs = []
     for s, v in base.items():
         for factor in (2, 3):
@@ -151,7 +166,7 @@ def _outputs_match(gm, values: dict, expected: list) -> Optional[str]:
     out_node = [n for n in gm.graph.nodes if n.op == "output"][0]
     got = [values[n] for n in out_node.args[0]]
     if len(got) != len(expected):
-        return f"the model gives {len(expected)} outputs here, the graph {len(got)}"
+        return f"the model returns {len(expected)} tensors here, the graph {len(got)}"
     for i, (g, e) in enumerate(zip(got, expected)):
         if g.shape != e.shape:
             return f"output {i} has shape {tuple(g.shape)}, the model gives {tuple(e.shape)}"
@@ -163,13 +178,173 @@ def _outputs_match(gm, values: dict, expected: list) -> Optional[str]:
     return None
 
 
+def _env_text(env: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in env.items())
+
+
+def _moved(env: dict, base: dict) -> list:
+    return [k for k in env if env[k] != base[k]]
+
+
+def _symbol_range(sym: str, v: int, results: dict) -> SymRange:
+    """The range of ``sym`` around the example size ``v`` from ``size -> status`` of the probes
+    that moved only ``sym``: "good" (the graph reproduces the model), "bad" (it does not),
+    "refused" (the eager model itself refuses that size)."""
+    lo = hi = None
+    why = []
+    last = v
+    for n in sorted((n for n in results if n > v)):
+        if results[n] == "bad":
+            hi = last
+            why.append(f"the graph differs from the model at {sym}={n}")
+            break
+        if results[n] == "good":
+            last = n
+    else:
+        if any(results[n] == "refused" for n in results if n > last):
+            hi = last
+            why.append(f"the model refuses {sym}={min(n for n in results if n > last)}")
+    last = v
+    for n in sorted((n for n in results if n < v), reverse=True):
+        if results[n] == "bad":
+            lo = last
+            why.append(f"the graph differs from the model at {sym}={n}")
+            break
+        if results[n] == "good":
+            last = n
+    else:
+        if any(results[n] == "refused" for n in results if n < last):
+            lo = last
+            why.append(f"the model refuses {sym}={max(n for n in results if n < last)}")
+    good = [n for n, r in results.items() if r == "good" and (lo is None or n >= lo) and (hi is None or n <= hi)]
+    step = 0
+    for n in good:
+        step = math.gcd(step, n - v)
+    refused_inside = [n for n, r in results.items() if r == "refused" and (lo is None or n >= lo) and (hi is None or n <= hi)]
+    if not refused_inside or step <= 1:
+        step = 1
+    else:
+        why.append(f"the model refuses {sym}=" + ",".join(str(n) for n in sorted(refused_inside)))
+    return SymRange(sym, lo, hi, step, v % step, "; ".join(why))
+
+
+def _meta_inputs(example: list, names: list, dynamic_axes: dict, env: dict) -> list:
+    out = []
+    for name, t in zip(names, example):
+        shape = list(t.shape)
+        for axis, sym in dynamic_axes.get(name, {}).items():
+            shape[axis] = env[sym]
+        out.append(torch.empty(shape, dtype=t.dtype, device="meta"))
+    return out
+
+
+def guard_flip_sizes(gm, example, names, dynamic_axes, guards, base_env, data_dep, max_sizes: int = 4) -> list:
+    """Sizes, one symbol moved at a time, where a shape guard's decision changes.
+
+    Only the nodes the guards depend on are run, on meta tensors (shapes, no data), at every
+    size from 1 to a few times the example: a decision such as ``S > 2`` or ``S == 4`` is then
+    found whichever threshold it has, and the nearest sizes where it flips are probed with
+    real data. Nodes that cannot run on meta tensors leave their guards unscanned."""
+    shape_guards = [g for g in guards if g.node not in data_dep]
+    if not shape_guards or not base_env:
+        return []
+    need: set = set()
+    todo = [g.node for g in shape_guards]
+    while todo:
+        n = todo.pop()
+        if n not in need:
+            need.add(n)
+            todo.extend(n.all_input_nodes)
+    if any(n.op == "get_attr" for n in need):
+        return []
+    order = [n for n in gm.graph.nodes if n in need]
+    interp = fx.Interpreter(gm)
+
+    def decisions(env):
+        inputs = iter(_meta_inputs(example, names, dynamic_axes, env))
+        interp.env = {}
+        try:
+            with torch.no_grad():
+                for n in order:
+                    interp.env[n] = next(inputs) if n.op == "placeholder" else interp.run_node(n)
+        except Exception:  # noqa: BLE001 - a node needs data: its guards stay unscanned
+            return None
+        return tuple(_guard_holds(g, interp.env[g.node]) if g.node in interp.env else None for g in shape_guards)
+
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if any(n not in need for n in placeholders):
+        order = [n for n in gm.graph.nodes if n in need or n.op == "placeholder"]
+    found = []
+    for s, v in base_env.items():
+        top = min(max(3 * v, v + 16, 32), 1024)
+        base = decisions(base_env)
+        if base is None:
+            continue
+        for side in (range(v - 1, 0, -1), range(v + 1, top + 1)):
+            hits = 0
+            prev = base
+            for n in side:
+                cur = decisions({**base_env, s: n})
+                if cur is None:
+                    break
+                if cur != prev:
+                    found.append({**base_env, s: n})
+                    hits += 1
+                    if hits >= max_sizes:
+                        break
+                prev = cur
+    return found
+
+
+def _fit_good(good: list, symbols: list):
+    envs = [e for e, _ in good]
+    records: dict = {}
+    for _, values in good:
+        for n, v in values.items():
+            records.setdefault(n, []).append(_record(v))
+    sym = _fit_all(records, envs, symbols) if symbols else {n: _static(r[0]) for n, r in records.items()}
+    return envs, records, sym
+
+
+def _count_unfit(sym: dict) -> int:
+    def count(x):
+        if isinstance(x, Unfit):  # sizes only: a decision (bool) may flip where the graph still holds
+            return int(all(isinstance(v, int) and not isinstance(v, bool) for _, v in x.samples))
+        if isinstance(x, tuple):
+            return sum(count(i) for i in x)
+        return 0
+    return sum(count(v) for v in sym.values())
+
+
+def _bisect_refused(results: dict, rng: SymRange, v: int) -> list:
+    """A size halfway between a bound set by the model's refusals and the nearest refused
+    size beyond it (aligned to the step): probing it tightens that bound."""
+    out = []
+    if rng.lo is not None:
+        below = [n for n in results if n < rng.lo]
+        if below and results[max(below)] == "refused":
+            mid = rng.lo - ((rng.lo - max(below)) // 2 // rng.step) * rng.step
+            if mid < rng.lo and mid not in results:
+                out.append(mid)
+    if rng.hi is not None:
+        above = [n for n in results if n > rng.hi]
+        if above and results[min(above)] == "refused":
+            mid = rng.hi + ((min(above) - rng.hi) // 2 // rng.step) * rng.step
+            if mid > rng.hi and mid not in results:
+                out.append(mid)
+    return out
+
+
 def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, guards: list,
             reference=None) -> Analysis:
-    """Run the graph at the example sizes and the probe sizes; fit shapes; check guards.
+    """Run the graph at the example sizes and at probe sizes below and above; fit shapes;
+    check guards; decide the sizes the graph is valid for.
 
-    ``reference(env)``, when given, runs the original model at the sizes ``env`` and
-    returns its flat outputs: a guard that flips at a probe size is then accepted when the
-    graph still reproduces the model there (the branch taken was equivalent).
+    ``reference(env)``, when given, runs the original model at the sizes ``env`` and returns
+    its flat outputs. The graph is compared with it at the example sizes and at every probe
+    size: a size the model refuses is outside the model's domain; a size where the graph
+    differs bounds the range of that symbol (``Analysis.ranges``); a guard that flips at a
+    size where the graph still reproduces the model was an equivalent branch.
     """
     base_env = {}
     for name, t in zip(names, example):
@@ -180,67 +355,134 @@ def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, 
     if err is not None:
         node, msg = err
         raise RuntimeError(f"the traced graph does not re-run on the example inputs at '{node}': {msg}")
-    near = probe_envs(base_env) if symbols else []
-    far = far_probe_envs(base_env) if symbols else []
-    envs = [base_env] + near + far
-    records = {n: [_record(v)] for n, v in base_values.items()}
     failures: list = []
-    guard_flips: dict = {}
-    good_envs = [base_env]
+    if reference is not None:
+        mismatch = _outputs_match(gm, base_values, reference(base_env))
+        if mismatch is not None:
+            failures.append(ProbeFailure(base_env, None, mismatch + " at the example sizes"))
+    single = []
+    multi = []
+    if symbols:
+        for env in below_probe_envs(base_env) + probe_envs(base_env) + far_probe_envs(base_env):
+            if env not in single and env not in multi:
+                (single if len(_moved(env, base_env)) == 1 else multi).append(env)
+        data_dep0 = _data_dependence(gm)
+        for env in guard_flip_sizes(gm, example, names, dynamic_axes, guards, base_env, data_dep0):
+            if env not in single:
+                single.append(env)
+    good: list = [(base_env, base_values)]
+    guard_flips: dict = {}  # id(guard) -> first env where it flipped and the graph differs
     equivalent: dict = {}
-    for env in envs[1:]:
-        optional = env in far
+    results: dict = {s: {} for s in symbols}
+    refused: list = []
+
+    def probe(env):
         values, err = _run(gm, inputs_at(example, names, dynamic_axes, env))
-        if err is not None:
-            if not optional:
-                failures.append(ProbeFailure(env, err[0], err[1]))
-            continue
-        flips = [g for g in guards if g.node in values and not _guard_holds(g, values[g.node])]
-        if optional and flips and reference is None:
-            continue
+        expected = None
         if reference is not None:
             try:
-                mismatch = _outputs_match(gm, values, reference(env))
-            except Exception:  # noqa: BLE001 - the model itself refuses a far size
-                if not optional:
-                    raise
-                continue
+                expected = reference(env)
+            except Exception:  # noqa: BLE001 - the eager model refuses these sizes
+                refused.append(env)
+                return "refused"
+        if err is not None:
+            if reference is None:
+                return "refused"
+            failures.append(ProbeFailure(env, err[0], err[1] + " (the eager model accepts these sizes)"))
+            return "error"
+        flips = [g for g in guards if g.node in values and not _guard_holds(g, values[g.node])]
+        if expected is not None:
+            mismatch = _outputs_match(gm, values, expected)
             if mismatch is not None:
-                if not optional:
-                    node = flips[0].node if flips else None
-                    failures.append(ProbeFailure(env, node, mismatch))
-                continue
+                for g in flips:
+                    guard_flips.setdefault(id(g), (env, mismatch))
+                return ("bad", flips, mismatch)
             for g in flips:
                 equivalent.setdefault(id(g), env)
-            flips = []
-        good_envs.append(env)
-        for n, v in values.items():
-            records.setdefault(n, []).append(_record(v))
-        for g in flips:
-            guard_flips.setdefault(id(g), env)
+        elif flips:
+            for g in flips:
+                guard_flips.setdefault(id(g), (env, "a decision differs"))
+            return ("bad", flips, "a decision differs")
+        good.append((env, values))
+        return "good"
+
+    bad_detail: dict = {}
+    for env in single:
+        (s,) = _moved(env, base_env)
+        r = probe(env)
+        if isinstance(r, tuple):
+            bad_detail[(s, env[s])] = r
+            r = "bad"
+        results[s][env[s]] = "bad" if r == "error" else r
+    ranges = {s: _symbol_range(s, base_env[s], results[s]) for s in symbols}
+    for s in symbols:
+        # a model accepting only every N-th size: look for a finer step and for the smallest
+        # accepted size below the lowest probed one (a few more runs only for such models)
+        v = base_env[s]
+        for _ in range(4):
+            rng = ranges[s]
+            finer = [v + d for d in range(rng.step - 1, 0, -1) if rng.step % d == 0 and v + d not in results[s]]
+            todo = (finer[:1] + _bisect_refused(results[s], rng, v))[:1]
+            if not todo:
+                break
+            env = {**base_env, s: todo[0]}
+            r = probe(env)
+            results[s][todo[0]] = "bad" if isinstance(r, tuple) or r == "error" else r
+            ranges[s] = _symbol_range(s, v, results[s])
+    for env in multi:
+        if all(ranges[s].contains(env[s]) for s in symbols):
+            r = probe(env)
+            if isinstance(r, tuple):
+                node = r[1][0].node if r[1] else None
+                failures.append(ProbeFailure(env, node, r[2]))
+    # shapes are fitted only on sizes inside the range: outside, another branch may give other shapes
+    good = [(e, v) for e, v in good if all(ranges[s].contains(e[s]) for s in symbols)]
+    good_envs, records, sym = _fit_good(good, symbols)
+    if symbols and _count_unfit(sym):
+        # sizes that stop following a polynomial below some size (``x[:, 1:-1]`` is empty,
+        # not negative, at S=1): fit from the sizes above and make that the lower bound
+        for s in symbols:
+            lows = sorted({e[s] for e, _ in good if e[s] < base_env[s]})
+            best = (_count_unfit(sym), 0, None)
+            for k in range(1, len(lows) + 1):
+                trial = [(e, v) for e, v in good if e[s] >= base_env[s] or e[s] > lows[k - 1]]
+                fitted = _fit_good(trial, symbols)
+                if _count_unfit(fitted[2]) < best[0]:
+                    best = (_count_unfit(fitted[2]), k, (trial, fitted))
+            if best[2] is not None:
+                good, (good_envs, records, sym) = best[2]
+                r = ranges[s]
+                new_lo = min(e[s] for e, _ in good)
+                ranges[s] = SymRange(s, new_lo, r.hi, r.step, r.rest,
+                                     "; ".join(x for x in (r.why, f"shapes change otherwise below {s}={new_lo}") if x))
     data_dep = _data_dependence(gm)
-    sym = _fit_all(records, good_envs, symbols) if symbols else {n: _static(r[0]) for n, r in records.items()}
     varies = {n for n, r in records.items() if any(x != r[0] for x in r[1:])}
     constant = _constants(gm, data_dep, varies)
     ir_guards = []
     for g in guards:
         kind = "data" if g.node in data_dep and g.op != "count" else "shape"  # a count of pieces is a shape fact
-        flipped = guard_flips.get(id(g))
         status, note = ("checked", f"holds at {len(good_envs)} sizes") if symbols else ("kept", "")
         if id(g) in equivalent:
-            status = "checked"
-            note = ("differs at " + ", ".join(f"{k}={v}" for k, v in equivalent[id(g)].items())
-                    + ", where the graph still reproduces the model")
+            note = ("differs at " + _env_text(equivalent[id(g)]) + ", where the graph still reproduces the model")
+        flipped = guard_flips.get(id(g))
         if flipped is not None:
-            status = "violated"
-            note = "differs at " + ", ".join(f"{k}={v}" for k, v in flipped.items())
-            if kind == "shape":
-                failures.append(ProbeFailure(flipped, g.node, f"the trace decided {g.text} here; at these sizes it differs"))
+            env, why = flipped
+            inside = all(ranges[s].contains(env[s]) for s in symbols)
+            if inside:
+                status, note = "violated", f"differs at {_env_text(env)}: {why}"
+                if kind == "shape":
+                    failures.append(ProbeFailure(env, g.node, f"the trace decided {g.text} here; at these sizes it differs"))
+            else:
+                status = "bounds"
+                note = (f"differs at {_env_text(env)}; the export is valid for "
+                        + ", ".join(str(SymRange(r.symbol, r.lo, r.hi, r.step, r.rest)) for r in ranges.values() if r.bounded))
         if kind == "data":
             status = "baked"
             note = "decided on tensor data: the export keeps only this branch"
         ir_guards.append(Guard(g.text, kind, g.source, g.expected, status, note))
-    return Analysis(symbols, base_env, base_values, sym, constant, data_dep, ir_guards, failures, envs)
+    kept = {s: r for s, r in ranges.items() if r.bounded}
+    return Analysis(symbols, base_env, base_values, sym, constant, data_dep, ir_guards, failures,
+                    [base_env] + single + multi, kept, good_envs)
 
 
 def _static(rec):

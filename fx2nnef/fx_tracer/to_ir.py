@@ -263,4 +263,5 @@ def _where(n: fx.Node) -> str:
 def build_ir(gm: fx.GraphModule, analysis: Analysis, input_names: list, output_names: list) -> Graph:
     graph = _Builder(gm, analysis, input_names, output_names).build()
     graph.guards = list(analysis.guards)
+    graph.ranges = dict(analysis.ranges)
     return graph

@@ -241,3 +241,46 @@ def _solve_least(rows, rhs):
     for i, c in enumerate(pivots):
         coefs[c] = mat[i][-1]
     return coefs
+
+
+class SymRange:
+    """The sizes of one symbol an export is valid for: ``lo <= S <= hi`` (None: unbounded),
+    and, when the model accepts only every ``step``-th size, ``S % step == rest``."""
+
+    __slots__ = ("symbol", "lo", "hi", "step", "rest", "why")
+
+    def __init__(self, symbol: str, lo=None, hi=None, step: int = 1, rest: int = 0, why: str = ""):
+        self.symbol, self.lo, self.hi, self.step, self.rest, self.why = symbol, lo, hi, step, rest, why
+
+    @property
+    def bounded(self) -> bool:
+        return self.lo is not None or self.hi is not None or self.step > 1
+
+    def contains(self, n: int) -> bool:
+        return ((self.lo is None or n >= self.lo) and (self.hi is None or n <= self.hi)
+                and n % self.step == self.rest % self.step)
+
+    def asserts(self) -> list:
+        """Bounds as tract assertion texts (``S >= 3``); sizes are >= 1 anyway."""
+        out = []
+        if self.lo is not None and self.lo > 1:
+            out.append(f"{self.symbol} >= {self.lo}")
+        if self.hi is not None:
+            out.append(f"{self.symbol} <= {self.hi}")
+        return out
+
+    def __str__(self) -> str:
+        if self.lo is not None and self.hi is not None:
+            text = f"{self.lo} <= {self.symbol} <= {self.hi}"
+        elif self.lo is not None:
+            text = f"{self.symbol} >= {self.lo}"
+        elif self.hi is not None:
+            text = f"{self.symbol} <= {self.hi}"
+        else:
+            text = f"{self.symbol} >= 1"
+        if self.step > 1:
+            text += f", {self.symbol} % {self.step} == {self.rest % self.step}"
+        return text + (f" ({self.why})" if self.why else "")
+
+    def __repr__(self) -> str:
+        return f"SymRange({self})"

@@ -143,6 +143,7 @@ class Graph:
         self.nodes: list[Node] = []
         self.symbols: list[str] = []
         self.guards: list[Guard] = []
+        self.ranges: dict = {}  # symbol -> dims.SymRange, only for symbols whose sizes are restricted
         self._names: set[str] = set()
 
     # construction ---------------------------------------------------------------------

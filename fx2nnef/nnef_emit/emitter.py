@@ -224,6 +224,8 @@ def _render(ctx: EmitContext, graph: Graph, out_names: list, extra_fragments: di
         ext.append("extension tract_registry tract_transformers;")
     for s in graph.symbols:
         ext.append(f"extension tract_symbol {s};")
+    for r in getattr(graph, "ranges", {}).values():
+        ext += [f"extension tract_assert {a};" for a in r.asserts()]
     fragments = sorted(set(ctx.fragments) | set(extra_fragments))
     if fragments and ctx.target == "khronos":
         ext.append("extension KHR_enable_fragment_definitions, KHR_enable_operator_expressions;")

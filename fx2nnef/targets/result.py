@@ -35,6 +35,12 @@ class ExportResult:
     notes: list = dataclasses.field(default_factory=list)
 
     @property
+    def ranges(self) -> dict:
+        """``symbol -> SymRange`` for the symbols whose sizes the export is restricted to
+        (bounds, or every N-th size); a symbol absent here is valid for every size >= 1."""
+        return dict(self.graph.ranges) if self.graph is not None else {}
+
+    @property
     def max_abs_diff(self) -> float:
         if not self.check:
             return float("nan")
@@ -57,6 +63,8 @@ class ExportResult:
                 lines += ["      " + l for l in format_diffs(diffs).splitlines()]
         else:
             lines.append("  check: not run (check_io=False)")
+        if self.ranges:
+            lines.append("  valid for: " + "; ".join(str(r) for r in self.ranges.values()))
         if self.guards:
             lines.append(f"  guards ({len(self.guards)}):")
             lines += [f"    {g}" for g in self.guards[:10]]
