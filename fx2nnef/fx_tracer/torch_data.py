@@ -45,14 +45,16 @@ class TorchData(TensorData):
             yield from array_chunks(t.numpy(), max_bytes)
             return
         rows = t.reshape(-1) if t.dim() <= 1 else t  # pieces are slices along dim 0: row-major order
-        itemsize = 4 if t.dtype == torch.bfloat16 else t.element_size()
-        row_bytes = max(1, rows[0].numel() * itemsize) if len(rows) else 1
-        step = max(1, max_bytes // row_bytes)
+        out_dtype = torch.float32 if t.dtype == torch.bfloat16 else t.dtype
+        row_numel = max(1, rows[0].numel()) if len(rows) else 1
+        step = max(1, max_bytes // (row_numel * torch.empty((), dtype=out_dtype).element_size()))
+        # one buffer reused for every piece: allocating a piece each time fragments the heap
+        buffer = torch.empty(min(step, rows.shape[0]) * row_numel, dtype=out_dtype)
         for start in range(0, rows.shape[0], step):
-            piece = rows[start:start + step].cpu()
-            if piece.dtype == torch.bfloat16:
-                piece = piece.float()
-            yield from array_chunks(piece.contiguous().numpy(), max_bytes)
+            piece = rows[start:start + step]
+            out = buffer[:piece.numel()].view(piece.shape)
+            out.copy_(piece)
+            yield from array_chunks(out.numpy(), max_bytes)
 
     def _checked(self) -> torch.Tensor:
         if self._version is not None and _version(self._tensor) != self._version:

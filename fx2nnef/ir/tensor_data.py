@@ -16,7 +16,7 @@ import numpy as np
 
 from .dtypes import DType
 
-DEFAULT_CHUNK_BYTES = 1 << 24
+DEFAULT_CHUNK_BYTES = 1 << 22
 
 
 class TensorData(abc.ABC):
@@ -43,6 +43,7 @@ class TensorData(abc.ABC):
     def chunks(self, max_bytes: int = DEFAULT_CHUNK_BYTES) -> Iterator[memoryview]:
         """The data's bytes, row-major, little-endian, in pieces of at most about ``max_bytes``.
 
+        A piece may be overwritten once the next one is requested: write or copy it first.
         The default reads :meth:`numpy`; sources that must convert or gather their data
         override it so that only one piece at a time is held in memory.
         """

@@ -20,12 +20,13 @@ a temporary file. An existing folder is replaced only after the new one is compl
 """
 from __future__ import annotations
 
-import gzip
 import os
 import pathlib
 import shutil
+import struct
 import tarfile
 import tempfile
+import zlib
 from collections.abc import Mapping
 from typing import Callable, Iterator, Optional, Protocol, Union
 
@@ -313,16 +314,56 @@ def _write_tar(entries: list[tuple[str, Content]], handle, gzip_level: Optional[
                on_bytes: Optional[Callable[[int], None]]) -> None:
     """Write a deterministic tar (gzip-compressed at ``gzip_level`` unless None) holding
     ``entries`` at its root to the binary file ``handle``, entry by entry."""
-    gz = None
-    if gzip_level is not None:
-        gz = gzip.GzipFile(filename="", mode="wb", fileobj=handle, mtime=0, compresslevel=gzip_level)
-    try:
-        with tarfile.open(fileobj=gz or handle, mode="w", format=tarfile.PAX_FORMAT, copybufsize=_COPY_BUFFER) as tar:
-            for name, data in entries:
-                tar.addfile(_tar_info(name, _content_size(data)), _ChunkReader(data, on_bytes))
-    finally:
-        if gz is not None:
-            gz.close()
+    out = handle if gzip_level is None else _GzipWriter(handle, gzip_level)
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT, copybufsize=_COPY_BUFFER) as tar:
+        for name, data in entries:
+            tar.addfile(_tar_info(name, _content_size(data)), _ChunkReader(data, on_bytes))
+    if out is not handle:
+        out.close()
+
+
+class _GzipWriter:
+    """A write-only gzip stream with a fixed header (mtime 0, no file name).
+
+    Level 0 writes stored deflate blocks straight from the caller's buffers: no compressed
+    copy is allocated per write (with gzip.GzipFile, those short-lived buffers fragment the
+    heap and grow the process's memory by about the size of the weights).
+    """
+
+    _STORED_MAX = 0xFFFF
+
+    def __init__(self, raw, level: int):
+        self._raw, self._level = raw, level
+        self._crc, self._size = 0, 0
+        self._deflate = None if level == 0 else zlib.compressobj(level, zlib.DEFLATED, -zlib.MAX_WBITS)
+        raw.write(b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff")  # deflate, no flags, mtime 0, unknown OS
+
+    def tell(self) -> int:
+        """Uncompressed bytes written so far."""
+        return self._size
+
+    def write(self, data) -> int:
+        view = memoryview(data).cast("B")
+        self._crc = zlib.crc32(view, self._crc)
+        self._size += len(view)
+        if self._deflate is not None:
+            self._raw.write(self._deflate.compress(view))
+            return len(view)
+        for start in range(0, len(view), self._STORED_MAX):
+            block = view[start:start + self._STORED_MAX]
+            self._raw.write(_STORED_HEADER.pack(0, len(block), len(block) ^ 0xFFFF))
+            self._raw.write(block)
+        return len(view)
+
+    def close(self) -> None:
+        if self._deflate is not None:
+            self._raw.write(self._deflate.flush())
+        else:
+            self._raw.write(_STORED_HEADER.pack(1, 0, 0xFFFF))  # final, empty stored block
+        self._raw.write(struct.pack("<II", self._crc, self._size & 0xFFFFFFFF))
+
+
+_STORED_HEADER = struct.Struct("<BHH")  # BFINAL + BTYPE 00 (byte-aligned), LEN, NLEN
 
 
 def _tar_info(name: str, size: int) -> tarfile.TarInfo:
