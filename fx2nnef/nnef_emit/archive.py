@@ -259,11 +259,14 @@ class _ChunkReader:
             self._current = self._next()
         if len(self._current) >= size:
             out, self._current = self._current[:size], self._current[size:]
-        else:
+        else:  # gather across chunks, copying only the bytes returned
             parts = bytearray(self._current)
+            self._current = memoryview(b"")
             while len(parts) < size and (piece := self._next()):
-                parts += piece
-            out, self._current = memoryview(parts)[:size], memoryview(parts)[size:]
+                need = size - len(parts)
+                parts += piece[:need]
+                self._current = piece[need:]
+            out = memoryview(parts)
         if self._on_bytes is not None:
             self._on_bytes(len(out))
         return out
