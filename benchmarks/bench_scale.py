@@ -6,8 +6,8 @@ For each size and mode (static shapes, or dynamic batch B and sequence S), a fre
 process builds a random Llama (eager attention, wrapped to take ``(input_ids,
 attention_mask)`` of length 32 and return the logits) and exports it to ``.nnef.tgz`` with
 ``check_io=False``. Printed per run: ``result.timings``, the export wall time divided by the
-floor (one eager forward plus writing the weight bytes with a plain file write, both measured
-in the same child), the peak RSS growth of the export call divided by the weight bytes
+floor (one eager forward, the fastest of three, plus writing the weight bytes with a plain
+file write, both measured in the same child), the peak RSS growth of the export call divided by the weight bytes
 (``ru_maxrss`` after the call minus the resident size before it, the peak being reset just
 before the call), and the asset size. ``--slope`` also runs each size with half its layers
 and prints the per-layer growth of export time and peak RSS.
@@ -108,9 +108,11 @@ def child(size: str, mode: str, layers: int | None, out_dir: Path) -> dict:
     weight_bytes = sum(t.numel() * t.element_size() for t in tensors)
     with torch.no_grad():
         model(ids, mask)  # warm-up: first-call costs are not part of the floor
-        t0 = time.perf_counter()
-        model(ids, mask)
-        forward = time.perf_counter() - t0
+        forward = float("inf")
+        for _ in range(3):  # the fastest of 3: the machine is shared
+            t0 = time.perf_counter()
+            model(ids, mask)
+            forward = min(forward, time.perf_counter() - t0)
     plain = out_dir / "plain.bin"
     t0 = time.perf_counter()
     with open(plain, "wb") as handle:
