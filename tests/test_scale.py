@@ -173,6 +173,20 @@ def test_parameter_changed_after_trace_is_refused():
         list(data.chunks())
 
 
+@pytest.mark.parametrize("name", ["m.nnef.tgz", "m.nnef"])
+def test_weight_changed_before_writing_fails_and_leaves_nothing(tmp_path, name):
+    model = mlp()
+
+    class Mutating(fx2nnef.TractNNEF):
+        def post_trace(self, graph):
+            with torch.no_grad():
+                model[2].weight.mul_(2)
+
+    with pytest.raises(fx2nnef.TraceError, match=r"tensor '2\.weight' \[4, 32\] was modified in place after the model was traced"):
+        fx2nnef.export(model, (randn(3, 16),), tmp_path / name, target=Mutating())
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_small_buffers_are_snapshots():
     b = torch.zeros(3)
     data = torch_data(b, "count")
