@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import shutil
-import tempfile
+import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,14 +15,16 @@ from .errors import CheckIOError, InvalidArgumentError
 from .fx_tracer.capture import Capture, capture
 from .piece_by_piece.record import eval_mode
 from .ir import sanitize
-from .nnef_emit import emit_graph, write_asset
-from .nnef_emit.archive import check_asset_path
+from .nnef_emit import emit_graph
+from .nnef_emit.archive import StagedAsset, asset_bytes, check_asset_path, check_compression_level, stage_asset
 from .nnef_emit.extractors import registered_module_classes
 from .targets import CheckReport, InferenceTarget, TractNNEF
 from .targets.result import ExportResult
 from .targets.tolerance import format_diffs
 
 ARCHIVE_SUFFIXES = (".tgz", ".tar.gz", ".tar")
+# Below this many bytes of weights an export takes seconds: no progress bar.
+PROGRESS_MIN_BYTES = 100 * 2**20
 
 
 def _timed(timings: dict, key: str):
@@ -39,17 +41,27 @@ def _timed(timings: dict, key: str):
 def export(model: torch.nn.Module, args=(), path=None, *, kwargs: Optional[dict] = None,
            target: Optional[InferenceTarget] = None, input_names: Optional[list] = None,
            output_names: Optional[list] = None, fallback: Optional[str] = None,
-           leaf_modules: tuple = (), debug_bundle: Optional[str] = None) -> ExportResult:
+           leaf_modules: tuple = (), debug_bundle: Optional[str] = None,
+           compression_level: Optional[int] = None, progress: Optional[bool] = None) -> ExportResult:
     """Export ``model(*args, **kwargs)`` to NNEF at ``path`` and check it in ``target``.
 
     ``path`` ending in ``.nnef.tgz``/``.tgz``/``.tar.gz`` or ``.tar`` gives an archive (files
-    at its root), anything else a folder. The asset is only written once it has passed the
-    target's checks; on a numerical mismatch a debug bundle is kept and its path is given
-    in the error.
+    at its root), anything else a folder. The asset is written once, next to ``path``, checked
+    there, and renamed to ``path`` only once it has passed the target's checks; on a numerical
+    mismatch a debug bundle is kept and its path is given in the error. The weights are read
+    from the model's own tensors while they are written (no copy of the model in memory).
+
+    ``compression_level`` (0-9) sets the gzip level of a ``.tgz``; the default, 0, stores
+    (float weights shrink by a few percent only, at a tenth of the speed). ``progress``:
+    None shows a progress bar (tqdm) over lowering and writing when the weights exceed
+    100 MiB and stderr is a terminal; False never, True always.
     """
     target = target if target is not None else TractNNEF()
     if path is None:
         raise InvalidArgumentError("export() needs an output path, e.g. 'model.nnef.tgz' or a folder name")
+    check_compression_level(compression_level)
+    if progress not in (None, True, False):
+        raise InvalidArgumentError(f"progress must be None (automatic), True or False, got {progress!r}")
     if fallback not in (None, "piece_by_piece"):
         raise InvalidArgumentError(f"fallback must be None or 'piece_by_piece', got {fallback!r}")
     if fallback == "piece_by_piece":
@@ -63,20 +75,26 @@ def export(model: torch.nn.Module, args=(), path=None, *, kwargs: Optional[dict]
             cap = capture(model, args, kwargs or {}, target=target, input_names=input_names,
                           output_names=output_names,
                           leaf_modules=tuple(leaf_modules) + tuple(registered_module_classes()))
-        return _lower_write_check(cap, Path(path), target, timings, debug_bundle)
+        return _lower_write_check(cap, Path(path), target, timings, debug_bundle, compression_level, progress)
 
 
 def _lower_write_check(cap: Capture, path: Path, target: InferenceTarget, timings: dict,
-                       debug_bundle: Optional[str]) -> ExportResult:
+                       debug_bundle: Optional[str], compression_level: Optional[int] = None,
+                       progress: Optional[bool] = None) -> ExportResult:
     check_asset_path(path)
     target.post_trace(cap.graph)
-    with _timed(timings, "lower"):
+    weight_bytes = sum(v.source.nbytes for v in cap.graph.constants())
+    show = _show_progress(progress, weight_bytes)
+    with _timed(timings, "lower"), _bar(show, len(cap.graph.nodes), "lowering", "op") as bar:
         emitted = emit_graph(cap.graph, target.name, bool_bits=target.bool_bits,
-                             extra_fragments=target.specific_fragments(cap.graph))
-    with tempfile.TemporaryDirectory(prefix="fx2nnef_") as tmp:
-        staged = write_asset(emitted.files, Path(tmp) / path.name)
+                             extra_fragments=target.specific_fragments(cap.graph),
+                             on_node=(lambda: bar.update(1)) if bar else None)
+    with _timed(timings, "write"), _bar(show, asset_bytes(emitted.files), f"writing {path.name}", "B") as bar:
+        staged = stage_asset(emitted.files, path, compression_level=compression_level,
+                             on_bytes=bar.update if bar else None)
+    with staged:  # deleted unless committed or moved into the debug bundle
         with _timed(timings, "check"):
-            report = target.post_export(staged, cap.input_names, cap.graph.output_names, cap.check_cases())
+            report = target.post_export(staged.path, cap.input_names, cap.graph.output_names, cap.check_cases())
         if report is not None and not report.ok:
             bundle = _write_bundle(debug_bundle or str(path) + ".debug", staged, cap, report)
             lines = [f"the exported asset's outputs differ from PyTorch beyond tolerance in {report.engine}:"]
@@ -87,23 +105,39 @@ def _lower_write_check(cap: Capture, path: Path, target: InferenceTarget, timing
                          f"outputs) is at {bundle}; try diagnose() to find the submodule at fault, or a looser "
                          "check_io_tolerance if the difference is expected (e.g. float16).")
             raise CheckIOError("\n".join(lines), [d for _, ds in report.cases for d in ds], str(bundle))
-        with _timed(timings, "write"):
-            final = write_asset(emitted.files, path)
+        final = staged.commit()
     return ExportResult(final, type(target).__name__, cap.input_names, cap.graph.output_names, cap.graph.symbols,
                         emitted.source_op_counts, emitted.nnef_op_counts, report, cap.graph.guards, timings,
                         cap.graph, emitted.text, cap.notes)
 
 
-def _write_bundle(where: str, staged: Path, cap: Capture, report: CheckReport) -> Path:
+def _show_progress(progress: Optional[bool], weight_bytes: int) -> bool:
+    if progress is None:
+        return weight_bytes > PROGRESS_MIN_BYTES and sys.stderr is not None and sys.stderr.isatty()
+    return progress
+
+
+@contextmanager
+def _bar(show: bool, total: int, what: str, unit: str):
+    """A tqdm bar on stderr (None when not shown or tqdm is missing)."""
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        tqdm = None
+    if not show or tqdm is None:
+        yield None
+        return
+    with tqdm(total=total, desc=what, unit=unit, unit_scale=unit == "B", unit_divisor=1024 if unit == "B" else 1000,
+              leave=False, file=sys.stderr) as bar:
+        yield bar
+
+
+def _write_bundle(where: str, staged: StagedAsset, cap: Capture, report: CheckReport) -> Path:
     bundle = Path(where)
     if bundle.exists():
         shutil.rmtree(bundle)
     bundle.mkdir(parents=True)
-    target = bundle / staged.name
-    if staged.is_dir():
-        shutil.copytree(staged, target)
-    else:
-        shutil.copy2(staged, target)
+    staged.move_to(bundle / staged.final.name)
     for case in cap.check_cases():
         tag = sanitize(case.label)
         np.savez(bundle / f"inputs_{tag}.npz", **dict(zip(cap.input_names, case.inputs)))

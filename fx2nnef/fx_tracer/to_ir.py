@@ -17,6 +17,7 @@ import torch.fx as fx
 from ..errors import TraceError
 from ..ir import DType, Graph, Node, SymDim, Value, method_key, op_key
 from .probe import Analysis, Unfit
+from .torch_data import torch_data
 
 _TORCH_TO_IR = {
     torch.float16: DType.F16, torch.bfloat16: DType.BF16, torch.float32: DType.F32,
@@ -73,7 +74,7 @@ class _Builder:
             return self.consts[n]
         if isinstance(value, torch.Tensor):
             name = n.target if n.op == "get_attr" else n.name
-            v = self.graph.add_constant(str(name), to_numpy(value))
+            v = self.graph.add_constant(str(name), torch_data(value, str(name)))
         elif isinstance(value, (list, tuple)) and not isinstance(value, torch.Size):
             v = type(value)(self._constant_item(n, x, i) for i, x in enumerate(value)) if type(value) in (list, tuple) else tuple(self._constant_item(n, x, i) for i, x in enumerate(value))
         else:
@@ -83,7 +84,7 @@ class _Builder:
 
     def _constant_item(self, n, x, i):
         if isinstance(x, torch.Tensor):
-            return self.graph.add_constant(f"{n.name}_{i}", to_numpy(x))
+            return self.graph.add_constant(f"{n.name}_{i}", torch_data(x, f"{n.name}_{i}"))
         return _plain(x)
 
     def _scalar(self, n: fx.Node):
@@ -206,7 +207,7 @@ class _Builder:
                                                 (isinstance(v, tuple) and all(isinstance(x, _MODULE_CONFIG_TYPES) for x in v)))}
         params = {}
         for pname, p in list(module.named_parameters()) + list(module.named_buffers()):
-            params[pname] = self.graph.add_constant(f"{n.target}.{pname}", to_numpy(p))
+            params[pname] = self.graph.add_constant(f"{n.target}.{pname}", torch_data(p, f"{n.target}.{pname}"))
         return {"type": type(module).__name__, "path": str(n.target), "config": config, "params": params}
 
     def _outputs(self, n: fx.Node):

@@ -14,18 +14,33 @@ import numpy as np
 
 from .dims import SymDim
 from .dtypes import DType
+from .tensor_data import ArrayData, TensorData
 
 
 @dataclasses.dataclass(eq=False)
 class Value:
-    """A tensor in the graph: an input, a constant (``data`` set) or an op output."""
+    """A tensor in the graph: an input, a constant (``source`` set) or an op output.
+
+    A constant's contents are a :class:`TensorData` (a numpy array given here is wrapped
+    in an :class:`ArrayData`); weights stay in the model's own tensors until written.
+    """
 
     name: str
     dtype: Optional[DType] = None
     shape: Optional[tuple] = None  # tuple of Dim (int or SymDim); None when unknown
-    data: Optional[np.ndarray] = None
+    source: Optional[TensorData] = None
     producer: Optional["Node"] = None
     uses: list = dataclasses.field(default_factory=list)
+
+    def __post_init__(self):
+        if self.source is not None and not isinstance(self.source, TensorData):
+            self.source = ArrayData(self.source)
+
+    @property
+    def data(self) -> Optional[np.ndarray]:
+        """A constant's values as a numpy array (read on each access; may share memory with
+        the model's parameters: never modify it); None for other values."""
+        return None if self.source is None else self.source.numpy()
 
     @property
     def rank(self) -> Optional[int]:
@@ -33,7 +48,7 @@ class Value:
 
     @property
     def is_constant(self) -> bool:
-        return self.data is not None
+        return self.source is not None
 
     @property
     def is_static(self) -> bool:
@@ -151,6 +166,7 @@ class Graph:
         return unique_name(base, self._names)
 
     def new_value(self, base: str, dtype=None, shape=None, data=None) -> Value:
+        """A new value named after ``base``; ``data`` (TensorData or array) makes it a constant."""
         return Value(self.unique_name(base), dtype, None if shape is None else tuple(shape), data)
 
     def add_input(self, name: str, dtype: DType, shape) -> Value:
@@ -158,9 +174,12 @@ class Graph:
         self.inputs.append(v)
         return v
 
-    def add_constant(self, name: str, data: np.ndarray) -> Value:
-        data = np.array(data, order="C")  # np.ascontiguousarray would turn rank 0 into [1]
-        return self.new_value(name, DType.from_numpy(data.dtype), data.shape, data)
+    def add_constant(self, name: str, data) -> Value:
+        """A constant value holding ``data``: a :class:`TensorData` (kept as is, not read) or an
+        array-like (copied into an :class:`ArrayData`)."""
+        if not isinstance(data, TensorData):
+            data = ArrayData(np.array(data, order="C"))  # np.ascontiguousarray would turn rank 0 into [1]
+        return self.new_value(name, data.dtype, data.shape, data)
 
     def add_node(self, node: Node) -> Node:
         for v in node.inputs():

@@ -113,7 +113,7 @@ class EmitContext:
         self.registry = registry
         self.symbols = list(symbols)
         self.statements: list[Statement] = []
-        self.variables: dict = {}  # label -> (Value, np.ndarray)
+        self.variables: dict = {}  # label -> (Value, TensorData)
         self.names: dict = {}  # id(Value) -> NNEF identifier
         self._alive: list = []  # every named Value, so that no id in `names` is ever reused
         self.fragments: set = set()
@@ -178,26 +178,30 @@ class EmitContext:
         return fn(self, *args, **kwargs)
 
     def variable(self, value: Value) -> str:
-        """Declare a constant Value as an NNEF variable (a .dat file)."""
+        """Declare a constant Value as an NNEF variable (a .dat file, read only when written)."""
         if id(value) in self.names:
             return self.names[id(value)]
-        data = value.data
-        key = (data.dtype.str, data.shape, data.tobytes()) if data.size <= 64 else None
+        source = value.source
+        key = None
+        if source.size <= 64:
+            data = source.numpy()
+            key = (data.dtype.str, data.shape, data.tobytes())
         if key is not None and key in self._var_cache:
             self._alive.append(value)
             self.names[id(value)] = self._var_cache[key]
             return self._var_cache[key]
         name = self.bind(value)
-        self.variables[name] = (value, data)
+        self.variables[name] = (value, source)
         self.statements.append(Statement([value], "variable", [], {
-            "shape": list(data.shape), "label": name, "__type__": nnef_type(value.dtype)}))
+            "shape": list(source.shape), "label": name, "__type__": nnef_type(value.dtype)}))
         if key is not None:
             self._var_cache[key] = name
         return name
 
     def const(self, data, dtype: Optional[DType] = None, name: str = "const") -> Value:
-        """A new constant tensor from array-like ``data``."""
-        arr = np.array(data, dtype=None if dtype is None else dtype.numpy_name, order="C")  # keeps rank 0
+        """A new constant tensor from array-like ``data`` (an array already of that dtype and
+        C-contiguous is kept, not copied: a weight reshaped by a converter stays a view)."""
+        arr = np.asarray(data, dtype=None if dtype is None else dtype.numpy_name, order="C")  # keeps rank 0
         if arr.dtype == np.float64 and dtype is None:
             arr = arr.astype(np.float32)
         v = Value(name, DType.from_numpy(arr.dtype), tuple(arr.shape), arr)

@@ -120,7 +120,7 @@ class FragmentLibrary:
 
 def _caller(fdef: FragmentDef, path: str):
     """The converter of a leaf node calling module ``path``: declare its weights, call the fragment."""
-    weights = [Value(f"{path}.{label}", v.dtype, v.shape, v.data) for label, v in fdef.weights]
+    weights = [Value(f"{path}.{label}", v.dtype, v.shape, v.source) for label, v in fdef.weights]
 
     def call_fragment(ctx: EmitContext, *args, module: dict, **kwargs):
         inputs = flat_values((args, kwargs))

@@ -37,10 +37,12 @@ Facts checked by loading a ``variable`` with tract 0.23.9 and nnef 1.0.10 / nnef
 from __future__ import annotations
 
 import struct
+from typing import Iterator
 
 import numpy as np
 
-from fx2nnef.errors import InvalidArgumentError
+from fx2nnef.errors import EmitError, InvalidArgumentError
+from fx2nnef.ir import ArrayData, TensorData
 
 HEADER_SIZE = 128
 MAX_RANK = 8
@@ -85,6 +87,48 @@ def dat_bytes(array: np.ndarray, *, bool_bits: int = 8) -> bytes:
     return header + payload
 
 
+class DatFile:
+    """A ``.dat`` file to be written: its size is known now, its bytes are read from ``data``
+    (e.g. a model parameter) only while it is written, one piece at a time.
+
+    The encoding is checked when the object is made, so that a bad tensor fails before
+    anything is written.
+    """
+
+    def __init__(self, data: TensorData | np.ndarray, *, bool_bits: int = 8):
+        self.data = data if isinstance(data, TensorData) else ArrayData(data)
+        dtype = np.dtype(self.data.dtype.numpy_name)
+        _check_encodable_as(dtype, self.data.shape, bool_bits)
+        self.bool_bits = bool_bits
+        bits, item_type = _bits_and_item_type(dtype, bool_bits)
+        count = self.data.size
+        self._payload_size = (count + 7) // 8 if bits == 1 else count * max(bits // 8, 1)
+        self.header = _header(self.data.shape, bits, item_type, self._payload_size)
+
+    @property
+    def size(self) -> int:
+        """Bytes of the whole file, header included."""
+        return HEADER_SIZE + self._payload_size
+
+    def chunks(self) -> Iterator[bytes | memoryview]:
+        """The file's bytes: the header, then the data in pieces."""
+        yield self.header
+        written = 0
+        if self.bool_bits == 1 and self.data.dtype.is_bool:
+            pieces = iter([memoryview(np.packbits(self.data.numpy().reshape(-1)))])
+        else:
+            pieces = self.data.chunks()
+        for piece in pieces:
+            written += len(piece)
+            yield piece
+        if written != self._payload_size:
+            raise EmitError(f"constant {self.data!r} gave {written} data bytes instead of {self._payload_size}")
+
+    def tobytes(self) -> bytes:
+        """The whole file in memory (for small files and tests)."""
+        return b"".join(bytes(piece) for piece in self.chunks())
+
+
 def read_dat(data: bytes) -> np.ndarray:
     """Decode the bytes of an NNEF ``.dat`` file (the inverse of :func:`dat_bytes`).
 
@@ -118,18 +162,23 @@ def read_dat(data: bytes) -> np.ndarray:
 
 def _check_encodable(array: np.ndarray, bool_bits: int) -> None:
     """Raise InvalidArgumentError when ``array`` has no ``.dat`` form."""
-    if array.dtype.newbyteorder("=") not in SUPPORTED_DTYPES:
+    _check_encodable_as(array.dtype, array.shape, bool_bits)
+
+
+def _check_encodable_as(dtype: np.dtype, shape: tuple, bool_bits: int) -> None:
+    """Raise InvalidArgumentError when a tensor of ``dtype`` and ``shape`` has no ``.dat`` form."""
+    if dtype.newbyteorder("=") not in SUPPORTED_DTYPES:
         names = ", ".join(str(d) for d in SUPPORTED_DTYPES)
         raise InvalidArgumentError(
-            f"cannot write a {array.dtype} tensor to an NNEF .dat file: supported dtypes are {names}"
+            f"cannot write a {dtype} tensor to an NNEF .dat file: supported dtypes are {names}"
         )
-    if array.ndim > MAX_RANK:
+    if len(shape) > MAX_RANK:
         raise InvalidArgumentError(
-            f"cannot write a rank-{array.ndim} tensor to an NNEF .dat file: the format stops at "
+            f"cannot write a rank-{len(shape)} tensor to an NNEF .dat file: the format stops at "
             f"rank {MAX_RANK}; reshape it first"
         )
-    if any(dim >= 2**32 for dim in array.shape):
-        raise InvalidArgumentError(f"tensor dim too large for an NNEF .dat file: shape {array.shape}")
+    if any(dim >= 2**32 for dim in shape):
+        raise InvalidArgumentError(f"tensor dim too large for an NNEF .dat file: shape {tuple(shape)}")
     if bool_bits not in (1, 8):
         raise InvalidArgumentError(f"bool_bits must be 1 or 8, got {bool_bits!r}")
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from pathlib import Path
+from typing import Callable, Optional
 
 from ..errors import EmitError, UnsupportedOpError
 from ..ir import Graph, Value, sanitize
@@ -22,9 +23,10 @@ _ALIASES = {"axis": "dim", "keepdims": "keepdim", "x": "input", "a": "input", "s
 
 @dataclasses.dataclass
 class Emitted:
-    """An NNEF asset in memory."""
+    """An NNEF asset ready to write: the text in memory, each tensor as a :class:`dat.DatFile`
+    that reads its data (e.g. a model parameter) only while it is written."""
 
-    files: dict  # file name -> bytes
+    files: dict  # file name -> bytes or dat.DatFile
     text: str
     nnef_op_counts: dict
     source_op_counts: dict
@@ -84,17 +86,18 @@ def _flatten(result) -> list:
 
 
 def emit_graph(graph: Graph, target: str, *, registry: Registry = REGISTRY, bool_bits: int = 8,
-               extra_fragments: dict | None = None) -> Emitted:
-    """Lower ``graph`` for ``target`` ("tract" or "khronos")."""
+               extra_fragments: dict | None = None, on_node: Optional[Callable[[], None]] = None) -> Emitted:
+    """Lower ``graph`` for ``target`` ("tract" or "khronos"); ``on_node`` is called after each node
+    (progress). Constant data is not read here, except small tensors a converter computes on."""
     ctx = _context_for(graph, target, registry)
     for v in graph.inputs:
         ctx.call("nnef.external", v)
-    lower_nodes(ctx, graph)
+    lower_nodes(ctx, graph, on_node=on_node)
     out_names = _bind_outputs(ctx, graph)
     text = _render(ctx, graph, out_names, extra_fragments or {})
-    files = {"graph.nnef": text.encode()}
-    for label, (value, data) in sorted(ctx.variables.items()):
-        files[f"{label}.dat"] = dat.dat_bytes(data, bool_bits=bool_bits)
+    files: dict = {"graph.nnef": text.encode()}
+    for label, (value, source) in sorted(ctx.variables.items()):
+        files[f"{label}.dat"] = dat.DatFile(source, bool_bits=bool_bits)
     return Emitted(files, text, dict(sorted(ctx.used_ops.items())), graph.op_counts())
 
 
@@ -118,8 +121,9 @@ def _check_lowerings(graph: Graph, target: str, registry: Registry) -> None:
         raise UnsupportedOpError(_problem_message(missing, target), missing)
 
 
-def lower_nodes(ctx: EmitContext, graph: Graph) -> None:
-    """Run the converter of every node of ``graph`` into ``ctx`` (graph inputs already named).
+def lower_nodes(ctx: EmitContext, graph: Graph, on_node: Optional[Callable[[], None]] = None) -> None:
+    """Run the converter of every node of ``graph`` into ``ctx`` (graph inputs already named),
+    calling ``on_node`` (if given) after each.
 
     Raises UnsupportedOpError listing every node whose converter failed.
     """
@@ -148,6 +152,8 @@ def lower_nodes(ctx: EmitContext, graph: Graph) -> None:
         except Exception as exc:  # noqa: BLE001 - a converter bug must still name the op
             problems.append(Problem(node.kind, node.where, f"{type(exc).__name__}: {exc}"))
             failed.update(id(o) for o in node.outputs)
+        if on_node is not None:
+            on_node()
     ctx.node = None
     if problems:
         raise UnsupportedOpError(_problem_message(problems, target), problems)

@@ -1,0 +1,203 @@
+"""Export cost of random Llamas at real sizes, printed as figures (not a test).
+
+    python benchmarks/bench_scale.py [--sizes 20m,160m,1b] [--modes static,dynamic] [--slope]
+
+For each size and mode (static shapes, or dynamic batch B and sequence S), a fresh child
+process builds a random Llama (eager attention, wrapped to take ``(input_ids,
+attention_mask)`` of length 32 and return the logits) and exports it to ``.nnef.tgz`` with
+``check_io=False``. Printed per run: ``result.timings``, the export wall time divided by the
+floor (one eager forward, the fastest of three, plus writing the weight bytes with a plain
+file write, both measured in the same child), the peak RSS growth of the export call divided by the weight bytes
+(``ru_maxrss`` after the call minus the resident size before it, the peak being reset just
+before the call), and the asset size. ``--slope`` also runs each size with half its layers
+and prints the per-layer growth of export time and peak RSS.
+
+The machine's other users change the figures by some percent; run a size twice to see the
+spread.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: use this checkout's fx2nnef
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+SEQ = 32
+BATCH = 2
+# hidden, intermediate, layers, heads, kv heads (vocab 32000 for all)
+SIZES = {
+    "20m": (256, 704, 4, 4, 2),
+    "160m": (1024, 2816, 8, 16, 8),
+    "1b": (2048, 8192, 16, 32, 8),
+}
+MODES = ("static", "dynamic")
+
+
+def build(size: str, layers: int | None = None):
+    """A random Llama of ``size`` taking ``(input_ids, attention_mask)`` and returning logits."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    hidden, inter, n_layers, heads, kv = SIZES[size]
+    config = LlamaConfig(hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers or n_layers,
+                         num_attention_heads=heads, num_key_value_heads=kv, vocab_size=32000,
+                         max_position_embeddings=2048)
+    config._attn_implementation = "eager"
+    torch.manual_seed(0)
+    lm = LlamaForCausalLM(config).eval()
+
+    class Wrapped(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lm = lm
+
+        def forward(self, input_ids, attention_mask):
+            return self.lm(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
+
+    return Wrapped().eval()
+
+
+def _resident_kib() -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise RuntimeError("no VmRSS in /proc/self/status")
+
+
+def _reset_peak() -> bool:
+    """Make ru_maxrss restart from the current resident size (Linux clear_refs 5)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as handle:
+            handle.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _tensors(model) -> list:
+    """Every parameter and buffer once (tied weights counted once)."""
+    seen, out = set(), []
+    for t in list(model.parameters()) + list(model.buffers()):
+        if t.data_ptr() not in seen:
+            seen.add(t.data_ptr())
+            out.append(t)
+    return out
+
+
+def child(size: str, mode: str, layers: int | None, out_dir: Path) -> dict:
+    """One measured export in this (fresh) process; returns the figures."""
+    import torch
+
+    import fx2nnef
+
+    model = build(size, layers)
+    vocab = model.lm.config.vocab_size
+    ids = torch.randint(0, vocab, (BATCH, SEQ), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    tensors = _tensors(model)
+    weight_bytes = sum(t.numel() * t.element_size() for t in tensors)
+    with torch.no_grad():
+        model(ids, mask)  # warm-up: first-call costs are not part of the floor
+        forward = float("inf")
+        for _ in range(3):  # the fastest of 3: the machine is shared
+            t0 = time.perf_counter()
+            model(ids, mask)
+            forward = min(forward, time.perf_counter() - t0)
+    plain = out_dir / "plain.bin"
+    t0 = time.perf_counter()
+    with open(plain, "wb") as handle:
+        for t in tensors:
+            handle.write(t.detach().contiguous().numpy().data)
+    write = time.perf_counter() - t0
+    plain.unlink()
+    dynamic = {"input_ids": {0: "B", 1: "S"}, "attention_mask": {0: "B", 1: "S"}} if mode == "dynamic" else {}
+    asset = out_dir / f"llama_{size}_{mode}.nnef.tgz"
+    gc.collect()
+    reset = _reset_peak()
+    before = _resident_kib() if reset else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    t0 = time.perf_counter()
+    result = fx2nnef.export(model, (ids, mask), asset,
+                            target=fx2nnef.TractNNEF(check_io=False, dynamic_axes=dynamic),
+                            input_names=["input_ids", "attention_mask"], output_names=["logits"])
+    total = time.perf_counter() - t0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return {
+        "size": size, "mode": mode, "layers": model.lm.config.num_hidden_layers,
+        "params": sum(t.numel() for t in tensors), "weight_bytes": weight_bytes,
+        "forward": forward, "plain_write": write, "export": total,
+        "timings": {k: round(v, 3) for k, v in result.timings.items()},
+        "rss_growth_bytes": (peak - before) * 1024, "peak_reset": reset,
+        "asset_bytes": asset.stat().st_size,
+    }
+
+
+def run_child(size: str, mode: str, layers: int | None, out_dir: Path) -> dict:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", size, mode, str(layers or 0), str(out_dir)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{size} {mode} failed:\n{proc.stderr[-4000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def describe(r: dict) -> str:
+    floor = r["forward"] + r["plain_write"]
+    stages = ", ".join(f"{k} {v:.2f}" for k, v in r["timings"].items())
+    return (f"{r['size']:>5} {r['mode']:<7} L={r['layers']:<2} {r['params'] / 1e6:6.1f} M params "
+            f"{r['weight_bytes'] / 2**20:7.0f} MiB | export {r['export']:6.2f} s = {r['export'] / floor:5.2f}x floor "
+            f"(forward {r['forward']:.2f} + write {r['plain_write']:.2f}) | stages: {stages} | "
+            f"peak RSS +{r['rss_growth_bytes'] / 2**20:.0f} MiB = {r['rss_growth_bytes'] / r['weight_bytes']:.2f}x "
+            f"weights | asset {r['asset_bytes'] / 2**20:.0f} MiB")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="20m,160m", help="comma-separated among " + ",".join(SIZES))
+    ap.add_argument("--modes", default="static,dynamic", help="comma-separated among " + ",".join(MODES))
+    ap.add_argument("--slope", action="store_true", help="also run half the layers: per-layer slopes")
+    ap.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
+    ns = ap.parse_args()
+    if ns.child:
+        size, mode, layers, out_dir = ns.child
+        print(json.dumps(child(size, mode, int(layers) or None, Path(out_dir))))
+        return
+    sizes = [s.strip() for s in ns.sizes.split(",") if s.strip()]
+    modes = [m.strip() for m in ns.modes.split(",") if m.strip()]
+    for s in sizes:
+        if s not in SIZES:
+            ap.error(f"unknown size {s!r}; choose among {', '.join(SIZES)}")
+    for m in modes:
+        if m not in MODES:
+            ap.error(f"unknown mode {m!r}; choose among {', '.join(MODES)}")
+    with tempfile.TemporaryDirectory(prefix="bench_scale_") as tmp:
+        for size in sizes:
+            results = {}
+            for mode in modes:
+                r = run_child(size, mode, None, Path(tmp))
+                results[mode] = r
+                print(describe(r), flush=True)
+                if ns.slope:
+                    half = max(1, SIZES[size][2] // 2)
+                    h = run_child(size, mode, half, Path(tmp))
+                    print(describe(h), flush=True)
+                    dl = r["layers"] - h["layers"]
+                    if dl:
+                        print(f"      per-layer slope ({mode}): export {(r['export'] - h['export']) / dl:.3f} s/layer, "
+                              f"peak RSS {(r['rss_growth_bytes'] - h['rss_growth_bytes']) / dl / 2**20:.0f} MiB/layer, "
+                              f"weights {(r['weight_bytes'] - h['weight_bytes']) / dl / 2**20:.0f} MiB/layer", flush=True)
+            if "static" in results and "dynamic" in results:
+                ratio = results["dynamic"]["export"] / results["static"]["export"]
+                print(f"      {size}: dynamic / static export time = {ratio:.2f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

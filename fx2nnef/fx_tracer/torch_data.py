@@ -1,0 +1,80 @@
+"""Constant data of the IR read from torch tensors, without a copy of the model's weights.
+
+Parameters are referred to, not copied: their bytes go from the tensor's storage to the
+``.dat`` file when the asset is written. bfloat16 (which tract lacks) is converted to float32
+piece by piece while writing, so neither a float32 copy nor a copy of the model exists at once.
+"""
+from __future__ import annotations
+
+from typing import Iterator, Optional
+
+import numpy as np
+import torch
+
+from ..errors import TraceError
+from ..ir import DType, TensorData
+from ..ir.tensor_data import DEFAULT_CHUNK_BYTES, array_chunks
+
+# Tensors that are not parameters and at most this large are copied when the IR is built: a
+# forward may update a buffer in place (counters, caches) after the trace has read it.
+SNAPSHOT_BYTES = 1 << 24
+
+
+class TorchData(TensorData):
+    """A torch tensor as IR constant data; a bfloat16 tensor reads as float32."""
+
+    def __init__(self, tensor: torch.Tensor, name: str):
+        from .to_ir import ir_dtype  # to_ir imports this module
+
+        tensor = tensor.detach()
+        self._tensor = tensor
+        self.name = name
+        self.shape = tuple(tensor.shape)
+        self.dtype = DType.F32 if tensor.dtype == torch.bfloat16 else ir_dtype(tensor.dtype)
+        self._version = _version(tensor)
+
+    def numpy(self) -> np.ndarray:
+        t = self._checked().cpu()
+        if t.dtype == torch.bfloat16:
+            t = t.float()
+        return t.contiguous().numpy()
+
+    def chunks(self, max_bytes: int = DEFAULT_CHUNK_BYTES) -> Iterator[memoryview]:
+        t = self._checked()
+        if t.device.type == "cpu" and t.dtype != torch.bfloat16 and t.is_contiguous():
+            yield from array_chunks(t.numpy(), max_bytes)
+            return
+        rows = t.reshape(-1) if t.dim() <= 1 else t  # pieces are slices along dim 0: row-major order
+        out_dtype = torch.float32 if t.dtype == torch.bfloat16 else t.dtype
+        row_numel = max(1, rows[0].numel()) if len(rows) else 1
+        step = max(1, max_bytes // (row_numel * torch.empty((), dtype=out_dtype).element_size()))
+        # one buffer reused for every piece: allocating a piece each time fragments the heap
+        buffer = torch.empty(min(step, rows.shape[0]) * row_numel, dtype=out_dtype)
+        for start in range(0, rows.shape[0], step):
+            piece = rows[start:start + step]
+            out = buffer[:piece.numel()].view(piece.shape)
+            out.copy_(piece)
+            yield from array_chunks(out.numpy(), max_bytes)
+
+    def _checked(self) -> torch.Tensor:
+        if self._version is not None and _version(self._tensor) != self._version:
+            raise TraceError(
+                f"tensor '{self.name}' {list(self.shape)} was modified in place after the model was traced "
+                "(by a later run of the model during the export?); its traced value is lost. Keep the model's "
+                "parameters unchanged while exporting, or make the forward not update them in place")
+        return self._tensor
+
+
+def torch_data(tensor: torch.Tensor, name: str) -> TensorData:
+    """IR data for ``tensor``: parameters and large tensors are referred to (checked unchanged when
+    read), small other tensors are copied now."""
+    if not isinstance(tensor, torch.nn.Parameter) and tensor.numel() * tensor.element_size() <= SNAPSHOT_BYTES:
+        tensor = tensor.detach().clone()
+    return TorchData(tensor, name)
+
+
+def _version(t: torch.Tensor) -> Optional[int]:
+    try:
+        return t._version
+    except RuntimeError:  # inference-mode tensors keep no version counter
+        return None
