@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import re
 import signal
 import traceback
 from pathlib import Path
@@ -110,7 +111,7 @@ def run_program(program: Program, folder: Path, *, timeout: int = 120) -> Outcom
             result = fx2nnef.export(namespace["Program"](), tuple(inputs), asset, target=target,
                                     input_names=program.input_names)
     except Fx2NnefError as error:
-        return Outcome(REFUSED, f"{type(error).__name__}: {_first_line(error)}", str(error))
+        return Outcome(REFUSED, _refusal(error), str(error))
     except Exception as error:  # noqa: BLE001 - any other exception is the finding
         return Outcome(CRASH, f"{type(error).__name__}: {_first_line(error)}", traceback.format_exc(limit=-12))
     envs = [env for env in program.envs if claimed_valid(result, env)]
@@ -125,7 +126,7 @@ def run_program(program: Program, folder: Path, *, timeout: int = 120) -> Outcom
         got = run_tract_many(result.path, [c[1] for c in cases], timeout=timeout)
     except TractError:
         got = [_run_alone(result.path, c[1], timeout) for c in cases]
-    failing, notes = [], []
+    failing, notes, bad = [], [], []
     for (env, _, expected), outs in zip(cases, got):
         if isinstance(outs, str):
             failing.append(env)
@@ -135,10 +136,11 @@ def run_program(program: Program, folder: Path, *, timeout: int = 120) -> Outcom
         if not all(d.ok for d in diffs):
             failing.append(env)
             notes.append(f"at {env}:\n{format_diffs(diffs)}")
+            bad.append(next(d for d in diffs if not d.ok))
     sizes = [c[0] for c in cases]
     if failing:
         first = notes[0].splitlines()
-        reason = "tract failed" if "tract failed" in first[0] else _diff_reason(notes[0])
+        reason = first[0][first[0].index("tract failed"):] if "tract failed" in first[0] else _diff_reason(bad[0])
         return Outcome(MISMATCH, reason, "\n".join(notes[:3]), sizes, failing, skipped)
     kind = OK if not skipped else REFUSED
     reason = "" if not skipped else f"sizes {skipped} outside the export's valid range"
@@ -149,13 +151,26 @@ def _run_alone(asset, inputs, timeout) -> list | str:
     try:
         return run_tract_many(asset, [inputs], timeout=timeout)[0]
     except TractError as error:
-        lines = [line for line in str(error).splitlines()[1:4] if line.strip()]
-        return " | ".join(lines)[:400] or _first_line(error, 300)
+        lines = [line.strip() for line in str(error).splitlines()[1:] if line.strip()]
+        return " | ".join(lines[-3:])[:400] or _first_line(error, 300)
 
 
-def _diff_reason(note: str) -> str:
-    bad = [line for line in note.splitlines()[1:] if " FAIL" in line]
-    return "outputs differ: " + "; ".join(" ".join(line.split()[:3]) for line in bad[:3])
+_PATH = re.compile(r"(/[^\s:'\"]+/)?fuzz_\d+\.py:\d+")
+_SIZES = re.compile(r"\{'[ST]': \d+(, '[ST]': \d+)?\}")
+
+
+def _refusal(error: Exception) -> str:
+    """``Type: message`` with the ops an UnsupportedOpError names; paths and sizes left out."""
+    text = str(error)
+    lines = [line.strip()[2:] for line in text.splitlines() if line.strip().startswith("- ")]
+    head = _first_line(error) if not lines or not isinstance(error, fx2nnef.UnsupportedOpError) else "; ".join(lines[:3])
+    head = _SIZES.sub("{sizes}", _PATH.sub("<line>", head))
+    return f"{type(error).__name__}: {head}"[:300]
+
+
+def _diff_reason(diff) -> str:
+    what = "shape" if diff.note.startswith("shape") else "dtype" if diff.note.startswith("dtype") else "values"
+    return f"outputs differ ({what}): {diff.name} {diff.dtype} {list(diff.shape)}"
 
 
 def _numpy(t) -> np.ndarray:
@@ -204,7 +219,5 @@ def minimise(program: Program, outcome: Outcome, folder: Path, *, budget: int = 
 
 
 def _reason_class(reason: str) -> str:
-    """The kind of failure without the numbers: exception type, or 'differ' / 'tract failed'."""
-    if reason.startswith("outputs differ"):
-        return "differ"
+    """The kind of failure without the numbers: exception type, 'outputs differ (values)', 'tract failed'."""
     return reason.split(":")[0]

@@ -1,0 +1,88 @@
+"""Fuzz campaign from the command line (run from ``tests/``).
+
+    python -m fuzz run --first 0 --count 2000 --out /tmp/fuzz     # one JSON line per program
+    python -m fuzz minimise --out /tmp/fuzz --per-class 2         # smallest reproducer per class
+
+``run`` appends to ``OUT/records.jsonl`` (seed, verdict, reason, families, failing sizes);
+``minimise`` takes the failing records, groups them by verdict and reason, minimises a
+few of each group and writes ``OUT/min_<seed>.txt`` reports plus ``OUT/minimised.jsonl``.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import tempfile
+import warnings
+from pathlib import Path
+
+from .generator import generate
+from .runner import FAILING, _reason_class, minimise, run_program
+
+
+def _run(args) -> None:
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    counts: collections.Counter = collections.Counter()
+    with open(out / "records.jsonl", "a") as log, tempfile.TemporaryDirectory(prefix="fuzz_") as tmp:
+        for seed in range(args.first, args.first + args.count, args.step):
+            program = generate(seed)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                outcome = run_program(program, Path(tmp) / str(seed))
+            counts[outcome.kind] += 1
+            record = {"seed": seed, "kind": outcome.kind, "reason": outcome.reason, "families": program.families,
+                      "failing": outcome.failing, "sizes": outcome.sizes, "example": program.example,
+                      "details": outcome.details[:3000] if outcome.kind in FAILING else ""}
+            log.write(json.dumps(record) + "\n")
+            log.flush()
+            if outcome.kind in FAILING:
+                (out / f"fail_{seed}.txt").write_text(outcome.report(program))
+    print(dict(counts))
+
+
+def _minimise(args) -> None:
+    out = Path(args.out)
+    records = [json.loads(line) for line in open(out / "records.jsonl")]
+    done = {json.loads(line)["seed"] for line in open(out / "minimised.jsonl")} if (out / "minimised.jsonl").exists() else set()
+    groups = collections.defaultdict(list)
+    for r in records:
+        if r["kind"] in FAILING:
+            groups[(r["kind"], _reason_class(r["reason"]), r["reason"] if r["kind"] == "CRASH" else "")].append(r)
+    with open(out / "minimised.jsonl", "a") as log, tempfile.TemporaryDirectory(prefix="fuzzmin_") as tmp:
+        for key, members in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+            for r in members[: args.per_class]:
+                if r["seed"] in done:
+                    continue
+                program = generate(r["seed"])
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    outcome = run_program(program, Path(tmp) / "first")
+                    if outcome.kind not in FAILING:
+                        continue
+                    small, small_outcome = minimise(program, outcome, Path(tmp) / str(r["seed"]), budget=args.budget)
+                (out / f"min_{r['seed']}.txt").write_text(small_outcome.report(small))
+                log.write(json.dumps({"seed": r["seed"], "kind": small_outcome.kind, "reason": small_outcome.reason,
+                                      "families": sorted({s.family for s in small.stmts}),
+                                      "statements": len(small.stmts), "group_size": len(members)}) + "\n")
+                log.flush()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m fuzz")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run")
+    run.add_argument("--first", type=int, default=0)
+    run.add_argument("--count", type=int, default=100)
+    run.add_argument("--step", type=int, default=1)
+    run.add_argument("--out", required=True)
+    mini = sub.add_parser("minimise")
+    mini.add_argument("--out", required=True)
+    mini.add_argument("--per-class", type=int, default=2)
+    mini.add_argument("--budget", type=int, default=40)
+    args = parser.parse_args()
+    (_run if args.command == "run" else _minimise)(args)
+
+
+if __name__ == "__main__":
+    main()
