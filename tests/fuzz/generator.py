@@ -173,7 +173,7 @@ class Builder:
     # ---- inputs
     def make_inputs(self) -> None:
         rng = self.rng
-        theme = rng.choices(["general", "seq", "conv1d", "conv2d"], [6, 2, 1, 1])[0]
+        theme = rng.choices(["general", "seq", "conv1d", "conv2d"], [6, 2, 1.5, 1.5])[0]
         self.theme = theme
         two = rng.random() < 0.2 or theme == "conv2d" and rng.random() < 0.5
         self.example["S"] = rng.randint(3, 9)
@@ -1634,7 +1634,7 @@ GENERATORS = [
     (g_arith, 8), (g_div, 4), (g_pow, 2), (g_compare, 3), (g_logical, 2), (g_bitwise, 2), (g_where_clamp, 4),
     (g_unary, 6), (g_reduce, 6), (g_reshape, 4), (g_permute, 3), (g_unsqueeze, 2), (g_expand_repeat, 2),
     (g_cat_stack, 3), (g_split, 2), (g_flip_roll, 3), (g_getitem, 6), (g_setitem, 4), (g_inplace_view, 5),
-    (g_linear, 3), (g_conv_pool, 2), (g_softmax_norm, 3), (g_branch, 4), (g_loop, 2), (g_size_scalar, 3),
+    (g_linear, 4), (g_conv_pool, 2), (g_softmax_norm, 3), (g_branch, 4), (g_loop, 2), (g_size_scalar, 3),
 ]
 _CONV_BOOST = {g_conv_pool: 12, g_softmax_norm: 4}
 

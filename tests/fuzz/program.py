@@ -6,6 +6,7 @@ Dims are ints (static) or Python expressions of the size symbols (``"S"``, ``"(S
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Union
 
 Dim = Union[int, str]
@@ -128,6 +129,18 @@ class Program:
 
     def describe(self) -> str:
         return f"seed {self.seed}, example {self.example}, sizes {self.envs}, families {sorted(self.families)}"
+
+    def unused_inputs(self) -> list:
+        """Inputs that no statement and no output mentions."""
+        text = "\n".join(line for s in self.stmts for line in s.lines) + "\n" + " ".join(self.outputs)
+        return [i.name for i in self.inputs if not re.search(rf"\b{i.name}\b", text)]
+
+    def without_inputs(self, names: list) -> "Program":
+        """A copy without the inputs ``names`` (at least one input stays)."""
+        keep = [i for i in self.inputs if i.name not in names] or self.inputs[:1]
+        kept = {i.name for i in keep}
+        axes = {k: v for k, v in self.dynamic_axes.items() if k in kept}
+        return dataclasses.replace(self, inputs=keep, dynamic_axes=axes)
 
     def without(self, stmt_index: int | None = None, outputs: list | None = None) -> "Program":
         """A copy without one statement, or with other outputs."""

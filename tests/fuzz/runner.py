@@ -215,6 +215,13 @@ def minimise(program: Program, outcome: Outcome, folder: Path, *, budget: int = 
             got = same(candidate)
             if got is not None:
                 best, best_outcome, changed = sane(candidate), got, True
+    unused = best.unused_inputs()
+    if unused and tries < budget + 1:
+        candidate = best.without_inputs(unused)
+        if candidate.dynamic_axes:
+            got = same(candidate)
+            if got is not None:
+                best, best_outcome = sane(candidate), got
     return best, best_outcome
 
 
