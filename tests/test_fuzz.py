@@ -63,3 +63,12 @@ def test_generated_program_runs_eagerly(tmp_path):
     for env in program.envs:
         _, outs = eager_outputs(namespace, env, env_seed(env))
         assert outs
+
+
+def test_program_round_trips_through_json():
+    import json
+
+    from fuzz.program import Program
+
+    program = generate(11)
+    assert Program.from_dict(json.loads(json.dumps(program.to_dict()))).source() == program.source()

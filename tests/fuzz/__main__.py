@@ -17,6 +17,7 @@ import warnings
 from pathlib import Path
 
 from .generator import generate
+from .program import Program
 from .runner import FAILING, _reason_class, minimise, run_program
 
 
@@ -38,6 +39,7 @@ def _run(args) -> None:
             log.flush()
             if outcome.kind in FAILING:
                 (out / f"fail_{seed}.txt").write_text(outcome.report(program))
+                (out / f"fail_{seed}.json").write_text(json.dumps(program.to_dict()))
     print(dict(counts))
 
 
@@ -54,7 +56,8 @@ def _minimise(args) -> None:
             for r in members[: args.per_class]:
                 if r["seed"] in done:
                     continue
-                program = generate(r["seed"])
+                saved = out / f"fail_{r['seed']}.json"
+                program = Program.from_dict(json.loads(saved.read_text())) if saved.exists() else generate(r["seed"])
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     outcome = run_program(program, Path(tmp) / "first")

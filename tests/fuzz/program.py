@@ -130,6 +130,19 @@ class Program:
     def describe(self) -> str:
         return f"seed {self.seed}, example {self.example}, sizes {self.envs}, families {sorted(self.families)}"
 
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Program":
+        """The program saved by :meth:`to_dict` (shapes come back as tuples)."""
+        fields = dict(data)
+        fields["stmts"] = [Stmt(list(s["lines"]), s["family"], tuple(s["defines"])) for s in data["stmts"]]
+        fields["inputs"] = [InputSpec(i["name"], tuple(i["shape"]), i["dtype"], i["kind"], i["lo"], i["hi"])
+                            for i in data["inputs"]]
+        fields["dynamic_axes"] = {k: {int(a): sym for a, sym in v.items()} for k, v in data["dynamic_axes"].items()}
+        return cls(**fields)
+
     def unused_inputs(self) -> list:
         """Inputs that no statement and no output mentions."""
         text = "\n".join(line for s in self.stmts for line in s.lines) + "\n" + " ".join(self.outputs)
