@@ -363,6 +363,8 @@ def g_div(b: Builder) -> bool:
         return False
     v = b.tame(v, 20 if not is_float(v.dtype) else 8)
     den = _denominator(b, v, v.shape)
+    if v.minabs >= (0.5 if is_float(v.dtype) else 1) and b.rng.random() < 0.25:
+        den = (v.name, v.minabs, v.bound, v.rank)  # x // x, x % x: exact in torch
     if den is None:
         return False
     d, minabs, dbound, drank = den
