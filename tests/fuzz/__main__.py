@@ -2,6 +2,7 @@
 
     python -m fuzz run --first 0 --count 2000 --out /tmp/fuzz     # one JSON line per program
     python -m fuzz minimise --out /tmp/fuzz --per-class 2         # smallest reproducer per class
+    python -m fuzz summary --out /tmp/fuzz                        # counts per verdict and per class
 
 ``run`` appends to ``OUT/records.jsonl`` (seed, verdict, reason, families, failing sizes);
 ``minimise`` takes the failing records, groups them by verdict and reason, minimises a
@@ -12,13 +13,14 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import re
 import tempfile
 import warnings
 from pathlib import Path
 
 from .generator import generate
 from .program import Program
-from .runner import FAILING, _reason_class, minimise, run_program
+from .runner import FAILING, minimise, run_program
 
 
 def _run(args) -> None:
@@ -43,6 +45,34 @@ def _run(args) -> None:
     print(dict(counts))
 
 
+_SUSPECTS = ("bitwise", "inplace", "setitem", "branch", "loop", "size_scalar")
+
+
+def signature(record: dict) -> str:
+    """A rough bug class of a failing record, before minimisation.
+
+    Mismatches are split by whether the example size itself is wrong and by the first
+    family of a known-fragile kind the program uses; other verdicts by their reason with
+    numbers blanked.
+    """
+    reason = re.sub(r"\b\d+\b", "N", record["reason"])
+    if record["kind"] == "MISMATCH" and reason.startswith("outputs differ"):
+        at_example = "at example" if record["example"] in record["failing"] else "not at example"
+        families = set(record["families"])
+        suspect = next((f for f in _SUSPECTS if f in families), "other: " + ",".join(sorted(families)))
+        return f"MISMATCH {reason.split(':')[0]}, {at_example} [{suspect}]"
+    return f"{record['kind']} {reason[:140]}"
+
+
+def _summary(args) -> None:
+    records = [json.loads(line) for line in open(Path(args.out) / "records.jsonl")]
+    counts = collections.Counter(r["kind"] for r in records)
+    print(f"{len(records)} programs: {dict(counts)}")
+    groups = collections.Counter(signature(r) for r in records if r["kind"] != "OK")
+    for key, n in groups.most_common():
+        print(f"{n:5d}  {key}")
+
+
 def _minimise(args) -> None:
     out = Path(args.out)
     records = [json.loads(line) for line in open(out / "records.jsonl")]
@@ -50,7 +80,7 @@ def _minimise(args) -> None:
     groups = collections.defaultdict(list)
     for r in records:
         if r["kind"] in FAILING:
-            groups[(r["kind"], _reason_class(r["reason"]), r["reason"] if r["kind"] == "CRASH" else "")].append(r)
+            groups[signature(r)].append(r)
     with open(out / "minimised.jsonl", "a") as log, tempfile.TemporaryDirectory(prefix="fuzzmin_") as tmp:
         for key, members in sorted(groups.items(), key=lambda kv: -len(kv[1])):
             for r in members[: args.per_class]:
@@ -65,7 +95,7 @@ def _minimise(args) -> None:
                         continue
                     small, small_outcome = minimise(program, outcome, Path(tmp) / str(r["seed"]), budget=args.budget)
                 (out / f"min_{r['seed']}.txt").write_text(small_outcome.report(small))
-                log.write(json.dumps({"seed": r["seed"], "kind": small_outcome.kind, "reason": small_outcome.reason,
+                log.write(json.dumps({"seed": r["seed"], "class": key, "kind": small_outcome.kind, "reason": small_outcome.reason,
                                       "families": sorted({s.family for s in small.stmts}),
                                       "statements": len(small.stmts), "group_size": len(members)}) + "\n")
                 log.flush()
@@ -83,8 +113,10 @@ def main() -> None:
     mini.add_argument("--out", required=True)
     mini.add_argument("--per-class", type=int, default=2)
     mini.add_argument("--budget", type=int, default=40)
+    summary = sub.add_parser("summary")
+    summary.add_argument("--out", required=True)
     args = parser.parse_args()
-    (_run if args.command == "run" else _minimise)(args)
+    {"run": _run, "minimise": _minimise, "summary": _summary}[args.command](args)
 
 
 if __name__ == "__main__":
