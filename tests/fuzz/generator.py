@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import re
 from typing import Callable, Optional
 
 from .program import (Dim, InputSpec, Program, Stmt, d_add, d_ceildiv, d_eval, d_floordiv, d_mul)
@@ -111,6 +112,7 @@ class Builder:
         self.families: set = set()
         self.example: dict = {}
         self.dynamic_axes: dict = {}
+        self.ambiguous: set = set()
 
     # ---- bookkeeping
     def fresh(self, prefix: str = "v") -> str:
@@ -118,6 +120,11 @@ class Builder:
         return f"{prefix}{self.count}"
 
     def emit(self, expr: str, shape, dtype: str, lo: float, hi: float, family: str, **kw) -> Val:
+        if "contiguous" not in kw:
+            # torch keeps the layout of a strided input: the result of an op on a transposed
+            # tensor is not contiguous either (and reshaping it copies, except at size 1)
+            names = set(re.findall(r"\b[a-z]\w*\b", expr))
+            kw["contiguous"] = all(u.contiguous for u in self.vals if u.name in names)
         val = Val(self.fresh(), tuple(shape), dtype, float(lo), float(hi), **kw)
         if not val.group:
             val.group = val.name
@@ -169,6 +176,10 @@ class Builder:
             lo = 0 if v.dtype == "uint8" else -lim
             return self.emit(f"{v.name}.clamp({lo}, {lim})", v.shape, v.dtype, lo, lim, "elementwise")
         return v
+
+    def is_ambiguous(self, v: Val) -> bool:
+        """Whether ``v`` may or may not share storage with another value depending on the size."""
+        return v.group in self.ambiguous or v.group.startswith("amb:")
 
     # ---- inputs
     def make_inputs(self) -> None:
@@ -771,8 +782,14 @@ def g_reshape(b: Builder) -> bool:
         parts = [b.dim_code(v, i) for i in range(v.rank)]
         parts.insert(a, "1")
         expr = f"{v.name}.{meth}({', '.join(parts)})"
-    b.emit(expr, new, v.dtype, v.lo, v.hi, "reshape", minabs=v.minabs, group=v.group if meth == "view" or v.contiguous else "",
-           contiguous=True)
+    if v.contiguous:
+        group = v.group
+    else:
+        # a reshape of a strided tensor copies, but aliases at the sizes where it happens to
+        # be contiguous: no in-place update may touch either side afterwards
+        b.ambiguous.add(v.group)
+        group = "amb:" + v.group
+    b.emit(expr, new, v.dtype, v.lo, v.hi, "reshape", minabs=v.minabs, group=group, contiguous=True)
     return True
 
 
@@ -1172,7 +1189,7 @@ def g_getitem(b: Builder) -> bool:
 
 def g_setitem(b: Builder) -> bool:
     rng = b.rng
-    v = b.pick(lambda v: v.rank >= 1 and not v.expanded and v.group != "masked")
+    v = b.pick(lambda v: v.rank >= 1 and not v.expanded and v.group != "masked" and not b.is_ambiguous(v))
     if v is None:
         return False
     kind = rng.choices(["basic", "mask", "tensor_idx", "value_tensor", "clone_first"], [4, 2, 1, 2, 1])[0]
@@ -1235,7 +1252,8 @@ def _mutate(b: Builder, v: Val, line: str, rng_new: tuple, family: str) -> None:
 
 def g_inplace_view(b: Builder) -> bool:
     rng = b.rng
-    base = b.pick(lambda v: v.rank >= 1 and not v.expanded and v.dtype in ("float32", "int64") and v.group != "masked")
+    base = b.pick(lambda v: v.rank >= 1 and not v.expanded and v.dtype in ("float32", "int64") and v.group != "masked"
+                  and not b.is_ambiguous(v))
     if base is None:
         return False
     view_kind = rng.choice(["view", "reshape", "slice", "t", "unsqueeze", "narrow", "select", "none", "flatten"])
