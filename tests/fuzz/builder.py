@@ -36,8 +36,6 @@ def promote(a: tuple, b: tuple) -> str:
     top = max(category(a[0]), category(b[0]))
     same = [x for x in (a, b) if category(x[0]) == top]
     dimmed = [x for x in same if x[1] > 0] or same
-    if top == 1 and len({x[0] for x in dimmed}) > 1 and "uint8" in {x[0] for x in dimmed}:
-        pass
     return max((x[0] for x in dimmed), key=_ORDER.get)
 
 
@@ -88,10 +86,6 @@ def broadcast(a: tuple, b: tuple) -> Optional[tuple]:
         else:
             return None
     return tuple(reversed(out))
-
-
-def _fmt(x: float) -> str:
-    return repr(round(x, 2))
 
 
 class Builder:

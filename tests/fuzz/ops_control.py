@@ -64,7 +64,7 @@ def g_branch(b: Builder) -> bool:
         lo, hi = 0, 255
     b.stmts.append(Stmt(lines, "branch", (name,)))
     b.families.add("branch")
-    b.vals.append(Val(name, v.shape, v.dtype if v.dtype != "bool" or True else v.dtype, lo, hi, 0.0, name))
+    b.vals.append(Val(name, v.shape, v.dtype, lo, hi, 0.0, name))
     b.want_outputs.append(name)
     return True
 

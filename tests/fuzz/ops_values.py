@@ -440,10 +440,10 @@ def g_reduce(b: Builder) -> bool:
         b.emit(f"{v.name}.prod({spelled}{kd})", shape, "int64" if not fl else "float32", -lim, lim, "reduce")
         return True
     if kind in ("any", "all"):
-        b.emit(f"{v.name}.{kind}({spelled}{kd})" if rng.random() < 0.7 else f"torch.{kind}({v.name})",
-               shape if True else (), "bool", 0, 1, "reduce")
-        if b.stmts[-1].lines[0].endswith(f"torch.{kind}({v.name})"):
-            b.vals[-1].shape = ()
+        if rng.random() < 0.7:
+            b.emit(f"{v.name}.{kind}({spelled}{kd})", shape, "bool", 0, 1, "reduce")
+        else:
+            b.emit(f"torch.{kind}({v.name})", (), "bool", 0, 1, "reduce")
         return True
     if kind == "cumsum":
         dt = "int64" if not fl else "float32"
