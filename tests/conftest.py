@@ -26,3 +26,12 @@ def _record_lowered_ops():
     emitter.lower_nodes = recording
     yield
     emitter.lower_nodes = original
+
+
+def pytest_addoption(parser):
+    """``--fuzz=N`` / ``--fuzz-seed=K``: how many random programs tests/test_fuzz.py tries, and from which seed."""
+    group = parser.getgroup("fx2nnef fuzz")
+    group.addoption("--fuzz", type=int, default=int(os.environ.get("FX2NNEF_FUZZ", "300")),
+                    help="number of random programs in tests/test_fuzz.py (env FX2NNEF_FUZZ, default 300)")
+    group.addoption("--fuzz-seed", type=int, default=int(os.environ.get("FX2NNEF_FUZZ_SEED", "0")),
+                    help="first seed of tests/test_fuzz.py (env FX2NNEF_FUZZ_SEED, default 0)")
