@@ -77,25 +77,8 @@ def _deadline(seconds: int):
 
 
 def claimed_valid(result, env: dict) -> bool:
-    """Whether the export says it is valid at the sizes ``env``.
-
-    An export may restrict its sizes (a dynamic decision that only holds on a range);
-    it is read from ``result.valid_range`` / ``result.valid_sizes`` when present: a dict
-    symbol -> (low, high) with ``None`` for an open end, or a callable taking ``env``.
-    """
-    for attr in ("valid_range", "valid_sizes", "size_range"):
-        spec = getattr(result, attr, None)
-        if spec is None:
-            continue
-        if callable(spec):
-            return bool(spec(env))
-        for sym, bounds in dict(spec).items():
-            if sym not in env:
-                continue
-            lo, hi = bounds if isinstance(bounds, (tuple, list)) else (bounds, None)
-            if lo is not None and env[sym] < lo or hi is not None and env[sym] > hi:
-                return False
-    return True
+    """Whether the export says it is valid at the sizes ``env`` (``result.ranges``: symbol -> SymRange)."""
+    return all(r.contains(env[sym]) for sym, r in result.ranges.items() if sym in env)
 
 
 def run_program(program: Program, folder: Path, *, timeout: int = 120) -> Outcome:
