@@ -268,13 +268,20 @@ def _trace_and_probe(model, args, kwargs, names, out_names, dyn, leaf_types, lea
     return trace2.gm, analysis_back, trace2
 
 
+_FEWEST_SIZES = 3
+
+
 def _refuse_single_sizes(analysis):
-    """A symbol valid at the example size alone is not dynamic: say which decisions fix it."""
-    single = [r for r in analysis.ranges.values() if r.lo is not None and r.lo == r.hi]
+    """A symbol valid at fewer than ``_FEWEST_SIZES`` sizes (split(2) of S=6 gives 3 pieces at
+    S=5 and 6 only) is not dynamic in any useful sense: say which decisions fix it."""
+    single = [r for r in analysis.ranges.values()
+              if r.lo is not None and r.hi is not None and (r.hi - r.lo) // r.step + 1 < _FEWEST_SIZES]
     if not single:
         return
     lines = ["the trace took decisions on dynamic dims that make the graph valid at the example size only ("
-             + ", ".join(f"{r.symbol}={r.lo}: {r.why}" for r in single) + "):"]
+             if all(r.lo == r.hi for r in single) else
+             "the trace took decisions on dynamic dims that make the graph valid at a few sizes only ("]
+    lines[0] += "; ".join(f"{r}" for r in single) + "):"
     lines += [f"  - {g}" for g in analysis.guards if g.status in ("bounds", "violated")][:10]
     lines.append("Make that code independent of the dynamic size, or drop the dim from dynamic_axes.")
     raise GuardError("\n".join(lines))

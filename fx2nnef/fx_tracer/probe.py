@@ -375,6 +375,7 @@ def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, 
     equivalent: dict = {}
     results: dict = {s: {} for s in symbols}
     refused: list = []
+    errors: list = []
 
     def probe(env):
         values, err = _run(gm, inputs_at(example, names, dynamic_axes, env))
@@ -388,7 +389,9 @@ def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, 
         if err is not None:
             if reference is None:
                 return "refused"
-            failures.append(ProbeFailure(env, err[0], err[1] + " (the eager model accepts these sizes)"))
+            # a failure outside the range finally claimed only bounds it (chunk(2) of S=1 has
+            # one piece): decided once the ranges are known
+            errors.append(ProbeFailure(env, err[0], err[1] + " (the eager model accepts these sizes)"))
             return "error"
         flips = [g for g in guards if g.node in values and not _guard_holds(g, values[g.node])]
         if expected is not None:
@@ -435,6 +438,7 @@ def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, 
             if isinstance(r, tuple):
                 node = r[1][0].node if r[1] else None
                 failures.append(ProbeFailure(env, node, r[2]))
+    failures.extend(e for e in errors if all(ranges[s].contains(e.env[s]) for s in symbols))
     # shapes are fitted only on sizes inside the range: outside, another branch may give other shapes
     good = [(e, v) for e, v in good if all(ranges[s].contains(e[s]) for s in symbols)]
     good_envs, records, sym = _fit_good(good, symbols)
