@@ -20,6 +20,7 @@ from ..errors import TraceError
 from ..ir import SourceLoc
 from . import structures
 from .proxy import _DATA_TENSOR_METHODS, _STATIC_TENSOR_METHODS, CustomAttribute, CustomProxy, SizeTuple
+from .control_flow import control_flow_patches
 from .source import user_frame_location
 
 # torch factories that take sizes: recorded when a size argument is a proxy
@@ -314,14 +315,16 @@ def _traced_isinstance(obj, cls):
         import sys
 
         caller = sys._getframe(1).f_globals.get("__name__", "")
-        if not caller.startswith(_INTERNAL_MODULES):
+        # torch's control-flow functions validate their operands before the recorder takes over
+        if not caller.startswith(_INTERNAL_MODULES) or caller.startswith("torch._higher_order_ops"):
             return _orig_isinstance(obj.value, cls)
     return _orig_isinstance(obj, cls)
 
 
 @contextlib.contextmanager
 def tracing_patches(tracer: CustomTracer):
-    """Answer ``isinstance`` from example values and record factories called with size proxies."""
+    """Answer ``isinstance`` from example values, record factories called with size proxies and
+    record torch.cond / scan / while_loop (see :mod:`.control_flow`)."""
     saved = {name: getattr(torch, name) for name in _FACTORIES if hasattr(torch, name)}
 
     def wrap(fn):
@@ -360,7 +363,8 @@ def tracing_patches(tracer: CustomTracer):
             setattr(torch, name, wrap(fn))
         for name, fn in checks.items():
             setattr(torch, name, _concrete_check(fn, _CHECK_FUNCTIONS[name]))
-        yield
+        with control_flow_patches(tracer):
+            yield
     finally:
         builtins.isinstance = _orig_isinstance
         torch.Tensor.__getitem__ = orig_getitem

@@ -1,0 +1,78 @@
+"""Loops (``scan``, ``while_loop``): the IR node ``fx2nnef.loop`` with its body as an IR Graph.
+
+- tract: ``tract_core_scan`` over the body written as a generated fragment. The body's
+  parameters are the carries (``state``), the scanned pieces (``scan``, chunk -1 for a
+  reverse scan) and the loop-invariant values and weights (``full``); ``reset_every_turn``
+  so that a reused tract state never carries a previous call's final state.
+- Khronos: the body fragment called once per step (the scanned length must be static).
+"""
+from __future__ import annotations
+
+from ...errors import EmitError
+from ...ir import Graph
+from ..context import EmitContext
+from ..registry import register
+
+
+def _body_fragment(ctx: EmitContext, body: Graph, kind: str):
+    from ..emitter import emit_fragment  # the emitter imports the op families
+
+    name = ctx.fresh(f"{kind}_body")
+    frag = emit_fragment(body, ctx.target, name, registry=ctx.registry)
+    ctx.define_fragment(name, frag.text, frag.fragments, frag.texts)
+    return name, frag
+
+
+def _set_outputs(ctx: EmitContext, outs) -> list:
+    outs = list(outs) if isinstance(outs, tuple) else [outs]
+    for out, like in zip(outs, ctx.node.outputs):
+        out.dtype, out.shape = like.dtype, like.shape
+    return outs
+
+
+@register("fx2nnef.loop", target="tract")
+def loop_tract(ctx: EmitContext, init: list, xs: list, full: list, body: Graph, dim: int, reverse: bool,
+               n_carry: int, kind: str):
+    """A scan or bounded while loop as ``tract_core_scan``."""
+    name, frag = _body_fragment(ctx, body, kind)
+    params, results = frag.inputs, frag.results
+    chunk = -1 if reverse else 1
+    n_x = len(xs)
+    scan = [(params[n_carry + j], x, dim, chunk) for j, x in enumerate(xs)]
+    full_args = [(params[n_carry + n_x + k], v) for k, v in enumerate(full)]
+    full_args += [(label, w) for label, w in frag.weights]
+    state = [(params[i], init[i], results[i]) for i in range(n_carry)]
+    output = [(results[i], "last", 0, 1) for i in range(n_carry)]
+    output += [(r, "full", dim, chunk) for r in results[n_carry:]]
+    outs = ctx.op("tract_core_scan", body=name, scan=scan, full=full_args, state=state, output=output,
+                  reset_every_turn=1, n_out=len(output))
+    return _set_outputs(ctx, outs)
+
+
+@register("fx2nnef.loop")
+def loop_unrolled(ctx: EmitContext, init: list, xs: list, full: list, body: Graph, dim: int, reverse: bool,
+                  n_carry: int, kind: str):
+    """The body fragment called once per step, on static slices of the scanned inputs."""
+    steps = xs[0].shape[dim] if xs[0].shape is not None else None
+    if not isinstance(steps, int):
+        raise EmitError(f"standard NNEF has no loop: this {kind} runs over a dynamic length ({steps}); give it a "
+                        "static length, or export for tract (tract_core_scan)")
+    name, frag = _body_fragment(ctx, body, kind)
+    weights = [w for _, w in frag.weights]
+    carry = list(init)
+    n_y = len(body.outputs) - n_carry
+    ys: list = [[None] * steps for _ in range(n_y)]
+    for i in (range(steps - 1, -1, -1) if reverse else range(steps)):
+        pieces = [ctx.op("slice", x, axes=[dim], begin=[i], end=[i + 1]) for x in xs]
+        outs = ctx.op(name, *carry, *pieces, *full, *weights, n_out=len(body.outputs))
+        outs = list(outs) if isinstance(outs, tuple) else [outs]
+        for o, like in zip(outs, body.outputs):
+            o.dtype = like.dtype
+        carry = outs[:n_carry]
+        for j in range(n_y):
+            ys[j][i] = outs[n_carry + j]
+    stacked = [ctx.op("concat", y, axis=dim) if steps > 1 else ctx.op("copy", y[0]) for y in ys]
+    result = [ctx.op("copy", c) if c in init else c for c in carry] + stacked
+    for out, like in zip(result, ctx.node.outputs):
+        out.dtype, out.shape = like.dtype, like.shape
+    return result
