@@ -325,7 +325,8 @@ class Recorder:
                 f"the while_loop at {where} runs {trips} iterations on the example inputs, a number no size of its "
                 "carried tensors gives; NNEF has no while loop, so give export(..., max_loop_iterations=N): the "
                 "loop then runs N steps whose extra steps leave the carries unchanged (N must bound the trip count)")
-        return self.tracer.create_proxy("call_function", torch.ones, (size,), {"dtype": torch.bool})
+        ones = getattr(torch.ones, "__wrapped_factory__", torch.ones)  # torch.ones is patched while tracing
+        return self.tracer.create_proxy("call_function", ones, (size,), {"dtype": torch.bool})
 
     def _bounding_size(self, init: list, trips: int):
         """A traced size of a carried tensor equal to ``trips``, else the smallest above it."""

@@ -123,6 +123,7 @@ class EmitContext:
         self.node: Optional[Node] = None
         self._var_cache: dict = {}
         self.graph_outputs: set = set()  # ids of the graph's output Values
+        self.graph_inputs: list = []  # the graph's input Values
 
     def is_used(self, value: Value) -> bool:
         """Whether a later op or the graph's outputs read ``value``."""

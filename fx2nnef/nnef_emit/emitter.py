@@ -107,6 +107,7 @@ def _context_for(graph: Graph, target: str, registry: Registry) -> EmitContext:
     _check_lowerings(graph, target, registry)
     ctx = EmitContext(target, registry, graph.symbols)
     ctx.graph_outputs = {id(v) for v in graph.outputs}
+    ctx.graph_inputs = list(graph.inputs)
     for name in list(graph.output_names) + [v.name for v in graph.inputs]:
         ctx._taken.add(sanitize(name))
     for v in graph.inputs:

@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 from ...errors import EmitError
-from ...ir import Graph
+from ...ir import DType, Graph, Value
 from ..context import EmitContext
 from ..registry import register
 
@@ -30,6 +30,38 @@ def _set_outputs(ctx: EmitContext, outs) -> list:
     return outs
 
 
+def _runtime_true(ctx: EmitContext, anchors: list) -> Value:
+    """A rank-0 ``true`` that tract cannot fold: computed from the first element of a runtime value."""
+    anchor = next((v for v in anchors if not v.is_constant and v.shape is not None
+                   and all(d != 0 for d in v.shape)), None)
+    if anchor is None:
+        raise EmitError("tract cannot scan over a constant here (it feeds the whole constant to the loop body) and "
+                        "no runtime tensor is at hand to avoid it; scan over an input instead")
+    r = len(anchor.shape)
+    v = ctx.op("slice", anchor, axes=list(range(r)), begin=[0] * r, end=[1] * r, out_shape=(1,) * r) if r else anchor
+    if anchor.dtype is DType.BOOL:
+        t = ctx.op("or", v, ctx.op("not", v))
+    elif anchor.dtype.is_float:
+        nan = ctx.op("tract_core_is_nan", v, out_dtype=DType.BOOL)
+        t = ctx.op("or", nan, ctx.op("not", nan))
+    else:
+        t = ctx.op("eq", v, v, out_dtype=DType.BOOL)
+    return ctx.op("squeeze", t, axes=list(range(r)), out_shape=()) if r else t
+
+
+def _live(ctx: EmitContext, xs: list, anchors: list) -> list:
+    """The scanned inputs, each constant one passed through a select on a runtime ``true``.
+
+    NOTE: tract 0.23.9 gives a *constant* scanned input of tract_core_scan whole to the body
+    ("inconsistent fact", or "Remove a non-1 axis" in the declutter); a value that depends
+    on a graph input is cut into pieces as it should be.
+    """
+    if not any(x.is_constant for x in xs):
+        return xs
+    t = _runtime_true(ctx, anchors)
+    return [ctx.op("select", t, x, x, out_shape=x.shape, out_dtype=x.dtype) if x.is_constant else x for x in xs]
+
+
 @register("fx2nnef.loop", target="tract")
 def loop_tract(ctx: EmitContext, init: list, xs: list, full: list, body: Graph, dim: int, reverse: bool,
                n_carry: int, kind: str):
@@ -38,6 +70,7 @@ def loop_tract(ctx: EmitContext, init: list, xs: list, full: list, body: Graph, 
     params, results = frag.inputs, frag.results
     chunk = -1 if reverse else 1
     n_x = len(xs)
+    xs = _live(ctx, xs, list(init) + list(full) + list(ctx.graph_inputs))
     scan = [(params[n_carry + j], x, dim, chunk) for j, x in enumerate(xs)]
     full_args = [(params[n_carry + n_x + k], v) for k, v in enumerate(full)]
     full_args += [(label, w) for label, w in frag.weights]
