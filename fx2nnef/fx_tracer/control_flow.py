@@ -202,8 +202,14 @@ class Recorder:
 
     def scan_op(self, combine_fn, init, xs, additional_inputs=()):
         """The higher-order op ``torch.ops.higher_order.scan`` (flat lists, scan along dim 0)."""
-        outs = self.loop(combine_fn, list(init), list(xs), tuple(additional_inputs), 0, False, "scan", _where_text())
-        return list(outs)
+        spec: dict = {}
+
+        def flat_fn(*args):
+            flat, spec["out"] = pytree.tree_flatten(combine_fn(*args))
+            return flat
+
+        outs = self.loop(flat_fn, list(init), list(xs), tuple(additional_inputs), 0, False, "scan", _where_text())
+        return pytree.tree_unflatten(list(outs), spec["out"])  # the structure the combine function returned
 
     def loop(self, flat_fn, init: list, xs: list, additional: tuple, dim: int, reverse: bool, kind: str, where: str,
              max_steps=None):
@@ -239,7 +245,9 @@ class Recorder:
         body, outer = self._body_module(body_nodes, carry_slots + scan_slots, sub_outs)
         call = ScanCall(body, kind, where, dim, reverse, len(init), check=check_out is not None)
         if kind == "while":
-            xs = [self._budget(call, init, outer, where, max_steps)]
+            sizes = [n for i, n in enumerate(tracer.graph.nodes) if i >= start and n.op == "call_method"
+                     and n.target == "size" and type(n.meta.get("value")) is int]
+            xs = [self._budget(call, init, outer, where, sizes)]
         args = (list(init), list(xs), outer, carry_slots, scan_slots, outs)
         result = tracer.create_proxy("call_function", call, args, {})
         result.node.meta["control_flow"] = f"{kind} at {where}"
@@ -298,9 +306,9 @@ class Recorder:
             p.__dict__["value"] = n.meta.get("value")
         return gm, proxies
 
-    def _budget(self, call: ScanCall, init: list, outer: list, where: str, max_steps):
-        """The scanned budget of a while loop: ``max_loop_iterations`` steps, or a size that bounds the
-        trip count on the example."""
+    def _budget(self, call: ScanCall, init: list, outer: list, where: str, sizes: list):
+        """The scanned budget of a while loop: ``max_loop_iterations`` steps, or a size that the loop
+        reads and that bounds the trip count on the example (the probes check it at other sizes)."""
         carry = [_value(c).clone() for c in init]
         full = [p.value for p in outer]
         trips = 0
@@ -319,29 +327,27 @@ class Recorder:
             return torch.ones(limit, dtype=torch.bool)
         if trips > _RUNAWAY:
             raise TraceError(f"the while_loop at {where} did not end within {_RUNAWAY} iterations on the example inputs")
-        size = self._bounding_size(init, trips)
+        size = self._bounding_size(sizes, trips)
         if size is None:
             raise TraceError(
-                f"the while_loop at {where} runs {trips} iterations on the example inputs, a number no size of its "
-                "carried tensors gives; NNEF has no while loop, so give export(..., max_loop_iterations=N): the "
+                f"the while_loop at {where} runs {trips} iterations on the example inputs, a number no size that the "
+                "loop reads bounds; NNEF has no while loop, so give export(..., max_loop_iterations=N): the "
                 "loop then runs N steps whose extra steps leave the carries unchanged (N must bound the trip count)")
         ones = getattr(torch.ones, "__wrapped_factory__", torch.ones)  # torch.ones is patched while tracing
         return self.tracer.create_proxy("call_function", ones, (size,), {"dtype": torch.bool})
 
-    def _bounding_size(self, init: list, trips: int):
-        """A traced size of a carried tensor equal to ``trips``, else the smallest above it."""
+    def _bounding_size(self, sizes: list, trips: int):
+        """Among the sizes the loop reads (``i < x.size(0)``), the one equal to ``trips``, else the
+        smallest above it."""
         from .proxy import CustomProxy
 
-        best = None
-        for c in init:
-            if not isinstance(c, CustomProxy):
-                continue
-            for axis, n in enumerate(c.value.shape):
-                if n >= trips and (best is None or (n != trips, n) < (best[0] != trips, best[0])):
-                    best = (n, c, axis)
-        if best is None:
+        fits = [n for n in sizes if n.meta["value"] >= trips]
+        if not fits:
             return None
-        return self.tracer.create_proxy("call_method", "size", (best[1], best[2]), {})
+        best = min(fits, key=lambda n: (n.meta["value"] != trips, n.meta["value"]))
+        proxy = CustomProxy(best, self.tracer)
+        proxy.__dict__["value"] = best.meta["value"]
+        return proxy
 
     # while ------------------------------------------------------------------------------
     def while_loop(self, cond_fn, body_fn, carried_inputs, additional_inputs=()):

@@ -4,11 +4,11 @@
   parameters are the carries (``state``), the scanned pieces (``scan``, chunk -1 for a
   reverse scan) and the loop-invariant values and weights (``full``); ``reset_every_turn``
   so that a reused tract state never carries a previous call's final state.
-- Khronos: the body fragment called once per step (the scanned length must be static).
+- Khronos: the body lowered inline once per step (the scanned length must be static).
 """
 from __future__ import annotations
 
-from ...errors import EmitError
+from ...errors import EmitError, UnsupportedOpError
 from ...ir import DType, Graph, Value
 from ..context import EmitContext
 from ..registry import register
@@ -85,27 +85,43 @@ def loop_tract(ctx: EmitContext, init: list, xs: list, full: list, body: Graph, 
 @register("fx2nnef.loop")
 def loop_unrolled(ctx: EmitContext, init: list, xs: list, full: list, body: Graph, dim: int, reverse: bool,
                   n_carry: int, kind: str):
-    """The body fragment called once per step, on static slices of the scanned inputs."""
+    """The body lowered inline once per step, on static slices of the scanned inputs (standard NNEF
+    has no loop, and the Khronos tools run no user fragment without being told to decompose it)."""
+    from ..emitter import lower_nodes  # the emitter imports the op families
+
     steps = xs[0].shape[dim] if xs[0].shape is not None else None
     if not isinstance(steps, int):
         raise EmitError(f"standard NNEF has no loop: this {kind} runs over a dynamic length ({steps}); give it a "
                         "static length, or export for tract (tract_core_scan)")
-    name, frag = _body_fragment(ctx, body, kind)
-    weights = [w for _, w in frag.weights]
+    node = ctx.node
+    inner = [o for n in body.nodes for o in n.outputs]
     carry = list(init)
     n_y = len(body.outputs) - n_carry
     ys: list = [[None] * steps for _ in range(n_y)]
-    for i in (range(steps - 1, -1, -1) if reverse else range(steps)):
-        pieces = [ctx.op("slice", x, axes=[dim], begin=[i], end=[i + 1]) for x in xs]
-        outs = ctx.op(name, *carry, *pieces, *full, *weights, n_out=len(body.outputs))
-        outs = list(outs) if isinstance(outs, tuple) else [outs]
-        for o, like in zip(outs, body.outputs):
-            o.dtype = like.dtype
-        carry = outs[:n_carry]
-        for j in range(n_y):
-            ys[j][i] = outs[n_carry + j]
+    try:
+        for i in (range(steps - 1, -1, -1) if reverse else range(steps)):
+            ctx.node = node
+            pieces = [ctx.op("slice", x, axes=[dim], begin=[i], end=[i + 1], out_dtype=x.dtype) for x in xs]
+            for v in inner:  # every step writes its own values
+                ctx.names.pop(id(v), None)
+            for param, actual in zip(body.inputs, carry + pieces + list(full)):
+                ctx.names[id(param)] = ctx.name_of(actual)
+            lower_nodes(ctx, body)
+            outs = []
+            for o in body.outputs:
+                kept = Value(o.name, o.dtype, o.shape)  # holds this step's name of ``o``
+                ctx._alive.append(kept)
+                ctx.names[id(kept)] = ctx.name_of(o)
+                outs.append(kept)
+            carry = outs[:n_carry]
+            for j in range(n_y):
+                ys[j][i] = outs[n_carry + j]
+    except UnsupportedOpError as exc:
+        raise EmitError(f"in the body of this {kind}: {exc}") from None
+    finally:
+        ctx.node = node
     stacked = [ctx.op("concat", y, axis=dim) if steps > 1 else ctx.op("copy", y[0]) for y in ys]
-    result = [ctx.op("copy", c) if c in init else c for c in carry] + stacked
-    for out, like in zip(result, ctx.node.outputs):
+    result = [ctx.op("copy", c) if any(c is v for v in init) else c for c in carry] + stacked
+    for out, like in zip(result, node.outputs):
         out.dtype, out.shape = like.dtype, like.shape
     return result
