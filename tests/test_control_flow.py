@@ -242,7 +242,7 @@ class CountedWhile(torch.nn.Module):
         acc = torch.zeros(x.shape[1])
 
         def body(i, acc, x):
-            return i + 1, acc * 0.9 + x.mean(0) * (i + 1).float(), x.clone()
+            return i + 1, acc * 0.9 + x.sum(0) * (i + 1).float(), x.clone()
 
         i, acc, _ = while_loop(lambda i, acc, x: i < x.size(0), body, (i, acc, x))
         return acc, i
