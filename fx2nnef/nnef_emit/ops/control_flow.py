@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 from ...errors import EmitError, UnsupportedOpError
-from ...ir import DType, Graph, Value
+from ...ir import DType, Graph, Node, Value, map_values
 from ..context import EmitContext
 from ..registry import register
 
@@ -82,6 +82,32 @@ def loop_tract(ctx: EmitContext, init: list, xs: list, full: list, body: Graph, 
     return _set_outputs(ctx, outs)
 
 
+def _step_copy(body: Graph, actuals: list):
+    """The body's nodes with fresh output Values and its inputs replaced by ``actuals`` (one step)."""
+    mapping = {id(p): a for p, a in zip(body.inputs, actuals)}
+    step = Graph(body.name)
+    step.symbols = list(body.symbols)
+
+    fresh: set = set()
+
+    def fn(v):
+        return mapping.get(id(v), v)
+
+    for n in body.nodes:
+        outs = [Value(o.name, o.dtype, o.shape) for o in n.outputs]
+        mapping.update({id(o): c for o, c in zip(n.outputs, outs)})
+        fresh.update(id(c) for c in outs)
+        copy = Node(n.kind, map_values(n.args, fn), map_values(n.kwargs, fn), outs, module_path=n.module_path,
+                    module_type=n.module_type, source=n.source, name=n.name, meta=dict(n.meta))
+        for o in outs:
+            o.producer = copy
+        for v in copy.inputs():
+            if id(v) in fresh:
+                v.uses.append(copy)
+        step.nodes.append(copy)
+    return step, [fn(o) for o in body.outputs]
+
+
 @register("fx2nnef.loop")
 def loop_unrolled(ctx: EmitContext, init: list, xs: list, full: list, body: Graph, dim: int, reverse: bool,
                   n_carry: int, kind: str):
@@ -94,25 +120,16 @@ def loop_unrolled(ctx: EmitContext, init: list, xs: list, full: list, body: Grap
         raise EmitError(f"standard NNEF has no loop: this {kind} runs over a dynamic length ({steps}); give it a "
                         "static length, or export for tract (tract_core_scan)")
     node = ctx.node
-    inner = [o for n in body.nodes for o in n.outputs]
     carry = list(init)
     n_y = len(body.outputs) - n_carry
     ys: list = [[None] * steps for _ in range(n_y)]
     try:
         for i in (range(steps - 1, -1, -1) if reverse else range(steps)):
             ctx.node = node
-            pieces = [ctx.op("slice", x, axes=[dim], begin=[i], end=[i + 1], out_dtype=x.dtype) for x in xs]
-            for v in inner:  # every step writes its own values
-                ctx.names.pop(id(v), None)
-            for param, actual in zip(body.inputs, carry + pieces + list(full)):
-                ctx.names[id(param)] = ctx.name_of(actual)
-            lower_nodes(ctx, body)
-            outs = []
-            for o in body.outputs:
-                kept = Value(o.name, o.dtype, o.shape)  # holds this step's name of ``o``
-                ctx._alive.append(kept)
-                ctx.names[id(kept)] = ctx.name_of(o)
-                outs.append(kept)
+            pieces = [ctx.op("slice", x, axes=[dim], begin=[i], end=[i + 1], out_dtype=x.dtype,
+                             out_shape=x.shape[:dim] + (1,) + x.shape[dim + 1:]) for x in xs]
+            step, outs = _step_copy(body, carry + pieces + list(full))
+            lower_nodes(ctx, step)
             carry = outs[:n_carry]
             for j in range(n_y):
                 ys[j][i] = outs[n_carry + j]
