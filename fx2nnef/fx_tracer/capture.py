@@ -34,6 +34,7 @@ class Capture:
     example_inputs: list  # torch tensors
     reference: list  # (label, inputs, expected outputs) as numpy, for checks
     notes: list
+    control_flow: list = dataclasses.field(default_factory=list)  # how cond/scan/while_loop were converted
 
     def check_cases(self):
         from ..targets import CheckCase  # lazy: targets sit above the tracer
@@ -156,7 +157,7 @@ def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_na
         case = _case(model, args, kwargs, names, tensors, dyn, env)
         if case is not None:
             cases.append(case)
-    return Capture(graph, names, tensors, cases, notes)
+    return Capture(graph, names, tensors, cases, list(trace.control_flow) + notes, list(trace.control_flow))
 
 
 def _ident(name: str) -> str:

@@ -137,6 +137,7 @@ class Recorder:
 
     def __init__(self, tracer):
         self.tracer = tracer
+        self.notes: list = []  # how each construct was converted, for the reports
 
     # cond -------------------------------------------------------------------------------
     def cond(self, pred, true_fn, false_fn, operands=()):
@@ -148,7 +149,10 @@ class Recorder:
             return (true_fn if bool(pred) else false_fn)(*operands)
         if not isinstance(pred.value, torch.Tensor):
             # a decision on sizes (x.shape[0] > 4): a shape guard, like a Python `if`
-            return (true_fn if bool(pred) else false_fn)(*operands)
+            taken = bool(pred)
+            self.notes.append(f"torch.cond at {where}: the predicate is a decision on sizes, kept as a shape "
+                              f"guard; only {_fn_name(true_fn if taken else false_fn)} is exported")
+            return (true_fn if taken else false_fn)(*operands)
         if pred.value.numel() != 1:
             raise TraceError(f"torch.cond at {where}: the predicate must hold one element, it has shape "
                              f"{tuple(pred.value.shape)}")
@@ -174,6 +178,8 @@ class Recorder:
                     f"{tuple(fv.shape)} {fv.dtype} in {_fn_name(false_fn)}; both branches are computed and merged "
                     "with select, so their outputs must agree in shape and dtype")
             merged.append(t if t is f else self.tracer.create_proxy("call_function", torch.where, (pred, t, f), {}))
+        self.notes.append(f"torch.cond at {where}: both branches exported, {len(merged)} output(s) merged with "
+                          "select on the predicate")
         return pytree.tree_unflatten(merged, t_spec)
 
     # scan -------------------------------------------------------------------------------
@@ -251,6 +257,16 @@ class Recorder:
         args = (list(init), list(xs), outer, carry_slots, scan_slots, outs)
         result = tracer.create_proxy("call_function", call, args, {})
         result.node.meta["control_flow"] = f"{kind} at {where}"
+        if kind == "scan":
+            self.notes.append(f"scan at {where}: a loop over dim {dim}{' (reversed)' if reverse else ''} with "
+                              f"{len(init)} carry(ies), {len(xs)} scanned input(s) and {len(outs) - len(init)} stacked "
+                              "output(s): tract_core_scan for tract, unrolled for Khronos")
+        else:
+            steps = xs[0].value.shape[0] if isinstance(xs[0], fx.Proxy) else xs[0].shape[0]
+            bound = (f"max_loop_iterations={_MAX_LOOP.get()}" if _MAX_LOOP.get() is not None
+                     else f"a size the loop reads ({steps} at the example)")
+            self.notes.append(f"while_loop at {where}: a scan of {bound} steps whose extra steps keep the carries "
+                              "(select on the condition)")
         n = len(result.value)
         return [tracer.create_proxy("call_function", operator.getitem, (result, i), {}) for i in range(n)]
 
@@ -399,6 +415,7 @@ def control_flow_patches(tracer):
     hop_utils = sys.modules["torch._higher_order_ops.utils"]
 
     rec = Recorder(tracer)
+    tracer.control_flow_notes = rec.notes
     orig_cond, orig_scan, orig_while = cond_mod.cond, scan_mod.scan, while_mod.while_loop
 
     def cond(pred, true_fn, false_fn, operands=()):

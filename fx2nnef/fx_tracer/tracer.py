@@ -96,6 +96,7 @@ class CustomTracer(fx.Tracer):
         self._in_guard = False
         self._root_params: Optional[set] = None
         self._foreign: dict = {}
+        self.control_flow_notes: list = []
 
     # proxies and values ---------------------------------------------------------------
     def proxy(self, node):
@@ -410,6 +411,7 @@ class TraceResult:
     output_names: list
     guards: list
     example_inputs: list  # flat tensors in placeholder order
+    control_flow: list = dataclasses.field(default_factory=list)  # how cond/scan/while_loop were converted
 
 
 class _TraceRoot(torch.nn.Module):
@@ -477,7 +479,8 @@ def trace_model(model: torch.nn.Module, args: tuple, kwargs: dict, flat_names: l
         raise TraceError(f"outputs {not_traced} do not depend on any traced value")
     gm = fx.GraphModule(root, graph, class_name=type(model).__name__)
     names = list(output_names) if output_names else outs
-    return TraceResult(gm, list(flat_names), names, tracer.guards, [values[n] for n in flat_names])
+    return TraceResult(gm, list(flat_names), names, tracer.guards, [values[n] for n in flat_names],
+                       list(tracer.control_flow_notes))
 
 
 def _untraceable_message(exc: Exception) -> str:

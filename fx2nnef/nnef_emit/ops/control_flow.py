@@ -8,6 +8,8 @@
 """
 from __future__ import annotations
 
+import hashlib
+
 from ...errors import EmitError, UnsupportedOpError
 from ...ir import DType, Graph, Node, Value, map_values
 from ..context import EmitContext
@@ -17,9 +19,11 @@ from ..registry import register
 def _body_fragment(ctx: EmitContext, body: Graph, kind: str):
     from ..emitter import emit_fragment  # the emitter imports the op families
 
-    name = ctx.fresh(f"{kind}_body")
-    frag = emit_fragment(body, ctx.target, name, registry=ctx.registry)
-    ctx.define_fragment(name, frag.text, frag.fragments, frag.texts)
+    placeholder = "__fx2nnef_loop_body__"
+    frag = emit_fragment(body, ctx.target, placeholder, registry=ctx.registry)
+    # named after its text: unique across the graphs of one asset (custom ops), shared when equal
+    name = f"{kind}_body_" + hashlib.sha1(frag.text.encode()).hexdigest()[:10]
+    ctx.define_fragment(name, frag.text.replace(placeholder, name, 1), frag.fragments, frag.texts)
     return name, frag
 
 
@@ -111,8 +115,10 @@ def _step_copy(body: Graph, actuals: list):
 @register("fx2nnef.loop")
 def loop_unrolled(ctx: EmitContext, init: list, xs: list, full: list, body: Graph, dim: int, reverse: bool,
                   n_carry: int, kind: str):
-    """The body lowered inline once per step, on static slices of the scanned inputs (standard NNEF
-    has no loop, and the Khronos tools run no user fragment without being told to decompose it)."""
+    """Unrolled: the body lowered inline once per step (static lengths only).
+
+    Standard NNEF has no loop, and the Khronos tools run no user fragment unless told to
+    decompose it, so the body is not a fragment here."""
     from ..emitter import lower_nodes  # the emitter imports the op families
 
     steps = xs[0].shape[dim] if xs[0].shape is not None else None
