@@ -280,3 +280,24 @@ def test_while_more_steps_than_allowed():
     with pytest.raises(TraceError, match="more than max_loop_iterations=2"):
         fx2nnef.export(DataWhile(), (randn(3, 4) * 20,), "unused.nnef.tgz", target=fx2nnef.TractNNEF(check_io=False),
                        max_loop_iterations=2)
+
+
+# reports ---------------------------------------------------------------------------------------
+def test_piece_by_piece_names_the_constructs():
+    from fx2nnef.piece_by_piece import diagnose
+
+    class Both(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.sub = CondInSubmodule()
+            self.cum = CumScan()
+
+        def forward(self, x):
+            return self.cum(self.sub(x))[1]
+
+    report = diagnose(Both(), (randn(5, 4),))
+    assert report.ok, report.to_text()
+    gate = report.row("sub.gate").notes
+    assert any("torch.cond at" in n and "select" in n for n in gate), gate
+    assert any(n.startswith("scan at") and "tract_core_scan" in n for n in report.row("cum").notes)
+    assert any("torch.cond at" in n for n in report.row("sub").notes)

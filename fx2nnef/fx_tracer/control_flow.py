@@ -403,9 +403,86 @@ def _hoist_placeholders(g: fx.Graph) -> None:
         anchor.prepend(p)
 
 
+class EagerRunner:
+    """cond / scan / while_loop run as plain Python on tensors, without ``torch.compile`` (which
+    cannot run the branches when forward hooks observe the modules called in them)."""
+
+    @staticmethod
+    def active(_args) -> bool:
+        return True
+
+    @staticmethod
+    def cond(pred, true_fn, false_fn, operands=()):
+        operands = tuple(operands) if isinstance(operands, (list, tuple)) else (operands,)
+        return (true_fn if bool(pred) else false_fn)(*operands)
+
+    @staticmethod
+    def _run(flat_fn, init: list, xs: list, additional: tuple, dim: int, reverse: bool):
+        carry, ys = list(init), []
+        steps = xs[0].shape[dim]
+        for i in (range(steps - 1, -1, -1) if reverse else range(steps)):
+            out = flat_fn(*carry, *[x.select(dim, i) for x in xs], *additional)
+            carry, y = list(out[: len(init)]), list(out[len(init):])
+            ys.append(y)
+        if reverse:
+            ys.reverse()
+        stacked = [torch.stack([y[j] for y in ys], dim) for j in range(len(ys[0]))] if ys else []
+        return carry + stacked
+
+    def scan(self, combine_fn, init, xs, *, dim: int = 0, reverse: bool = False):
+        init_flat, init_spec = pytree.tree_flatten(init)
+        xs_flat, xs_spec = pytree.tree_flatten(xs)
+        spec: dict = {}
+
+        def flat_fn(*args):
+            carry = pytree.tree_unflatten(list(args[: len(init_flat)]), init_spec)
+            new_carry, y = combine_fn(carry, pytree.tree_unflatten(list(args[len(init_flat):]), xs_spec))
+            y_flat, spec["y"] = pytree.tree_flatten(y)
+            return pytree.tree_leaves(new_carry) + y_flat
+
+        outs = self._run(flat_fn, init_flat, xs_flat, (), dim % xs_flat[0].dim(), reverse)
+        return (pytree.tree_unflatten(outs[: len(init_flat)], init_spec),
+                pytree.tree_unflatten(outs[len(init_flat):], spec["y"]))
+
+    def scan_op(self, combine_fn, init, xs, additional_inputs=()):
+        spec: dict = {}
+
+        def flat_fn(*args):
+            flat, spec["out"] = pytree.tree_flatten(combine_fn(*args))
+            return flat
+
+        outs = self._run(flat_fn, list(init), list(xs), tuple(additional_inputs), 0, False)
+        return pytree.tree_unflatten(outs, spec["out"])
+
+    @staticmethod
+    def while_loop(cond_fn, body_fn, carried_inputs, additional_inputs=()):
+        carry = tuple(carried_inputs)
+        while bool(cond_fn(*carry, *additional_inputs)):
+            carry = tuple(body_fn(*carry, *additional_inputs))
+        return carry
+
+
+@contextlib.contextmanager
+def eager_control_flow():
+    """Run cond / scan / while_loop as plain Python while the model is observed with hooks."""
+    with _installed(EagerRunner()):
+        yield
+
+
 @contextlib.contextmanager
 def control_flow_patches(tracer):
     """Route torch.cond / scan / while_loop (functions and higher-order ops) to a :class:`Recorder`."""
+    rec = Recorder(tracer)
+    rec.active = _is_traced
+    tracer.control_flow_notes = rec.notes
+    with _installed(rec):
+        yield rec
+
+
+@contextlib.contextmanager
+def _installed(handler):
+    """Patch torch's control-flow functions and higher-order ops to call ``handler`` when
+    ``handler.active(arguments)``."""
     import torch._higher_order_ops as hops
 
     # the package re-exports functions named like their modules: take the modules themselves
@@ -413,57 +490,56 @@ def control_flow_patches(tracer):
     scan_mod = sys.modules["torch._higher_order_ops.scan"]
     while_mod = sys.modules["torch._higher_order_ops.while_loop"]
     hop_utils = sys.modules["torch._higher_order_ops.utils"]
-
-    rec = Recorder(tracer)
-    tracer.control_flow_notes = rec.notes
     orig_cond, orig_scan, orig_while = cond_mod.cond, scan_mod.scan, while_mod.while_loop
+    orig_compile = hop_utils._hop_compile_and_call
+    active = handler.active
 
     def cond(pred, true_fn, false_fn, operands=()):
-        if _is_traced((pred, operands)):
-            return rec.cond(pred, true_fn, false_fn, operands)
+        if active((pred, operands)):
+            return handler.cond(pred, true_fn, false_fn, operands)
         return orig_cond(pred, true_fn, false_fn, operands)
 
     def scan(combine_fn, init, xs, *, dim=0, reverse=False):
-        if _is_traced((init, xs)):
-            return rec.scan(combine_fn, init, xs, dim=dim, reverse=reverse)
+        if active((init, xs)):
+            return handler.scan(combine_fn, init, xs, dim=dim, reverse=reverse)
         return orig_scan(combine_fn, init, xs, dim=dim, reverse=reverse)
 
     def while_loop(cond_fn, body_fn, carried_inputs):
-        if _is_traced(carried_inputs):
-            return rec.while_loop(cond_fn, body_fn, carried_inputs)
+        if active(carried_inputs):
+            return handler.while_loop(cond_fn, body_fn, carried_inputs)
         return orig_while(cond_fn, body_fn, carried_inputs)
 
-    ops = {type(cond_mod.cond_op): rec.cond, type(scan_mod.scan_op): rec.scan_op,
-           type(while_mod.while_loop_op): rec.while_loop}
-    saved_calls = {cls: cls.__call__ for cls in ops}
-
-    def op_call(cls, handler):
-        orig = saved_calls[cls]
-
-        def call(self, *args, **kwargs):
-            if _is_traced((args, kwargs)):
-                return handler(*args, **kwargs)
-            return orig(self, *args, **kwargs)
-        return call
-
     def compile_and_call(fn, args, kwargs=None):
-        # the functions imported before the trace (``from ... import scan``) end here: run the
-        # wrapper directly so that it reaches the higher-order op, which the recorder handles
-        if _is_traced((args, kwargs)):
+        # the functions imported before the patch (``from ... import scan``) end here: run the
+        # wrapper directly so that it reaches the higher-order op, which the handler takes
+        if active((args, kwargs)):
             return fn(*args, **(kwargs or {}))
         return orig_compile(fn, args, kwargs)
 
-    orig_compile = hop_utils._hop_compile_and_call
-    names = [(hop_utils, "_hop_compile_and_call", compile_and_call), (torch, "cond", cond), (cond_mod, "cond", cond), (hops, "cond", cond), (scan_mod, "scan", scan),
-             (hops, "scan", scan), (while_mod, "while_loop", while_loop), (hops, "while_loop", while_loop)]
+    ops = {type(cond_mod.cond_op): handler.cond, type(scan_mod.scan_op): handler.scan_op,
+           type(while_mod.while_loop_op): handler.while_loop}
+    saved_calls = {cls: cls.__call__ for cls in ops}
+
+    def op_call(cls, fn):
+        orig = saved_calls[cls]
+
+        def call(self, *args, **kwargs):
+            if active((args, kwargs)):
+                return fn(*args, **kwargs)
+            return orig(self, *args, **kwargs)
+        return call
+
+    names = [(hop_utils, "_hop_compile_and_call", compile_and_call), (torch, "cond", cond), (cond_mod, "cond", cond),
+             (hops, "cond", cond), (scan_mod, "scan", scan), (hops, "scan", scan),
+             (while_mod, "while_loop", while_loop), (hops, "while_loop", while_loop)]
     saved = [(obj, name, getattr(obj, name)) for obj, name, _ in names if hasattr(obj, name)]
     try:
         for obj, name, fn in names:
             if hasattr(obj, name):
                 setattr(obj, name, fn)
-        for cls, handler in ops.items():
-            cls.__call__ = op_call(cls, handler)
-        yield rec
+        for cls, fn in ops.items():
+            cls.__call__ = op_call(cls, fn)
+        yield
     finally:
         for obj, name, fn in saved:
             setattr(obj, name, fn)
