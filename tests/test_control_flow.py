@@ -207,20 +207,61 @@ class ScanHop(torch.nn.Module):
         return h, ys
 
 
+class CondInScan(torch.nn.Module):
+    def forward(self, x):
+        def step(c, xt):
+            n = torch.cond(xt.sum() > 0, lambda a, b: a + b, lambda a, b: a * 0.5 - b, (c, xt))
+            return n, n.clone()
+
+        return scan(step, torch.zeros(x.shape[1]), x)
+
+
+class ScanOverParameter(torch.nn.Module):
+    """The scanned input is a constant (tract needs it made a runtime value)."""
+
+    def __init__(self):
+        super().__init__()
+        self.table = torch.nn.Parameter(torch.randn(6, 3, generator=torch.Generator().manual_seed(5)))
+
+    def forward(self, x):
+        def step(c, row):
+            n = torch.tanh(c * row + x)
+            return n, n.sum()
+
+        return scan(step, x, self.table)
+
+
+class NestedScan(torch.nn.Module):
+    def forward(self, x):
+        def outer(c, xt):
+            def inner(d, v):
+                e = d + v
+                return e, e * 2
+
+            d, ys = scan(inner, c, xt)
+            return d, ys.sum(0)
+
+        return scan(outer, torch.zeros(x.shape[2]), x)
+
+
 @pytest.mark.parametrize("model,inputs,dyn", [
+    (CondInScan(), [randn(6, 3)], DYN0),
+    (ScanOverParameter(), [randn(2, 3)], DYN0),
+    (NestedScan(), [randn(4, 5, 3)], {"x0": {0: "A", 1: "B"}}),
     (CumScan(), [randn(6, 4)], DYN0),
     (ScanMany(), [randn(2, 5, 3), randn(2, 5, 3, seed=1)], {"x0": {0: "B", 1: "T"}, "x1": {0: "B", 1: "T"}}),
     (ScanHop(), [randn(6, 4), randn(4, seed=2)], DYN0),
-], ids=["cumsum", "many_reverse_dim1", "hop_additional"])
+], ids=["cond_in_body", "over_parameter", "nested", "cumsum", "many_reverse_dim1", "hop_additional"])
 def test_scan_tract(model, inputs, dyn, tmp_path):
     r = _export(model, inputs, tmp_path, dyn)
     assert r.check.ok and _sizes_checked(r) >= 3, r.check
     assert r.nnef_op_counts.get("tract_core_scan") == 1
 
 
-def test_scan_khronos_unrolled(tmp_path):
-    model = CumScan()
-    r = check_op(None, [randn(4, 3)], tmp_path, target="khronos", module=model)
+@pytest.mark.parametrize("model,inputs", [(CumScan(), [randn(4, 3)]), (NestedScan(), [randn(3, 2, 3)])],
+                         ids=["cumsum", "nested"])
+def test_scan_khronos_unrolled(model, inputs, tmp_path):
+    r = check_op(None, inputs, tmp_path, target="khronos", module=model)
     assert r.check.ok and "concat" in r.nnef_op_counts
 
 
