@@ -120,12 +120,6 @@ def _where_text() -> str:
     return str(loc) if loc else "an unknown line"
 
 
-def _is_traced(obj) -> bool:
-    from .proxy import CustomProxy
-
-    return any(isinstance(x, CustomProxy) for x in pytree.tree_leaves(obj))
-
-
 def _value(x):
     from .proxy import CustomProxy
 
@@ -217,8 +211,7 @@ class Recorder:
         outs = self.loop(flat_fn, list(init), list(xs), tuple(additional_inputs), 0, False, "scan", _where_text())
         return pytree.tree_unflatten(list(outs), spec["out"])  # the structure the combine function returned
 
-    def loop(self, flat_fn, init: list, xs: list, additional: tuple, dim: int, reverse: bool, kind: str, where: str,
-             max_steps=None):
+    def loop(self, flat_fn, init: list, xs: list, additional: tuple, dim: int, reverse: bool, kind: str, where: str):
         """Trace ``flat_fn(*carries, *slices, *additional)`` -> ``[*carries, *ys]`` as one loop node."""
         tracer = self.tracer
         for i, c in enumerate(init):
@@ -473,10 +466,16 @@ def eager_control_flow():
 def control_flow_patches(tracer):
     """Route torch.cond / scan / while_loop (functions and higher-order ops) to a :class:`Recorder`."""
     rec = Recorder(tracer)
-    rec.active = _is_traced
+    # while tracing, torch's own route (torch.compile) cannot work even when no operand is traced
+    # (the branches may read traced values they close over): the recorder takes every call
+    rec.active = lambda _args: True
     tracer.control_flow_notes = rec.notes
     with _installed(rec):
         yield rec
+
+
+# torch's wrappers that call cond / scan / while_loop through torch.compile
+_HOP_WRAPPERS = {"_cond_op_wrapper", "run_flattened_scan", "_while_loop_op_wrapper"}
 
 
 @contextlib.contextmanager
@@ -510,9 +509,9 @@ def _installed(handler):
         return orig_while(cond_fn, body_fn, carried_inputs)
 
     def compile_and_call(fn, args, kwargs=None):
-        # the functions imported before the patch (``from ... import scan``) end here: run the
+        # the functions imported before the patch (``from ... import scan``) end here: run their
         # wrapper directly so that it reaches the higher-order op, which the handler takes
-        if active((args, kwargs)):
+        if getattr(fn, "__name__", "") in _HOP_WRAPPERS and active((args, kwargs)):
             return fn(*args, **(kwargs or {}))
         return orig_compile(fn, args, kwargs)
 
