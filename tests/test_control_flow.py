@@ -298,8 +298,24 @@ class DataWhile(torch.nn.Module):
         return x, n
 
 
-def test_while_bounded_by_a_size(tmp_path):
-    r = _export(CountedWhile(), [randn(5, 3)], tmp_path, DYN0)
+class HopWhile(torch.nn.Module):
+    """``torch.ops.higher_order.while_loop`` with an additional (loop-invariant) input."""
+
+    def forward(self, x):
+        def cond_fn(i, acc, w):
+            return i < acc.size(0)
+
+        def body_fn(i, acc, w):
+            return i + 1, torch.tanh(acc * w + 0.1)
+
+        _, acc = torch.ops.higher_order.while_loop(cond_fn, body_fn, (torch.zeros((), dtype=torch.int64), x),
+                                                   (x.abs() + 0.5,))
+        return acc
+
+
+@pytest.mark.parametrize("model", [CountedWhile(), HopWhile()], ids=["function", "hop_additional"])
+def test_while_bounded_by_a_size(model, tmp_path):
+    r = _export(model, [randn(5, 3)], tmp_path, DYN0)
     assert r.check.ok and _sizes_checked(r) >= 3, r.check
     assert r.nnef_op_counts.get("tract_core_scan") == 1
 

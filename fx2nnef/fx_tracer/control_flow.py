@@ -144,8 +144,8 @@ class Recorder:
         if not isinstance(pred.value, torch.Tensor):
             # a decision on sizes (x.shape[0] > 4): a shape guard, like a Python `if`
             taken = bool(pred)
-            self.notes.append(f"torch.cond at {where}: the predicate is a decision on sizes, kept as a shape "
-                              f"guard; only {_fn_name(true_fn if taken else false_fn)} is exported")
+            self.notes.append(f"torch.cond at {where}: the predicate is a Python bool (a decision on sizes), kept "
+                              f"as a guard; only {_fn_name(true_fn if taken else false_fn)} is exported")
             return (true_fn if taken else false_fn)(*operands)
         if pred.value.numel() != 1:
             raise TraceError(f"torch.cond at {where}: the predicate must hold one element, it has shape "
