@@ -128,6 +128,14 @@ def test_cond_select(model, inputs, flip, tmp_path):
     _run_more(r, model, other)
 
 
+@pytest.mark.parametrize("model", [CondOne(), CondInSubmodule()], ids=["one", "submodule"])
+def test_cond_khronos(model, tmp_path):
+    for sign, sub in ((1, "pos"), (-1, "neg")):
+        (tmp_path / sub).mkdir()
+        r = check_op(None, [randn(3, 4).abs() * sign + sign], tmp_path / sub, target="khronos", module=model)
+        assert r.check.ok and "select" in r.nnef_op_counts
+
+
 def test_cond_constant_and_identity_branches(tmp_path):
     model = CondConstantBranch()
     x = randn(5, 4).abs()
