@@ -14,8 +14,11 @@ recorders below:
   concrete values by running a copy of the body as a small GraphModule.
 - ``while_loop``: a scan over a budget of ``n`` steps whose body is
   ``carry = where(cond(carry) & step, body(carry), carry)``; ``n`` is the user's
-  ``max_loop_iterations`` or, without it, a size of a carried tensor that bounds the trip
-  count on the example (checked at the other sizes by the probes).
+  ``max_loop_iterations`` or, without it, a size the loop reads that bounds the trip count
+  on the example (checked at the other sizes by the probes).
+
+The piece-by-piece recorder observes modules with hooks, which ``torch.compile`` cannot run
+through; there :class:`EagerRunner` runs the same calls as plain Python.
 """
 from __future__ import annotations
 
@@ -29,7 +32,7 @@ import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
 
-from ..errors import TraceError
+from ..errors import InvalidArgumentError, TraceError
 from .source import user_frame_location
 
 _MAX_LOOP = contextvars.ContextVar("fx2nnef_max_loop_iterations", default=None)
@@ -42,8 +45,6 @@ def loop_options(max_loop_iterations: Optional[int]):
     """Scope the ``max_loop_iterations`` export option over a trace."""
     if max_loop_iterations is not None and (isinstance(max_loop_iterations, bool)
                                             or not isinstance(max_loop_iterations, int) or max_loop_iterations < 1):
-        from ..errors import InvalidArgumentError
-
         raise InvalidArgumentError(f"max_loop_iterations must be a positive int, got {max_loop_iterations!r}")
     token = _MAX_LOOP.set(max_loop_iterations)
     try:
