@@ -42,7 +42,8 @@ def export(model: torch.nn.Module, args=(), path=None, *, kwargs: Optional[dict]
            target: Optional[InferenceTarget] = None, input_names: Optional[list] = None,
            output_names: Optional[list] = None, fallback: Optional[str] = None,
            leaf_modules: tuple = (), debug_bundle: Optional[str] = None,
-           compression_level: Optional[int] = None, progress: Optional[bool] = None) -> ExportResult:
+           compression_level: Optional[int] = None, progress: Optional[bool] = None,
+           max_loop_iterations: Optional[int] = None) -> ExportResult:
     """Export ``model(*args, **kwargs)`` to NNEF at ``path`` and check it in ``target``.
 
     ``path`` ending in ``.nnef.tgz``/``.tgz``/``.tar.gz`` or ``.tar`` gives an archive (files
@@ -55,6 +56,11 @@ def export(model: torch.nn.Module, args=(), path=None, *, kwargs: Optional[dict]
     (float weights shrink by a few percent only, at a tenth of the speed). ``progress``:
     None shows a progress bar (tqdm) over lowering and writing when the weights exceed
     100 MiB and stderr is a terminal; False never, True always.
+
+    ``max_loop_iterations`` bounds every ``torch._higher_order_ops.while_loop``: NNEF has no
+    while loop, so the loop becomes that many steps, the extra ones leaving the carries
+    unchanged. Without it, a loop is exported only when a size of its carried tensors bounds
+    its trip count (``while i < x.size(0)``).
     """
     target = target if target is not None else TractNNEF()
     if path is None:
@@ -74,7 +80,8 @@ def export(model: torch.nn.Module, args=(), path=None, *, kwargs: Optional[dict]
         with _timed(timings, "trace"):
             cap = capture(model, args, kwargs or {}, target=target, input_names=input_names,
                           output_names=output_names,
-                          leaf_modules=tuple(leaf_modules) + tuple(registered_module_classes()))
+                          leaf_modules=tuple(leaf_modules) + tuple(registered_module_classes()),
+                          max_loop_iterations=max_loop_iterations)
         return _lower_write_check(cap, Path(path), target, timings, debug_bundle, compression_level, progress)
 
 

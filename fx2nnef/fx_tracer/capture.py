@@ -18,6 +18,7 @@ import torch
 from ..errors import GuardError, InvalidArgumentError
 from ..ir import Graph
 from . import structures
+from .control_flow import loop_options
 from .passes import cleanup_slices, remove_dead_code, remove_inplace
 from .probe import analyze, inputs_at
 from .to_ir import build_ir
@@ -33,6 +34,7 @@ class Capture:
     example_inputs: list  # torch tensors
     reference: list  # (label, inputs, expected outputs) as numpy, for checks
     notes: list
+    control_flow: list = dataclasses.field(default_factory=list)  # how cond/scan/while_loop were converted
 
     def check_cases(self):
         from ..targets import CheckCase  # lazy: targets sit above the tracer
@@ -117,8 +119,11 @@ def validate_dynamic_axes(dynamic_axes: dict, names: list, tensors: list, output
 
 
 def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_names: Optional[list] = None,
-            output_names: Optional[list] = None, leaf_modules: tuple = (), leaf_names: tuple = ()) -> Capture:
-    """Validate, trace, clean, probe and build the IR of ``model(*args, **kwargs)``."""
+            output_names: Optional[list] = None, leaf_modules: tuple = (), leaf_names: tuple = (),
+            max_loop_iterations: Optional[int] = None) -> Capture:
+    """Validate, trace, clean, probe and build the IR of ``model(*args, **kwargs)``.
+
+    ``max_loop_iterations`` bounds every ``while_loop`` (see :mod:`.control_flow`)."""
     if not isinstance(model, torch.nn.Module):
         raise InvalidArgumentError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     if isinstance(args, torch.Tensor) or not isinstance(args, (tuple, list)):
@@ -142,7 +147,9 @@ def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_na
         target.pre_trace(model, args, kwargs)
     leaf_types = tuple(leaf_modules) + _extractor_types()
     notes: list = []
-    gm, analysis, trace = _trace_and_probe(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, notes)
+    with loop_options(max_loop_iterations):
+        gm, analysis, trace = _trace_and_probe(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names,
+                                               notes)
     remove_dead_code(gm)
     graph = build_ir(gm, analysis, names, out_names)
     cases = [("example", [_numpy(t) for t in tensors], [_numpy(t) for _, t in ref_flat])]
@@ -150,7 +157,7 @@ def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_na
         case = _case(model, args, kwargs, names, tensors, dyn, env)
         if case is not None:
             cases.append(case)
-    return Capture(graph, names, tensors, cases, notes)
+    return Capture(graph, names, tensors, cases, list(trace.control_flow) + notes, list(trace.control_flow))
 
 
 def _ident(name: str) -> str:

@@ -547,8 +547,8 @@ def _fit_all(records, envs, symbols):
 def _data_dependence(gm) -> set:
     dep = set()
     for n in gm.graph.nodes:
-        if n.op == "placeholder":
-            dep.add(n)
+        if n.op == "placeholder" or n.meta.get("loop_slot"):
+            dep.add(n)  # a loop slot stands for a different value at every step
             continue
         if _is_shape_query(n):
             continue

@@ -16,6 +16,7 @@ import torch.fx as fx
 
 from ..errors import TraceError
 from ..ir import DType, Graph, Node, SymDim, Value, method_key, op_key
+from .control_flow import SLOT_FUNCTIONS, ScanCall
 from .probe import Analysis, Unfit
 from .torch_data import torch_data
 
@@ -170,6 +171,10 @@ class _Builder:
 
     def _op(self, n: fx.Node):
         value = self.a.values[n]
+        if n.op == "call_function" and n.target in SLOT_FUNCTIONS:
+            return self.graph.new_value(n.name, ir_dtype(value.dtype), self._shape(n))
+        if n.op == "call_function" and isinstance(n.target, ScanCall):
+            return self._loop(n, value)
         if not _has_tensor(value):
             return self._scalar(n)
         if n.op == "call_function" and n.target is operator.getitem and isinstance(self.env.get(n.args[0]), tuple):
@@ -198,6 +203,58 @@ class _Builder:
         node = Node(kind, tuple(args), dict(kwargs), flat, module_path=n.meta.get("module_path", ""),
                     module_type=n.meta.get("module_type", ""), source=src, name=n.name)
         node.meta["structure"] = outputs
+        self.graph.add_node(node)
+        return outputs
+
+    def _loop(self, n: fx.Node, value):
+        """A scan or while loop: the IR nodes that depend on its slots move into a body Graph.
+
+        The body takes ``(*carries, *slices, *full)`` and returns ``(*carries, *ys)``; a slice
+        and a y keep the scanned axis with size 1 (the step's piece), so the body squeezes
+        and unsqueezes it. ``full`` are the loop-invariant values the body reads.
+        """
+        call: ScanCall = n.target
+        init, xs, _outer, carry_slots, scan_slots, outs = self.lookup(n.args)
+        slots = list(carry_slots) + list(scan_slots)
+        reach = {id(v) for v in slots}
+        body_nodes = []
+        for node in self.graph.nodes:
+            if any(id(v) in reach for v in node.inputs()):
+                body_nodes.append(node)
+                reach.update(id(o) for o in node.outputs)
+        for node in body_nodes:
+            self.graph.remove_node(node)
+        body = Graph(f"{call.kind}_body")
+        body.symbols = list(self.graph.symbols)
+        pieces = []
+        for s in scan_slots:
+            shape = None if s.shape is None else s.shape[:call.dim] + (1,) + s.shape[call.dim:]
+            piece = body.new_value(f"{s.name}_piece", s.dtype, shape)
+            pieces.append(piece)
+            body.add_node(Node(op_key(torch.squeeze), (piece, call.dim), {}, [s], name=s.name))
+        for node in body_nodes:
+            body.add_node(node)
+        produced = {id(v) for v in slots} | {id(o) for node in body_nodes for o in node.outputs}
+        full: list = []
+        for v in [v for node in body_nodes for v in node.inputs()] + list(outs):
+            if id(v) not in produced and not v.is_constant and all(v is not f for f in full):
+                full.append(v)
+        body.inputs = list(carry_slots) + pieces + full
+        body.outputs = list(outs[: call.n_carry])
+        body.output_names = [f"{s.name}_next" for s in carry_slots]
+        for j, y in enumerate(outs[call.n_carry:]):
+            shape = None if y.shape is None else y.shape[:call.dim] + (1,) + y.shape[call.dim:]
+            yp = body.new_value(f"y{j}_piece", y.dtype, shape)
+            body.add_node(Node(op_key(torch.unsqueeze), (y, call.dim), {}, [yp], name=yp.name))
+            body.outputs.append(yp)
+            body.output_names.append(f"y{j}")
+        outputs = self._tensor_outputs(n, value)
+        node = Node("fx2nnef.loop", (list(init), list(xs), full), {
+            "body": body, "dim": call.dim, "reverse": call.reverse, "n_carry": call.n_carry, "kind": call.kind},
+            _flatten_values(outputs), module_path=n.meta.get("module_path", ""),
+            module_type=n.meta.get("module_type", ""), source=n.meta.get("source"), name=n.name)
+        node.meta["structure"] = outputs
+        node.meta["control_flow"] = n.meta.get("control_flow", call.kind)
         self.graph.add_node(node)
         return outputs
 

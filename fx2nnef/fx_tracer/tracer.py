@@ -20,6 +20,7 @@ from ..errors import TraceError
 from ..ir import SourceLoc
 from . import structures
 from .proxy import _DATA_TENSOR_METHODS, _STATIC_TENSOR_METHODS, CustomAttribute, CustomProxy, SizeTuple
+from .control_flow import control_flow_patches
 from .source import user_frame_location
 
 # torch factories that take sizes: recorded when a size argument is a proxy
@@ -95,6 +96,7 @@ class CustomTracer(fx.Tracer):
         self._in_guard = False
         self._root_params: Optional[set] = None
         self._foreign: dict = {}
+        self.control_flow_notes: list = []
 
     # proxies and values ---------------------------------------------------------------
     def proxy(self, node):
@@ -314,14 +316,16 @@ def _traced_isinstance(obj, cls):
         import sys
 
         caller = sys._getframe(1).f_globals.get("__name__", "")
-        if not caller.startswith(_INTERNAL_MODULES):
+        # torch's control-flow functions validate their operands before the recorder takes over
+        if not caller.startswith(_INTERNAL_MODULES) or caller.startswith("torch._higher_order_ops"):
             return _orig_isinstance(obj.value, cls)
     return _orig_isinstance(obj, cls)
 
 
 @contextlib.contextmanager
 def tracing_patches(tracer: CustomTracer):
-    """Answer ``isinstance`` from example values and record factories called with size proxies."""
+    """Answer ``isinstance`` from example values, record factories called with size proxies and
+    record torch.cond / scan / while_loop (see :mod:`.control_flow`)."""
     saved = {name: getattr(torch, name) for name in _FACTORIES if hasattr(torch, name)}
 
     def wrap(fn):
@@ -360,7 +364,8 @@ def tracing_patches(tracer: CustomTracer):
             setattr(torch, name, wrap(fn))
         for name, fn in checks.items():
             setattr(torch, name, _concrete_check(fn, _CHECK_FUNCTIONS[name]))
-        yield
+        with control_flow_patches(tracer):
+            yield
     finally:
         builtins.isinstance = _orig_isinstance
         torch.Tensor.__getitem__ = orig_getitem
@@ -406,6 +411,7 @@ class TraceResult:
     output_names: list
     guards: list
     example_inputs: list  # flat tensors in placeholder order
+    control_flow: list = dataclasses.field(default_factory=list)  # how cond/scan/while_loop were converted
 
 
 class _TraceRoot(torch.nn.Module):
@@ -473,7 +479,8 @@ def trace_model(model: torch.nn.Module, args: tuple, kwargs: dict, flat_names: l
         raise TraceError(f"outputs {not_traced} do not depend on any traced value")
     gm = fx.GraphModule(root, graph, class_name=type(model).__name__)
     names = list(output_names) if output_names else outs
-    return TraceResult(gm, list(flat_names), names, tracer.guards, [values[n] for n in flat_names])
+    return TraceResult(gm, list(flat_names), names, tracer.guards, [values[n] for n in flat_names],
+                       list(tracer.control_flow_notes))
 
 
 def _untraceable_message(exc: Exception) -> str:

@@ -117,11 +117,13 @@ class EmitContext:
         self.names: dict = {}  # id(Value) -> NNEF identifier
         self._alive: list = []  # every named Value, so that no id in `names` is ever reused
         self.fragments: set = set()
+        self.fragment_texts: dict = {}  # fragments generated during lowering (loop bodies): name -> text
         self.used_ops: dict = {}
         self._taken: set = set()
         self.node: Optional[Node] = None
         self._var_cache: dict = {}
         self.graph_outputs: set = set()  # ids of the graph's output Values
+        self.graph_inputs: list = []  # the graph's input Values
 
     def is_used(self, value: Value) -> bool:
         """Whether a later op or the graph's outputs read ``value``."""
@@ -210,6 +212,13 @@ class EmitContext:
 
     def use_fragment(self, name: str) -> None:
         self.fragments.add(name)
+
+    def define_fragment(self, name: str, text: str, uses: set = frozenset(), texts: Optional[dict] = None) -> None:
+        """Add a generated fragment ``name`` (with the fragments its body calls) to the asset."""
+        self.fragments.add(name)
+        self.fragments.update(uses)
+        self.fragment_texts.update(texts or {})
+        self.fragment_texts[name] = text
 
     def fail(self, message: str):
         raise EmitError(message)

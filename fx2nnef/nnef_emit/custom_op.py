@@ -101,6 +101,7 @@ class FragmentLibrary:
             name = self._fresh(f"custom_{plan.class_name}")
             self._by_body[body.text] = name
             self.texts[name] = body.text.replace(_NAME_PLACEHOLDER, name, 1)
+        self.texts.update(body.texts)  # loop bodies it defines
         self.calls[name] = self.calls.get(name, 0) + 1
         self._names[id(plan)] = name
         requires = set(body.fragments)

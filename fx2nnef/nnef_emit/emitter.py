@@ -107,6 +107,7 @@ def _context_for(graph: Graph, target: str, registry: Registry) -> EmitContext:
     _check_lowerings(graph, target, registry)
     ctx = EmitContext(target, registry, graph.symbols)
     ctx.graph_outputs = {id(v) for v in graph.outputs}
+    ctx.graph_inputs = list(graph.inputs)
     for name in list(graph.output_names) + [v.name for v in graph.inputs]:
         ctx._taken.add(sanitize(name))
     for v in graph.inputs:
@@ -167,6 +168,9 @@ class FragmentBody:
     weights: list  # (parameter name, constant Value) in parameter order, after the graph inputs
     used_ops: dict  # NNEF op -> count inside the body
     fragments: set  # fragments the body calls
+    inputs: list = dataclasses.field(default_factory=list)  # parameter names of the graph inputs
+    results: list = dataclasses.field(default_factory=list)  # result names, in output order
+    texts: dict = dataclasses.field(default_factory=dict)  # generated fragments the body calls: name -> text
 
 
 def emit_fragment(graph: Graph, target: str, name: str, *, registry: Registry = REGISTRY) -> FragmentBody:
@@ -188,7 +192,8 @@ def emit_fragment(graph: Graph, target: str, name: str, *, registry: Registry = 
             + "".join(f"    {line}\n" for line in body) + "}")
     used = dict(ctx.used_ops)
     used.pop("variable", None)
-    return FragmentBody(text, weights, used, set(ctx.fragments))
+    return FragmentBody(text, weights, used, set(ctx.fragments), [ctx.names[id(v)] for v in graph.inputs],
+                        list(results), dict(ctx.fragment_texts))
 
 
 def _bind_outputs(ctx: EmitContext, graph: Graph) -> list:
@@ -237,7 +242,7 @@ def _render(ctx: EmitContext, graph: Graph, out_names: list, extra_fragments: di
         ext.append("extension KHR_enable_fragment_definitions, KHR_enable_operator_expressions;")
     lines += ext + ([""] if ext else [])
     for name in fragments:
-        text = extra_fragments.get(name)
+        text = extra_fragments.get(name) or ctx.fragment_texts.get(name)
         if text is None:
             text = (FRAGMENT_DIR / f"{name}.nnef").read_text()
         lines += [text.strip(), ""]

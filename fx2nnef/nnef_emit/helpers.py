@@ -57,7 +57,11 @@ def scalar_operand(ctx: EmitContext, x, dtype: DType):
     if isinstance(x, Value):
         return x
     if isinstance(x, SymDim):  # a dynamic size used as a number: a 1-element tensor [S]
-        return ctx.call("nnef.range", x, x + 1, 1, dtype, (1,))
+        v = ctx.call("nnef.range", x, x + 1, 1, dtype, (1,))
+        out = ctx.node.outputs[0] if ctx.node is not None and ctx.node.outputs else None
+        if out is not None and out.shape == ():  # a 0-d result (``t0d < x.size(0)``) stays 0-d
+            v = ctx.op("squeeze", v, axes=[0], out_shape=(), out_dtype=dtype)
+        return v
     if dtype.is_float and not isinstance(x, bool):
         return float(x)
     return ctx.const(np.array(x, dtype=dtype.numpy_name), dtype)

@@ -108,6 +108,7 @@ class Exporter:
     def _run_steps(self, result: Attempt, module, class_name, calls, names, dyn, spec, output_names) -> None:
         plan, cap = self.build_plan(module, class_name, calls[0], names, dyn, spec, output_names)
         result.guards, result.plan = list(cap.graph.guards), plan
+        result.notes += cap.control_flow
         library = FragmentLibrary(self.target.name, self.registry)
         try:
             self.target.post_trace(plan.graph)

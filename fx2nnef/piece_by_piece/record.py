@@ -22,6 +22,7 @@ import torch
 
 from ..errors import InvalidArgumentError
 from ..fx_tracer import structures
+from ..fx_tracer.control_flow import eager_control_flow
 from ..ir import sanitize
 
 CONTAINERS = (torch.nn.ModuleList, torch.nn.ModuleDict)
@@ -135,7 +136,7 @@ def record(model: torch.nn.Module, input_sets: list, symbols: "SymbolTable") -> 
         handles.append(rec.module.register_forward_pre_hook(pre_hook, with_kwargs=True))
         handles.append(rec.module.register_forward_hook(post_hook, with_kwargs=True))
     try:
-        with eval_mode(model), torch.no_grad():
+        with eval_mode(model), torch.no_grad(), eager_control_flow():
             for k, (args, kwargs) in enumerate(input_sets):
                 counter["set"] = k
                 try:

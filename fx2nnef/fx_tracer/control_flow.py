@@ -1,0 +1,547 @@
+"""Structured control flow under the concrete-value tracer: ``torch.cond``, ``scan``, ``while_loop``.
+
+torch runs these higher-order ops through ``torch.compile``, which cannot run on traced
+values. While tracing, the user-facing functions and the ops themselves are replaced by the
+recorders below:
+
+- ``cond``: both branches are traced on the same operands (no guard on the predicate) and
+  each output pair is merged with ``torch.where(pred, true_out, false_out)``. A predicate
+  that is a Python bool computed from sizes is decided like any shape decision (a guard).
+- ``scan``: the combine function is traced once on *slot* nodes (a carry or one slice of a
+  scanned input); the ops that depend on a slot form the loop body. One :class:`ScanCall`
+  node takes the initial carries, the scanned inputs, the loop-invariant values the body
+  reads and, for the IR, the slots and the body's results. It computes the real scan on
+  concrete values by running a copy of the body as a small GraphModule.
+- ``while_loop``: a scan over a budget of ``n`` steps whose body is
+  ``carry = where(cond(carry) & step, body(carry), carry)``; ``n`` is the user's
+  ``max_loop_iterations`` or, without it, a size the loop reads that bounds the trip count
+  on the example (checked at the other sizes by the probes).
+
+The piece-by-piece recorder observes modules with hooks, which ``torch.compile`` cannot run
+through; there :class:`EagerRunner` runs the same calls as plain Python.
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import operator
+import sys
+from typing import Optional
+
+import torch
+import torch.fx as fx
+import torch.utils._pytree as pytree
+
+from ..errors import InvalidArgumentError, TraceError
+from .source import user_frame_location
+
+_MAX_LOOP = contextvars.ContextVar("fx2nnef_max_loop_iterations", default=None)
+# trip counts beyond this on the example inputs are taken as a loop that never ends
+_RUNAWAY = 100_000
+
+
+@contextlib.contextmanager
+def loop_options(max_loop_iterations: Optional[int]):
+    """Scope the ``max_loop_iterations`` export option over a trace."""
+    if max_loop_iterations is not None and (isinstance(max_loop_iterations, bool)
+                                            or not isinstance(max_loop_iterations, int) or max_loop_iterations < 1):
+        raise InvalidArgumentError(f"max_loop_iterations must be a positive int, got {max_loop_iterations!r}")
+    token = _MAX_LOOP.set(max_loop_iterations)
+    try:
+        yield
+    finally:
+        _MAX_LOOP.reset(token)
+
+
+def carry_slot(init: torch.Tensor) -> torch.Tensor:
+    """A loop-carried value inside a loop body (its example value is the initial carry)."""
+    return init.clone()
+
+
+def scanned_slot(xs: torch.Tensor, dim: int) -> torch.Tensor:
+    """One slice of a scanned input inside a loop body (its example value is the first)."""
+    return xs.select(dim, 0).clone()
+
+
+def step_slot() -> torch.Tensor:
+    """The per-step budget flag of a bounded while loop (true on every step)."""
+    return torch.ones((), dtype=torch.bool)
+
+
+SLOT_FUNCTIONS = (carry_slot, scanned_slot, step_slot)
+
+
+class ScanCall:
+    """The fx target of a loop: ``(init, xs, full, carry_slots, scan_slots, body_outs)`` -> carries + stacked ys.
+
+    ``body`` computes one step from ``(*carries, *slices, *full)``; the slots and body
+    results are only references for the IR builder. ``kind`` is "scan" or "while".
+    """
+
+    __name__ = "scan"
+    __qualname__ = "ScanCall"
+    __module__ = "fx2nnef"
+
+    def __init__(self, body: fx.GraphModule, kind: str, label: str, dim: int, reverse: bool, n_carry: int,
+                 check: bool = False):
+        self.body, self.kind, self.label = body, kind, label
+        self.dim, self.reverse, self.n_carry, self.check = dim, reverse, n_carry, check
+
+    def __repr__(self):
+        return f"ScanCall({self.kind} at {self.label})"
+
+    def __call__(self, init, xs, full, carry_slots=(), scan_slots=(), body_outs=()):
+        carry = [c.clone() for c in init]
+        steps = xs[0].shape[self.dim]
+        order = range(steps - 1, -1, -1) if self.reverse else range(steps)
+        ys: list = [None] * steps
+        for i in order:
+            outs = list(self.body(*carry, *[x.select(self.dim, i) for x in xs], *full))
+            if self.check:
+                outs = outs[:-1]
+            carry, ys[i] = outs[: self.n_carry], outs[self.n_carry:]
+        if self.check:
+            still = self.body(*carry, *[torch.zeros((), dtype=torch.bool) for _ in xs], *full)[-1]
+            if bool(still):
+                raise TraceError(
+                    f"the while_loop at {self.label} needs more than {steps} iterations on these inputs; "
+                    "raise max_loop_iterations= of export()")
+        if not ys or ys[0] is None:
+            return tuple(carry)
+        stacked = [torch.stack([y[j] for y in ys], self.dim) for j in range(len(ys[0]))]
+        return tuple(carry) + tuple(stacked)
+
+
+def _fn_name(fn) -> str:
+    return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
+
+
+def _where_text() -> str:
+    loc = user_frame_location()
+    return str(loc) if loc else "an unknown line"
+
+
+def _value(x):
+    from .proxy import CustomProxy
+
+    return x.value if isinstance(x, CustomProxy) else x
+
+
+class Recorder:
+    """Records cond/scan/while_loop calls into a :class:`CustomTracer`'s graph."""
+
+    def __init__(self, tracer):
+        self.tracer = tracer
+        self.notes: list = []  # how each construct was converted, for the reports
+
+    # cond -------------------------------------------------------------------------------
+    def cond(self, pred, true_fn, false_fn, operands=()):
+        from .proxy import CustomProxy
+
+        where = _where_text()
+        operands = tuple(operands) if isinstance(operands, (list, tuple)) else (operands,)
+        if not isinstance(pred, CustomProxy):
+            return (true_fn if bool(pred) else false_fn)(*operands)
+        if not isinstance(pred.value, torch.Tensor):
+            # a decision on sizes (x.shape[0] > 4): a shape guard, like a Python `if`
+            taken = bool(pred)
+            self.notes.append(f"torch.cond at {where}: the predicate is a Python bool (a decision on sizes), kept "
+                              f"as a guard; only {_fn_name(true_fn if taken else false_fn)} is exported")
+            return (true_fn if taken else false_fn)(*operands)
+        if pred.value.numel() != 1:
+            raise TraceError(f"torch.cond at {where}: the predicate must hold one element, it has shape "
+                             f"{tuple(pred.value.shape)}")
+        if pred.value.dim() != 0:
+            pred = self.tracer.create_proxy("call_method", "reshape", (pred, ()), {})
+        if pred.value.dtype != torch.bool:
+            pred = self.tracer.create_proxy("call_method", "bool", (pred,), {})
+        t_out = true_fn(*operands)
+        f_out = false_fn(*operands)
+        t_flat, t_spec = pytree.tree_flatten(t_out)
+        f_flat, f_spec = pytree.tree_flatten(f_out)
+        if t_spec != f_spec:
+            raise TraceError(f"torch.cond at {where}: {_fn_name(true_fn)} and {_fn_name(false_fn)} return "
+                             f"different structures ({t_spec} and {f_spec}); both branches must return the same")
+        merged = []
+        for i, (t, f) in enumerate(zip(t_flat, f_flat)):
+            tv, fv = _value(t), _value(f)
+            if not isinstance(tv, torch.Tensor) or not isinstance(fv, torch.Tensor):
+                raise TraceError(f"torch.cond at {where}: output {i} is not a tensor in both branches")
+            if tv.shape != fv.shape or tv.dtype != fv.dtype:
+                raise TraceError(
+                    f"torch.cond at {where}: output {i} is {tuple(tv.shape)} {tv.dtype} in {_fn_name(true_fn)} but "
+                    f"{tuple(fv.shape)} {fv.dtype} in {_fn_name(false_fn)}; both branches are computed and merged "
+                    "with select, so their outputs must agree in shape and dtype")
+            merged.append(t if t is f else self.tracer.create_proxy("call_function", torch.where, (pred, t, f), {}))
+        self.notes.append(f"torch.cond at {where}: both branches exported, {len(merged)} output(s) merged with "
+                          "select on the predicate")
+        return pytree.tree_unflatten(merged, t_spec)
+
+    # scan -------------------------------------------------------------------------------
+    def scan(self, combine_fn, init, xs, *, dim: int = 0, reverse: bool = False):
+        """The user-facing ``scan``: pytrees of carries and scanned inputs."""
+        where = _where_text()
+        init_flat, init_spec = pytree.tree_flatten(init)
+        xs_flat, xs_spec = pytree.tree_flatten(xs)
+        if not xs_flat:
+            raise TraceError(f"scan at {where}: xs holds no tensor")
+        rank = _value(xs_flat[0]).dim()
+        dim = dim % rank if rank else 0
+        out_spec: dict = {}
+
+        def flat_fn(*args):
+            carry = pytree.tree_unflatten(list(args[: len(init_flat)]), init_spec)
+            x = pytree.tree_unflatten(list(args[len(init_flat):]), xs_spec)
+            new_carry, y = combine_fn(carry, x)
+            c_flat, _ = pytree.tree_flatten(new_carry)
+            y_flat, out_spec["y"] = pytree.tree_flatten(y)
+            return list(c_flat) + list(y_flat)
+
+        outs = self.loop(flat_fn, init_flat, xs_flat, (), dim, reverse, "scan", where)
+        carry = pytree.tree_unflatten(list(outs[: len(init_flat)]), init_spec)
+        return carry, pytree.tree_unflatten(list(outs[len(init_flat):]), out_spec["y"])
+
+    def scan_op(self, combine_fn, init, xs, additional_inputs=()):
+        """The higher-order op ``torch.ops.higher_order.scan`` (flat lists, scan along dim 0)."""
+        spec: dict = {}
+
+        def flat_fn(*args):
+            flat, spec["out"] = pytree.tree_flatten(combine_fn(*args))
+            return flat
+
+        outs = self.loop(flat_fn, list(init), list(xs), tuple(additional_inputs), 0, False, "scan", _where_text())
+        return pytree.tree_unflatten(list(outs), spec["out"])  # the structure the combine function returned
+
+    def loop(self, flat_fn, init: list, xs: list, additional: tuple, dim: int, reverse: bool, kind: str, where: str):
+        """Trace ``flat_fn(*carries, *slices, *additional)`` -> ``[*carries, *ys]`` as one loop node."""
+        tracer = self.tracer
+        for i, c in enumerate(init):
+            if not isinstance(_value(c), torch.Tensor):
+                raise TraceError(f"{kind} at {where}: carry {i} is a {type(_value(c)).__name__}; only tensors "
+                                 "can be carried")
+        start = len(tracer.graph.nodes)
+        carry_slots = [tracer.create_proxy("call_function", carry_slot, (c,), {}) for c in init]
+        if kind == "while":
+            scan_slots = [tracer.create_proxy("call_function", step_slot, (), {})]
+        else:
+            scan_slots = [tracer.create_proxy("call_function", scanned_slot, (x, dim), {}) for x in xs]
+        for s in carry_slots + scan_slots:
+            s.node.meta["loop_slot"] = True
+        outs = list(flat_fn(*carry_slots, *scan_slots, *additional))
+        check_out = None
+        if kind == "while":
+            outs, check_out = outs[:-1], outs[-1]
+        if len(outs) < len(init):
+            raise TraceError(f"{kind} at {where}: the body returns {len(outs)} values for {len(init)} carries")
+        outs = [self._as_node(o) for o in outs]
+        for i, (c, o) in enumerate(zip(init, outs)):
+            cv, ov = _value(c), _value(o)
+            if cv.shape != ov.shape or cv.dtype != ov.dtype:
+                raise TraceError(
+                    f"{kind} at {where}: carry {i} enters as {tuple(cv.shape)} {cv.dtype} and leaves the body as "
+                    f"{tuple(ov.shape)} {ov.dtype}; a loop must keep each carry's shape and dtype")
+        body_nodes = self._body_nodes(start, carry_slots + scan_slots)
+        sub_outs = outs + ([self._as_node(check_out)] if check_out is not None else [])
+        body, outer = self._body_module(body_nodes, carry_slots + scan_slots, sub_outs)
+        call = ScanCall(body, kind, where, dim, reverse, len(init), check=check_out is not None)
+        if kind == "while":
+            sizes = [n for i, n in enumerate(tracer.graph.nodes) if i >= start and n.op == "call_method"
+                     and n.target == "size" and type(n.meta.get("value")) is int]
+            xs = [self._budget(call, init, outer, where, sizes)]
+        args = (list(init), list(xs), outer, carry_slots, scan_slots, outs)
+        result = tracer.create_proxy("call_function", call, args, {})
+        result.node.meta["control_flow"] = f"{kind} at {where}"
+        if kind == "scan":
+            self.notes.append(f"scan at {where}: a loop over dim {dim}{' (reversed)' if reverse else ''} with "
+                              f"{len(init)} carry(ies), {len(xs)} scanned input(s) and {len(outs) - len(init)} stacked "
+                              "output(s): tract_core_scan for tract, unrolled for Khronos")
+        else:
+            steps = xs[0].value.shape[0] if isinstance(xs[0], fx.Proxy) else xs[0].shape[0]
+            bound = (f"max_loop_iterations={_MAX_LOOP.get()}" if _MAX_LOOP.get() is not None
+                     else f"a size the loop reads ({steps} at the example)")
+            self.notes.append(f"while_loop at {where}: a scan of {bound} steps whose extra steps keep the carries "
+                              "(select on the condition)")
+        n = len(result.value)
+        return [tracer.create_proxy("call_function", operator.getitem, (result, i), {}) for i in range(n)]
+
+    def _as_node(self, o):
+        """A body result as a traced value (a constant becomes a node of its own)."""
+        from .proxy import CustomProxy
+
+        if isinstance(o, CustomProxy):
+            return o
+        if isinstance(o, torch.Tensor):
+            return self.tracer.create_proxy("call_function", torch.clone, (o,), {})
+        raise TraceError(f"a loop body returned a {type(o).__name__}; only tensors can be returned")
+
+    def _body_nodes(self, start: int, slots: list) -> list:
+        """Nodes recorded since ``start`` that depend on a slot: the loop body."""
+        reach = {s.node for s in slots}
+        body = []
+        for i, n in enumerate(self.tracer.graph.nodes):
+            if i < start or n in reach and n.meta.get("loop_slot"):
+                continue
+            if any(a in reach for a in n.all_input_nodes):
+                reach.add(n)
+                body.append(n)
+        return body
+
+    def _body_module(self, body_nodes: list, slots: list, outs: list):
+        """A GraphModule computing one step from ``(*slots, *outer)``, and the outer proxies it reads."""
+        from .proxy import CustomProxy
+
+        g = fx.Graph()
+        env: dict = {}
+        for s in slots:
+            env[s.node] = g.placeholder(s.node.name)
+        outer_nodes: list = []
+        inside = set(body_nodes) | {s.node for s in slots}
+
+        def outer(n):
+            if n not in env:
+                outer_nodes.append(n)
+                env[n] = g.placeholder(f"outer_{n.name}")
+            return env[n]
+
+        for n in body_nodes:
+            for a in n.all_input_nodes:
+                if a not in inside:
+                    outer(a)
+            env[n] = g.node_copy(n, lambda a: env[a])
+        g.output(tuple(env[o.node] if o.node in env else outer(o.node) for o in outs))
+        _hoist_placeholders(g)  # outer placeholders were made after body nodes
+        gm = fx.GraphModule(self.tracer.root, g)
+        proxies = [CustomProxy(n, self.tracer) for n in outer_nodes]
+        for p, n in zip(proxies, outer_nodes):
+            p.__dict__["value"] = n.meta.get("value")
+        return gm, proxies
+
+    def _budget(self, call: ScanCall, init: list, outer: list, where: str, sizes: list):
+        """The scanned budget of a while loop: ``max_loop_iterations`` steps, or a size that the loop
+        reads and that bounds the trip count on the example (the probes check it at other sizes)."""
+        carry = [_value(c).clone() for c in init]
+        full = [p.value for p in outer]
+        trips = 0
+        with torch.no_grad():
+            while True:
+                outs = call.body(*carry, torch.ones((), dtype=torch.bool), *full)
+                if not bool(outs[-1]) or trips > _RUNAWAY:
+                    break
+                carry = list(outs[:-1])
+                trips += 1
+        limit = _MAX_LOOP.get()
+        if limit is not None:
+            if trips > limit:
+                raise TraceError(f"the while_loop at {where} runs {trips} iterations on the example inputs, more "
+                                 f"than max_loop_iterations={limit}; raise it")
+            return torch.ones(limit, dtype=torch.bool)
+        if trips > _RUNAWAY:
+            raise TraceError(f"the while_loop at {where} did not end within {_RUNAWAY} iterations on the example inputs")
+        size = self._bounding_size(sizes, trips)
+        if size is None:
+            raise TraceError(
+                f"the while_loop at {where} runs {trips} iterations on the example inputs, a number no size that the "
+                "loop reads bounds; NNEF has no while loop, so give export(..., max_loop_iterations=N): the "
+                "loop then runs N steps whose extra steps leave the carries unchanged (N must bound the trip count)")
+        ones = getattr(torch.ones, "__wrapped_factory__", torch.ones)  # torch.ones is patched while tracing
+        return self.tracer.create_proxy("call_function", ones, (size,), {"dtype": torch.bool})
+
+    def _bounding_size(self, sizes: list, trips: int):
+        """Among the sizes the loop reads (``i < x.size(0)``), the one equal to ``trips``, else the
+        smallest above it."""
+        from .proxy import CustomProxy
+
+        fits = [n for n in sizes if n.meta["value"] >= trips]
+        if not fits:
+            return None
+        best = min(fits, key=lambda n: (n.meta["value"] != trips, n.meta["value"]))
+        proxy = CustomProxy(best, self.tracer)
+        proxy.__dict__["value"] = best.meta["value"]
+        return proxy
+
+    # while ------------------------------------------------------------------------------
+    def while_loop(self, cond_fn, body_fn, carried_inputs, additional_inputs=()):
+        where = _where_text()
+        flat, spec = pytree.tree_flatten(tuple(carried_inputs))
+        n = len(flat)
+
+        def step(*args):
+            carry = pytree.tree_unflatten(list(args[:n]), spec)
+            go_step = args[n]
+            extra = args[n + 1:]
+            pred = cond_fn(*carry, *extra)
+            if not isinstance(_value(pred), torch.Tensor):
+                raise TraceError(f"while_loop at {where}: cond_fn must return a bool tensor, got "
+                                 f"{type(_value(pred)).__name__}")
+            if _value(pred).dim() != 0:
+                pred = self.tracer.create_proxy("call_method", "reshape", (pred, ()), {})
+            go = self.tracer.create_proxy("call_function", torch.logical_and, (pred, go_step), {})
+            new_flat, _ = pytree.tree_flatten(body_fn(*carry, *extra))
+            if len(new_flat) != n:
+                raise TraceError(f"while_loop at {where}: body_fn returns {len(new_flat)} values for {n} carries")
+            kept = [self.tracer.create_proxy("call_function", torch.where, (go, self._as_node(b), a), {})
+                    for b, a in zip(new_flat, args[:n])]
+            return kept + [pred]
+
+        outs = self.loop(step, flat, [], tuple(additional_inputs), 0, False, "while", where)
+        return pytree.tree_unflatten(list(outs), spec)
+
+
+def _hoist_placeholders(g: fx.Graph) -> None:
+    placeholders = [n for n in g.nodes if n.op == "placeholder"]
+    others = [n for n in g.nodes if n.op != "placeholder"]
+    if not others:
+        return
+    anchor = others[0]
+    for p in placeholders:
+        anchor.prepend(p)
+
+
+class EagerRunner:
+    """cond / scan / while_loop run as plain Python on tensors, without ``torch.compile`` (which
+    cannot run the branches when forward hooks observe the modules called in them)."""
+
+    @staticmethod
+    def active(_args) -> bool:
+        return True
+
+    @staticmethod
+    def cond(pred, true_fn, false_fn, operands=()):
+        operands = tuple(operands) if isinstance(operands, (list, tuple)) else (operands,)
+        return (true_fn if bool(pred) else false_fn)(*operands)
+
+    @staticmethod
+    def _run(flat_fn, init: list, xs: list, additional: tuple, dim: int, reverse: bool):
+        carry, ys = list(init), []
+        steps = xs[0].shape[dim]
+        for i in (range(steps - 1, -1, -1) if reverse else range(steps)):
+            out = flat_fn(*carry, *[x.select(dim, i) for x in xs], *additional)
+            carry, y = list(out[: len(init)]), list(out[len(init):])
+            ys.append(y)
+        if reverse:
+            ys.reverse()
+        stacked = [torch.stack([y[j] for y in ys], dim) for j in range(len(ys[0]))] if ys else []
+        return carry + stacked
+
+    def scan(self, combine_fn, init, xs, *, dim: int = 0, reverse: bool = False):
+        init_flat, init_spec = pytree.tree_flatten(init)
+        xs_flat, xs_spec = pytree.tree_flatten(xs)
+        spec: dict = {}
+
+        def flat_fn(*args):
+            carry = pytree.tree_unflatten(list(args[: len(init_flat)]), init_spec)
+            new_carry, y = combine_fn(carry, pytree.tree_unflatten(list(args[len(init_flat):]), xs_spec))
+            y_flat, spec["y"] = pytree.tree_flatten(y)
+            return pytree.tree_leaves(new_carry) + y_flat
+
+        outs = self._run(flat_fn, init_flat, xs_flat, (), dim % xs_flat[0].dim(), reverse)
+        return (pytree.tree_unflatten(outs[: len(init_flat)], init_spec),
+                pytree.tree_unflatten(outs[len(init_flat):], spec["y"]))
+
+    def scan_op(self, combine_fn, init, xs, additional_inputs=()):
+        spec: dict = {}
+
+        def flat_fn(*args):
+            flat, spec["out"] = pytree.tree_flatten(combine_fn(*args))
+            return flat
+
+        outs = self._run(flat_fn, list(init), list(xs), tuple(additional_inputs), 0, False)
+        return pytree.tree_unflatten(outs, spec["out"])
+
+    @staticmethod
+    def while_loop(cond_fn, body_fn, carried_inputs, additional_inputs=()):
+        carry = tuple(carried_inputs)
+        while bool(cond_fn(*carry, *additional_inputs)):
+            carry = tuple(body_fn(*carry, *additional_inputs))
+        return carry
+
+
+@contextlib.contextmanager
+def eager_control_flow():
+    """Run cond / scan / while_loop as plain Python while the model is observed with hooks."""
+    with _installed(EagerRunner()):
+        yield
+
+
+@contextlib.contextmanager
+def control_flow_patches(tracer):
+    """Route torch.cond / scan / while_loop (functions and higher-order ops) to a :class:`Recorder`."""
+    rec = Recorder(tracer)
+    # while tracing, torch's own route (torch.compile) cannot work even when no operand is traced
+    # (the branches may read traced values they close over): the recorder takes every call
+    rec.active = lambda _args: True
+    tracer.control_flow_notes = rec.notes
+    with _installed(rec):
+        yield rec
+
+
+# torch's wrappers that call cond / scan / while_loop through torch.compile
+_HOP_WRAPPERS = {"_cond_op_wrapper", "run_flattened_scan", "_while_loop_op_wrapper"}
+
+
+@contextlib.contextmanager
+def _installed(handler):
+    """Patch torch's control-flow functions and higher-order ops to call ``handler`` when
+    ``handler.active(arguments)``."""
+    import torch._higher_order_ops as hops
+
+    # the package re-exports functions named like their modules: take the modules themselves
+    cond_mod = sys.modules["torch._higher_order_ops.cond"]
+    scan_mod = sys.modules["torch._higher_order_ops.scan"]
+    while_mod = sys.modules["torch._higher_order_ops.while_loop"]
+    hop_utils = sys.modules["torch._higher_order_ops.utils"]
+    orig_cond, orig_scan, orig_while = cond_mod.cond, scan_mod.scan, while_mod.while_loop
+    orig_compile = hop_utils._hop_compile_and_call
+    active = handler.active
+
+    def cond(pred, true_fn, false_fn, operands=()):
+        if active((pred, operands)):
+            return handler.cond(pred, true_fn, false_fn, operands)
+        return orig_cond(pred, true_fn, false_fn, operands)
+
+    def scan(combine_fn, init, xs, *, dim=0, reverse=False):
+        if active((init, xs)):
+            return handler.scan(combine_fn, init, xs, dim=dim, reverse=reverse)
+        return orig_scan(combine_fn, init, xs, dim=dim, reverse=reverse)
+
+    def while_loop(cond_fn, body_fn, carried_inputs):
+        if active(carried_inputs):
+            return handler.while_loop(cond_fn, body_fn, carried_inputs)
+        return orig_while(cond_fn, body_fn, carried_inputs)
+
+    def compile_and_call(fn, args, kwargs=None):
+        # the functions imported before the patch (``from ... import scan``) end here: run their
+        # wrapper directly so that it reaches the higher-order op, which the handler takes
+        if getattr(fn, "__name__", "") in _HOP_WRAPPERS and active((args, kwargs)):
+            return fn(*args, **(kwargs or {}))
+        return orig_compile(fn, args, kwargs)
+
+    ops = {type(cond_mod.cond_op): handler.cond, type(scan_mod.scan_op): handler.scan_op,
+           type(while_mod.while_loop_op): handler.while_loop}
+    saved_calls = {cls: cls.__call__ for cls in ops}
+
+    def op_call(cls, fn):
+        orig = saved_calls[cls]
+
+        def call(self, *args, **kwargs):
+            if active((args, kwargs)):
+                return fn(*args, **kwargs)
+            return orig(self, *args, **kwargs)
+        return call
+
+    names = [(hop_utils, "_hop_compile_and_call", compile_and_call), (torch, "cond", cond), (cond_mod, "cond", cond),
+             (hops, "cond", cond), (scan_mod, "scan", scan), (hops, "scan", scan),
+             (while_mod, "while_loop", while_loop), (hops, "while_loop", while_loop)]
+    saved = [(obj, name, getattr(obj, name)) for obj, name, _ in names if hasattr(obj, name)]
+    try:
+        for obj, name, fn in names:
+            if hasattr(obj, name):
+                setattr(obj, name, fn)
+        for cls, fn in ops.items():
+            cls.__call__ = op_call(cls, fn)
+        yield
+    finally:
+        for obj, name, fn in saved:
+            setattr(obj, name, fn)
+        for cls, fn in saved_calls.items():
+            cls.__call__ = fn

@@ -1,0 +1,150 @@
+"""Loops (``scan``, ``while_loop``): the IR node ``fx2nnef.loop`` with its body as an IR Graph.
+
+- tract: ``tract_core_scan`` over the body written as a generated fragment. The body's
+  parameters are the carries (``state``), the scanned pieces (``scan``, chunk -1 for a
+  reverse scan) and the loop-invariant values and weights (``full``); ``reset_every_turn``
+  so that a reused tract state never carries a previous call's final state.
+- Khronos: the body lowered inline once per step (the scanned length must be static).
+"""
+from __future__ import annotations
+
+import hashlib
+
+from ...errors import EmitError, UnsupportedOpError
+from ...ir import DType, Graph, Node, Value, map_values
+from ..context import EmitContext
+from ..registry import register
+
+
+def _body_fragment(ctx: EmitContext, body: Graph, kind: str):
+    from ..emitter import emit_fragment  # the emitter imports the op families
+
+    placeholder = "__fx2nnef_loop_body__"
+    frag = emit_fragment(body, ctx.target, placeholder, registry=ctx.registry)
+    # named after its text: unique across the graphs of one asset (custom ops), shared when equal
+    name = f"{kind}_body_" + hashlib.sha1(frag.text.encode()).hexdigest()[:10]
+    ctx.define_fragment(name, frag.text.replace(placeholder, name, 1), frag.fragments, frag.texts)
+    return name, frag
+
+
+def _set_outputs(ctx: EmitContext, outs) -> list:
+    outs = list(outs) if isinstance(outs, tuple) else [outs]
+    for out, like in zip(outs, ctx.node.outputs):
+        out.dtype, out.shape = like.dtype, like.shape
+    return outs
+
+
+def _runtime_true(ctx: EmitContext, anchors: list) -> Value:
+    """A rank-0 ``true`` that tract cannot fold: computed from the first element of a runtime value."""
+    anchor = next((v for v in anchors if not v.is_constant and v.shape is not None
+                   and all(d != 0 for d in v.shape)), None)
+    if anchor is None:
+        raise EmitError("tract cannot scan over a constant here (it feeds the whole constant to the loop body) and "
+                        "no runtime tensor is at hand to avoid it; scan over an input instead")
+    r = len(anchor.shape)
+    v = ctx.op("slice", anchor, axes=list(range(r)), begin=[0] * r, end=[1] * r, out_shape=(1,) * r) if r else anchor
+    if anchor.dtype is DType.BOOL:
+        t = ctx.op("or", v, ctx.op("not", v))
+    elif anchor.dtype.is_float:
+        nan = ctx.op("tract_core_is_nan", v, out_dtype=DType.BOOL)
+        t = ctx.op("or", nan, ctx.op("not", nan))
+    else:
+        t = ctx.op("eq", v, v, out_dtype=DType.BOOL)
+    return ctx.op("squeeze", t, axes=list(range(r)), out_shape=()) if r else t
+
+
+def _live(ctx: EmitContext, xs: list, anchors: list) -> list:
+    """The scanned inputs, each constant one passed through a select on a runtime ``true``.
+
+    NOTE: tract 0.23.9 gives a *constant* scanned input of tract_core_scan whole to the body
+    ("inconsistent fact", or "Remove a non-1 axis" in the declutter); a value that depends
+    on a graph input is cut into pieces as it should be.
+    """
+    if not any(x.is_constant for x in xs):
+        return xs
+    t = _runtime_true(ctx, anchors)
+    return [ctx.op("select", t, x, x, out_shape=x.shape, out_dtype=x.dtype) if x.is_constant else x for x in xs]
+
+
+@register("fx2nnef.loop", target="tract")
+def loop_tract(ctx: EmitContext, init: list, xs: list, full: list, body: Graph, dim: int, reverse: bool,
+               n_carry: int, kind: str):
+    """A scan or bounded while loop as ``tract_core_scan``."""
+    name, frag = _body_fragment(ctx, body, kind)
+    params, results = frag.inputs, frag.results
+    chunk = -1 if reverse else 1
+    n_x = len(xs)
+    xs = _live(ctx, xs, list(init) + list(full) + list(ctx.graph_inputs))
+    scan = [(params[n_carry + j], x, dim, chunk) for j, x in enumerate(xs)]
+    full_args = [(params[n_carry + n_x + k], v) for k, v in enumerate(full)]
+    full_args += [(label, w) for label, w in frag.weights]
+    state = [(params[i], init[i], results[i]) for i in range(n_carry)]
+    output = [(results[i], "last", 0, 1) for i in range(n_carry)]
+    output += [(r, "full", dim, chunk) for r in results[n_carry:]]
+    outs = ctx.op("tract_core_scan", body=name, scan=scan, full=full_args, state=state, output=output,
+                  reset_every_turn=1, n_out=len(output))
+    return _set_outputs(ctx, outs)
+
+
+def _step_copy(body: Graph, actuals: list):
+    """The body's nodes with fresh output Values and its inputs replaced by ``actuals`` (one step)."""
+    mapping = {id(p): a for p, a in zip(body.inputs, actuals)}
+    step = Graph(body.name)
+    step.symbols = list(body.symbols)
+
+    fresh: set = set()
+
+    def fn(v):
+        return mapping.get(id(v), v)
+
+    for n in body.nodes:
+        outs = [Value(o.name, o.dtype, o.shape) for o in n.outputs]
+        mapping.update({id(o): c for o, c in zip(n.outputs, outs)})
+        fresh.update(id(c) for c in outs)
+        copy = Node(n.kind, map_values(n.args, fn), map_values(n.kwargs, fn), outs, module_path=n.module_path,
+                    module_type=n.module_type, source=n.source, name=n.name, meta=dict(n.meta))
+        for o in outs:
+            o.producer = copy
+        for v in copy.inputs():
+            if id(v) in fresh:
+                v.uses.append(copy)
+        step.nodes.append(copy)
+    return step, [fn(o) for o in body.outputs]
+
+
+@register("fx2nnef.loop")
+def loop_unrolled(ctx: EmitContext, init: list, xs: list, full: list, body: Graph, dim: int, reverse: bool,
+                  n_carry: int, kind: str):
+    """Unrolled: the body lowered inline once per step (static lengths only).
+
+    Standard NNEF has no loop, and the Khronos tools run no user fragment unless told to
+    decompose it, so the body is not a fragment here."""
+    from ..emitter import lower_nodes  # the emitter imports the op families
+
+    steps = xs[0].shape[dim] if xs[0].shape is not None else None
+    if not isinstance(steps, int):
+        raise EmitError(f"standard NNEF has no loop: this {kind} runs over a dynamic length ({steps}); give it a "
+                        "static length, or export for tract (tract_core_scan)")
+    node = ctx.node
+    carry = list(init)
+    n_y = len(body.outputs) - n_carry
+    ys: list = [[None] * steps for _ in range(n_y)]
+    try:
+        for i in (range(steps - 1, -1, -1) if reverse else range(steps)):
+            ctx.node = node
+            pieces = [ctx.op("slice", x, axes=[dim], begin=[i], end=[i + 1], out_dtype=x.dtype,
+                             out_shape=x.shape[:dim] + (1,) + x.shape[dim + 1:]) for x in xs]
+            step, outs = _step_copy(body, carry + pieces + list(full))
+            lower_nodes(ctx, step)
+            carry = outs[:n_carry]
+            for j in range(n_y):
+                ys[j][i] = outs[n_carry + j]
+    except UnsupportedOpError as exc:
+        raise EmitError(f"in the body of this {kind}: {exc}") from None
+    finally:
+        ctx.node = node
+    stacked = [ctx.op("concat", y, axis=dim) if steps > 1 else ctx.op("copy", y[0]) for y in ys]
+    result = [ctx.op("copy", c) if any(c is v for v in init) else c for c in carry] + stacked
+    for out, like in zip(result, node.outputs):
+        out.dtype, out.shape = like.dtype, like.shape
+    return result
