@@ -285,10 +285,9 @@ def _refuse_single_sizes(analysis):
               if r.lo is not None and r.hi is not None and (r.hi - r.lo) // r.step + 1 < _FEWEST_SIZES]
     if not single:
         return
-    lines = ["the trace took decisions on dynamic dims that make the graph valid at the example size only ("
-             if all(r.lo == r.hi for r in single) else
-             "the trace took decisions on dynamic dims that make the graph valid at a few sizes only ("]
-    lines[0] += "; ".join(f"{r}" for r in single) + "):"
+    where = "the example size only" if all(r.lo == r.hi for r in single) else "a few sizes only"
+    lines = [f"the trace took decisions on dynamic dims that make the graph valid at {where} ("
+             + "; ".join(str(r) for r in single) + "):"]
     lines += [f"  - {g}" for g in analysis.guards if g.status in ("bounds", "violated")][:10]
     lines.append("Make that code independent of the dynamic size, or drop the dim from dynamic_axes.")
     raise GuardError("\n".join(lines))

@@ -186,41 +186,34 @@ def _moved(env: dict, base: dict) -> list:
     return [k for k in env if env[k] != base[k]]
 
 
+def _edge(sym: str, v: int, results: dict, up: bool) -> tuple:
+    """Where the range around ``v`` ends going up (or down): ``(bound, reason)``, the bound being
+    the last good size before a "bad" one or before sizes the model refuses, else ``(None, "")``."""
+    beyond = (lambda n, m: n > m) if up else (lambda n, m: n < m)
+    last = v
+    for n in sorted((n for n in results if beyond(n, v)), reverse=not up):
+        if results[n] == "bad":
+            return last, f"the graph differs from the model at {sym}={n}"
+        if results[n] == "good":
+            last = n
+    refused = [n for n in results if beyond(n, last) and results[n] == "refused"]
+    if refused:
+        return last, f"the model refuses {sym}={min(refused) if up else max(refused)}"
+    return None, ""
+
+
 def _symbol_range(sym: str, v: int, results: dict) -> SymRange:
     """The range of ``sym`` around the example size ``v`` from ``size -> status`` of the probes
     that moved only ``sym``: "good" (the graph reproduces the model), "bad" (it does not),
     "refused" (the eager model itself refuses that size)."""
-    lo = hi = None
-    why = []
-    last = v
-    for n in sorted((n for n in results if n > v)):
-        if results[n] == "bad":
-            hi = last
-            why.append(f"the graph differs from the model at {sym}={n}")
-            break
-        if results[n] == "good":
-            last = n
-    else:
-        if any(results[n] == "refused" for n in results if n > last):
-            hi = last
-            why.append(f"the model refuses {sym}={min(n for n in results if n > last)}")
-    last = v
-    for n in sorted((n for n in results if n < v), reverse=True):
-        if results[n] == "bad":
-            lo = last
-            why.append(f"the graph differs from the model at {sym}={n}")
-            break
-        if results[n] == "good":
-            last = n
-    else:
-        if any(results[n] == "refused" for n in results if n < last):
-            lo = last
-            why.append(f"the model refuses {sym}={max(n for n in results if n < last)}")
-    good = [n for n, r in results.items() if r == "good" and (lo is None or n >= lo) and (hi is None or n <= hi)]
+    (hi, why_hi), (lo, why_lo) = _edge(sym, v, results, up=True), _edge(sym, v, results, up=False)
+    why = [w for w in (why_hi, why_lo) if w]
+    inside = [n for n in results if (lo is None or n >= lo) and (hi is None or n <= hi)]
     step = 0
-    for n in good:
-        step = math.gcd(step, n - v)
-    refused_inside = [n for n, r in results.items() if r == "refused" and (lo is None or n >= lo) and (hi is None or n <= hi)]
+    for n in inside:
+        if results[n] == "good":
+            step = math.gcd(step, n - v)
+    refused_inside = [n for n in inside if results[n] == "refused"]
     if not refused_inside or step <= 1:
         step = 1
     else:
