@@ -15,7 +15,7 @@ import torch
 from ...errors import EmitError
 from ...ir import Dim, DType, SymDim, Value, simplify
 from ..context import EmitContext
-from ..helpers import axes, axis, cast, dims_list, rank, result_dtype, unsqueeze_to
+from ..helpers import axes, axis, cast, dims_list, opaque, rank, result_dtype, unsqueeze_to
 from ..registry import register
 
 # ---------------------------------------------------------------------------------------
@@ -151,7 +151,8 @@ def expand_to(ctx: EmitContext, x: Value, shape) -> Value:
             raise EmitError(f"cannot expand {list(x.shape)} to {list(shape)}: size {have} is not 1")
     if all(isinstance(r, int) and r == 1 for r in repeats):
         return x
-    return ctx.op("tile", x, repeats=dims_list(repeats), out_shape=shape, out_dtype=x.dtype)
+    y = ctx.op("tile", x, repeats=dims_list(repeats), out_shape=shape, out_dtype=x.dtype)
+    return opaque(ctx, y) if x.is_constant and any(isinstance(r, SymDim) for r in repeats) else y
 
 
 def full_like_value(ctx: EmitContext, value, dtype: DType, shape) -> Value:

@@ -1,0 +1,66 @@
+"""Lowerings chosen around tract 0.23.9's load-time rewrites (declutter), each found by the fuzz
+test: the graph must load and give torch's values at sizes below and above the example.
+
+check_io runs the example and one size below and one above it, so a shape that tract loses
+(a broadcast dropped by a folding) fails here even where the example size would pass.
+"""
+import pytest
+import torch
+
+from harness import OpCase, randn, run_case
+
+
+def ints(*shape, seed=0):
+    return torch.randint(-9, 10, shape, generator=torch.Generator().manual_seed(seed))
+
+
+DYN0 = {"x0": {0: "S"}}
+ZERO = torch.tensor(0)
+
+CASES = [
+    # tract drops the broadcast of an integer `mul` by a uniform constant 1 (ones(S) * c has shape [1])
+    OpCase("int_ones_like_times_size", lambda y: torch.ones_like(y) * y.shape[0], [ints(9)], dynamic_axes=DYN0),
+    OpCase("int_ones_like_times_number", lambda y: torch.ones_like(y) * 3, [ints(9)], dynamic_axes=DYN0),
+    OpCase("int_number_times_ones_like", lambda y: 3 * torch.ones_like(y), [ints(9)], dynamic_axes=DYN0),
+    OpCase("int_new_ones_times_slice", lambda y: y.new_ones(2, y.shape[0]) * y[:1], [ints(9)], dynamic_axes=DYN0),
+    OpCase("int_zeros_like_floordiv", lambda y: torch.zeros_like(y) // (y[:1].abs() + 1), [ints(9)], dynamic_axes=DYN0),
+    OpCase("int_ones_like_pow_times", lambda y: torch.ones_like(y) ** 2 * y[:1], [ints(9)], dynamic_axes=DYN0),
+    OpCase("int_and_zero_times", lambda y: (y & ZERO) * (y[:, :1] + 1), [ints(2, 9)],
+           dynamic_axes={"x0": {1: "S"}}),
+    OpCase("bool_ones_like_and", lambda b: torch.ones_like(b) & b[:1], [torch.rand(9) > 0.5], dynamic_axes=DYN0),
+    OpCase("bool_ones_like_mul", lambda b: torch.ones_like(b) * b[:1], [torch.rand(9) > 0.5], dynamic_axes=DYN0),
+    OpCase("int_arange_mask_times", lambda y: (torch.arange(y.shape[0]) < 3).long() * y[:1], [ints(9)],
+           dynamic_axes=DYN0),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_tract_lowering(case, tmp_path):
+    run_case(case, tmp_path, "tract")
+
+
+def _setitem_then_matmul(x):
+    x[..., -1:] = -2.91
+    return x @ torch.ones(4, 3)
+
+
+def _setitem_then_linear(x, y):
+    y[2:] = -1.35
+    x[:, ..., -1:] = -2.91
+    return torch.nn.functional.linear(x, torch.linspace(-1, 1, 12).reshape(3, 4))
+
+
+# a matmul of a concatenation with a constant tiled to a dynamic size: tract's declutter splits the
+# matmul over the pieces and loses the dynamic dim of the tiled one ("Trying to substitute a S,3,3,F32
+# by 1,1,3,F32 ... EinSum")
+SETITEM_MATMUL_CASES = [
+    OpCase("setitem_then_matmul", _setitem_then_matmul, [randn(3, 3, 4)], dynamic_axes=DYN0),
+    OpCase("setitem_then_linear", _setitem_then_linear, [randn(3, 3, 4), randn(4, seed=1)], dynamic_axes=DYN0),
+    OpCase("cat_full_then_matmul", lambda x: torch.cat([x, x.new_full((x.shape[0], 3, 1), 0.5)], -1) @ torch.ones(5, 2),
+           [randn(3, 3, 4)], dynamic_axes=DYN0),
+]
+
+
+@pytest.mark.parametrize("case", SETITEM_MATMUL_CASES, ids=str)
+def test_setitem_then_matmul(case, tmp_path):
+    run_case(case, tmp_path, "tract")
