@@ -635,7 +635,13 @@ for _name, _dtype in CAST_METHODS.items():
 # reversals and rotations
 
 
-@register(torch.flip, "Tensor.flip")
+@register("Tensor.flip")
+def flip_method(ctx: EmitContext, input: Value, *dims):
+    """flip(Tensor self, int[] dims) -> Tensor  (the method also takes dims as varargs)"""
+    return ctx.call("torch.flip", input, size_args(dims))
+
+
+@register(torch.flip)
 def flip(ctx: EmitContext, input: Value, dims):
     """flip(Tensor self, int[] dims) -> Tensor"""
     ax = axes(dims, rank(input))
@@ -644,13 +650,20 @@ def flip(ctx: EmitContext, input: Value, dims):
                   out_shape=input.shape, out_dtype=input.dtype)
 
 
-@register(torch.flip, "Tensor.flip", target="tract")
+@register(torch.flip, target="tract")
 def flip_tract(ctx: EmitContext, input: Value, dims):
     """flip(Tensor self, int[] dims) -> Tensor"""
-    # NOTE: tract aborts on a slice with a negative stride; downsample by -1 reverses the axis.
+    # NOTE: tract aborts on a slice with a negative stride; downsample by -1 reverses the axis. On a
+    # dynamic axis tract's declutter pulls that downsample through a preceding matmul and fails
+    # ("Pulling Downsample over matmul.unmerge_out Reshape: Invalid axis"): a gather at n-1..0 there.
     x = input
     for a in axes(dims, rank(input)):
-        x = ctx.op("tract_core_downsample", x, axis=a, stride=-1, modulo=0, out_shape=x.shape, out_dtype=x.dtype)
+        n = x.shape[a]
+        if isinstance(n, SymDim):
+            idx = ctx.call("nnef.range", simplify(n - 1), -1, -1, DType.I64, (n,))
+            x = ctx.call("nnef.gather", x, idx, a, x.shape)
+        else:
+            x = ctx.op("tract_core_downsample", x, axis=a, stride=-1, modulo=0, out_shape=x.shape, out_dtype=x.dtype)
     return x
 
 
@@ -690,12 +703,26 @@ def rot90(ctx: EmitContext, input: Value, k: int = 1, dims=(0, 1)):
 
 def _roll_axis(ctx: EmitContext, x: Value, ax: int, shift: int) -> Value:
     n = x.shape[ax]
-    if isinstance(n, int):
-        shift %= max(n, 1)
+    if isinstance(n, SymDim):
+        return _roll_dynamic(ctx, x, ax, shift) if shift else x
+    shift %= max(n, 1)
     if shift == 0:
         return x
-    cut = simplify(n - shift) if shift > 0 else -shift  # dynamic sizes: assumes |shift| < n
-    return concat(ctx, [slice_axis(ctx, x, ax, cut, n), slice_axis(ctx, x, ax, 0, cut)], ax)
+    return concat(ctx, [slice_axis(ctx, x, ax, n - shift, n), slice_axis(ctx, x, ax, 0, n - shift)], ax)
+
+
+def _roll_dynamic(ctx: EmitContext, x: Value, ax: int, shift: int) -> Value:
+    """Roll on a dynamic axis of size n: a gather at ``(i - shift) mod n``, right for any n
+    (the shift may exceed n: 2 on a size of 1 leaves the tensor as it is)."""
+    from .activation import ew
+    from .creation import dim_tensor
+
+    n = x.shape[ax]
+    i = ctx.call("nnef.range", 0, n, 1, DType.I64, (n,))
+    j = ew(ctx, "add", i, dim_tensor(ctx, simplify(abs(shift) * n - shift), DType.I64))  # >= 0
+    size = dim_tensor(ctx, n, DType.I64)
+    index = ew(ctx, "sub", j, ew(ctx, "mul", ew(ctx, "div", j, size), size))  # j >= 0: div is a floor
+    return ctx.call("nnef.gather", x, index, ax, x.shape)
 
 
 @register(torch.roll, "Tensor.roll")
