@@ -99,3 +99,26 @@ def test_roll_dynamic_at_small_sizes(size, tmp_path):
     x = randn(2, size, seed=size)
     got = run_tract_many(r.path, [[x.numpy()]])[0][0]
     np.testing.assert_array_equal(got, torch.roll(x, 3, 1).numpy())
+
+
+W22 = torch.tensor([[0.5, -1.0], [2.0, 0.25]])
+# a strided slice of an expanded tensor (tract pulls the downsample over the broadcast and fails at
+# load), and a matmul with a constant after repeat_interleave (tract pushes the merge of the tiled axes
+# through the matmul onto the constant and fails at load)
+TILE_CASES = [
+    OpCase("expand_then_strided_slice", lambda x: x.expand(3, -1, -1, -1)[:, ::3] * 2, [randn(2, 9, 4)]),
+    OpCase("expand_then_strided_slice_dyn", lambda x: x.expand(3, -1, -1, -1)[:, ::3] * 2, [randn(2, 9, 4)],
+           dynamic_axes={"x0": {2: "S"}}),
+    OpCase("expand_then_strided_slice_of_tiled_axis", lambda x: x.expand(7, -1, -1, -1)[::3, ::2] * 2, [randn(2, 9, 4)]),
+    OpCase("repeat_then_strided_slice", lambda x: x.repeat(2, 1, 1)[::3] * 2, [randn(2, 9, 4)]),
+    OpCase("repeat_interleave_then_matmul", lambda x: x.repeat_interleave(3, dim=0) @ W22, [randn(5, 3, 4, 2)]),
+    OpCase("repeat_interleave_dyn_then_matmul", lambda x: x.repeat_interleave(2, dim=2) @ W22, [randn(5, 3, 4, 2)],
+           dynamic_axes={"x0": {2: "S"}}),
+    OpCase("repeat_interleave_then_linear", lambda x: torch.nn.functional.linear(x.repeat_interleave(3, 0), W22),
+           [randn(4, 3, 2)], dynamic_axes=DYN0),
+]
+
+
+@pytest.mark.parametrize("case", TILE_CASES, ids=str)
+def test_tiles(case, tmp_path):
+    run_case(case, tmp_path, "tract")

@@ -15,7 +15,7 @@ import torch
 from ...errors import EmitError
 from ...ir import Dim, DType, SymDim, Value, simplify
 from ..context import EmitContext
-from ..helpers import axes, axis, cast, dims_list, opaque, rank, result_dtype, unsqueeze_to
+from ..helpers import axes, axis, cast, dims_list, opaque, producer, rank, result_dtype, unsqueeze_to
 from ..registry import register
 
 # ---------------------------------------------------------------------------------------
@@ -106,6 +106,10 @@ def slice_axes(ctx: EmitContext, x: Value, ranges: list) -> Value:
     """One NNEF slice for ``(axis, begin, end, step)`` ranges with non-negative bounds."""
     if not ranges:
         return x
+    if any(r[3] != 1 for r in ranges):
+        untiled = _slice_before_tile(ctx, x, ranges)
+        if untiled is not None:
+            return untiled
     shape = list(x.shape)
     for ax, b, e, s in ranges:
         shape[ax] = slice_length(b, e, s)
@@ -114,6 +118,28 @@ def slice_axes(ctx: EmitContext, x: Value, ranges: list) -> Value:
     if any(r[3] != 1 for r in ranges):
         attrs["stride"] = [r[3] for r in ranges]
     return ctx.op("slice", x, out_shape=tuple(shape), out_dtype=x.dtype, **attrs)
+
+
+def _slice_before_tile(ctx: EmitContext, x: Value, ranges: list) -> Optional[Value]:
+    """NOTE: tract 0.23.9 cannot load a strided slice of a ``tile`` (its declutter pulls the
+    Downsample over the broadcast and fails: "Trying to substitute a 3,1,9,4,F32 by 3,2,9,4,F32").
+    The slice of the tile's input, tiled afterwards, is the same tensor: an axis the tile does not
+    repeat is sliced before it; an axis of size 1 that it repeats is repeated fewer times."""
+    st = producer(ctx, x)
+    if st is None or st.op != "tile" or not st.args or not isinstance(st.args[0], Value):
+        return None
+    src, reps = st.args[0], list(st.attrs.get("repeats", []))
+    if src.shape is None or len(reps) != len(src.shape):
+        return None
+    inner = []
+    for ax, b, e, step in ranges:
+        if isinstance(reps[ax], int) and reps[ax] == 1:
+            inner.append((ax, b, e, step))
+        elif src.shape[ax] == 1:
+            reps[ax] = slice_length(b, e, step)
+        else:
+            return None
+    return _tile(ctx, slice_axes(ctx, src, inner), reps)
 
 
 def slice_length(begin, end, step: int = 1):
