@@ -168,7 +168,8 @@ def softmax(ctx: EmitContext, input: Value, dim: int, dtype: Optional[DType] = N
 
 
 def strided_slice_downstream(ctx: EmitContext) -> bool:
-    """Whether a slice with a step > 1 reads the current node's result, directly or through other ops.
+    """Whether a slice with a step > 1 (or a strided conv or pool) reads the current node's result,
+    directly or through other ops.
 
     NOTE: tract 0.23.9 moves such a slice above a softmax (``softmax``, ``tract_core_softmax``,
     ``tract_core_log_softmax``), even through elementwise ops and transposes, and so normalizes
@@ -186,8 +187,29 @@ def strided_slice_downstream(ctx: EmitContext) -> bool:
             if use.kind == "operator.getitem" and any(isinstance(i, slice) and i.step not in (None, 1)
                                                       for i in _index_items(use.args[1:])):
                 return True
+            if _strided_window(use):
+                return True
             todo.extend(use.outputs)
     return False
+
+
+_CONVS = {"torch.conv1d", "torch.conv2d", "torch.conv3d"}
+_POOLS = {f"{ns}.{kind}_pool{n}d" for ns in ("F", "torch") for kind in ("max", "avg") for n in (1, 2, 3)}
+
+
+def _strided_window(node) -> bool:
+    """A conv or pool with a stride > 1: tract lowers a 1x1 one as a Downsample, which it moves
+    above a softmax like a strided slice (see strided_slice_downstream)."""
+    if node.kind in _CONVS:
+        stride = node.kwargs.get("stride", node.args[3] if len(node.args) > 3 else 1)
+    elif node.kind in _POOLS:
+        stride = node.kwargs.get("stride", node.args[2] if len(node.args) > 2 else None)
+        if stride is None or stride == []:
+            stride = node.kwargs.get("kernel_size", node.args[1] if len(node.args) > 1 else 1)
+    else:
+        return False
+    items = stride if isinstance(stride, (list, tuple)) else [stride]
+    return any(isinstance(k, int) and k > 1 for k in items)
 
 
 def _index_items(args) -> list:
