@@ -257,3 +257,19 @@ def test_tiny_llama_decision_at_one_keeps_the_full_range(tmp_path):
     for i, g in zip(ids, got):
         with torch.no_grad():
             np.testing.assert_allclose(g[0], model(i).logits.numpy(), atol=1e-4, rtol=5e-4)
+
+
+def test_branch_equal_on_the_probe_data_only(tmp_path):
+    """At S=8 the probe's input (the example's items repeated) is a palindrome, so `y.flip(0)` equals
+    `y.clone()` there: the decision is still checked on shuffled items, and bounds the range."""
+    def fn(x, y):
+        v = y.flip(0) if x.shape[1] >= 8 else y.clone()
+        return x * 2, v
+
+    model = FnModule(fn)
+    x, y = torch.randn(2, 7), torch.tensor([False, False, True, True, True, True, False])
+    dyn = {"x0": {1: "S"}, "x1": {0: "S"}}
+    r = fx2nnef.export(model, (x, y), tmp_path / "m.nnef.tgz", input_names=["x0", "x1"],
+                       target=fx2nnef.TractNNEF(dynamic_axes=dyn, check_io=False))
+    assert r.ranges["S"].hi == 7
+    _sizes_check(model, (x, y), ["x0", "x1"], dyn, r, [{"S": n} for n in range(1, 8)])

@@ -178,6 +178,37 @@ def _outputs_match(gm, values: dict, expected: list) -> Optional[str]:
     return None
 
 
+def _scrambled(inputs: list, seed: int) -> list:
+    """The inputs with their items shuffled (same values, other places)."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for t in inputs:
+        if isinstance(t, torch.Tensor) and t.numel() > 1:
+            t = t.reshape(-1)[torch.randperm(t.numel(), generator=g)].reshape(t.shape).clone()
+        out.append(t)
+    return out
+
+
+def _scrambled_mismatch(gm, reference, env: dict, inputs: list) -> Optional[str]:
+    """What differs between the graph and the model on shuffled inputs at ``env``, if anything.
+
+    A guard that flips where the graph still gives the model's outputs may only look equivalent
+    on the probe's data (reused from the example: a flip of a palindrome is the palindrome)."""
+    for seed in (1, 2):
+        shuffled = _scrambled(inputs, seed)
+        try:
+            expected = reference(env, shuffled)
+        except Exception:  # noqa: BLE001 - the model refuses these values: no evidence either way
+            continue
+        values, err = _run(gm, shuffled)
+        if err is not None:
+            return None
+        mismatch = _outputs_match(gm, values, expected)
+        if mismatch is not None:
+            return mismatch + " (on shuffled inputs)"
+    return None
+
+
 def _env_text(env: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in env.items())
 
@@ -378,7 +409,8 @@ def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, 
     errors: list = []
 
     def probe(env):
-        values, err = _run(gm, inputs_at(example, names, dynamic_axes, env))
+        inputs = inputs_at(example, names, dynamic_axes, env)
+        values, err = _run(gm, inputs)
         expected = None
         if reference is not None:
             try:
@@ -396,6 +428,8 @@ def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, 
         flips = [g for g in guards if g.node in values and not _guard_holds(g, values[g.node])]
         if expected is not None:
             mismatch = _outputs_match(gm, values, expected)
+            if mismatch is None and flips:
+                mismatch = _scrambled_mismatch(gm, reference, env, inputs)
             if mismatch is not None:
                 for g in flips:
                     guard_flips.setdefault(id(g), (env, mismatch))
