@@ -122,3 +122,26 @@ TILE_CASES = [
 @pytest.mark.parametrize("case", TILE_CASES, ids=str)
 def test_tiles(case, tmp_path):
     run_case(case, tmp_path, "tract")
+
+
+W_CONV = torch.linspace(-1, 1, 2).reshape(1, 2, 1, 1)
+# a matmul or a 1x1 conv (a matmul in tract) whose batch is made by an expand: tract's declutter moves the
+# broadcast after the product and loses it (batch 1 on a dynamic size, a load failure on a static one)
+BATCH_TILE_CASES = [
+    OpCase("conv1x1_of_expand_dyn", lambda x: torch.conv2d(x.expand(x.shape[2], -1, -1, -1), W_CONV),
+           [randn(1, 2, 8, 3)], dynamic_axes={"x0": {2: "S"}}),
+    OpCase("conv1x1_of_expand", lambda x: torch.conv2d(x.expand(4, -1, -1, -1), W_CONV, torch.ones(1)) * 2,
+           [randn(1, 2, 5, 3)]),
+    OpCase("matmul_of_expand_batch_dyn", lambda x: x.expand(x.shape[2], -1, -1, -1) @ torch.ones(3, 2),
+           [randn(1, 2, 8, 3)], dynamic_axes={"x0": {2: "S"}}),
+    OpCase("matmul_of_expand_batch", lambda x, y: x.expand(3, 4, 5) @ y, [randn(1, 4, 5), randn(1, 5, 2, seed=1)]),
+    OpCase("conv1x1_of_transposed_expand_dyn", lambda x: torch.conv2d(x.expand(x.shape[2], -1, -1, -1).mT, W_CONV),
+           [randn(1, 2, 8, 3)], dynamic_axes={"x0": {2: "S", 3: "T"}}),
+    OpCase("matmul_of_permuted_expand", lambda x: x.expand(3, -1, -1, -1).permute(0, 1, 3, 2) @ torch.ones(4, 2),
+           [randn(1, 2, 4, 5)], dynamic_axes={"x0": {3: "S"}}),
+]
+
+
+@pytest.mark.parametrize("case", BATCH_TILE_CASES, ids=str)
+def test_batch_made_by_expand(case, tmp_path):
+    run_case(case, tmp_path, "tract")

@@ -184,3 +184,17 @@ def opaque(ctx: EmitContext, x: Value) -> Value:
     if zero is None:
         return x
     return ctx.op("or" if x.dtype.is_bool else "add", x, zero, out_dtype=x.dtype, out_shape=x.shape)
+
+
+def tiled_from(ctx: EmitContext, v: Value):
+    """``(source, repeats)`` when ``v`` was emitted as a ``tile`` that only broadcasts axes of size 1
+    (an ``expand``), else None."""
+    st = producer(ctx, v)
+    if st is None or st.op != "tile" or not st.args or not isinstance(st.args[0], Value):
+        return None
+    reps, src = list(st.attrs.get("repeats", [])), st.args[0]
+    if src.shape is None or v.shape is None or len(reps) != rank(v) or len(src.shape) != len(reps):
+        return None
+    if any(not (isinstance(r, int) and r == 1) and src.shape[i] != 1 for i, r in enumerate(reps)):
+        return None
+    return src, reps

@@ -15,7 +15,7 @@ import torch
 from ...errors import EmitError
 from ...ir import Dim, DType, SymDim, Value, simplify
 from ..context import EmitContext
-from ..helpers import axes, axis, cast, dims_list, opaque, producer, rank, result_dtype, unsqueeze_to
+from ..helpers import axes, axis, cast, dims_list, opaque, producer, rank, result_dtype, tiled_from, unsqueeze_to
 from ..registry import register
 
 # ---------------------------------------------------------------------------------------
@@ -92,6 +92,12 @@ def permute_axes(ctx: EmitContext, x: Value, perm: list) -> Value:
         raise EmitError(f"{perm} is not a permutation of the {r} axes")
     if perm == list(range(r)):
         return x
+    found = tiled_from(ctx, x)
+    if found is not None:
+        # the transpose of the untiled tensor, tiled afterwards: an expand stays next to the matmul
+        # or conv that reads it, where converters avoid tract's mis-handling of broadcasts
+        src, reps = found
+        return _tile(ctx, permute_axes(ctx, src, perm), [reps[p] for p in perm])
     return ctx.op("transpose", x, axes=perm, out_shape=tuple(x.shape[p] for p in perm), out_dtype=x.dtype)
 
 
