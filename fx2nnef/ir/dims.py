@@ -30,6 +30,12 @@ class SymDim:
         numerator = as_sym(numerator)
         if all(c % divisor == 0 for c in numerator.terms.values()):
             return simplify(SymDim({m: c // divisor for m, c in numerator.terms.items()}))
+        # symbol terms with a coefficient divisible by the divisor come out: (4*a + 1)/2 = 2*a + 1/2
+        whole = {m: c // divisor for m, c in numerator.terms.items() if m and c % divisor == 0}
+        if whole:
+            rest = SymDim({m: c for m, c in numerator.terms.items() if m not in whole})
+            part = rest.terms.get((), 0) // divisor if not rest.symbols else cls.floordiv(rest, divisor)
+            return simplify(SymDim(whole) + part)
         name = f"(({str(numerator).replace(' ', '')})/{divisor})"
         _DIV_ATOMS[name] = (numerator, divisor)
         return cls({(name,): 1})
@@ -114,6 +120,26 @@ class SymDim:
 
 
 Dim = Union[int, SymDim]
+
+
+def substitute(x: Dim, mapping: dict) -> Dim:
+    """``x`` with the symbols of ``mapping`` (name -> Dim) replaced, inside floor divisions too."""
+    if not isinstance(x, SymDim):
+        return x
+    total: Dim = 0
+    for mono, coef in x.terms.items():
+        prod: Dim = coef
+        for s in mono:
+            if s in mapping:
+                value = mapping[s]
+            elif s in _DIV_ATOMS:
+                numerator, divisor = _DIV_ATOMS[s]
+                value = SymDim.floordiv(substitute(numerator, mapping), divisor)
+            else:
+                value = SymDim.symbol(s)
+            prod = prod * value
+        total = total + prod
+    return simplify(total)
 
 
 def _atom_value(name: str, env: dict) -> int:
