@@ -280,3 +280,22 @@ def test_branch_equal_on_the_probe_data_only(tmp_path):
                        target=fx2nnef.TractNNEF(dynamic_axes=dyn, check_io=False))
     assert r.ranges["S"].hi == 7
     _sizes_check(model, (x, y), ["x0", "x1"], dyn, r, [{"S": n} for n in range(1, 8)])
+
+
+def test_every_other_size_bounds_nothing(tmp_path):
+    """`reshape(B, -1, 2)` takes even sizes only: odd sizes are refused by the model itself and
+    bound nothing; the graph declares S = 2*S_2 and runs at every even size, 2 included."""
+    dyn = {"x0": {1: "S"}}
+    model, ins, names, r = _export(lambda x: x.reshape(x.shape[0], -1, 2).sum(-1), [(3, 6)], dyn, tmp_path)
+    rng = r.ranges["S"]
+    assert rng.step == 2 and rng.lo in (None, 1, 2) and rng.hi is None
+    assert "extension tract_symbol S_2;" in r.nnef_text
+    assert _sizes_check(model, ins, names, dyn, r, [{"S": n} for n in range(2, 21, 2)]) == 10
+
+
+def test_flip_after_a_reshape(tmp_path):
+    """tract cannot pull a reversing downsample through a reshape: flip is a gather."""
+    dyn = {"x0": {0: "S"}}
+    model, ins, names, r = _export(lambda x: x.view(x.shape[0] // 2, 2).flip(1), [(6,)], dyn, tmp_path, check_io=True)
+    assert r.check.ok
+    _sizes_check(model, ins, names, dyn, r, [{"S": n} for n in range(2, 13, 2)])

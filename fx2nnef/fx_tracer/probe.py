@@ -217,10 +217,9 @@ def _moved(env: dict, base: dict) -> list:
     return [k for k in env if env[k] != base[k]]
 
 
-def _symbol_range(sym: str, v: int, results: dict) -> SymRange:
-    """The range of ``sym`` around the example size ``v`` from ``size -> status`` of the probes
-    that moved only ``sym``: "good" (the graph reproduces the model), "bad" (it does not),
-    "refused" (the eager model itself refuses that size)."""
+def _bounds(sym: str, v: int, results: dict) -> tuple:
+    """``(lo, hi, reasons)``: the nearest bad size on each side bounds the range, and so does a
+    refused size beyond the last good one."""
     lo = hi = None
     why = []
     last = v
@@ -247,16 +246,28 @@ def _symbol_range(sym: str, v: int, results: dict) -> SymRange:
         if any(results[n] == "refused" for n in results if n < last):
             lo = last
             why.append(f"the model refuses {sym}={max(n for n in results if n < last)}")
-    good = [n for n, r in results.items() if r == "good" and (lo is None or n >= lo) and (hi is None or n <= hi)]
-    step = 0
-    for n in good:
-        step = math.gcd(step, n - v)
-    refused_inside = [n for n, r in results.items() if r == "refused" and (lo is None or n >= lo) and (hi is None or n <= hi)]
-    if not refused_inside or step <= 1:
-        step = 1
-    else:
-        why.append(f"the model refuses {sym}=" + ",".join(str(n) for n in sorted(refused_inside)))
-    return SymRange(sym, lo, hi, step, v % step, "; ".join(why))
+    return lo, hi, why
+
+
+def _symbol_range(sym: str, v: int, results: dict) -> SymRange:
+    """The range of ``sym`` around the example size ``v`` from ``size -> status`` of the probes
+    that moved only ``sym``: "good" (the graph reproduces the model), "bad" (it does not),
+    "refused" (the eager model itself refuses that size).
+
+    A model that accepts every k-th size only (k from the good sizes, and refusing some size in
+    between) gets ``sym % k == v % k``; the sizes off that step then bound nothing."""
+    k = 0
+    for n, r in results.items():
+        if r == "good":
+            k = math.gcd(k, n - v)
+    if k > 1 and any(r == "refused" and (n - v) % k for n, r in results.items()):
+        lo, hi, why = _bounds(sym, v, {n: r for n, r in results.items() if (n - v) % k == 0})
+        off = sorted(n for n, r in results.items()
+                     if (n - v) % k and r == "refused" and (lo is None or n >= lo) and (hi is None or n <= hi))
+        why.append(f"the model refuses {sym}=" + ",".join(str(n) for n in off))
+        return SymRange(sym, lo, hi, k, v % k, "; ".join(why))
+    lo, hi, why = _bounds(sym, v, results)
+    return SymRange(sym, lo, hi, 1, 0, "; ".join(why))
 
 
 def _meta_inputs(example: list, names: list, dynamic_axes: dict, env: dict) -> list:
@@ -459,7 +470,10 @@ def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, 
         for _ in range(4):
             rng = ranges[s]
             finer = [v + d for d in range(rng.step - 1, 0, -1) if rng.step % d == 0 and v + d not in results[s]]
-            todo = (finer[:1] + _bisect_refused(results[s], rng, v))[:1]
+            # the smallest size on the step, when nothing bounds the range below: probed, not assumed
+            first = rng.rest or rng.step
+            lowest = [first] if rng.step > 1 and rng.lo is None and first < v and first not in results[s] else []
+            todo = (finer[:1] + lowest + _bisect_refused(results[s], rng, v))[:1]
             if not todo:
                 break
             env = {**base_env, s: todo[0]}

@@ -685,17 +685,18 @@ def flip(ctx: EmitContext, input: Value, dims):
 @register(torch.flip, target="tract")
 def flip_tract(ctx: EmitContext, input: Value, dims):
     """flip(Tensor self, int[] dims) -> Tensor"""
-    # NOTE: tract aborts on a slice with a negative stride; downsample by -1 reverses the axis. On a
-    # dynamic axis tract's declutter pulls that downsample through a preceding matmul and fails
-    # ("Pulling Downsample over matmul.unmerge_out Reshape: Invalid axis"): a gather at n-1..0 there.
+    # NOTE: tract aborts on a slice with a negative stride. Its downsample by -1 reverses an axis, but
+    # its declutter fails to pull that downsample through a preceding matmul on a dynamic axis or a
+    # reshape ("Pulling Downsample over matmul.unmerge_out Reshape: Invalid axis"): a gather at
+    # n-1..0 instead.
     x = input
     for a in axes(dims, rank(input)):
         n = x.shape[a]
         if isinstance(n, SymDim):
             idx = ctx.call("nnef.range", simplify(n - 1), -1, -1, DType.I64, (n,))
-            x = ctx.call("nnef.gather", x, idx, a, x.shape)
         else:
-            x = ctx.op("tract_core_downsample", x, axis=a, stride=-1, modulo=0, out_shape=x.shape, out_dtype=x.dtype)
+            idx = ctx.const(np.arange(n - 1, -1, -1, dtype=np.int64), DType.I64)
+        x = ctx.call("nnef.gather", x, idx, a, x.shape)
     return x
 
 
