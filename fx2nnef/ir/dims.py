@@ -195,6 +195,10 @@ def fit_floor_division(samples: list, symbols: list, max_divisor: int = 1024):
     strides s1, s2 gives d = s1*s2). None if none fits."""
     import itertools
 
+    if len({value for _, value in samples}) < 3:
+        # two values (``min(S, 2)``: 1 at S=1, 2 above) fit some division with a large divisor
+        # over the probed sizes only; a real stride changes the size more often than that
+        return None
     symbols = sorted(symbols)
     coef_range = range(1, 5) if len(symbols) == 1 else range(0, 3)
     for d in range(2, max_divisor + 1 if len(symbols) == 1 else 17):

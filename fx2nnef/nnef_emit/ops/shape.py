@@ -112,6 +112,8 @@ def slice_axes(ctx: EmitContext, x: Value, ranges: list) -> Value:
     """One NNEF slice for ``(axis, begin, end, step)`` ranges with non-negative bounds."""
     if not ranges:
         return x
+    # a step that keeps one item is no step (tract fails to pull a Downsample over an AddAxis)
+    ranges = [(ax, b, b + 1, 1) if s != 1 and slice_length(b, e, s) == 1 else (ax, b, e, s) for ax, b, e, s in ranges]
     if any(r[3] != 1 for r in ranges):
         untiled = _slice_before_tile(ctx, x, ranges)
         if untiled is not None:
