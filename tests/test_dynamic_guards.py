@@ -180,14 +180,21 @@ def test_unet_like_divisible_by_four(tmp_path):
     assert "H % 4 == 0" in str(r) and "W % 4 == 0" in str(r)
 
 
-@pytest.mark.xfail(strict=True, reason="tract cannot prove 2*((H+3)/4) == (H+1)/2 at the skip concat (it does not "
-                                       "know H % 4 == 0) and refuses the asset at load")
 def test_unet_like_runs_in_tract(tmp_path):
     model = _UNetLike().eval()
     dyn = {"x0": {2: "H", 3: "W"}}
     model, ins, names, r = _export(model, [(1, 3, 16, 12)], dyn, tmp_path)
+    # tract cannot prove 2*((H+3)/4) == (H+1)/2 at the skip concatenation: the graph declares H = 4*H_4
+    assert "extension tract_symbol H_4;" in r.nnef_text and "shape = [1, 3, 4*H_4, 4*W_4]" in r.nnef_text
     envs = [{"H": h, "W": w} for h in (4, 8, 16, 28) for w in (4, 12, 20)]
     assert _sizes_check(model, ins, names, dyn, r, envs) == len(envs)
+
+
+def test_unet_like_check_io(tmp_path):
+    """The default export (check_io=True) runs in tract below and above the example."""
+    model = _UNetLike().eval()
+    _, _, _, r = _export(model, [(1, 3, 16, 12)], {"x0": {2: "H", 3: "W"}}, tmp_path, check_io=True)
+    assert r.check.ok and len(r.check.cases) >= 2
 
 
 def test_model_with_a_maximum_length(tmp_path):
@@ -257,3 +264,38 @@ def test_tiny_llama_decision_at_one_keeps_the_full_range(tmp_path):
     for i, g in zip(ids, got):
         with torch.no_grad():
             np.testing.assert_allclose(g[0], model(i).logits.numpy(), atol=1e-4, rtol=5e-4)
+
+
+def test_branch_equal_on_the_probe_data_only(tmp_path):
+    """At S=8 the probe's input (the example's items repeated) is a palindrome, so `y.flip(0)` equals
+    `y.clone()` there: the decision is still checked on shuffled items, and bounds the range."""
+    def fn(x, y):
+        v = y.flip(0) if x.shape[1] >= 8 else y.clone()
+        return x * 2, v
+
+    model = FnModule(fn)
+    x, y = torch.randn(2, 7), torch.tensor([False, False, True, True, True, True, False])
+    dyn = {"x0": {1: "S"}, "x1": {0: "S"}}
+    r = fx2nnef.export(model, (x, y), tmp_path / "m.nnef.tgz", input_names=["x0", "x1"],
+                       target=fx2nnef.TractNNEF(dynamic_axes=dyn, check_io=False))
+    assert r.ranges["S"].hi == 7
+    _sizes_check(model, (x, y), ["x0", "x1"], dyn, r, [{"S": n} for n in range(1, 8)])
+
+
+def test_every_other_size_bounds_nothing(tmp_path):
+    """`reshape(B, -1, 2)` takes even sizes only: odd sizes are refused by the model itself and
+    bound nothing; the graph declares S = 2*S_2 and runs at every even size, 2 included."""
+    dyn = {"x0": {1: "S"}}
+    model, ins, names, r = _export(lambda x: x.reshape(x.shape[0], -1, 2).sum(-1), [(3, 6)], dyn, tmp_path)
+    rng = r.ranges["S"]
+    assert rng.step == 2 and rng.lo in (None, 1, 2) and rng.hi is None
+    assert "extension tract_symbol S_2;" in r.nnef_text
+    assert _sizes_check(model, ins, names, dyn, r, [{"S": n} for n in range(2, 21, 2)]) == 10
+
+
+def test_flip_after_a_reshape(tmp_path):
+    """tract cannot pull a reversing downsample through a reshape: flip is a gather."""
+    dyn = {"x0": {0: "S"}}
+    model, ins, names, r = _export(lambda x: x.view(x.shape[0] // 2, 2).flip(1), [(6,)], dyn, tmp_path, check_io=True)
+    assert r.check.ok
+    _sizes_check(model, ins, names, dyn, r, [{"S": n} for n in range(2, 13, 2)])

@@ -22,13 +22,7 @@ PROGRAMS_PER_BATCH = 25
 _SHOWN = 4
 # Known silent mismatches of the default seeds, each an open bug with its class. They must
 # still fail (strict): a fixed one fails the test until it is taken off this list.
-KNOWN = {
-    176: "roll on a dynamic axis at S<=2: tract 'Invalid range ... for slicing' at run time",
-    193: "bool output of a shape branch after softmax/matmul/cat wrong at S=8 (not minimised yet)",
-    213: "int64 bitwise/loop/setitem program wrong in tract above the example (not minimised yet)",
-    272: "conv of a tile with a symbolic repeat (x.expand(x.shape[2], ...)): tract gives batch 1",
-    282: "roll on a dynamic axis at S<=2: tract 'Invalid range ... for slicing' at run time",
-}
+KNOWN: dict = {}
 
 
 def pytest_generate_tests(metafunc):

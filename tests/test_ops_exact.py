@@ -319,6 +319,13 @@ SOFTMAX_SLICE_CASES = [
            dynamic_axes={"x0": {1: "S"}}),
     OpCase("softmax_step_slice_dyn_axis", lambda x: torch.softmax(x, 1)[:, ::2], [R(3, 8, 6)], khronos=False,
            dynamic_axes={"x0": {1: "S"}}),
+    # tract lowers a 1x1 conv or pool with a stride as a Downsample, which it moves above the softmax too
+    OpCase("softmax_conv1x1_stride", lambda x: torch.conv2d(torch.softmax(x, -2), torch.ones(2, 2, 1, 1), stride=2),
+           [R(1, 2, 5, 5)], khronos=False),
+    OpCase("softmax_conv1d_1_stride_dyn", lambda x: torch.conv1d(torch.tanh(x.softmax(2)), torch.ones(1, 4, 1), stride=2),
+           [R(5, 4, 8)], khronos=False, dynamic_axes={"x0": {0: "T", 2: "S"}}),
+    OpCase("log_softmax_max_pool_1_stride", lambda x: torch.nn.functional.max_pool1d(x.log_softmax(-1), 1, 2),
+           [R(2, 3, 8)], khronos=False),
 ]
 
 

@@ -193,9 +193,9 @@ def _run_model(model, args, kwargs, flat_inputs: list):
 
 
 def _reference(model, args, kwargs, names, dyn, example):
-    """``env -> flat eager outputs`` of the model at the sizes ``env``."""
-    def run(env):
-        out = _run_model(model, args, kwargs, inputs_at(example, names, dyn, env))
+    """``env -> flat eager outputs`` of the model at the sizes ``env`` (on ``inputs`` when given)."""
+    def run(env, inputs=None):
+        out = _run_model(model, args, kwargs, inputs if inputs is not None else inputs_at(example, names, dyn, env))
         return [t for _, t in structures.flatten(out, "")]
     return run
 

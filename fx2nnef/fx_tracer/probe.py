@@ -178,6 +178,37 @@ def _outputs_match(gm, values: dict, expected: list) -> Optional[str]:
     return None
 
 
+def _scrambled(inputs: list, seed: int) -> list:
+    """The inputs with their items shuffled (same values, other places)."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for t in inputs:
+        if isinstance(t, torch.Tensor) and t.numel() > 1:
+            t = t.reshape(-1)[torch.randperm(t.numel(), generator=g)].reshape(t.shape).clone()
+        out.append(t)
+    return out
+
+
+def _scrambled_mismatch(gm, reference, env: dict, inputs: list) -> Optional[str]:
+    """What differs between the graph and the model on shuffled inputs at ``env``, if anything.
+
+    A guard that flips where the graph still gives the model's outputs may only look equivalent
+    on the probe's data (reused from the example: a flip of a palindrome is the palindrome)."""
+    for seed in (1, 2):
+        shuffled = _scrambled(inputs, seed)
+        try:
+            expected = reference(env, shuffled)
+        except Exception:  # noqa: BLE001 - the model refuses these values: no evidence either way
+            continue
+        values, err = _run(gm, shuffled)
+        if err is not None:
+            return None
+        mismatch = _outputs_match(gm, values, expected)
+        if mismatch is not None:
+            return mismatch + " (on shuffled inputs)"
+    return None
+
+
 def _env_text(env: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in env.items())
 
@@ -202,23 +233,32 @@ def _edge(sym: str, v: int, results: dict, up: bool) -> tuple:
     return None, ""
 
 
+def _bounds(sym: str, v: int, results: dict) -> tuple:
+    """``(lo, hi, reasons)``: the nearest bad size on each side bounds the range, and so does a
+    refused size beyond the last good one."""
+    (hi, why_hi), (lo, why_lo) = _edge(sym, v, results, up=True), _edge(sym, v, results, up=False)
+    return lo, hi, [w for w in (why_hi, why_lo) if w]
+
+
 def _symbol_range(sym: str, v: int, results: dict) -> SymRange:
     """The range of ``sym`` around the example size ``v`` from ``size -> status`` of the probes
     that moved only ``sym``: "good" (the graph reproduces the model), "bad" (it does not),
-    "refused" (the eager model itself refuses that size)."""
-    (hi, why_hi), (lo, why_lo) = _edge(sym, v, results, up=True), _edge(sym, v, results, up=False)
-    why = [w for w in (why_hi, why_lo) if w]
-    inside = [n for n in results if (lo is None or n >= lo) and (hi is None or n <= hi)]
-    step = 0
-    for n in inside:
-        if results[n] == "good":
-            step = math.gcd(step, n - v)
-    refused_inside = [n for n in inside if results[n] == "refused"]
-    if not refused_inside or step <= 1:
-        step = 1
-    else:
-        why.append(f"the model refuses {sym}=" + ",".join(str(n) for n in sorted(refused_inside)))
-    return SymRange(sym, lo, hi, step, v % step, "; ".join(why))
+    "refused" (the eager model itself refuses that size).
+
+    A model that accepts every k-th size only (k from the good sizes, and refusing some size in
+    between) gets ``sym % k == v % k``; the sizes off that step then bound nothing."""
+    k = 0
+    for n, r in results.items():
+        if r == "good":
+            k = math.gcd(k, n - v)
+    if k > 1 and any(r == "refused" and (n - v) % k for n, r in results.items()):
+        lo, hi, why = _bounds(sym, v, {n: r for n, r in results.items() if (n - v) % k == 0})
+        off = sorted(n for n, r in results.items()
+                     if (n - v) % k and r == "refused" and (lo is None or n >= lo) and (hi is None or n <= hi))
+        why.append(f"the model refuses {sym}=" + ",".join(str(n) for n in off))
+        return SymRange(sym, lo, hi, k, v % k, "; ".join(why))
+    lo, hi, why = _bounds(sym, v, results)
+    return SymRange(sym, lo, hi, 1, 0, "; ".join(why))
 
 
 def _meta_inputs(example: list, names: list, dynamic_axes: dict, env: dict) -> list:
@@ -371,7 +411,8 @@ def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, 
     errors: list = []
 
     def probe(env):
-        values, err = _run(gm, inputs_at(example, names, dynamic_axes, env))
+        inputs = inputs_at(example, names, dynamic_axes, env)
+        values, err = _run(gm, inputs)
         expected = None
         if reference is not None:
             try:
@@ -389,6 +430,8 @@ def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, 
         flips = [g for g in guards if g.node in values and not _guard_holds(g, values[g.node])]
         if expected is not None:
             mismatch = _outputs_match(gm, values, expected)
+            if mismatch is None and flips:
+                mismatch = _scrambled_mismatch(gm, reference, env, inputs)
             if mismatch is not None:
                 for g in flips:
                     guard_flips.setdefault(id(g), (env, mismatch))
@@ -418,7 +461,10 @@ def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, 
         for _ in range(4):
             rng = ranges[s]
             finer = [v + d for d in range(rng.step - 1, 0, -1) if rng.step % d == 0 and v + d not in results[s]]
-            todo = (finer[:1] + _bisect_refused(results[s], rng, v))[:1]
+            # the smallest size on the step, when nothing bounds the range below: probed, not assumed
+            first = rng.rest or rng.step
+            lowest = [first] if rng.step > 1 and rng.lo is None and first < v and first not in results[s] else []
+            todo = (finer[:1] + lowest + _bisect_refused(results[s], rng, v))[:1]
             if not todo:
                 break
             env = {**base_env, s: todo[0]}

@@ -30,6 +30,12 @@ class SymDim:
         numerator = as_sym(numerator)
         if all(c % divisor == 0 for c in numerator.terms.values()):
             return simplify(SymDim({m: c // divisor for m, c in numerator.terms.items()}))
+        # symbol terms with a coefficient divisible by the divisor come out: (4*a + 1)/2 = 2*a + 1/2
+        whole = {m: c // divisor for m, c in numerator.terms.items() if m and c % divisor == 0}
+        if whole:
+            rest = SymDim({m: c for m, c in numerator.terms.items() if m not in whole})
+            part = rest.terms.get((), 0) // divisor if not rest.symbols else cls.floordiv(rest, divisor)
+            return simplify(SymDim(whole) + part)
         name = f"(({str(numerator).replace(' ', '')})/{divisor})"
         _DIV_ATOMS[name] = (numerator, divisor)
         return cls({(name,): 1})
@@ -116,6 +122,26 @@ class SymDim:
 Dim = Union[int, SymDim]
 
 
+def substitute(x: Dim, mapping: dict) -> Dim:
+    """``x`` with the symbols of ``mapping`` (name -> Dim) replaced, inside floor divisions too."""
+    if not isinstance(x, SymDim):
+        return x
+    total: Dim = 0
+    for mono, coef in x.terms.items():
+        prod: Dim = coef
+        for s in mono:
+            if s in mapping:
+                value = mapping[s]
+            elif s in _DIV_ATOMS:
+                numerator, divisor = _DIV_ATOMS[s]
+                value = SymDim.floordiv(substitute(numerator, mapping), divisor)
+            else:
+                value = SymDim.symbol(s)
+            prod = prod * value
+        total = total + prod
+    return simplify(total)
+
+
 def _atom_value(name: str, env: dict) -> int:
     if name in env:
         return env[name]
@@ -169,6 +195,10 @@ def fit_floor_division(samples: list, symbols: list, max_divisor: int = 1024):
     strides s1, s2 gives d = s1*s2). None if none fits."""
     import itertools
 
+    if len({value for _, value in samples}) < 3:
+        # two values (``min(S, 2)``: 1 at S=1, 2 above) fit some division with a large divisor
+        # over the probed sizes only; a real stride changes the size more often than that
+        return None
     symbols = sorted(symbols)
     coef_range = range(1, 5) if len(symbols) == 1 else range(0, 3)
     for d in range(2, max_divisor + 1 if len(symbols) == 1 else 17):

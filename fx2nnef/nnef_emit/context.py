@@ -124,6 +124,7 @@ class EmitContext:
         self._var_cache: dict = {}
         self.graph_outputs: set = set()  # ids of the graph's output Values
         self.graph_inputs: list = []  # the graph's input Values
+        self.memo: dict = {}  # values built once per graph by helpers (key -> Value)
 
     def is_used(self, value: Value) -> bool:
         """Whether a later op or the graph's outputs read ``value``."""

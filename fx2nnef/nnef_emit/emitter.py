@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from ..errors import EmitError, UnsupportedOpError
-from ..ir import Graph, Value, sanitize
+from ..ir import Graph, SymDim, Value, sanitize
+from ..ir.dims import substitute
 from . import dat
 from .context import EmitContext, Statement, format_value, nnef_type
 from .registry import REGISTRY, Registry
@@ -224,8 +225,55 @@ def _bind_outputs(ctx: EmitContext, graph: Graph) -> list:
     return names
 
 
+def _stepped_symbols(graph: Graph) -> dict:
+    """``{S: (Q, step, rest)}`` for each symbol valid only at ``S % step == rest``: the graph declares
+    ``Q`` and writes ``S`` as ``step*Q + rest``.
+
+    NOTE: tract 0.23.9 cannot prove ``2*((H+3)/4) == (H+1)/2`` (it does not know that H is a
+    multiple of 4), so a UNet's skip concatenation fails at load; with ``H = 4*H_4`` its shape
+    arithmetic agrees (tract resolves ``H_4`` from the input's size)."""
+    out = {}
+    taken = set(graph.symbols)
+    for r in getattr(graph, "ranges", {}).values():
+        if r.step > 1:
+            q = f"{r.symbol}_{r.step}"
+            while q in taken:
+                q += "_"
+            taken.add(q)
+            out[r.symbol] = (q, r.step, r.rest % r.step)
+    return out
+
+
+def _range_asserts(r, stepped: dict) -> list:
+    """tract assertion texts of a range, on the declared symbol."""
+    if r.symbol not in stepped:
+        return r.asserts()
+    q, step, rest = stepped[r.symbol]
+    lo = max(r.lo if r.lo is not None else 1, 1)
+    out = []
+    q_lo = -(-(lo - rest) // step)
+    if q_lo > 0:
+        out.append(f"{q} >= {q_lo}")
+    if r.hi is not None:
+        out.append(f"{q} <= {(r.hi - rest) // step}")
+    return out
+
+
+def _with_dims(x, mapping: dict):
+    """``x`` (an argument) with its symbolic sizes rewritten by ``mapping``."""
+    if isinstance(x, SymDim):
+        return substitute(x, mapping)
+    if isinstance(x, list):
+        return [_with_dims(v, mapping) for v in x]
+    if isinstance(x, tuple):
+        return tuple(_with_dims(v, mapping) for v in x)
+    return x
+
+
 def _render(ctx: EmitContext, graph: Graph, out_names: list, extra_fragments: dict) -> str:
-    body = [_statement(ctx, st) for st in ctx.statements]
+    stepped = _stepped_symbols(graph)
+    mapping = {s: step * SymDim.symbol(q) + rest for s, (q, step, rest) in stepped.items()}
+    body = [_statement(ctx, st, mapping) for st in ctx.statements]
     ops = set(ctx.used_ops)
     lines = ["version 1.0;", ""]
     ext = []
@@ -234,9 +282,9 @@ def _render(ctx: EmitContext, graph: Graph, out_names: list, extra_fragments: di
     if any(op.startswith("tract_transformers_") for op in ops):
         ext.append("extension tract_registry tract_transformers;")
     for s in graph.symbols:
-        ext.append(f"extension tract_symbol {s};")
+        ext.append(f"extension tract_symbol {stepped[s][0] if s in stepped else s};")
     for r in getattr(graph, "ranges", {}).values():
-        ext += [f"extension tract_assert {a};" for a in r.asserts()]
+        ext += [f"extension tract_assert {a};" for a in _range_asserts(r, stepped)]
     fragments = sorted(set(ctx.fragments) | set(extra_fragments))
     if fragments and ctx.target == "khronos":
         ext.append("extension KHR_enable_fragment_definitions, KHR_enable_operator_expressions;")
@@ -254,13 +302,17 @@ def _render(ctx: EmitContext, graph: Graph, out_names: list, extra_fragments: di
     return "\n".join(lines) + "\n"
 
 
-def _statement(ctx: EmitContext, st: Statement) -> str:
+def _statement(ctx: EmitContext, st: Statement, mapping: Optional[dict] = None) -> str:
     attrs = dict(st.attrs)
+    args = list(st.args)
+    if mapping:
+        attrs = {k: _with_dims(v, mapping) for k, v in attrs.items()}
+        args = [_with_dims(a, mapping) for a in args]
     type_param = attrs.pop("__type__", None)
     as_array = attrs.pop("__array__", False)
     outs = [ctx.names[id(o)] for o in st.outputs]
     lhs = outs[0] if len(outs) == 1 and not as_array else ("[" if as_array else "(") + ", ".join(outs) + ("]" if as_array else ")")
-    parts = [format_value(a, ctx.names) for a in st.args]
+    parts = [format_value(a, ctx.names) for a in args]
     parts += [f"{k} = {format_value(v, ctx.names)}" for k, v in attrs.items()]
     op = st.op + (f"<{type_param}>" if type_param else "")
     return f"{lhs} = {op}({', '.join(parts)});"

@@ -142,3 +142,59 @@ def producer(ctx: EmitContext, v: Value):
         if any(o is v or (name is not None and ctx.names.get(id(o)) == name) for o in st.outputs):
             return st
     return None
+
+
+def runtime_zero(ctx: EmitContext, dtype: DType, r: int) -> Optional[Value]:
+    """A zero (``false`` for bool) of shape ``[1] * r`` computed from a graph input, so that tract
+    does not know its value at load time; None when the graph has no tensor input."""
+    key = ("runtime_zero", dtype, r)
+    if key in ctx.memo:
+        return ctx.memo[key]
+    source = next((v for v in ctx.graph_inputs if v.shape is not None
+                   and all(not isinstance(d, int) or d > 0 for d in v.shape)), None)
+    if source is None:
+        return None
+    k = len(source.shape)
+    item = source if k == 0 else ctx.op("slice", source, axes=list(range(k)), begin=[0] * k, end=[1] * k,
+                                        out_shape=(1,) * k, out_dtype=source.dtype)
+    if k != r:
+        item = ctx.op("reshape", item, shape=[1] * r, out_shape=(1,) * r, out_dtype=source.dtype)
+    whole = cast(ctx, item, DType.I64)  # NOTE: casting first makes a NaN input give 0 too
+    zero = ctx.op("sub", whole, whole, out_shape=(1,) * r, out_dtype=DType.I64)
+    if dtype.is_bool:
+        zero = ctx.op("lt", zero, zero, out_shape=(1,) * r, out_dtype=DType.BOOL)
+    elif dtype is not DType.I64:
+        zero = cast(ctx, zero, dtype)
+    ctx.memo[key] = zero
+    return zero
+
+
+def opaque(ctx: EmitContext, x: Value) -> Value:
+    """``x`` plus a zero that tract cannot see through (``runtime_zero``).
+
+    NOTE: tract 0.23.9 folds a tensor it knows to be uniform (a ``tile`` of a constant to a
+    dynamic shape, a mask from a range) through later ops and gets shapes wrong on the way:
+    an integer ``mul`` or bool ``and`` loses its broadcast (FoldUniformMask), a ``matmul`` of a
+    concatenation with such a piece fails at load ("Trying to substitute a S,3,3,F32 by
+    1,1,3,F32 ... EinSum"). The sum has the same values and is no longer uniform to tract.
+    """
+    if x.shape is None:
+        return x
+    zero = runtime_zero(ctx, x.dtype, len(x.shape))
+    if zero is None:
+        return x
+    return ctx.op("or" if x.dtype.is_bool else "add", x, zero, out_dtype=x.dtype, out_shape=x.shape)
+
+
+def tiled_from(ctx: EmitContext, v: Value):
+    """``(source, repeats)`` when ``v`` was emitted as a ``tile`` that only broadcasts axes of size 1
+    (an ``expand``), else None."""
+    st = producer(ctx, v)
+    if st is None or st.op != "tile" or not st.args or not isinstance(st.args[0], Value):
+        return None
+    reps, src = list(st.attrs.get("repeats", [])), st.args[0]
+    if src.shape is None or v.shape is None or len(reps) != rank(v) or len(src.shape) != len(reps):
+        return None
+    if any(not (isinstance(r, int) and r == 1) and src.shape[i] != 1 for i, r in enumerate(reps)):
+        return None
+    return src, reps

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from ...ir import DType, Value, op_key
 from ..context import EmitContext
-from ..helpers import axis, broadcast_operands, cast, rank, result_dtype, unsqueeze_to
+from ..helpers import axis, broadcast_operands, cast, opaque, rank, result_dtype, unsqueeze_to
 from ..registry import register
 
 SQRT1_2 = 0.7071067811865476
@@ -46,7 +46,31 @@ def ew(ctx: EmitContext, op: str, a, b, out_dtype: Optional[DType] = None) -> Va
     """
     dtype = next(v.dtype for v in (a, b) if isinstance(v, Value))
     a, b = broadcast_operands(ctx, a, b, dtype)
+    if op in _MASK_FOLDED and not dtype.is_float and isinstance(a, Value) and isinstance(b, Value):
+        a, b = _opaque_carrier(ctx, a, b), _opaque_carrier(ctx, b, a)
     return ctx.op(op, a, b, out_dtype=out_dtype or dtype, out_shape=broadcast_shape(a, b))
+
+
+# NOTE: tract 0.23.9's pass FoldUniformMask replaces an operand of an integer `mul`/`div` or a bool
+# `and` that it knows to be uniform (`ones_like(x)`, a `tile` of a constant, a mask built from a
+# range, even `x & 0`) by a constant of shape [1, ..., 1], then folds the op away: when that operand
+# alone gave the result its size on some dim, the load fails ("Trying to substitute a 2,S,I64 by
+# 1,1,I64") or, on a dynamic dim, the result silently has size 1 there (`ones(S) * c`). The operand
+# that gives the size is made opaque (helpers.opaque). A `tile` of the other operand does not help:
+# tract drops a broadcast that feeds a binary op.
+_MASK_FOLDED = ("mul", "div", "and")
+
+
+def _opaque_carrier(ctx: EmitContext, x: Value, other: Value) -> Value:
+    """``x``, made opaque to tract's uniform-value folding when it alone gives the result its
+    size on some dim (``other`` has 1 there)."""
+    if x.is_constant or x.shape is None or other.shape is None or len(x.shape) != len(other.shape) \
+            or any(x is v for v in ctx.graph_inputs):
+        return x
+    if not any(o == 1 and not (isinstance(d, int) and d == 1) for d, o in zip(x.shape, other.shape)
+               if isinstance(o, int)):
+        return x
+    return opaque(ctx, x)
 
 
 def compare(ctx: EmitContext, op: str, a, b) -> Value:
@@ -144,7 +168,8 @@ def softmax(ctx: EmitContext, input: Value, dim: int, dtype: Optional[DType] = N
 
 
 def strided_slice_downstream(ctx: EmitContext) -> bool:
-    """Whether a slice with a step > 1 reads the current node's result, directly or through other ops.
+    """Whether a slice with a step > 1 (or a strided conv or pool) reads the current node's result,
+    directly or through other ops.
 
     NOTE: tract 0.23.9 moves such a slice above a softmax (``softmax``, ``tract_core_softmax``,
     ``tract_core_log_softmax``), even through elementwise ops and transposes, and so normalizes
@@ -162,8 +187,29 @@ def strided_slice_downstream(ctx: EmitContext) -> bool:
             if use.kind == "operator.getitem" and any(isinstance(i, slice) and i.step not in (None, 1)
                                                       for i in _index_items(use.args[1:])):
                 return True
+            if _strided_window(use):
+                return True
             todo.extend(use.outputs)
     return False
+
+
+_CONVS = {"torch.conv1d", "torch.conv2d", "torch.conv3d"}
+_POOLS = {f"{ns}.{kind}_pool{n}d" for ns in ("F", "torch") for kind in ("max", "avg") for n in (1, 2, 3)}
+
+
+def _strided_window(node) -> bool:
+    """A conv or pool with a stride > 1: tract lowers a 1x1 one as a Downsample, which it moves
+    above a softmax like a strided slice (see strided_slice_downstream)."""
+    if node.kind in _CONVS:
+        stride = node.kwargs.get("stride", node.args[3] if len(node.args) > 3 else 1)
+    elif node.kind in _POOLS:
+        stride = node.kwargs.get("stride", node.args[2] if len(node.args) > 2 else None)
+        if stride is None or stride == []:
+            stride = node.kwargs.get("kernel_size", node.args[1] if len(node.args) > 1 else 1)
+    else:
+        return False
+    items = stride if isinstance(stride, (list, tuple)) else [stride]
+    return any(isinstance(k, int) and k > 1 for k in items)
 
 
 def _index_items(args) -> list:

@@ -6,6 +6,7 @@ from ...ir import Value
 from ..context import EmitContext
 from ..helpers import rank
 from ..registry import register
+from .shape import permute_axes
 
 
 @register(getattr)
@@ -15,8 +16,9 @@ def tensor_attribute(ctx: EmitContext, obj: Value, name: str, default=None):
     if name in ("data", "real"):
         return obj
     if name in ("T", "H"):
-        return ctx.op("transpose", obj, axes=list(reversed(range(r))), out_shape=tuple(reversed(obj.shape)))
+        return permute_axes(ctx, obj, list(reversed(range(r))))
     if name in ("mT", "mH"):
-        axes = list(range(r - 2)) + [r - 1, r - 2]
-        return ctx.op("transpose", obj, axes=axes, out_shape=tuple(obj.shape[a] for a in axes))
+        if r < 2:
+            raise EmitError(f"'.{name}' needs a tensor of at least 2 dimensions")
+        return permute_axes(ctx, obj, list(range(r - 2)) + [r - 1, r - 2])
     raise EmitError(f"tensor attribute '.{name}' has no lowering")

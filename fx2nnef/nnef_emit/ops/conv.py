@@ -14,7 +14,7 @@ import torch
 from ...errors import EmitError
 from ...ir import Value
 from ..context import EmitContext
-from ..helpers import rank
+from ..helpers import rank, tiled_from
 from ..registry import register
 
 
@@ -91,8 +91,18 @@ def conv(ctx: EmitContext, input: Value, weight: Value, bias=None, stride=1, pad
     x, unbatched = add_batch(ctx, input, n)
     stride, dilation = ntuple(stride, n, "stride"), ntuple(dilation, n, "dilation")
     pads = conv_padding(padding, kernel, dilation, stride)
+    out_shape = node_shape(ctx, int(unbatched))
+    # NOTE: tract 0.23.9 lowers a 1x1 conv as a matmul and mis-handles a batch made by a `tile`
+    # (see linalg._untiled_matmul): the conv of the untiled batch, tiled afterwards, is the same
+    found = tiled_from(ctx, x) if not unbatched else None
+    if found is not None and [i for i, r in enumerate(found[1]) if not (isinstance(r, int) and r == 1)] == [0]:
+        src, reps = found
+        one = (1,) + tuple(out_shape[1:]) if out_shape is not None else None
+        y = ctx.op("conv", src, weight, bias_operand(ctx, bias), border="constant", padding=pads, stride=stride,
+                   dilation=dilation, groups=groups, out_shape=one)
+        return ctx.op("tile", y, repeats=[reps[0]] + [1] * (rank(y) - 1), out_shape=out_shape, out_dtype=y.dtype)
     y = ctx.op("conv", x, weight, bias_operand(ctx, bias), border="constant", padding=pads, stride=stride,
-               dilation=dilation, groups=groups, out_shape=node_shape(ctx, int(unbatched)))
+               dilation=dilation, groups=groups, out_shape=out_shape)
     return drop_batch(ctx, y, unbatched)
 
 

@@ -3,7 +3,8 @@
 The tracer folds creations whose result depends neither on input data nor on dynamic sizes
 into constants, so these converters see sizes that are symbolic (``S``, ``S+1``) or a template
 tensor (``zeros_like(x)``). A filled tensor is one ``tile`` of a ``[1, ..., 1]`` constant: tile
-repeats may be symbolic expressions, which tract resolves at run time.
+repeats may be symbolic expressions, which tract resolves at run time; such a tile is made opaque
+to tract's folding of uniform tensors (``helpers.opaque``).
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import torch
 
 from ...ir import DType, SymDim, Value
 from ..context import EmitContext
-from ..helpers import cast, dims_list, unsqueeze_to
+from ..helpers import cast, dims_list, opaque, unsqueeze_to
 from ..registry import register
 
 
@@ -54,7 +55,8 @@ def filled(ctx: EmitContext, sizes: list, fill_value, dtype: DType) -> Value:
         base = constant(ctx, np.full([1] * r, fill_value), dtype, name="fill")
     if r == 0:
         return base
-    return ctx.op("tile", base, repeats=sizes, out_dtype=dtype, out_shape=tuple(sizes))
+    y = ctx.op("tile", base, repeats=sizes, out_dtype=dtype, out_shape=tuple(sizes))
+    return opaque(ctx, y) if base.is_constant and any(isinstance(d, SymDim) for d in sizes) else y
 
 
 def dim_tensor(ctx: EmitContext, d, dtype: DType) -> Value:

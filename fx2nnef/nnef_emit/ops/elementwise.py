@@ -4,6 +4,8 @@ NOTE: facts about tract 0.23.9 integer arithmetic that the converters below work
 - ``mul(x, x)`` is rewritten to ``square``, which saturates on i8/u8 and is refused on i16/i32/i64
   (also after folding ``add(x, 0)``, ``bitor(x, 0)``); integer products go through
   ``0 - x * (0 - y)``, which wraps like torch.
+- integer ``mul``/``div`` and bool ``and`` lose their broadcast when tract knows an operand is
+  uniformly 0 or 1 (see ``activation.ew``).
 - ``neg`` saturates on u8 (torch wraps): ``0 - x`` wraps.
 - ``pow`` saturates on integers and is refused on i8/u8: integer powers are built from products.
 - comparisons, ``add``/``mul``/``max``/``min``, ``sign`` and ``square`` are refused on bool;

@@ -8,45 +8,46 @@ import torch.nn.functional as F
 
 from ...ir import Value
 from ..context import EmitContext
-from ..helpers import broadcast_operands, cast, producer, rank, unsqueeze_to
+from ..helpers import broadcast_operands, cast, rank, tiled_from, unsqueeze_to
 from ..registry import register
 
 
-def _tiled_from(ctx: EmitContext, v: Value, axis_: int):
-    """``(source, repeats)`` when ``v`` was emitted as ``tile`` of a size-1 axis ``axis_`` alone, else None."""
-    st = producer(ctx, v)
-    if st is None or st.op != "tile" or not st.args or not isinstance(st.args[0], Value):
-        return None
-    reps, src = st.attrs.get("repeats"), st.args[0]
-    if (src.shape is None or len(reps) != rank(v) or reps[axis_] == 1 or src.shape[axis_] != 1
-            or any(r != 1 for i, r in enumerate(reps) if i != axis_)):
-        return None
-    return src, reps[axis_]
+def _tiled_axes(reps: list) -> list:
+    return [i for i, r in enumerate(reps) if not (isinstance(r, int) and r == 1)]
 
 
 def _untiled_matmul(ctx: EmitContext, a: Value, b: Value, transpose_b: bool) -> Optional[Value]:
-    """NOTE: tract 0.23.9 cannot load a matmul whose row operand is a ``tile`` of a size-1 row axis
-    (or whose column operand tiles a size-1 column axis): its declutter pass tries to move the
-    tile after the product and fails ("Trying to substitute a 4,6,F32 by 1,6,F32"). The product
-    of the untiled operand, tiled afterwards, is the same tensor."""
-    for operand, ax, out_ax in ((a, rank(a) - 2, -2), (b, rank(b) - (2 if transpose_b else 1), -1)):
-        found = _tiled_from(ctx, operand, ax)
+    """NOTE: tract 0.23.9 mis-handles a matmul (an EinSum) whose operand is a ``tile`` broadcasting
+    a size-1 axis that the product keeps (the row axis of the left operand, the column axis of
+    the right one, or a batch axis where the other operand has size 1): its declutter moves the
+    tile after the product and gets the shape wrong, failing at load ("Trying to substitute a
+    4,6,F32 by 1,6,F32") or, on a dynamic axis, silently giving size 1 there. The product of the
+    untiled operand, tiled afterwards, is the same tensor."""
+    r = rank(a)
+    for operand, other, own in ((a, b, r - 2), (b, a, r - 2 if transpose_b else r - 1)):
+        found = tiled_from(ctx, operand)
         if found is None:
             continue
         src, reps = found
+        axes = _tiled_axes(reps)
+        if not all(ax == own or (ax < r - 2 and other.shape[ax] == 1) for ax in axes):
+            continue
         y = _matmul(ctx, src if operand is a else a, src if operand is b else b, transpose_b)
         repeats = [1] * rank(y)
-        repeats[out_ax] = reps
-        shape = list(y.shape)
-        shape[out_ax] = shape[out_ax] * reps
-        return ctx.op("tile", y, repeats=repeats, out_shape=tuple(shape))
+        for ax in axes:
+            out_ax = ax if ax < r - 2 else (r - 2 if operand is a else r - 1)
+            repeats[out_ax] = reps[ax]
+        shape = tuple(d * k if not (isinstance(k, int) and k == 1) else d for d, k in zip(y.shape, repeats))
+        return ctx.op("tile", y, repeats=repeats, out_shape=shape, out_dtype=y.dtype)
     return None
 
 
 def _matmul(ctx: EmitContext, a: Value, b: Value, transpose_b: bool = False) -> Value:
     """NNEF matmul needs equal ranks: vectors become matrices and lower ranks get unit batch axes."""
     ra, rb = rank(a), rank(b)
-    if ra >= 2 and rb >= 2 and ra == rb:
+    if ra >= 2 and rb >= 2:
+        r = max(ra, rb)
+        a, b = unsqueeze_to(ctx, a, r), unsqueeze_to(ctx, b, r)
         untiled = _untiled_matmul(ctx, a, b, transpose_b)
         if untiled is not None:
             return untiled

@@ -53,7 +53,29 @@ def repeat_interleave(ctx: EmitContext, input: Value = None, repeats=None, dim=N
     if dim is None:
         input = ctx.op("reshape", input, shape=[-1], out_shape=(_product(input.shape),))
         dim = 0
-    return repeat_axis(ctx, input, axis(dim, rank(input)), n)
+    return ctx.call("nnef.repeat_axis", input, axis(dim, rank(input)), n)
+
+
+@register("nnef.repeat_axis")
+def repeat_axis_rule(ctx: EmitContext, x: Value, ax: int, repeats) -> Value:
+    """Each item along ``ax`` repeated ``repeats`` times in a row."""
+    return repeat_axis(ctx, x, ax, repeats)
+
+
+@register("nnef.repeat_axis", target="tract")
+def repeat_axis_tract(ctx: EmitContext, x: Value, ax: int, repeats) -> Value:
+    """NOTE: tract 0.23.9 cannot load a matmul with a constant whose other operand is the reshaped
+    tile of ``repeat_axis`` ("Incompatible reshape for shape [1, 1, 2, 2] and Reshape(0, [15],
+    [5, 3])", or "Trying to substitute a 5,3,3,S,2 by 5,1,3,S,2 ... EinSum"): a gather at
+    ``i // repeats`` gives the same tensor."""
+    n = x.shape[ax]
+    total = n * repeats
+    if isinstance(total, int):
+        index = ctx.const(np.repeat(np.arange(n, dtype=np.int64), repeats), DType.I64)
+    else:
+        index = ew(ctx, "div", ctx.call("nnef.range", 0, total, 1, DType.I64, (total,)), repeats)
+    shape = tuple(x.shape[:ax]) + (total,) + tuple(x.shape[ax + 1:])
+    return ctx.call("nnef.gather", x, index, ax, shape)
 
 
 # ---- einsum -------------------------------------------------------------------------------------------------------

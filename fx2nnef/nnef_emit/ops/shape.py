@@ -15,7 +15,7 @@ import torch
 from ...errors import EmitError
 from ...ir import Dim, DType, SymDim, Value, simplify
 from ..context import EmitContext
-from ..helpers import axes, axis, cast, dims_list, rank, result_dtype, unsqueeze_to
+from ..helpers import axes, axis, cast, dims_list, opaque, producer, rank, result_dtype, tiled_from, unsqueeze_to
 from ..registry import register
 
 # ---------------------------------------------------------------------------------------
@@ -92,6 +92,12 @@ def permute_axes(ctx: EmitContext, x: Value, perm: list) -> Value:
         raise EmitError(f"{perm} is not a permutation of the {r} axes")
     if perm == list(range(r)):
         return x
+    found = tiled_from(ctx, x)
+    if found is not None:
+        # the transpose of the untiled tensor, tiled afterwards: an expand stays next to the matmul
+        # or conv that reads it, where converters avoid tract's mis-handling of broadcasts
+        src, reps = found
+        return _tile(ctx, permute_axes(ctx, src, perm), [reps[p] for p in perm])
     return ctx.op("transpose", x, axes=perm, out_shape=tuple(x.shape[p] for p in perm), out_dtype=x.dtype)
 
 
@@ -106,6 +112,12 @@ def slice_axes(ctx: EmitContext, x: Value, ranges: list) -> Value:
     """One NNEF slice for ``(axis, begin, end, step)`` ranges with non-negative bounds."""
     if not ranges:
         return x
+    # a step that keeps one item is no step (tract fails to pull a Downsample over an AddAxis)
+    ranges = [(ax, b, b + 1, 1) if s != 1 and slice_length(b, e, s) == 1 else (ax, b, e, s) for ax, b, e, s in ranges]
+    if any(r[3] != 1 for r in ranges):
+        untiled = _slice_before_tile(ctx, x, ranges)
+        if untiled is not None:
+            return untiled
     shape = list(x.shape)
     for ax, b, e, s in ranges:
         shape[ax] = slice_length(b, e, s)
@@ -114,6 +126,28 @@ def slice_axes(ctx: EmitContext, x: Value, ranges: list) -> Value:
     if any(r[3] != 1 for r in ranges):
         attrs["stride"] = [r[3] for r in ranges]
     return ctx.op("slice", x, out_shape=tuple(shape), out_dtype=x.dtype, **attrs)
+
+
+def _slice_before_tile(ctx: EmitContext, x: Value, ranges: list) -> Optional[Value]:
+    """NOTE: tract 0.23.9 cannot load a strided slice of a ``tile`` (its declutter pulls the
+    Downsample over the broadcast and fails: "Trying to substitute a 3,1,9,4,F32 by 3,2,9,4,F32").
+    The slice of the tile's input, tiled afterwards, is the same tensor: an axis the tile does not
+    repeat is sliced before it; an axis of size 1 that it repeats is repeated fewer times."""
+    st = producer(ctx, x)
+    if st is None or st.op != "tile" or not st.args or not isinstance(st.args[0], Value):
+        return None
+    src, reps = st.args[0], list(st.attrs.get("repeats", []))
+    if src.shape is None or len(reps) != len(src.shape):
+        return None
+    inner = []
+    for ax, b, e, step in ranges:
+        if isinstance(reps[ax], int) and reps[ax] == 1:
+            inner.append((ax, b, e, step))
+        elif src.shape[ax] == 1:
+            reps[ax] = slice_length(b, e, step)
+        else:
+            return None
+    return _tile(ctx, slice_axes(ctx, src, inner), reps)
 
 
 def slice_length(begin, end, step: int = 1):
@@ -151,7 +185,8 @@ def expand_to(ctx: EmitContext, x: Value, shape) -> Value:
             raise EmitError(f"cannot expand {list(x.shape)} to {list(shape)}: size {have} is not 1")
     if all(isinstance(r, int) and r == 1 for r in repeats):
         return x
-    return ctx.op("tile", x, repeats=dims_list(repeats), out_shape=shape, out_dtype=x.dtype)
+    y = ctx.op("tile", x, repeats=dims_list(repeats), out_shape=shape, out_dtype=x.dtype)
+    return opaque(ctx, y) if x.is_constant and any(isinstance(r, SymDim) for r in repeats) else y
 
 
 def full_like_value(ctx: EmitContext, value, dtype: DType, shape) -> Value:
@@ -634,7 +669,13 @@ for _name, _dtype in CAST_METHODS.items():
 # reversals and rotations
 
 
-@register(torch.flip, "Tensor.flip")
+@register("Tensor.flip")
+def flip_method(ctx: EmitContext, input: Value, *dims):
+    """flip(Tensor self, int[] dims) -> Tensor  (the method also takes dims as varargs)"""
+    return ctx.call("torch.flip", input, size_args(dims))
+
+
+@register(torch.flip)
 def flip(ctx: EmitContext, input: Value, dims):
     """flip(Tensor self, int[] dims) -> Tensor"""
     ax = axes(dims, rank(input))
@@ -643,13 +684,21 @@ def flip(ctx: EmitContext, input: Value, dims):
                   out_shape=input.shape, out_dtype=input.dtype)
 
 
-@register(torch.flip, "Tensor.flip", target="tract")
+@register(torch.flip, target="tract")
 def flip_tract(ctx: EmitContext, input: Value, dims):
     """flip(Tensor self, int[] dims) -> Tensor"""
-    # NOTE: tract aborts on a slice with a negative stride; downsample by -1 reverses the axis.
+    # NOTE: tract aborts on a slice with a negative stride. Its downsample by -1 reverses an axis, but
+    # its declutter fails to pull that downsample through a preceding matmul on a dynamic axis or a
+    # reshape ("Pulling Downsample over matmul.unmerge_out Reshape: Invalid axis"): a gather at
+    # n-1..0 instead.
     x = input
     for a in axes(dims, rank(input)):
-        x = ctx.op("tract_core_downsample", x, axis=a, stride=-1, modulo=0, out_shape=x.shape, out_dtype=x.dtype)
+        n = x.shape[a]
+        if isinstance(n, SymDim):
+            idx = ctx.call("nnef.range", simplify(n - 1), -1, -1, DType.I64, (n,))
+        else:
+            idx = ctx.const(np.arange(n - 1, -1, -1, dtype=np.int64), DType.I64)
+        x = ctx.call("nnef.gather", x, idx, a, x.shape)
     return x
 
 
@@ -689,12 +738,26 @@ def rot90(ctx: EmitContext, input: Value, k: int = 1, dims=(0, 1)):
 
 def _roll_axis(ctx: EmitContext, x: Value, ax: int, shift: int) -> Value:
     n = x.shape[ax]
-    if isinstance(n, int):
-        shift %= max(n, 1)
+    if isinstance(n, SymDim):
+        return _roll_dynamic(ctx, x, ax, shift) if shift else x
+    shift %= max(n, 1)
     if shift == 0:
         return x
-    cut = simplify(n - shift) if shift > 0 else -shift  # dynamic sizes: assumes |shift| < n
-    return concat(ctx, [slice_axis(ctx, x, ax, cut, n), slice_axis(ctx, x, ax, 0, cut)], ax)
+    return concat(ctx, [slice_axis(ctx, x, ax, n - shift, n), slice_axis(ctx, x, ax, 0, n - shift)], ax)
+
+
+def _roll_dynamic(ctx: EmitContext, x: Value, ax: int, shift: int) -> Value:
+    """Roll on a dynamic axis of size n: a gather at ``(i - shift) mod n``, right for any n
+    (the shift may exceed n: 2 on a size of 1 leaves the tensor as it is)."""
+    from .activation import ew
+    from .creation import dim_tensor
+
+    n = x.shape[ax]
+    i = ctx.call("nnef.range", 0, n, 1, DType.I64, (n,))
+    j = ew(ctx, "add", i, dim_tensor(ctx, simplify(abs(shift) * n - shift), DType.I64))  # >= 0
+    size = dim_tensor(ctx, n, DType.I64)
+    index = ew(ctx, "sub", j, ew(ctx, "mul", ew(ctx, "div", j, size), size))  # j >= 0: div is a floor
+    return ctx.call("nnef.gather", x, index, ax, x.shape)
 
 
 @register(torch.roll, "Tensor.roll")

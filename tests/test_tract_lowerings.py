@@ -1,0 +1,147 @@
+"""Lowerings chosen around tract 0.23.9's load-time rewrites (declutter), each found by the fuzz
+test: the graph must load and give torch's values at sizes below and above the example.
+
+check_io runs the example and one size below and one above it, so a shape that tract loses
+(a broadcast dropped by a folding) fails here even where the example size would pass.
+"""
+import pytest
+import torch
+
+from harness import OpCase, randn, run_case
+
+
+def ints(*shape, seed=0):
+    return torch.randint(-9, 10, shape, generator=torch.Generator().manual_seed(seed))
+
+
+DYN0 = {"x0": {0: "S"}}
+ZERO = torch.tensor(0)
+
+CASES = [
+    # tract drops the broadcast of an integer `mul` by a uniform constant 1 (ones(S) * c has shape [1])
+    OpCase("int_ones_like_times_size", lambda y: torch.ones_like(y) * y.shape[0], [ints(9)], dynamic_axes=DYN0),
+    OpCase("int_ones_like_times_number", lambda y: torch.ones_like(y) * 3, [ints(9)], dynamic_axes=DYN0),
+    OpCase("int_number_times_ones_like", lambda y: 3 * torch.ones_like(y), [ints(9)], dynamic_axes=DYN0),
+    OpCase("int_new_ones_times_slice", lambda y: y.new_ones(2, y.shape[0]) * y[:1], [ints(9)], dynamic_axes=DYN0),
+    OpCase("int_zeros_like_floordiv", lambda y: torch.zeros_like(y) // (y[:1].abs() + 1), [ints(9)], dynamic_axes=DYN0),
+    OpCase("int_ones_like_pow_times", lambda y: torch.ones_like(y) ** 2 * y[:1], [ints(9)], dynamic_axes=DYN0),
+    OpCase("int_and_zero_times", lambda y: (y & ZERO) * (y[:, :1] + 1), [ints(2, 9)],
+           dynamic_axes={"x0": {1: "S"}}),
+    OpCase("bool_ones_like_and", lambda b: torch.ones_like(b) & b[:1], [torch.rand(9) > 0.5], dynamic_axes=DYN0),
+    OpCase("bool_ones_like_mul", lambda b: torch.ones_like(b) * b[:1], [torch.rand(9) > 0.5], dynamic_axes=DYN0),
+    OpCase("int_arange_mask_times", lambda y: (torch.arange(y.shape[0]) < 3).long() * y[:1], [ints(9)],
+           dynamic_axes=DYN0),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_tract_lowering(case, tmp_path):
+    run_case(case, tmp_path, "tract")
+
+
+def _setitem_then_matmul(x):
+    x[..., -1:] = -2.91
+    return x @ torch.ones(4, 3)
+
+
+def _setitem_then_linear(x, y):
+    y[2:] = -1.35
+    x[:, ..., -1:] = -2.91
+    return torch.nn.functional.linear(x, torch.linspace(-1, 1, 12).reshape(3, 4))
+
+
+# a matmul of a concatenation with a constant tiled to a dynamic size: tract's declutter splits the
+# matmul over the pieces and loses the dynamic dim of the tiled one ("Trying to substitute a S,3,3,F32
+# by 1,1,3,F32 ... EinSum")
+SETITEM_MATMUL_CASES = [
+    OpCase("setitem_then_matmul", _setitem_then_matmul, [randn(3, 3, 4)], dynamic_axes=DYN0),
+    OpCase("setitem_then_linear", _setitem_then_linear, [randn(3, 3, 4), randn(4, seed=1)], dynamic_axes=DYN0),
+    OpCase("cat_full_then_matmul", lambda x: torch.cat([x, x.new_full((x.shape[0], 3, 1), 0.5)], -1) @ torch.ones(5, 2),
+           [randn(3, 3, 4)], dynamic_axes=DYN0),
+]
+
+
+@pytest.mark.parametrize("case", SETITEM_MATMUL_CASES, ids=str)
+def test_setitem_then_matmul(case, tmp_path):
+    run_case(case, tmp_path, "tract")
+
+
+W86 = torch.linspace(-1, 1, 48).reshape(8, 6)
+DYN1 = {"x0": {1: "S"}}
+# flip on a dynamic axis after a matmul: tract's declutter cannot pull the reversing downsample through
+# the matmul ("Pulling Downsample over matmul.unmerge_out Reshape: Invalid axis"); roll on a dynamic axis
+# with a shift that may exceed the size (torch reduces it modulo the size)
+FLIP_ROLL_CASES = [
+    OpCase("matmul_then_flip_dyn", lambda x: torch.matmul(x, W86).flip(1), [randn(2, 5, 8)], dynamic_axes=DYN1),
+    OpCase("flip_varargs", lambda x: x.flip(0, 1) * 2, [randn(5, 3)], dynamic_axes=DYN0),
+    OpCase("flip_dyn_int", lambda x: x.flip(0), [ints(5, 3)], dynamic_axes=DYN0),
+    OpCase("roll_dyn_past_size", lambda x: torch.roll(x, 3, 1), [randn(2, 5)], dynamic_axes=DYN1),
+    OpCase("roll_dyn_negative", lambda x: torch.roll(x, -4, 1) + 1, [randn(2, 5)], dynamic_axes=DYN1),
+    OpCase("roll_dyn_flat", lambda x: torch.roll(x, 3), [randn(2, 5)], dynamic_axes=DYN1),
+    OpCase("roll_dyn_two_axes", lambda x: torch.roll(x, (1, -7), (0, 1)), [ints(5, 5)],
+           dynamic_axes={"x0": {0: "S", 1: "S"}}),
+]
+
+
+@pytest.mark.parametrize("case", FLIP_ROLL_CASES, ids=str)
+def test_flip_roll(case, tmp_path):
+    run_case(case, tmp_path, "tract")
+
+
+@pytest.mark.parametrize("size", [1, 2, 3])
+def test_roll_dynamic_at_small_sizes(size, tmp_path):
+    """check_io's size below the example avoids 1: the sizes below the shift are run here by hand."""
+    import numpy as np
+
+    from fx2nnef.targets.tract_runner import run_tract_many
+
+    r = run_case(OpCase("roll", lambda x: torch.roll(x, 3, 1), [randn(2, 5)], dynamic_axes=DYN1), tmp_path, "tract")
+    x = randn(2, size, seed=size)
+    got = run_tract_many(r.path, [[x.numpy()]])[0][0]
+    np.testing.assert_array_equal(got, torch.roll(x, 3, 1).numpy())
+
+
+W22 = torch.tensor([[0.5, -1.0], [2.0, 0.25]])
+# a strided slice of an expanded tensor (tract pulls the downsample over the broadcast and fails at
+# load), and a matmul with a constant after repeat_interleave (tract pushes the merge of the tiled axes
+# through the matmul onto the constant and fails at load)
+TILE_CASES = [
+    OpCase("expand_then_strided_slice", lambda x: x.expand(3, -1, -1, -1)[:, ::3] * 2, [randn(2, 9, 4)]),
+    OpCase("expand_then_strided_slice_dyn", lambda x: x.expand(3, -1, -1, -1)[:, ::3] * 2, [randn(2, 9, 4)],
+           dynamic_axes={"x0": {2: "S"}}),
+    OpCase("expand_then_strided_slice_of_tiled_axis", lambda x: x.expand(7, -1, -1, -1)[::3, ::2] * 2, [randn(2, 9, 4)]),
+    OpCase("repeat_then_strided_slice", lambda x: x.repeat(2, 1, 1)[::3] * 2, [randn(2, 9, 4)]),
+    OpCase("repeat_interleave_then_matmul", lambda x: x.repeat_interleave(3, dim=0) @ W22, [randn(5, 3, 4, 2)]),
+    OpCase("repeat_interleave_dyn_then_matmul", lambda x: x.repeat_interleave(2, dim=2) @ W22, [randn(5, 3, 4, 2)],
+           dynamic_axes={"x0": {2: "S"}}),
+    OpCase("repeat_interleave_then_linear", lambda x: torch.nn.functional.linear(x.repeat_interleave(3, 0), W22),
+           [randn(4, 3, 2)], dynamic_axes=DYN0),
+]
+
+
+@pytest.mark.parametrize("case", TILE_CASES, ids=str)
+def test_tiles(case, tmp_path):
+    run_case(case, tmp_path, "tract")
+
+
+W_CONV = torch.linspace(-1, 1, 2).reshape(1, 2, 1, 1)
+# a matmul or a 1x1 conv (a matmul in tract) whose batch is made by an expand: tract's declutter moves the
+# broadcast after the product and loses it (batch 1 on a dynamic size, a load failure on a static one)
+BATCH_TILE_CASES = [
+    OpCase("conv1x1_of_expand_dyn", lambda x: torch.conv2d(x.expand(x.shape[2], -1, -1, -1), W_CONV),
+           [randn(1, 2, 8, 3)], dynamic_axes={"x0": {2: "S"}}),
+    OpCase("conv1x1_of_expand", lambda x: torch.conv2d(x.expand(4, -1, -1, -1), W_CONV, torch.ones(1)) * 2,
+           [randn(1, 2, 5, 3)]),
+    OpCase("matmul_of_expand_batch_dyn", lambda x: x.expand(x.shape[2], -1, -1, -1) @ torch.ones(3, 2),
+           [randn(1, 2, 8, 3)], dynamic_axes={"x0": {2: "S"}}),
+    OpCase("matmul_of_expand_batch", lambda x, y: x.expand(3, 4, 5) @ y, [randn(1, 4, 5), randn(1, 5, 2, seed=1)]),
+    OpCase("conv1x1_of_transposed_expand_dyn", lambda x: torch.conv2d(x.expand(x.shape[2], -1, -1, -1).mT, W_CONV),
+           [randn(1, 2, 8, 3)], dynamic_axes={"x0": {2: "S", 3: "T"}}),
+    OpCase("matmul_of_permuted_expand", lambda x: x.expand(3, -1, -1, -1).permute(0, 1, 3, 2) @ torch.ones(4, 2),
+           [randn(1, 2, 4, 5)], dynamic_axes={"x0": {3: "S"}}),
+]
+
+
+@pytest.mark.parametrize("case", BATCH_TILE_CASES, ids=str)
+def test_batch_made_by_expand(case, tmp_path):
+    run_case(case, tmp_path, "tract")
