@@ -67,9 +67,9 @@ def one(model_type: str) -> dict:
         raise RuntimeError(row["eager_error"])
     row["params"] = sum(p.numel() for p in model.parameters())
     row["experts"] = getattr(config, "_experts_implementation", None)
-    with torch.no_grad():  # non-trivial norm weights
-        for name, p in model.named_parameters():
-            if "norm" in name and p.ndim == 1:
+    with torch.no_grad():  # constant parameters (norm weights, zero-initialised routers: all experts tie) get noise
+        for p in model.parameters():
+            if p.numel() > 1 and bool((p == p.flatten()[0]).all()):
                 p.add_(0.1 * torch.randn(p.shape))
     t0 = time.time()
     r = fx2nnef.export(model, (ids,), f"/tmp/survey_{model_type}.nnef.tgz",

@@ -90,6 +90,11 @@ def histc(ctx: EmitContext, input: Value, bins: int = 100, min=0, max=0):
 def _group_mask(ctx: EmitContext, offs: Value, length) -> Value:
     """bool ``[G, length]``: position ``i`` belongs to group ``g`` (``offs[g-1] <= i < offs[g]``)."""
     groups = offs.shape[0]
+    if offs.is_constant and isinstance(length, int):
+        end = np.asarray(offs.data, dtype=np.int64)[:, None]
+        start = np.concatenate([[[0]], end[:-1]])
+        pos = np.arange(length)[None, :]
+        return ctx.const((pos >= start) & (pos < end), DType.BOOL)
     end = cast(ctx, offs, DType.I64)
     if groups > 1:
         zero = ctx.const(np.zeros(1, np.int64), DType.I64)
