@@ -44,7 +44,8 @@ def one(model_type: str) -> dict:
     known = set(default.to_dict())
     kwargs = {k: v for k, v in SIZES.items() if k in known or k in getattr(default, "attribute_map", {})}
     if "qk_rope_head_dim" in known:  # multi-head latent attention: head_dim is the rotary part
-        kwargs.update(head_dim=SIZES["qk_rope_head_dim"], qk_head_dim=SIZES["qk_rope_head_dim"] + SIZES["qk_nope_head_dim"])
+        kwargs.update(head_dim=SIZES["qk_rope_head_dim"], qk_head_dim=SIZES["qk_rope_head_dim"] + SIZES["qk_nope_head_dim"],
+                      num_key_value_heads=SIZES["num_attention_heads"])
         kwargs = {k: v for k, v in kwargs.items() if k in known or k in getattr(default, "attribute_map", {})}
     if "mlp_only_layers" in known:
         kwargs["mlp_only_layers"] = []

@@ -129,6 +129,8 @@ CASES = [
     OpCase("grouped_mm_3d_3d", lambda self, x: torch._grouped_mm(x, self.w), [randn(4, 5, 8)]),
     OpCase("grouped_mm_3d_2d", lambda self, x: torch._grouped_mm(self.a, x, offs=self.offs), [randn(8, 8)]),
     OpCase("grouped_mm_2d_2d", lambda self, x: F_grouped_mm(self.b, x, offs=self.offs), [randn(8, 12)]),
+    OpCase("linear_rank4_dynamic", lambda self, x: torch.nn.functional.linear(x, self.b.T, self.b[0]),
+           [randn(2, 3, 6, 5)], dynamic_axes={"x0": {0: "B", 2: "S"}}),
     OpCase("scatter_src", lambda x, s: torch.scatter(x, 1, torch.tensor([[0, 5, 2], [4, 1, 3]]), s),
            [randn(2, 6), randn(2, 5, seed=1)], khronos=False),
     OpCase("scatter_value", lambda x, i: x.scatter(-1, i, float("-inf")), [randn(3, 6), randint(0, 6, 3, 1, seed=2)],
