@@ -16,6 +16,9 @@ from harness import OpCase, check_op, randint, randn, run_case
 
 MOE = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
            vocab_size=128, max_position_embeddings=128, num_experts_per_tok=2)
+MLA = dict(num_key_value_heads=4, n_routed_experts=4, n_shared_experts=1, moe_intermediate_size=32, first_k_dense_replace=1,
+           n_group=1, topk_group=1, q_lora_rank=16, kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8,
+           qk_head_dim=16, v_head_dim=8, head_dim=8)
 FAMILIES = {
     "mixtral": (lambda: T.MixtralConfig(**MOE, num_local_experts=4), T.MixtralForCausalLM),
     "qwen2_moe": (lambda: T.Qwen2MoeConfig(**MOE, num_experts=4, moe_intermediate_size=32,
@@ -25,6 +28,12 @@ FAMILIES = {
     "olmoe": (lambda: T.OlmoeConfig(**MOE, num_experts=4), T.OlmoeForCausalLM),
     "gpt_oss": (lambda: T.GptOssConfig(**MOE, num_local_experts=4, head_dim=8), T.GptOssForCausalLM),
     "phimoe": (lambda: T.PhimoeConfig(**MOE, num_local_experts=4), T.PhimoeForCausalLM),
+    # latent attention, a dense first layer, shared experts; V2 rotates with complex numbers
+    "deepseek_v2": (lambda: T.DeepseekV2Config(**{**MOE, **MLA}), T.DeepseekV2ForCausalLM),
+    "deepseek_v3": (lambda: T.DeepseekV3Config(**{**MOE, **MLA}), T.DeepseekV3ForCausalLM),
+    # complex rotary embedding, shared expert, sigmoid routing
+    "llama4_text": (lambda: T.Llama4TextConfig(**MOE, num_local_experts=4, intermediate_size_mlp=64, head_dim=8),
+                    T.Llama4ForCausalLM),
 }
 
 
@@ -36,7 +45,8 @@ def tiny(family: str, experts: str = "grouped_mm", use_cache: bool = False):
     config.use_cache = use_cache
     torch.manual_seed(0)
     model = cls(config).eval()
-    model.set_experts_implementation(experts)
+    if model._can_set_experts_implementation():  # Llama4 has its own (dense) experts
+        model.set_experts_implementation(experts)
     with torch.no_grad():
         for p in model.parameters():
             if p.numel() > 1 and bool((p == p.flatten()[0]).all()):

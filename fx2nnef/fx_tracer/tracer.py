@@ -207,6 +207,8 @@ class CustomTracer(fx.Tracer):
             return tuple(self.create_arg(x) for x in a)
         if isinstance(a, torch.nn.Parameter):
             a = self._foreign_parameter(a)
+        if isinstance(a, type) and a in (bool, int, float):  # `dtype=int`, as torch reads it (fx cannot record a type)
+            return {bool: torch.bool, int: torch.int64, float: torch.get_default_dtype()}[a]
         if isinstance(a, torch.Tensor) and not isinstance(a, fx.Proxy):
             self._snapshot_constant(a)
         return super().create_arg(a)
