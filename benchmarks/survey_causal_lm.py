@@ -47,6 +47,8 @@ def one(model_type: str) -> dict:
         kwargs.update(head_dim=SIZES["qk_rope_head_dim"], qk_head_dim=SIZES["qk_rope_head_dim"] + SIZES["qk_nope_head_dim"],
                       num_key_value_heads=SIZES["num_attention_heads"])
         kwargs = {k: v for k, v in kwargs.items() if k in known or k in getattr(default, "attribute_map", {})}
+    if "pad_token_id" in known:
+        kwargs["pad_token_id"] = 0
     if "mlp_only_layers" in known:
         kwargs["mlp_only_layers"] = []
     cls = getattr(T, NAMES[model_type])
