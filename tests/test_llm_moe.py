@@ -74,6 +74,27 @@ def test_moe_batched_mm_experts(tmp_path):
     assert r.check.ok and len(r.check.cases) == 3
 
 
+def test_moe_eager_experts(tmp_path):
+    """transformers' "eager" experts loop over the experts hit (nonzero) and gather their tokens
+    (where(mask)): traced over every coordinate, the rows not routed are dropped at index_add."""
+    r = fx2nnef.export(tiny("mixtral", "eager"), (ids(2, 7),), tmp_path / "m.nnef.tgz",
+                       target=fx2nnef.TractNNEF(dynamic_axes={"input_ids": {0: "B", 1: "S"}}))
+    assert r.check.ok and len(r.check.cases) == 3
+
+
+def test_dbrx_dynamic_batch_and_sequence(tmp_path):
+    """DBRX has only the eager loop, and it reaches the sentinel expert one past the last."""
+    config = T.DbrxConfig(d_model=32, n_heads=4, n_layers=2, max_seq_len=128, vocab_size=128,
+                          attn_config={"kv_n_heads": 2, "clip_qkv": 8.0, "rope_theta": 10000.0},
+                          ffn_config={"moe_num_experts": 4, "moe_top_k": 2, "ffn_hidden_size": 32})
+    config.use_cache = False
+    torch.manual_seed(0)
+    model = T.DbrxForCausalLM(config).eval()
+    r = fx2nnef.export(model, (ids(2, 7),), tmp_path / "m.nnef.tgz",
+                       target=fx2nnef.TractNNEF(dynamic_axes={"input_ids": {0: "B", 1: "S"}}))
+    assert r.check.ok and len(r.check.cases) == 3
+
+
 def test_moe_with_kv_cache(tmp_path):
     """One asset serves the prompt (P=0), a prompt after a past, and decoding (S=1)."""
     from transformers import DynamicCache
@@ -179,6 +200,27 @@ def test_routing_ops_tract(case, tmp_path):
 @pytest.mark.parametrize("case", [_with_weights(c) for c in CASES if c.khronos], ids=str)
 def test_routing_ops_khronos(case, tmp_path):
     run_case(case, tmp_path, "khronos")
+
+
+def routed_loop(x, expert_ids, weights):
+    """The eager experts loop: one pass per expert hit, its tokens gathered, added back."""
+    out = torch.zeros_like(x)
+    mask = torch.nn.functional.one_hot(expert_ids, num_classes=4).permute(1, 0)  # [experts, tokens]
+    for e in (mask.sum(-1) > 0).nonzero():
+        tokens = torch.where(mask[e[0]])[0]
+        out.index_add_(0, tokens, torch.tanh(x[tokens] * weights[e[0]]))
+    return out
+
+
+def test_data_sized_indices_masked_at_index_add(tmp_path):
+    r = check_op(routed_loop, [randn(6, 3), randint(0, 3, 6, seed=2), randn(4, 3, seed=3)], tmp_path,
+                 dynamic_axes={"x0": {0: "N"}, "x1": {0: "N"}})
+    assert r.check.ok and len(r.check.cases) == 3
+
+
+def test_data_sized_indices_elsewhere_are_refused(tmp_path):
+    with pytest.raises(fx2nnef.errors.TraceError, match="nonzero/where.* gives as many items as the data"):
+        check_op(lambda x: x[(x > 0).nonzero()[:, 0]].sum(0), [randn(6, 3)], tmp_path)
 
 
 def test_histc_range_from_data_is_refused(tmp_path):
