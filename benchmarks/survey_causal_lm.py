@@ -41,6 +41,9 @@ def one(model_type: str) -> dict:
     row = {"family": model_type, "class": NAMES[model_type]}
     cfg_cls = T.CONFIG_MAPPING[model_type]
     default = cfg_cls()
+    if hasattr(default, "text_config") and f"{model_type}_text" in NAMES:
+        row.update(status="skipped", note=f"multimodal: its language model is the family {model_type}_text")
+        return row
     known = set(default.to_dict())
     kwargs = {k: v for k, v in SIZES.items() if k in known or k in getattr(default, "attribute_map", {})}
     if "qk_rope_head_dim" in known:  # multi-head latent attention: head_dim is the rotary part
