@@ -58,7 +58,10 @@ def ids(batch: int, length: int, seed: int = 1) -> torch.Tensor:
     return torch.randint(0, 128, (batch, length), generator=torch.Generator().manual_seed(seed))
 
 
-@pytest.mark.parametrize("family", list(FAMILIES))
+QUICK = {"mixtral", "qwen2_moe"}  # the others are slow: each adds one path, also covered by an op case below
+
+
+@pytest.mark.parametrize("family", [f if f in QUICK else pytest.param(f, marks=pytest.mark.slow) for f in FAMILIES])
 def test_moe_family_dynamic_batch_and_sequence(family, tmp_path):
     model = tiny(family)
     r = fx2nnef.export(model, (ids(2, 7),), tmp_path / "m.nnef.tgz",
@@ -67,6 +70,7 @@ def test_moe_family_dynamic_batch_and_sequence(family, tmp_path):
     assert "tract_core_topk" in r.nnef_text  # routed, not a dense model by accident
 
 
+@pytest.mark.slow
 def test_moe_batched_mm_experts(tmp_path):
     """The gather-based experts of transformers ("batched_mm") export as they are."""
     r = fx2nnef.export(tiny("mixtral", "batched_mm"), (ids(2, 7),), tmp_path / "m.nnef.tgz",
@@ -74,6 +78,7 @@ def test_moe_batched_mm_experts(tmp_path):
     assert r.check.ok and len(r.check.cases) == 3
 
 
+@pytest.mark.slow
 def test_moe_eager_experts(tmp_path):
     """transformers' "eager" experts loop over the experts hit (nonzero) and gather their tokens
     (where(mask)): traced over every coordinate, the rows not routed are dropped at index_add."""
