@@ -19,7 +19,8 @@ from ..errors import GuardError, InvalidArgumentError
 from ..ir import Graph
 from . import structures
 from .control_flow import loop_options
-from .passes import cleanup_slices, remove_dead_code, remove_inplace
+from .padded import check_padded
+from .passes import cleanup_slices, complex_to_real, remove_dead_code, remove_inplace
 from .probe import analyze, inputs_at
 from .to_ir import build_ir
 from .tracer import trace_model
@@ -204,6 +205,8 @@ def _trace_once(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_nam
     trace = trace_model(model, args, kwargs, names, out_names, leaf_types, leaf_names)
     remove_inplace(trace.gm)
     cleanup_slices(trace.gm)
+    complex_to_real(trace.gm)
+    check_padded(trace.gm)
     ref = _reference(model, args, kwargs, names, dyn, trace.example_inputs) if dyn else None
     analysis = analyze(trace.gm, trace.example_inputs, names, dyn, trace.guards, ref)
     return trace, analysis

@@ -18,6 +18,7 @@ import torch.fx as fx
 
 from ..ir import Guard, SymDim, SymRange, fit_polynomial
 from ..ir.dims import fit_floor_division
+from .padded import padded_nonzero
 from .tracer import GuardRecord
 
 _SHAPE_QUERIES = {"size", "dim", "numel", "nelement", "ndimension"}
@@ -598,7 +599,7 @@ def _data_dependence(gm) -> set:
 
 # ops whose result depends only on the shape/dtype of their tensor arguments, not on their data
 _META_METHODS = {"new_zeros", "new_ones", "new_full", "new_empty"}
-_META_FUNCTIONS = {torch.zeros_like, torch.ones_like, torch.full_like, torch.empty_like}
+_META_FUNCTIONS = {torch.zeros_like, torch.ones_like, torch.full_like, torch.empty_like, padded_nonzero}
 
 
 def _is_shape_query(n) -> bool:

@@ -21,6 +21,7 @@ from ..ir import SourceLoc
 from . import structures
 from .proxy import _DATA_TENSOR_METHODS, _STATIC_TENSOR_METHODS, CustomAttribute, CustomProxy, SizeTuple
 from .control_flow import control_flow_patches
+from .padded import mark_padded, masked_index_add, padded_call, padded_nonzero, wrapped_indices
 from .source import user_frame_location
 
 # torch factories that take sizes: recorded when a size argument is a proxy
@@ -104,6 +105,13 @@ class CustomTracer(fx.Tracer):
 
     def create_proxy(self, kind, target, args, kwargs, name=None, type_expr=None, proxy_factory_fn=None):
         versions: list = []
+        if kind in ("call_function", "call_method"):
+            padded = padded_call(kind, target, args, kwargs)
+            if padded is not None:  # a data-sized index list becomes every coordinate
+                kind, target, (args, kwargs) = "call_function", padded_nonzero, padded
+            else:
+                args, kwargs = masked_index_add(self, kind, target, args, kwargs) or (args, kwargs)
+                args = wrapped_indices(self, kind, target, args)
         if kind == "placeholder":
             value = self.placeholder_values[target]
         else:
@@ -123,6 +131,7 @@ class CustomTracer(fx.Tracer):
             node.meta["module_path"] = path
             node.meta["module_type"] = getattr(mtype, "__qualname__", str(mtype))
         _record_view(node, value, versions)
+        mark_padded(node)
         if kind in ("call_function", "call_method") and _target_name(target) in _SPLITTING and isinstance(value, (tuple, list)):
             # how many pieces torch returns can depend on a dynamic size (chunk(3) of 4 gives 2)
             self._record_guard(proxy, "count", len(value), f"{_target_name(target)}(...) gives {len(value)} tensors")
@@ -207,6 +216,8 @@ class CustomTracer(fx.Tracer):
             return tuple(self.create_arg(x) for x in a)
         if isinstance(a, torch.nn.Parameter):
             a = self._foreign_parameter(a)
+        if isinstance(a, type) and a in (bool, int, float):  # `dtype=int`, as torch reads it (fx cannot record a type)
+            return {bool: torch.bool, int: torch.int64, float: torch.get_default_dtype()}[a]
         if isinstance(a, torch.Tensor) and not isinstance(a, fx.Proxy):
             self._snapshot_constant(a)
         return super().create_arg(a)

@@ -1,6 +1,7 @@
 """Graph passes over the traced fx graph. Each returns whether it changed the graph."""
+from .complex import complex_to_real
 from .dead_code import remove_dead_code
 from .inplace import remove_inplace
 from .slices import cleanup_slices
 
-__all__ = ["cleanup_slices", "remove_dead_code", "remove_inplace"]
+__all__ = ["cleanup_slices", "complex_to_real", "remove_dead_code", "remove_inplace"]

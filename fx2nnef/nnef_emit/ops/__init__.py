@@ -3,7 +3,7 @@ from importlib import import_module
 
 _FAMILIES = [
     "internal", "elementwise", "linalg", "shape", "indexing", "reduce", "norm", "conv", "pool",
-    "activation", "division", "creation", "attention", "rnn", "misc", "attrs", "series", "control_flow",
+    "activation", "division", "creation", "attention", "rnn", "misc", "attrs", "series", "control_flow", "grouped", "scatter",
 ]
 
 for _name in _FAMILIES:

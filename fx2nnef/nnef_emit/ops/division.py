@@ -16,9 +16,9 @@ import operator
 
 import numpy as np
 
-from ...ir import DType, Value
+from ...ir import DType, SymDim, Value
 from ..context import EmitContext
-from ..helpers import cast, result_dtype
+from ..helpers import cast, result_dtype, scalar_operand
 from ..registry import register
 from .activation import compare, ew, select, sources, un
 
@@ -31,8 +31,8 @@ _STEPS = {DType.F16: 2, DType.F32: 11}
 def _operands(ctx: EmitContext, a, b) -> tuple:
     """Both operands as tensors of the promoted dtype (Python numbers become constants)."""
     dtype = result_dtype(a, b)
-    a, b = (cast(ctx, v, dtype) if isinstance(v, Value) else ctx.const(np.array(v, dtype=dtype.numpy_name), dtype)
-            for v in (a, b))
+    a, b = (cast(ctx, v, dtype) if isinstance(v, Value) else scalar_operand(ctx, v, dtype) if isinstance(v, SymDim)
+            else ctx.const(np.array(v, dtype=dtype.numpy_name), dtype) for v in (a, b))
     return a, b, dtype
 
 

@@ -171,16 +171,21 @@ def gather(ctx: EmitContext, x: Value, idx: Value, ax: int) -> Value:
 
 
 def _new_axes(ctx: EmitContext, x: Value, items: list) -> Value:
-    """Unsqueeze the output axes that ``None``/``True`` items create."""
+    """Unsqueeze the output axes that ``None``/``True`` items create (several adjacent tensor
+    indices give their broadcast axes once)."""
+    at = [k for k, item in enumerate(items) if isinstance(item, (Value, list))]
+    ranks = [rank(items[k]) if isinstance(items[k], Value) else np.ndim(items[k]) for k in at]
+    if len(at) > 1 and at != list(range(at[0], at[-1] + 1)) and any(i is None or i is True for i in items):
+        raise EmitError("x[...] with tensor indices apart from each other and new axes (None) is not supported")
     new, pos = [], 0
-    for item in items:
+    for k, item in enumerate(items):
         if item is None or item is True:
             new.append(pos)
             pos += 1
         elif isinstance(item, slice):
             pos += 1
-        elif isinstance(item, (Value, list)):
-            pos += rank(item) if isinstance(item, Value) else np.ndim(item)
+        elif k in at and (len(at) == 1 or k == at[0]):
+            pos += max(ranks) if len(at) > 1 else ranks[0]
     if not new:
         return x
     shape = list(x.shape)
@@ -506,3 +511,27 @@ def one_hot(ctx: EmitContext, input: Value, num_classes: int = -1):
     hit = ctx.op("eq", x, classes, out_dtype=DType.BOOL, out_shape=tuple(input.shape) + (num_classes,))
     one, zero = _value_operand(ctx, 1, DType.I64), _value_operand(ctx, 0, DType.I64)
     return ctx.op("select", hit, one, zero, out_dtype=DType.I64, out_shape=hit.shape)
+
+
+PADDED_NONZERO = "fx2nnef.fx_tracer.padded.padded_nonzero"  # the tracer's stand-in for nonzero (not imported here)
+
+
+@register(PADDED_NONZERO)
+def padded_nonzero(ctx: EmitContext, cond: Value, as_tuple: bool = False):
+    """Every coordinate of ``cond``'s shape in row-major order: ``[N, rank]``, or ``rank`` vectors of ``N``."""
+    shape = tuple(cond.shape)
+    if not shape:
+        ctx.fail("nonzero of a 0-d tensor is not supported")
+    count = 1
+    for d in shape:
+        count = count * d
+    coords = []
+    for a, d in enumerate(shape):
+        along = ctx.call("nnef.range", 0, d, 1, DType.I64, (d,))
+        along = ctx.op("reshape", along, shape=[-1 if b == a else 1 for b in range(len(shape))],
+                       out_shape=tuple(d if b == a else 1 for b in range(len(shape))), out_dtype=DType.I64)
+        coords.append(reshape_to(ctx, expand_to(ctx, along, shape), (count,)))
+    if as_tuple:
+        return tuple(coords)
+    columns = [ctx.op("unsqueeze", c, axes=[1], out_shape=(count, 1), out_dtype=DType.I64) for c in coords]
+    return concat(ctx, columns, 1)

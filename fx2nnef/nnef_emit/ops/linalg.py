@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from ...ir import Value
 from ..context import EmitContext
-from ..helpers import broadcast_operands, cast, rank, tiled_from, unsqueeze_to
+from ..helpers import broadcast_operands, cast, dims_list, producer, rank, tiled_from, unsqueeze_to
 from ..registry import register
 
 
@@ -70,8 +70,24 @@ def _matmul(ctx: EmitContext, a: Value, b: Value, transpose_b: bool = False) -> 
 
 @register(F.linear)
 def linear(ctx: EmitContext, input: Value, weight: Value, bias=None):
-    """linear(Tensor input, Tensor weight, Tensor? bias=None) -> Tensor"""
-    y = _matmul(ctx, input, weight, transpose_b=True) if rank(weight) == 2 else ctx.fail("linear weight must be 2-D")
+    """linear(Tensor input, Tensor weight, Tensor? bias=None) -> Tensor
+
+    NOTE: an input of rank 4 or more is flattened to a matrix first: tract 0.23.9 fails to load a
+    rank-4 product with a broadcast weight whose result is reshaped, sliced and concatenated into
+    the contracted axis of another matmul (DeepSeek's latent attention: "concat-einsum ... Condition
+    failed"). The products are the same."""
+    if rank(weight) != 2:
+        ctx.fail("linear weight must be 2-D")
+    lead = tuple(input.shape[:-1])
+    if len(lead) > 2:
+        rows = 1
+        for d in lead:
+            rows = rows * d
+        flat = ctx.op("reshape", input, shape=dims_list([rows, input.shape[-1]]), out_shape=(rows, input.shape[-1]))
+        y = _matmul(ctx, flat, weight, transpose_b=True)
+        y = ctx.op("reshape", y, shape=dims_list(lead + (weight.shape[0],)), out_shape=lead + (weight.shape[0],))
+    else:
+        y = _matmul(ctx, input, weight, transpose_b=True)
     if bias is not None:
         y = ctx.op("add", *broadcast_operands(ctx, y, bias))
     return y

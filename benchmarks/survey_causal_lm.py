@@ -1,0 +1,120 @@
+"""Try every causal-LM family of the installed transformers: tiny random config, export with a
+dynamic sequence axis, check in tract. One child process per family (a crash or a hang costs
+one row); one JSON line per family on stdout or in --out.
+
+    python benchmarks/survey_causal_lm.py [--only mixtral,qwen2_moe] [--out survey.jsonl] [--timeout 240]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's fx2nnef
+
+SIZES = dict(
+    hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+    vocab_size=128, max_position_embeddings=256, head_dim=16,
+    # other spellings of the same sizes
+    n_embd=64, n_layer=2, n_head=4, d_model=64, n_heads=4, n_layers=2, num_layers=2, ffn_dim=128, d_ff=128,
+    n_positions=256, n_inner=128, embed_dim=64, num_heads=4, decoder_layers=2, decoder_attention_heads=4,
+    decoder_ffn_dim=128, encoder_layers=2, encoder_attention_heads=4, encoder_ffn_dim=128,
+    # mixture of experts: 4 experts, top-2, small experts, layers sparse from the first (or second) one
+    num_local_experts=4, num_experts=4, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+    shared_expert_intermediate_size=32, n_shared_experts=1, first_k_dense_replace=1, n_group=1, topk_group=1,
+    moe_topk=2, decoder_sparse_step=1, moe_num_experts=4, moe_k=2, moe_layer_freq=1, top_k=2,
+    # multi-head latent attention (DeepSeek) and friends
+    q_lora_rank=32, kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=16,
+)
+
+
+def one(model_type: str) -> dict:
+    import torch
+    import transformers as T
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES as NAMES
+
+    import fx2nnef
+
+    row = {"family": model_type, "class": NAMES[model_type]}
+    cfg_cls = T.CONFIG_MAPPING[model_type]
+    default = cfg_cls()
+    if hasattr(default, "text_config") and f"{model_type}_text" in NAMES:
+        row.update(status="skipped", note=f"multimodal: its language model is the family {model_type}_text")
+        return row
+    known = set(default.to_dict())
+    kwargs = {k: v for k, v in SIZES.items() if k in known or k in getattr(default, "attribute_map", {})}
+    if "qk_rope_head_dim" in known:  # multi-head latent attention: head_dim is the rotary part
+        kwargs.update(head_dim=SIZES["qk_rope_head_dim"], qk_head_dim=SIZES["qk_rope_head_dim"] + SIZES["qk_nope_head_dim"],
+                      num_key_value_heads=SIZES["num_attention_heads"])
+        kwargs = {k: v for k, v in kwargs.items() if k in known or k in getattr(default, "attribute_map", {})}
+    if "pad_token_id" in known:
+        kwargs["pad_token_id"] = 0
+    if "mlp_only_layers" in known:
+        kwargs["mlp_only_layers"] = []
+    cls = getattr(T, NAMES[model_type])
+    ids = torch.randint(0, 128, (1, 7), generator=torch.Generator().manual_seed(1))
+    for attempt in (kwargs, {**kwargs, "num_key_value_heads": 4}):  # some families need as many kv heads as heads
+        config = cfg_cls(**attempt)
+        config.use_cache = False
+        torch.manual_seed(0)
+        model = cls(config).eval()
+        try:
+            with torch.no_grad():
+                model(ids)
+            if row.pop("eager_error", None):
+                row["note"] = "num_key_value_heads = num_attention_heads"
+            break
+        except Exception as e:  # the second attempt's error is the one reported
+            row["eager_error"] = f"{type(e).__name__}: {str(e)[:200]}"
+    else:
+        raise RuntimeError(row["eager_error"])
+    row["params"] = sum(p.numel() for p in model.parameters())
+    row["experts"] = getattr(config, "_experts_implementation", None)
+    with torch.no_grad():  # constant parameters (norm weights, zero-initialised routers: all experts tie) get noise
+        for p in model.parameters():
+            if p.numel() > 1 and bool((p == p.flatten()[0]).all()):
+                p.add_(0.1 * torch.randn(p.shape))
+    t0 = time.time()
+    r = fx2nnef.export(model, (ids,), f"/tmp/survey_{model_type}.nnef.tgz",
+                       target=fx2nnef.TractNNEF(dynamic_axes={"input_ids": {1: "S"}}))
+    row.update(status="ok" if r.check.ok else "mismatch", seconds=round(time.time() - t0, 1),
+               max_abs=float(r.max_abs_diff))
+    return row
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--only", default="")
+    ap.add_argument("--out", default="")
+    ap.add_argument("--timeout", type=float, default=240)
+    ap.add_argument("--child", default="")
+    a = ap.parse_args()
+    if a.child:
+        try:
+            row = one(a.child)
+        except Exception as e:  # the survey reports every failure as a row
+            row = {"family": a.child, "status": "error", "error": f"{type(e).__name__}: {str(e)[:600]}"}
+        print("SURVEY " + json.dumps(row))
+        return
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES as NAMES
+
+    families = a.only.split(",") if a.only else sorted(NAMES)
+    out = open(a.out, "a") if a.out else sys.stdout
+    for fam in families:
+        try:
+            p = subprocess.run([sys.executable, __file__, "--child", fam], capture_output=True, text=True,
+                               timeout=a.timeout)
+            line = next((l for l in p.stdout.splitlines() if l.startswith("SURVEY ")), None)
+            row = json.loads(line[7:]) if line else {"family": fam, "status": "crash",
+                                                     "error": (p.stderr or "")[-400:]}
+        except subprocess.TimeoutExpired:
+            row = {"family": fam, "status": "timeout"}
+        out.write(json.dumps(row) + "\n")
+        out.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,84 @@
+"""Scatters: scatter (a tensor or a value, optionally reduced), scatter_add, scatter_reduce, index_add.
+
+All become tract's ``tract_core_scatter_elements``, whose indices and updates have one shape:
+torch lets ``src`` be larger than ``index`` (only the region of ``index`` is read) and gives
+index_add a 1-D index, so both are brought to the shape of the index first. Standard NNEF
+has no scatter, so these are tract-only.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+import torch
+
+from ...ir import DType, Value
+from ..context import EmitContext
+from ..helpers import axis, cast, rank, scalar_operand
+from ..registry import register
+from .shape import expand_to, full_like_value, slice_axes
+
+_REDUCTIONS = {None: "none", "add": "add", "sum": "add", "multiply": "mul", "prod": "mul", "amax": "max",
+               "amin": "min"}
+
+
+def _neutral(reduce: str, dtype: DType):
+    """The element a reduction leaves unchanged (what an input element not included becomes)."""
+    if reduce in ("sum", "add"):
+        return 0
+    if reduce in ("prod", "multiply"):
+        return 1
+    info = np.finfo(dtype.numpy_name) if dtype.is_float else np.iinfo(dtype.numpy_name)
+    return (-np.inf if dtype.is_float else info.min) if reduce == "amax" else (np.inf if dtype.is_float else info.max)
+
+
+def _scatter(ctx: EmitContext, x: Value, ax: int, index: Value, updates, reduce) -> Value:
+    """``x`` with ``updates`` (a tensor of at least the index's extent, or a number) scattered at ``index``."""
+    if reduce not in _REDUCTIONS:
+        ctx.fail(f"scatter with reduce={reduce!r} is not supported (supported: {sorted(k for k in _REDUCTIONS if k)})")
+    if isinstance(updates, Value):
+        region = [(a, 0, index.shape[a], 1) for a in range(rank(index)) if updates.shape[a] != index.shape[a]]
+        updates = cast(ctx, slice_axes(ctx, updates, region), x.dtype)
+    else:
+        updates = full_like_value(ctx, updates, x.dtype, index.shape)
+    return ctx.op("tract_core_scatter_elements", x, cast(ctx, index, DType.I64), updates, axis=ax,
+                  reduction=_REDUCTIONS[reduce], out_shape=x.shape, out_dtype=x.dtype)
+
+
+@register(torch.scatter, "Tensor.scatter", target="tract")
+def scatter(ctx: EmitContext, input: Value, dim: int, index: Value, src=None, value=None, *,
+            reduce: Optional[str] = None):
+    """scatter(Tensor self, int dim, Tensor index, Tensor src | Scalar value, *, str? reduce=None) -> Tensor"""
+    return _scatter(ctx, input, axis(dim, rank(input)), index, value if src is None else src, reduce)
+
+
+@register(torch.scatter_add, "Tensor.scatter_add", target="tract")
+def scatter_add(ctx: EmitContext, input: Value, dim: int, index: Value, src: Value):
+    """scatter_add(Tensor self, int dim, Tensor index, Tensor src) -> Tensor"""
+    return _scatter(ctx, input, axis(dim, rank(input)), index, src, "add")
+
+
+@register(torch.scatter_reduce, "Tensor.scatter_reduce", target="tract")
+def scatter_reduce(ctx: EmitContext, input: Value, dim: int, index: Value, src: Value, reduce: str, *,
+                   include_self: bool = True):
+    """scatter_reduce(Tensor self, int dim, Tensor index, Tensor src, str reduce, *, bool include_self=True) -> Tensor"""
+    if reduce == "mean":
+        ctx.fail("scatter_reduce(reduce='mean') is not supported: divide a 'sum' scatter by a 'sum' scatter of ones")
+    ax = axis(dim, rank(input))
+    if not include_self:  # the positions written start from the reduction's neutral element
+        input = _scatter(ctx, input, ax, index, _neutral(reduce, input.dtype), None)
+    return _scatter(ctx, input, ax, index, src, reduce)
+
+
+@register(torch.index_add, "Tensor.index_add", target="tract")
+def index_add(ctx: EmitContext, input: Value, dim: int, index: Value, source: Value, *, alpha=1):
+    """index_add(Tensor self, int dim, Tensor index, Tensor source, *, Scalar alpha=1) -> Tensor"""
+    ax = axis(dim, rank(input))
+    if rank(index) != 1:
+        ctx.fail(f"index_add needs a 1-D index, got {rank(index)}-D")
+    if alpha != 1:
+        source = ctx.op("mul", source, scalar_operand(ctx, alpha, source.dtype), out_shape=source.shape)
+    others = [a for a in range(rank(source)) if a != ax]
+    shape = tuple(index.shape[0] if a == ax else 1 for a in range(rank(source)))
+    idx = ctx.op("unsqueeze", index, axes=others, out_shape=shape, out_dtype=index.dtype) if others else index
+    return _scatter(ctx, input, ax, expand_to(ctx, idx, source.shape), source, "add")
