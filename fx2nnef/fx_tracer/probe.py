@@ -246,13 +246,15 @@ def _symbol_range(sym: str, v: int, results: dict) -> SymRange:
     that moved only ``sym``: "good" (the graph reproduces the model), "bad" (it does not),
     "refused" (the eager model itself refuses that size).
 
-    A model that accepts every k-th size only (k from the good sizes, and refusing some size in
-    between) gets ``sym % k == v % k``; the sizes off that step then bound nothing."""
+    A model that accepts every k-th size only (k from the good sizes, and refusing every probed
+    size in between) gets ``sym % k == v % k``; the sizes off that step then bound nothing. A
+    size off the step where the model runs and the graph differs is no step: it bounds."""
     k = 0
     for n, r in results.items():
         if r == "good":
             k = math.gcd(k, n - v)
-    if k > 1 and any(r == "refused" and (n - v) % k for n, r in results.items()):
+    off_step = [r for n, r in results.items() if (n - v) % k] if k > 1 else []
+    if off_step and all(r == "refused" for r in off_step):
         lo, hi, why = _bounds(sym, v, {n: r for n, r in results.items() if (n - v) % k == 0})
         off = sorted(n for n, r in results.items()
                      if (n - v) % k and r == "refused" and (lo is None or n >= lo) and (hi is None or n <= hi))
