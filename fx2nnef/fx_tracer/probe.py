@@ -55,14 +55,26 @@ class Analysis:
 
 
 class _Recorder(fx.Interpreter):
-    def __init__(self, gm):
-        super().__init__(gm, garbage_collect_values=False)
+    """Runs the graph keeping every node's value, or (``keep`` given) only the records of shapes
+    and the values of the ``keep`` nodes: a probe at a large size then holds one forward's
+    live tensors at a time, not all of them."""
+
+    def __init__(self, gm, keep: Optional[set] = None):
+        super().__init__(gm, garbage_collect_values=keep is not None)
         self.current: Optional[fx.Node] = None
+        self.keep = keep
+        self.kept: dict = {}
+        self.records: dict = {}
 
     def run_node(self, n):
         self.current = n
         with torch.no_grad():
-            return super().run_node(n)
+            out = super().run_node(n)
+        if self.keep is not None:
+            self.records[n] = _record(out)
+            if n in self.keep:
+                self.kept[n] = out
+        return out
 
 
 def resize(t: torch.Tensor, axis: int, n: int) -> torch.Tensor:
@@ -144,14 +156,24 @@ def _record(value):
     return ("other", type(value).__name__)
 
 
-def _run(gm, inputs) -> tuple:
-    rec = _Recorder(gm)
+def _run(gm, inputs, keep: Optional[set] = None) -> tuple:
+    """``(values, error, records)``: node values (all, or those of ``keep`` only), the first
+    error as ``(node, message)`` or None, and each node's shape record."""
+    rec = _Recorder(gm, keep)
+    err = None
     try:
         rec.run(*inputs)
-        return rec.env, None
     except Exception as exc:  # noqa: BLE001 - reported as a probe failure
         first_line = str(exc).strip().split("\n")[0]
-        return rec.env, (rec.current, f"{type(exc).__name__}: {first_line}")
+        err = (rec.current, f"{type(exc).__name__}: {first_line}")
+    if keep is None:
+        return rec.env, err, {n: _record(v) for n, v in rec.env.items()}
+    return rec.kept, err, rec.records
+
+
+def _output_nodes(gm) -> set:
+    out_node = [n for n in gm.graph.nodes if n.op == "output"][0]
+    return {a for a in out_node.args[0] if isinstance(a, fx.Node)}
 
 
 def _guard_holds(g: GuardRecord, value) -> bool:
@@ -201,7 +223,7 @@ def _scrambled_mismatch(gm, reference, env: dict, inputs: list) -> Optional[str]
             expected = reference(env, shuffled)
         except Exception:  # noqa: BLE001 - the model refuses these values: no evidence either way
             continue
-        values, err = _run(gm, shuffled)
+        values, err, _ = _run(gm, shuffled, keep=_output_nodes(gm))
         if err is not None:
             return None
         mismatch = _outputs_match(gm, values, expected)
@@ -335,9 +357,9 @@ def guard_flip_sizes(gm, example, names, dynamic_axes, guards, base_env, data_de
 def _fit_good(good: list, symbols: list):
     envs = [e for e, _ in good]
     records: dict = {}
-    for _, values in good:
-        for n, v in values.items():
-            records.setdefault(n, []).append(_record(v))
+    for _, recorded in good:
+        for n, r in recorded.items():
+            records.setdefault(n, []).append(r)
     sym = _fit_all(records, envs, symbols) if symbols else {n: _static(r[0]) for n, r in records.items()}
     return envs, records, sym
 
@@ -387,7 +409,7 @@ def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, 
         for axis, sym in dynamic_axes.get(name, {}).items():
             base_env[sym] = t.shape[axis]
     symbols = list(base_env)
-    base_values, err = _run(gm, example)
+    base_values, err, base_records = _run(gm, example)
     if err is not None:
         node, msg = err
         raise RuntimeError(f"the traced graph does not re-run on the example inputs at '{node}': {msg}")
@@ -406,7 +428,8 @@ def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, 
         for env in guard_flip_sizes(gm, example, names, dynamic_axes, guards, base_env, data_dep0):
             if env not in single:
                 single.append(env)
-    good: list = [(base_env, base_values)]
+    good: list = [(base_env, base_records)]
+    keep = _output_nodes(gm) | {g.node for g in guards}
     guard_flips: dict = {}  # id(guard) -> first env where it flipped and the graph differs
     equivalent: dict = {}
     results: dict = {s: {} for s in symbols}
@@ -415,7 +438,7 @@ def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, 
 
     def probe(env):
         inputs = inputs_at(example, names, dynamic_axes, env)
-        values, err = _run(gm, inputs)
+        values, err, records = _run(gm, inputs, keep)
         expected = None
         if reference is not None:
             try:
@@ -445,7 +468,7 @@ def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, 
             for g in flips:
                 guard_flips.setdefault(id(g), (env, "a decision differs"))
             return ("bad", flips, "a decision differs")
-        good.append((env, values))
+        good.append((env, records))
         return "good"
 
     bad_detail: dict = {}
