@@ -22,7 +22,7 @@ from .control_flow import loop_options
 from .padded import check_padded
 from .passes import cleanup_slices, complex_to_real, remove_dead_code, remove_inplace
 from .probe import analyze, inputs_at
-from .to_ir import build_ir
+from .to_ir import build_ir, to_numpy
 from .tracer import trace_model
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -40,12 +40,6 @@ class Capture:
     def check_cases(self):
         return [CheckCase(label, ins, outs) for label, ins, outs in self.reference]
 
-
-def _numpy(t: torch.Tensor) -> np.ndarray:
-    t = t.detach().cpu()
-    if t.dtype == torch.bfloat16:
-        t = t.float()
-    return t.numpy().copy()
 
 
 def default_input_names(model, args: tuple, kwargs: dict) -> list:
@@ -151,7 +145,7 @@ def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_na
                                                notes)
     remove_dead_code(gm)
     graph = build_ir(gm, analysis, names, out_names)
-    cases = [("example", [_numpy(t) for t in tensors], [_numpy(t) for _, t in ref_flat])]
+    cases = [("example", [to_numpy(t) for t in tensors], [to_numpy(t) for _, t in ref_flat])]
     for env in _check_envs(analysis) if analysis.symbols else []:
         case = _case(model, args, kwargs, names, tensors, dyn, env)
         if case is not None:
@@ -314,4 +308,4 @@ def _case(model, args, kwargs, names, tensors, dyn, env):
     except Exception:  # noqa: BLE001 - the model refuses this combination of sizes
         return None
     label = ", ".join(f"{k}={v}" for k, v in env.items())
-    return (label, [_numpy(t) for t in new], [_numpy(t) for _, t in structures.flatten(out, "")])
+    return (label, [to_numpy(t) for t in new], [to_numpy(t) for _, t in structures.flatten(out, "")])

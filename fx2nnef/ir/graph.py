@@ -106,6 +106,7 @@ class Node:
 
 
 def _values_in(obj) -> Iterator[Value]:
+    """Every Value in ``obj`` (nested dict/list/tuple), in order."""
     if isinstance(obj, Value):
         yield obj
     elif isinstance(obj, dict):
@@ -114,6 +115,11 @@ def _values_in(obj) -> Iterator[Value]:
     elif isinstance(obj, (list, tuple)):
         for v in obj:
             yield from _values_in(v)
+
+
+def flat_values(obj) -> list:
+    """The Values in ``obj`` (nested dict/list/tuple), in the tracer's flattening order."""
+    return list(_values_in(obj))
 
 
 def map_values(obj, fn):

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from ..errors import EmitError, UnsupportedOpError
-from ..ir import Graph, SymDim, Value, sanitize
+from ..ir import Graph, SymDim, Value, flat_values, sanitize
 from ..ir.dims import substitute
 from . import dat
 from .context import EmitContext, Statement, format_value, nnef_type
@@ -78,12 +78,6 @@ def _complete_shape(value: Value, computed: Value) -> None:
         value.shape = tuple(c if v is None else v for v, c in zip(value.shape, computed.shape))
 
 
-def _flatten(result) -> list:
-    if isinstance(result, Value):
-        return [result]
-    if isinstance(result, (tuple, list)):
-        return [v for r in result for v in _flatten(r)]
-    return []
 
 
 def emit_graph(graph: Graph, target: str, *, registry: Registry = REGISTRY, bool_bits: int = 8,
@@ -141,7 +135,7 @@ def lower_nodes(ctx: EmitContext, graph: Graph, on_node: Optional[Callable[[], N
         try:
             bound = _bind(fn, ctx, node)
             result = fn(*bound.args, **bound.kwargs)
-            produced = _flatten(result)
+            produced = flat_values(result)
             if len(produced) != len(node.outputs):
                 raise EmitError(f"converter returned {len(produced)} tensors for {len(node.outputs)} outputs")
             for ir_out, res in zip(node.outputs, produced):

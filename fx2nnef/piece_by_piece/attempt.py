@@ -26,10 +26,10 @@ from ..errors import Fx2NnefError, TractError, UnsupportedOpError
 from ..fx_tracer.capture import capture
 from ..fx_tracer.to_ir import to_numpy
 from ..fx_tracer.tracer import is_tracing, trace_model
-from ..ir import SourceLoc, SymDim
+from ..ir import SourceLoc, SymDim, flat_values
 from ..nnef_emit import emit_graph, write_asset
 from ..nnef_emit.extractors import registered_module_classes
-from ..nnef_emit.custom_op import FragmentLibrary, ModulePlan, flat_values
+from ..nnef_emit.custom_op import FragmentLibrary, ModulePlan
 from ..nnef_emit.registry import Registry
 from ..targets.tolerance import compare_outputs
 from .record import Call, copy_value, flat_input_names
