@@ -114,7 +114,7 @@ class _Builder:
 
     def _f32_operand(self, n: fx.Node, a):
         if isinstance(a, SymDim):
-            return self._add_scalar_node(n, "reduce.size", (a, DType.F32))
+            return self._add_scalar_node(n, "nnef.size", (a, DType.F32))
         if isinstance(a, Value) and a.dtype != DType.F32:
             return self._add_scalar_node(n, op_key(torch.Tensor.float), (a,))
         return a

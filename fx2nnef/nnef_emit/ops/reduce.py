@@ -58,16 +58,16 @@ def element_count(ctx: EmitContext, x: Value, axes_: list, dtype: DType, minus: 
         return float(n - minus)
     if minus != int(minus):
         ctx.fail(f"a non-integer correction ({minus}) over the dynamic size {n} cannot be expressed")
-    return ctx.call("reduce.size", n - int(minus), dtype)
+    return ctx.call("nnef.size", n - int(minus), dtype)
 
 
-@register("reduce.size")
+@register("nnef.size")
 def size_tensor(ctx: EmitContext, size: SymDim, dtype: DType):
     """A size that depends on dynamic input dims, as a scalar tensor of ``dtype``."""
     ctx.fail(f"the size {size} depends on a dynamic input dim, which target '{ctx.target}' cannot express")
 
 
-@register("reduce.size", target="tract")
+@register("nnef.size", target="tract")
 def size_tensor_tract(ctx: EmitContext, size: SymDim, dtype: DType):
     """A size that depends on dynamic input dims, as a scalar tensor of ``dtype``."""
     return ctx.op("tract_core_cast", size, to=TRACT_DATUM[dtype], out_dtype=dtype, out_shape=())
