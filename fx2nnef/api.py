@@ -113,9 +113,8 @@ def _lower_write_check(cap: Capture, path: Path, target: InferenceTarget, timing
                          "check_io_tolerance if the difference is expected (e.g. float16).")
             raise CheckIOError("\n".join(lines), [d for _, ds in report.cases for d in ds], str(bundle))
         final = staged.commit()
-    return ExportResult(final, type(target).__name__, cap.input_names, cap.graph.output_names, cap.graph.symbols,
-                        emitted.source_op_counts, emitted.nnef_op_counts, report, cap.graph.guards, timings,
-                        cap.graph, emitted.text, cap.notes)
+    return ExportResult.of(final, target, cap.graph, cap.input_names, emitted.source_op_counts,
+                           emitted.nnef_op_counts, report, timings, emitted.text, cap.notes)
 
 
 def _show_progress(progress: Optional[bool], weight_bytes: int) -> bool:

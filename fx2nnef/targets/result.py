@@ -34,6 +34,14 @@ class ExportResult:
     nnef_text: str = dataclasses.field(default="", repr=False)
     notes: list = dataclasses.field(default_factory=list)
 
+    @classmethod
+    def of(cls, path: Path, target, graph: Graph, input_names: list, source_op_counts: dict,
+           nnef_op_counts: dict, check: Optional[CheckReport], timings: dict, nnef_text: str,
+           notes: list) -> "ExportResult":
+        """The result of exporting ``graph`` for ``target`` (names, symbols, guards from the graph)."""
+        return cls(path, type(target).__name__, list(input_names), graph.output_names, graph.symbols,
+                   source_op_counts, nnef_op_counts, check, graph.guards, timings, graph, nnef_text, notes)
+
     @property
     def ranges(self) -> dict:
         """``symbol -> SymRange`` for the symbols whose sizes the export is restricted to
