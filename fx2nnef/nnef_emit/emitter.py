@@ -15,7 +15,7 @@ from ..ir import Graph, SymDim, Value, flat_values, sanitize
 from ..ir.dims import substitute
 from . import dat
 from .context import EmitContext, Statement, format_value, nnef_type
-from .registry import REGISTRY, Registry
+from .registry import REGISTRY, TARGETS, Registry
 
 FRAGMENT_DIR = Path(__file__).parent / "fragments"
 # keyword aliases torch accepts besides the schema name
@@ -280,8 +280,9 @@ def _render(ctx: EmitContext, graph: Graph, out_names: list, extra_fragments: di
     for r in getattr(graph, "ranges", {}).values():
         ext += [f"extension tract_assert {a};" for a in _range_asserts(r, stepped)]
     fragments = sorted(set(ctx.fragments) | set(extra_fragments))
-    if fragments and ctx.target == "khronos":
-        ext.append("extension KHR_enable_fragment_definitions, KHR_enable_operator_expressions;")
+    fragment_ext = TARGETS[ctx.target].fragment_extensions if ctx.target in TARGETS else ()
+    if fragments and fragment_ext:
+        ext.append(f"extension {', '.join(fragment_ext)};")
     lines += ext + ([""] if ext else [])
     for name in fragments:
         text = extra_fragments.get(name) or ctx.fragment_texts.get(name)

@@ -6,8 +6,8 @@ from typing import Optional
 
 from ..errors import InvalidArgumentError
 from ..ir import Graph
-from .base import CheckReport, InferenceTarget
-from .tolerance import compare_outputs, resolve_tolerance
+from .base import InferenceTarget
+from .tolerance import resolve_tolerance
 from .tract_runner import run_tract_many
 
 DEFAULT_TRACT_VERSION = "0.23.9"
@@ -29,6 +29,8 @@ class TractNNEF(InferenceTarget):
     """
 
     name = "tract"
+    engine = "tract"
+    dynamic_dims = True
 
     def __init__(self, version: str = DEFAULT_TRACT_VERSION, check_io: bool = True,
                  dynamic_axes: Optional[dict] = None, check_io_tolerance="approximate",
@@ -67,15 +69,11 @@ class TractNNEF(InferenceTarget):
                 f"  properties = [{items}];\n}}")
         return {"tract_core_properties": text}
 
-    def post_export(self, asset: Path, input_names, output_names, cases) -> Optional[CheckReport]:
-        if not self.check_io:
-            return None
+    def run(self, asset: Path, input_sets: list) -> list:
         transformers = self.with_transformers
         if transformers is None:
             transformers = _uses_transformers(asset)
-        outputs = run_tract_many(asset, [c.inputs for c in cases], with_transformers=transformers, timeout=self.timeout)
-        return CheckReport("tract", [(c.label, compare_outputs(output_names, c.expected, got, self.check_io_tolerance))
-                                     for c, got in zip(cases, outputs)])
+        return run_tract_many(asset, input_sets, with_transformers=transformers, timeout=self.timeout)
 
 
 def _quote(v) -> str:
