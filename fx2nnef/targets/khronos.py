@@ -5,7 +5,8 @@ import tempfile
 from pathlib import Path
 
 from .base import InferenceTarget
-from .khronos_runner import asset_folder, run_khronos_many, validate_khronos
+from .child import asset_folder
+from .khronos_runner import run_khronos_many, validate_khronos
 from .tolerance import resolve_tolerance
 
 
