@@ -12,7 +12,6 @@ import keyword
 import re
 from typing import Optional
 
-import numpy as np
 import torch
 
 from ..errors import GuardError, InvalidArgumentError

@@ -203,14 +203,6 @@ class Graph:
                 v.uses.remove(node)
         self.nodes.remove(node)
 
-    def replace_all_uses(self, old: Value, new: Value) -> None:
-        for node in list(old.uses):
-            node.args = map_values(node.args, lambda v: new if v is old else v)
-            node.kwargs = map_values(node.kwargs, lambda v: new if v is old else v)
-            new.uses.append(node)
-        old.uses.clear()
-        self.outputs = [new if v is old else v for v in self.outputs]
-
     # inspection -----------------------------------------------------------------------
     def constants(self) -> list[Value]:
         seen, out = set(), []

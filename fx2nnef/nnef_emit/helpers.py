@@ -33,10 +33,6 @@ def axes(dims, r: int) -> list:
     return sorted(axis(d, r) for d in dims)
 
 
-def is_tensor(x) -> bool:
-    return isinstance(x, Value)
-
-
 def unsqueeze_to(ctx: EmitContext, v: Value, r: int) -> Value:
     """Add leading unit axes so that ``v`` has rank ``r`` (NNEF pads trailing axes otherwise)."""
     vr = rank(v)

@@ -5,7 +5,6 @@ import dataclasses
 from pathlib import Path
 from typing import Optional
 
-import numpy as np
 
 from ..ir import Graph
 from .tolerance import compare_outputs
@@ -69,7 +68,3 @@ class InferenceTarget:
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
         return f"{type(self).__name__}({fields})"
-
-
-def as_numpy(t) -> np.ndarray:
-    return t.detach().cpu().numpy() if hasattr(t, "detach") else np.asarray(t)

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from ...ir import Value
 from ..context import EmitContext
-from ..helpers import broadcast_operands, cast, dims_list, producer, rank, tiled_from, unsqueeze_to
+from ..helpers import broadcast_operands, cast, dims_list, rank, tiled_from, unsqueeze_to
 from ..registry import register
 
 

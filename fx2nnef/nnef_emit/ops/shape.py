@@ -6,14 +6,13 @@ negative stride, so splits are slices with non-negative bounds and flip has a tr
 """
 from __future__ import annotations
 
-import math
 from typing import Optional
 
 import numpy as np
 import torch
 
 from ...errors import EmitError
-from ...ir import Dim, DType, SymDim, Value, product, simplify
+from ...ir import DType, SymDim, Value, product, simplify
 from ..context import EmitContext
 from ..helpers import axes, axis, cast, dims_list, opaque, producer, rank, result_dtype, tiled_from, unsqueeze_to
 from ..registry import register
