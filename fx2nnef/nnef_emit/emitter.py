@@ -80,6 +80,16 @@ def _complete_shape(value: Value, computed: Value) -> None:
 
 
 
+def properties_fragment(properties: dict) -> str:
+    """The ``tract_core_properties`` fragment holding ``properties`` (strings), as tract writes it."""
+    def quoted(v) -> str:
+        return str(v).replace("\\", "\\\\").replace('"', '\\"')
+
+    items = ", ".join(f'("{k}", "{quoted(v)}")' for k, v in sorted(properties.items()))
+    return ("fragment tract_core_properties(\n) -> (properties: (string, tensor<scalar>)[])\n{\n"
+            f"  properties = [{items}];\n}}")
+
+
 def emit_graph(graph: Graph, target: str, *, registry: Registry = REGISTRY, bool_bits: int = 8,
                extra_fragments: dict | None = None, on_node: Optional[Callable[[], None]] = None) -> Emitted:
     """Lower ``graph`` for ``target`` ("tract" or "khronos"); ``on_node`` is called after each node

@@ -6,6 +6,7 @@ from typing import Optional
 
 from ..errors import InvalidArgumentError
 from ..ir import Graph
+from ..nnef_emit.emitter import properties_fragment
 from .base import InferenceTarget
 from .tolerance import resolve_tolerance
 from .tract_runner import run_tract_many
@@ -64,20 +65,13 @@ class TractNNEF(InferenceTarget):
 
     def specific_fragments(self, graph: Graph) -> dict:
         """The ``tract_core_properties`` fragment, as tract itself writes it."""
-        items = ", ".join(f'("{k}", "{_quote(v)}")' for k, v in sorted(self.properties().items()))
-        text = ("fragment tract_core_properties(\n) -> (properties: (string, tensor<scalar>)[])\n{\n"
-                f"  properties = [{items}];\n}}")
-        return {"tract_core_properties": text}
+        return {"tract_core_properties": properties_fragment(self.properties())}
 
     def run(self, asset: Path, input_sets: list) -> list:
         transformers = self.with_transformers
         if transformers is None:
             transformers = _uses_transformers(asset)
         return run_tract_many(asset, input_sets, with_transformers=transformers, timeout=self.timeout)
-
-
-def _quote(v) -> str:
-    return str(v).replace("\\", "\\\\").replace('"', '\\"')
 
 
 def _uses_transformers(asset: Path) -> bool:
