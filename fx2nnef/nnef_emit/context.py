@@ -185,10 +185,12 @@ class EmitContext:
         if id(value) in self.names:
             return self.names[id(value)]
         source = value.source
+        if source.stored_format is not None and source.dtype is not value.dtype:
+            return self._converted_variable(value)
         key = None
         if source.size <= 64:
             data = source.numpy()
-            key = (data.dtype.str, data.shape, data.tobytes())
+            key = (source.stored_format, data.dtype.str, data.shape, data.tobytes())
         if key is not None and key in self._var_cache:
             self._alive.append(value)
             self.names[id(value)] = self._var_cache[key]
@@ -200,6 +202,16 @@ class EmitContext:
         if key is not None:
             self._var_cache[key] = name
         return name
+
+    def _converted_variable(self, value: Value) -> str:
+        """A constant stored in another dtype than it computes in: the variable, then a cast
+        (which tract folds when it loads the model: the graph runs as fast as in the compute dtype)."""
+        stored = Value(value.name, value.source.dtype, value.shape, value.source)
+        self.variable(stored)
+        converted = self.call("nnef.cast", stored, value.dtype, value.shape)
+        self._alive.append(value)
+        self.names[id(value)] = self.names[id(converted)]
+        return self.names[id(value)]
 
     def const(self, data, dtype: Optional[DType] = None, name: str = "const") -> Value:
         """A new constant tensor from array-like ``data`` (an array already of that dtype and

@@ -27,6 +27,7 @@ class InferenceTarget:
     dynamic_axes: dict = {}
     check_io = False
     bool_bits = 8  # bits per item of bool .dat files this engine reads
+    weights = "native"  # how float parameters are stored: see fx2nnef.ir.weight_formats
 
     def pre_trace(self, model, args, kwargs) -> None:
         """Called before tracing (e.g. to refuse options the target cannot honour)."""

@@ -6,6 +6,7 @@ import tarfile
 from pathlib import Path
 from typing import Optional
 
+from ..errors import InvalidArgumentError
 from .base import CheckReport, InferenceTarget
 from .khronos_runner import run_khronos, validate_khronos
 from .tolerance import compare_outputs, resolve_tolerance
@@ -19,12 +20,18 @@ class KhronosNNEF(InferenceTarget):
         check_io: validate with ``nnef.load_graph`` + ``infer_shapes`` and compare the
             nnef_tools interpreter's outputs with PyTorch.
         check_io_tolerance: a preset name or a Tolerance.
+        weights: only ``"native"`` (each parameter in its own dtype, bfloat16 as float32).
     """
 
     name = "khronos"
     bool_bits = 1  # the Khronos reader only takes 1-bit MSB-first bools
 
-    def __init__(self, version: str = "1.0", check_io: bool = True, check_io_tolerance="approximate"):
+    def __init__(self, version: str = "1.0", check_io: bool = True, check_io_tolerance="approximate",
+                 weights: str = "native"):
+        if weights != "native":
+            raise InvalidArgumentError(
+                f"KhronosNNEF writes weights in their own dtype only (weights='native'), got weights={weights!r}: "
+                "f16 and Q4_0 storage are tract formats; use target=TractNNEF(weights=...)")
         self.version = str(version)
         self.check_io = bool(check_io)
         self.check_io_tolerance = resolve_tolerance(check_io_tolerance)

@@ -12,6 +12,7 @@ from typing import Optional
 import numpy as np
 
 from ..ir import Graph
+from ..ir.weight_formats import NOT_A_WEIGHT
 from .base import CheckReport
 from .tolerance import format_diffs
 
@@ -33,6 +34,12 @@ class ExportResult:
     graph: Optional[Graph] = dataclasses.field(default=None, repr=False)
     nnef_text: str = dataclasses.field(default="", repr=False)
     notes: list = dataclasses.field(default_factory=list)
+    weights: list = dataclasses.field(default_factory=list)  # WeightChoice per float parameter
+
+    @property
+    def weight_formats(self) -> dict:
+        """``parameter path -> how it is stored`` ("q4_0", "f16" or its dtype)."""
+        return {w.path: w.stored for w in self.weights}
 
     @property
     def ranges(self) -> dict:
@@ -70,6 +77,7 @@ class ExportResult:
             lines += [f"    {g}" for g in self.guards[:10]]
             if len(self.guards) > 10:
                 lines.append(f"    ... {len(self.guards) - 10} more")
+        lines += _weight_lines(self.weights)
         for n in self.notes:
             lines.append(f"  note: {n}")
         lines.append("  time: " + ", ".join(f"{k} {v:.2f}s" for k, v in self.timings.items()))
@@ -79,3 +87,21 @@ class ExportResult:
         import html
 
         return "<pre>" + html.escape(str(self)) + "</pre>"
+
+
+def _weight_lines(weights: list) -> list:
+    """A summary of the stored weight formats, when any parameter was converted or refused."""
+    if not any(w.stored_bytes != w.native_bytes or w.reason for w in weights):
+        return []
+    counts: dict = {}
+    for w in weights:
+        counts[w.stored] = counts.get(w.stored, 0) + 1
+    before = sum(w.native_bytes for w in weights) / 2**20
+    after = sum(w.stored_bytes for w in weights) / 2**20
+    lines = ["  weights: " + ", ".join(f"{n} {fmt}" for fmt, n in counts.items())
+             + f" ({before:.1f} MiB -> {after:.1f} MiB)"]
+    kept = [w for w in weights if w.reason and w.reason != NOT_A_WEIGHT]
+    lines += [f"    kept {w}" for w in kept[:8]]
+    if len(kept) > 8:
+        lines.append(f"    ... {len(kept) - 8} more kept native")
+    return lines

@@ -1,0 +1,117 @@
+"""Pass: choose how each float parameter is stored (``native``, ``f16`` or ``q4_0``).
+
+The choice only changes a constant's :attr:`Value.source` (wrapped in a
+:class:`~fx2nnef.ir.weight_data.F16Data` or :class:`~fx2nnef.ir.weight_data.Q4_0Data`); the
+value keeps its dtype, so the graph computes as before and the emitter converts where the
+stored type differs (f16 storage is cast back to the compute dtype once, at load).
+
+- ``f16``: every float32 parameter (bfloat16 ones included: they are read as float32) whose
+  values fit in float16. Buffers and constants made in ``forward`` (rotary frequencies,
+  masks) keep their dtype: rounding them would change the model, not just its size.
+- ``q4_0``: parameters used only as the ``weight`` of ``F.linear`` or ``F.embedding``, 2-D,
+  with a last dim that is a multiple of 32, finite and within the range of float16 scales.
+
+Every other parameter stays native, and the returned :class:`WeightChoice` list says why.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Callable, Optional
+
+from .dtypes import DType
+from .graph import Graph, Node, Value
+from .weight_data import F16_MAX, Q4_0_BLOCK_LEN, Q4_0_MAX_MAGNITUDE, F16Data, Q4_0Data, max_abs, q4_0_size
+
+WEIGHT_FORMATS = ("native", "f16", "q4_0")
+NOT_A_WEIGHT = "not a Linear or Embedding weight"
+# op kind -> the parameter name of the weight that Q4_0 may replace, and its position
+_QUANTIZABLE_USES = {"F.linear": ("weight", 1), "F.embedding": ("weight", 1)}
+
+
+@dataclasses.dataclass
+class WeightChoice:
+    """How one float parameter is written."""
+
+    name: str  # the IR value's name
+    path: str  # the model attribute (e.g. "layers.0.mlp.up_proj.weight")
+    shape: tuple
+    stored: str  # "q4_0", "f16", or the native dtype ("f32", "f16", ...)
+    reason: str = ""  # why it was not converted, when it was not
+    native_bytes: int = 0
+    stored_bytes: int = 0
+
+    def __str__(self) -> str:
+        why = f" ({self.reason})" if self.reason else ""
+        return f"{self.path} {list(self.shape)}: {self.stored}{why}"
+
+
+def apply_weight_format(graph: Graph, fmt: str,
+                        eligible: Optional[Callable[[Value], bool]] = None) -> list[WeightChoice]:
+    """Store the float parameters of ``graph`` in ``fmt`` where possible (see the module doc).
+
+    ``eligible(value)`` may refuse a constant (e.g. one the caller cannot reproduce in its
+    reference run). Returns one :class:`WeightChoice` per float parameter, in graph order.
+    """
+    if fmt not in WEIGHT_FORMATS:
+        raise ValueError(f"weight format must be one of {WEIGHT_FORMATS}, got {fmt!r}")
+    outputs = {id(v) for v in graph.outputs}
+    choices = []
+    for value in graph.constants():
+        source = value.source
+        if source.parameter_path is None or not value.dtype.is_float or source.stored_format is not None:
+            continue
+        choice = WeightChoice(value.name, source.parameter_path, tuple(source.shape), value.dtype.value,
+                              native_bytes=source.nbytes, stored_bytes=source.nbytes)
+        choices.append(choice)
+        if fmt == "native":
+            continue
+        reason = _refusal(value, fmt, id(value) in outputs)
+        if reason is None and eligible is not None and not eligible(value):
+            reason = "not found among the model's parameters for the reference run"
+        if reason is not None:
+            choice.reason = reason
+            continue
+        value.source = F16Data(source) if fmt == "f16" else Q4_0Data(source)
+        choice.stored = fmt
+        choice.stored_bytes = value.source.nbytes if fmt == "f16" else q4_0_size(source.shape)
+    return choices
+
+
+def _refusal(value: Value, fmt: str, is_output: bool) -> Optional[str]:
+    """Why ``value`` cannot be stored in ``fmt`` (None when it can)."""
+    if fmt == "f16":
+        if value.dtype is not DType.F32:
+            return f"{value.dtype.value} parameters are kept"
+        largest = max_abs(value.source)
+        if not largest <= F16_MAX:
+            return f"values up to {largest:g} do not fit in float16"
+        return None
+    if value.dtype not in (DType.F32, DType.F16):
+        return f"{value.dtype.value} parameters are kept"
+    if is_output:
+        return "it is a graph output"
+    uses = [_is_quantizable_use(node, value) for node in value.uses]
+    if not any(uses):
+        return NOT_A_WEIGHT
+    for node, ok in zip(value.uses, uses):
+        if not ok:
+            return f"also used by {node.kind} ({node.where}), not only as a Linear or Embedding weight"
+    if len(value.shape) != 2:
+        return f"rank {len(value.shape)}, Q4_0 takes 2-D weights"
+    if value.shape[1] % Q4_0_BLOCK_LEN:
+        return f"inner dim {value.shape[1]} is not a multiple of {Q4_0_BLOCK_LEN}"
+    largest = max_abs(value.source)
+    if not (math.isfinite(largest) and largest < Q4_0_MAX_MAGNITUDE):
+        return f"values up to {largest:g} do not fit Q4_0's float16 scales"
+    return None
+
+
+def _is_quantizable_use(node: Node, value: Value) -> bool:
+    """Whether ``node`` reads ``value`` only as its Linear/Embedding weight."""
+    spec = _QUANTIZABLE_USES.get(node.kind)
+    if spec is None:
+        return False
+    name, position = spec
+    weight = node.kwargs.get(name, node.args[position] if len(node.args) > position else None)
+    return weight is value and sum(v is value for v in node.inputs()) == 1
