@@ -64,7 +64,7 @@ def apply_weight_format(graph: Graph, fmt: str,
         choice = WeightChoice(value.name, source.parameter_path, tuple(source.shape), value.dtype.value,
                               native_bytes=source.nbytes, stored_bytes=source.nbytes)
         choices.append(choice)
-        if fmt == "native":
+        if fmt == "native" or (fmt == "f16" and value.dtype is DType.F16):
             continue
         reason = _refusal(value, fmt, id(value) in outputs)
         if reason is None and eligible is not None and not eligible(value):

@@ -96,12 +96,19 @@ def _weight_lines(weights: list) -> list:
     counts: dict = {}
     for w in weights:
         counts[w.stored] = counts.get(w.stored, 0) + 1
-    before = sum(w.native_bytes for w in weights) / 2**20
-    after = sum(w.stored_bytes for w in weights) / 2**20
-    lines = ["  weights: " + ", ".join(f"{n} {fmt}" for fmt, n in counts.items())
-             + f" ({before:.1f} MiB -> {after:.1f} MiB)"]
+    before = _size(sum(w.native_bytes for w in weights))
+    after = _size(sum(w.stored_bytes for w in weights))
+    lines = ["  weights: " + ", ".join(f"{n} {fmt}" for fmt, n in counts.items()) + f" ({before} -> {after})"]
     kept = [w for w in weights if w.reason and w.reason != NOT_A_WEIGHT]
     lines += [f"    kept {w}" for w in kept[:8]]
     if len(kept) > 8:
         lines.append(f"    ... {len(kept) - 8} more kept native")
     return lines
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB"):
+        if n < 1024 * 10:
+            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"

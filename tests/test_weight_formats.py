@@ -1,0 +1,202 @@
+"""Weight formats of TractNNEF: ``weights="f16"`` and ``weights="q4_0"``, checked in tract.
+
+The export's own check compares tract with the model holding the stored (f16-rounded or
+dequantized) weights; these tests also rebuild that model themselves, from the asset's .dat
+files decoded by our numpy dequantizer, which is itself checked against tract.
+"""
+from __future__ import annotations
+
+import copy
+import io
+import tarfile
+
+import numpy as np
+import pytest
+import torch
+
+import fx2nnef
+from fx2nnef.errors import InvalidArgumentError
+from fx2nnef.examples.tiny_llm import example_input_ids, tiny_llama
+from fx2nnef.ir import ArrayData, Q4_0Data, dequantize_q4_0, quantize_q4_0
+from fx2nnef.nnef_emit.dat import DatFile, read_dat
+from fx2nnef.targets.tolerance import compare_outputs, resolve_tolerance
+from fx2nnef.targets.tract_runner import run_tract
+
+
+class EmbedMLP(torch.nn.Module):
+    """Embedding and Linear layers; ``out`` has an inner dim of 48, not a multiple of 32."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(40, 64)
+        self.up = torch.nn.Linear(64, 96)
+        self.mid = torch.nn.Linear(96, 48)
+        self.out = torch.nn.Linear(48, 32)
+        self.scale = torch.nn.Parameter(torch.rand(32) + 0.5)  # not a Linear/Embedding weight
+
+    def forward(self, ids):
+        h = torch.relu(self.up(self.emb(ids)))
+        return self.out(torch.relu(self.mid(h))) * self.scale
+
+
+def _asset_files(path) -> dict:
+    with tarfile.open(path) as tar:
+        return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+
+
+def _model_from_asset(model: torch.nn.Module, path) -> torch.nn.Module:
+    """A copy of ``model`` whose parameters are the values stored in the asset (decoded here)."""
+    files = _asset_files(path)
+    twin = copy.deepcopy(model)
+    with torch.no_grad():
+        for name, p in twin.named_parameters():
+            label = name.replace(".", "_") + ".dat"
+            p.copy_(torch.from_numpy(read_dat(files[label])).to(p.dtype).reshape(p.shape))
+    return twin
+
+
+def _item_type(dat: bytes) -> int:
+    return int.from_bytes(dat[48:52], "little")
+
+
+def test_q4_0_block_bytes_by_hand():
+    """One block: the largest magnitude 16 sets d = 16 / -8 = -2 (f16 0xC000); byte j holds
+    element j in its low nibble and element j + 16 in its high one; code = trunc(x / d + 8.5)."""
+    x = np.zeros((1, 32), np.float32)
+    x[0, 0], x[0, 5], x[0, 16], x[0, 17], x[0, 31] = -14.0, 16.0, 2.0, -3.0, 1.0
+    # codes: x0 -> 15, x5 -> 0, x16 -> 7, x17 -> 10, x31 -> 8, zeros -> 8
+    expected = bytes([0x00, 0xC0, 0x7F, 0xA8, 0x88, 0x88, 0x88, 0x80] + [0x88] * 10)
+    assert quantize_q4_0(x).tobytes() == expected
+    dat = DatFile(Q4_0Data(ArrayData(x))).tobytes()
+    assert dat[128:] == expected
+    assert dat[:4] == b"\x4e\xef\x01\x00"
+    assert int.from_bytes(dat[4:8], "little") == 18  # data length
+    assert int.from_bytes(dat[8:12], "little") == 2 and dat[12:20] == (1).to_bytes(4, "little") + (32).to_bytes(4, "little")
+    assert dat[44:48] == b"\xff\xff\xff\xff"  # bits per item: tract's marker for block formats
+    assert dat[48:52] == b"\x40\x30\x52\x54"  # item type 0x3040, vendor "TR" (0x5452)
+    np.testing.assert_array_equal(read_dat(dat)[0, [0, 5, 16, 17, 31, 1]], [-14.0, 16.0, 2.0, -4.0, 0.0, 0.0])
+
+
+def test_q4_0_streams_in_pieces_that_cut_blocks():
+    """The writer quantizes piece by piece; pieces that end inside a block give the same bytes."""
+    w = np.random.default_rng(1).standard_normal((5, 96)).astype(np.float32)
+
+    class Pieces(ArrayData):
+        def chunks(self, max_bytes=0):
+            raw = memoryview(self.array.reshape(-1).view(np.uint8))
+            for start in range(0, len(raw), 100):  # 25 floats: never on a block boundary
+                yield raw[start:start + 100]
+
+    streamed = b"".join(bytes(c) for c in Q4_0Data(Pieces(w)).block_chunks())
+    assert streamed == quantize_q4_0(w).tobytes()
+    np.testing.assert_array_equal(Q4_0Data(ArrayData(w)).numpy(), dequantize_q4_0(streamed, w.shape))
+
+
+def test_numpy_dequantizer_matches_tract(tmp_path):
+    """Gathering every row of a Q4_0 embedding in tract gives exactly our dequantized table."""
+    torch.manual_seed(0)
+    emb = torch.nn.Embedding(24, 64)
+    with torch.no_grad():
+        emb.weight[3] *= 1000.0  # a row with a much larger range
+    path = tmp_path / "emb.nnef.tgz"
+    r = fx2nnef.export(emb, (torch.arange(24)[None],), path, target=fx2nnef.TractNNEF(weights="q4_0"))
+    assert r.weight_formats == {"weight": "q4_0"}
+    dat = _asset_files(path)["weight.dat"]
+    assert len(dat) == 128 + 24 * 2 * 18
+    ours = read_dat(dat)
+    got = run_tract(path, [np.arange(24, dtype=np.int64)[None]])[0][0]
+    np.testing.assert_array_equal(got, ours)
+    assert np.abs(ours - emb.weight.detach().numpy()).max() > 1e-3  # really quantized
+
+
+@pytest.mark.parametrize("weights", ["f16", "q4_0"])
+def test_embedding_mlp(weights, tmp_path):
+    torch.manual_seed(0)
+    model = EmbedMLP().eval()
+    path = tmp_path / f"mlp_{weights}.nnef.tgz"
+    r = fx2nnef.export(model, (torch.randint(0, 40, (2, 7)),), path,
+                       target=fx2nnef.TractNNEF(weights=weights, dynamic_axes={"ids": {1: "S"}}))
+    assert r.check.ok and len(r.check.cases) == 3
+    formats = r.weight_formats
+    if weights == "q4_0":
+        assert formats == {"emb.weight": "q4_0", "up.weight": "q4_0", "up.bias": "f32", "mid.weight": "q4_0",
+                           "mid.bias": "f32", "out.weight": "f32", "out.bias": "f32", "scale": "f32"}
+        kept = {w.path: w.reason for w in r.weights}
+        assert "inner dim 48 is not a multiple of 32" in kept["out.weight"]
+        assert "q4_0" in str(r) and "out.weight [32, 48]" in str(r)
+        files = _asset_files(path)
+        assert _item_type(files["out_weight.dat"]) == 0 and _item_type(files["up_weight.dat"]) == 0x54523040
+        assert ('("fx2nnef_weights_q4_0", "emb.weight,up.weight,mid.weight")' in r.nnef_text)
+    else:
+        assert set(formats.values()) == {"f16"}
+        assert "tract_core_cast" in r.nnef_text
+    # the model holding the stored weights, rebuilt here from the asset, against tract at a new length
+    twin = _model_from_asset(model, path)
+    ids = torch.randint(0, 40, (2, 11), generator=torch.Generator().manual_seed(5))
+    got = run_tract(path, [ids.numpy()])
+    with torch.no_grad():
+        expected, original = twin(ids).numpy(), model(ids).numpy()
+    diffs = compare_outputs(["y"], [expected], got, resolve_tolerance("approximate"))
+    assert diffs[0].ok, diffs[0]
+    # and the stored weights do change the numbers: comparing with the original model would fail
+    assert not compare_outputs(["y"], [original], got, resolve_tolerance("approximate"))[0].ok
+
+
+@pytest.mark.parametrize("weights,tied", [("f16", False), ("q4_0", False), ("q4_0", True)])
+def test_tiny_llama(weights, tied, tmp_path):
+    """A tiny transformers Llama with random weights (tied embeddings: one Q4_0 tensor read by
+    the embedding gather and the lm_head matmul)."""
+    model = tiny_llama("sdpa", tie_word_embeddings=tied)
+    path = tmp_path / "llama.nnef.tgz"
+    r = fx2nnef.export(model, (example_input_ids(8),), path,
+                       target=fx2nnef.TractNNEF(weights=weights, dynamic_axes={"input_ids": {1: "S"}}),
+                       input_names=["input_ids"], output_names=["logits"])
+    assert r.check.ok
+    formats = r.weight_formats
+    if weights == "q4_0":
+        matrices = [p for p, t in model.named_parameters() if t.dim() == 2]
+        assert all(formats[p] == "q4_0" for p in matrices)
+        assert all(formats[p] == "f32" for p, t in model.named_parameters() if t.dim() == 1)
+        assert len(matrices) == (15 if tied else 16)
+    else:
+        assert set(formats.values()) == {"f16"}
+    files = _asset_files(path)
+    stored = sum(len(files[name.replace(".", "_") + ".dat"]) - 128 for name, _ in model.named_parameters())
+    assert stored == sum(w.stored_bytes for w in r.weights)
+    native = sum(p.numel() * 4 for p in model.parameters())
+    assert stored <= native * (0.15 if weights == "q4_0" else 0.5)
+    twin = _model_from_asset(model, path)
+    ids = example_input_ids(5, seed=3)
+    with torch.no_grad():
+        expected = twin(ids).logits.numpy()
+    got = run_tract(path, [ids.numpy()])
+    assert compare_outputs(["logits"], [expected], got, resolve_tolerance("approximate"))[0].ok
+
+
+def test_float16_model_q4_0(tmp_path):
+    """In a float16 model the Q4_0 weights feed f16 products and an f16 embedding gather."""
+    r = fx2nnef.export(tiny_llama("sdpa").half(), (example_input_ids(8),), tmp_path / "h.nnef.tgz",
+                       target=fx2nnef.TractNNEF(weights="q4_0", dynamic_axes={"input_ids": {1: "S"}}))
+    assert r.check.ok
+    assert "datum_type = 'f16'" in r.nnef_text
+    assert list(r.weight_formats.values()).count("q4_0") == 16
+
+
+def test_bad_weight_option_refused(tmp_path):
+    with pytest.raises(InvalidArgumentError, match="weights must be one of 'native', 'f16', 'q4_0'"):
+        fx2nnef.TractNNEF(weights="int8")
+    with pytest.raises(InvalidArgumentError, match="KhronosNNEF writes weights in their own dtype"):
+        fx2nnef.KhronosNNEF(weights="q4_0")
+    with pytest.raises(InvalidArgumentError, match="piece_by_piece"):
+        fx2nnef.export(EmbedMLP(), (torch.randint(0, 40, (1, 3)),), tmp_path / "m.nnef.tgz",
+                       target=fx2nnef.TractNNEF(weights="q4_0"), fallback="piece_by_piece")
+    assert not list(tmp_path.iterdir())
+
+
+def test_values_beyond_float16_stay_native(tmp_path):
+    model = torch.nn.Linear(32, 4)
+    with torch.no_grad():
+        model.weight[0, 0] = 1e6
+    r = fx2nnef.export(model, (torch.randn(2, 32),), tmp_path / "big.nnef.tgz", target=fx2nnef.TractNNEF(weights="f16"))
+    assert r.check.ok and r.weight_formats == {"weight": "f32", "bias": "f16"}
+    assert "do not fit in float16" in r.weights[0].reason
