@@ -3,7 +3,7 @@
 The choice only changes a constant's :attr:`Value.source` (wrapped in a
 :class:`~fx2nnef.ir.weight_data.F16Data` or :class:`~fx2nnef.ir.weight_data.Q4_0Data`); the
 value keeps its dtype, so the graph computes as before and the emitter converts where the
-stored type differs (f16 storage is cast back to the compute dtype once, at load).
+stored type differs (matmuls read f16 weights as stored; other readers get a cast).
 
 - ``f16``: every float32 parameter (bfloat16 ones included: they are read as float32) whose
   values fit in float16. Buffers and constants made in ``forward`` (rotary frequencies,

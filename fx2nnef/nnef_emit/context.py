@@ -203,11 +203,29 @@ class EmitContext:
             self._var_cache[key] = name
         return name
 
+    def stored(self, value: Value) -> Value:
+        """``value`` as stored, for ops that take operands of mixed float types (tract's matmul):
+        a constant stored in another dtype than it computes in (f16 weights) gives its variable,
+        uncast; any other value is returned as is.
+
+        NOTE: tract 0.23.9 does not fold a cast of a large constant (its PropConst refuses folds
+        that grow memory past a budget): a cast f16 weight is converted again on every run (20x
+        slower than f32 for a 2048x2048 matmul), while ``matmul(f32, f16 variable)`` runs at f32 speed.
+        """
+        if not (value.is_constant and value.source.stored_format is not None and value.source.dtype is not value.dtype):
+            return value
+        key = ("stored", id(value))
+        if key not in self.memo:
+            raw = Value(value.name, value.source.dtype, value.shape, value.source)
+            self.variable(raw)
+            self._alive.append(value)
+            self.memo[key] = raw
+        return self.memo[key]
+
     def _converted_variable(self, value: Value) -> str:
-        """A constant stored in another dtype than it computes in: the variable, then a cast
-        (which tract folds when it loads the model: the graph runs as fast as in the compute dtype)."""
-        stored = Value(value.name, value.source.dtype, value.shape, value.source)
-        self.variable(stored)
+        """A constant stored in another dtype than it computes in: the variable, then a cast to
+        the compute dtype (converters that can read the stored form use :meth:`stored`)."""
+        stored = self.stored(value)
         converted = self.call("nnef.cast", stored, value.dtype, value.shape)
         self._alive.append(value)
         self.names[id(value)] = self.names[id(converted)]

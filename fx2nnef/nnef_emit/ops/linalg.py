@@ -43,7 +43,10 @@ def _untiled_matmul(ctx: EmitContext, a: Value, b: Value, transpose_b: bool) -> 
 
 
 def _matmul(ctx: EmitContext, a: Value, b: Value, transpose_b: bool = False) -> Value:
-    """NNEF matmul needs equal ranks: vectors become matrices and lower ranks get unit batch axes."""
+    """NNEF matmul needs equal ranks: vectors become matrices and lower ranks get unit batch axes.
+    A right operand stored as f16 (f16 weights) is read as stored: the product stays in ``a``'s dtype."""
+    if not a.is_constant:
+        b = ctx.stored(b)
     ra, rb = rank(a), rank(b)
     if ra >= 2 and rb >= 2:
         r = max(ra, rb)
