@@ -200,3 +200,35 @@ def test_values_beyond_float16_stay_native(tmp_path):
     r = fx2nnef.export(model, (torch.randn(2, 32),), tmp_path / "big.nnef.tgz", target=fx2nnef.TractNNEF(weights="f16"))
     assert r.check.ok and r.weight_formats == {"weight": "f32", "bias": "f16"}
     assert "do not fit in float16" in r.weights[0].reason
+
+
+def test_pass_choices_on_the_ir():
+    """The pass alone: which constants change storage, and why the others do not."""
+    from fx2nnef.ir import DType, Graph, Node, apply_weight_format
+
+    rng = np.random.default_rng(0)
+
+    def param(graph, name, shape):
+        data = ArrayData(rng.standard_normal(shape).astype(np.float32))
+        data.parameter_path = name
+        return graph.add_constant(name, data)
+
+    g = Graph()
+    ids = g.add_input("ids", DType.I64, (1, 4))
+    table, w, w48, shared = (param(g, "table", (10, 64)), param(g, "w", (32, 64)), param(g, "w48", (8, 48)),
+                             param(g, "shared", (64, 64)))
+    buffer = g.add_constant("buffer", np.ones((64, 64), np.float32))  # not a parameter: never touched
+    h = g.new_value("h", DType.F32, (1, 4, 64))
+    g.add_node(Node("F.embedding", (ids, table), {}, [h]))
+    outs = [g.new_value(f"y{i}", DType.F32) for i in range(4)]
+    g.add_node(Node("F.linear", (h, w), {}, [outs[0]]))
+    g.add_node(Node("F.linear", (h,), {"weight": shared}, [outs[1]]))
+    g.add_node(Node("torch.matmul", (h, shared), {}, [outs[2]]))
+    g.add_node(Node("F.linear", (h, buffer), {}, [outs[3]]))
+    g.add_node(Node("F.linear", (outs[3], w48), {}, [g.new_value("z", DType.F32)]))
+    choices = {c.path: c for c in apply_weight_format(g, "q4_0")}
+    assert {p: c.stored for p, c in choices.items()} == {"table": "q4_0", "w": "q4_0", "w48": "f32", "shared": "f32"}
+    assert "also used by torch.matmul" in choices["shared"].reason
+    assert choices["w"].stored_bytes == 32 * 2 * 18 and choices["w"].native_bytes == 32 * 64 * 4
+    assert isinstance(table.source, Q4_0Data) and buffer.source.stored_format is None
+    np.testing.assert_array_equal(w.data, dequantize_q4_0(quantize_q4_0(w.source.base.numpy()), (32, 64)))
