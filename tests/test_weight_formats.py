@@ -232,3 +232,18 @@ def test_pass_choices_on_the_ir():
     assert choices["w"].stored_bytes == 32 * 2 * 18 and choices["w"].native_bytes == 32 * 64 * 4
     assert isinstance(table.source, Q4_0Data) and buffer.source.stored_format is None
     np.testing.assert_array_equal(w.data, dequantize_q4_0(quantize_q4_0(w.source.base.numpy()), (32, 64)))
+
+
+@pytest.mark.parametrize("weights, written", [("native", np.float32), ("f16", np.float16)])
+def test_bfloat16_parameters_written_as_f32_or_f16(weights, written, tmp_path):
+    """tract has no bfloat16: bf16 parameters are written as float32 or, by option, float16 (exactly,
+    for values in float16's range). The reference computes in bfloat16, so the check is at 'very'."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 32)).to(torch.bfloat16)
+    path = tmp_path / "bf.nnef.tgz"
+    r = fx2nnef.export(model, (torch.randn(3, 64).to(torch.bfloat16),), path,
+                       target=fx2nnef.TractNNEF(weights=weights, check_io_tolerance="very"))
+    assert r.check.ok
+    stored = read_dat(_asset_files(path)["v_0_weight.dat"])
+    assert stored.dtype == written
+    np.testing.assert_array_equal(stored.astype(np.float32), model[0].weight.detach().float().numpy())
