@@ -38,10 +38,10 @@ def _target(ns):
     from .targets import KhronosNNEF, TractNNEF
 
     if ns.target == "khronos":
-        return KhronosNNEF(check_io=not ns.no_check, check_io_tolerance=ns.tolerance)
+        return KhronosNNEF(check_io=not ns.no_check, check_io_tolerance=ns.tolerance, weights=ns.weights)
     dyn = json.loads(ns.dynamic_axes) if ns.dynamic_axes else {}
     dyn = {name: {int(k): v for k, v in axes.items()} for name, axes in dyn.items()}
-    return TractNNEF(check_io=not ns.no_check, dynamic_axes=dyn, check_io_tolerance=ns.tolerance)
+    return TractNNEF(check_io=not ns.no_check, dynamic_axes=dyn, check_io_tolerance=ns.tolerance, weights=ns.weights)
 
 
 def cmd_export(ns) -> int:
@@ -111,6 +111,8 @@ def _add_target_options(p):
     p.add_argument("--dynamic-axes", help='JSON, e.g. \'{"input_ids": {"1": "S"}}\'')
     p.add_argument("--tolerance", default="approximate", help="tract's levels: exact|close|approximate|very|super|ultra (default approximate)")
     p.add_argument("--no-check", action="store_true", help="do not run the asset in the engine")
+    p.add_argument("--weights", default="native", choices=["native", "f16", "q4_0"],
+                   help="how float parameters are written (tract): native, f16, or q4_0 for Linear/Embedding weights")
 
 
 def build_parser() -> argparse.ArgumentParser:
