@@ -42,7 +42,8 @@ class TractNNEF(InferenceTarget):
                  specific_properties: Optional[dict] = None, dump_identity_properties: bool = False,
                  with_transformers: Optional[bool] = None, timeout: float = 600.0, weights: str = "native"):
         if weights not in WEIGHT_FORMATS:
-            raise InvalidArgumentError(f"weights must be one of {', '.join(map(repr, WEIGHT_FORMATS))}, got {weights!r}")
+            raise InvalidArgumentError(f"weights must be one of {', '.join(map(repr, WEIGHT_FORMATS))}, got {weights!r} "
+                                       "(see TractNNEF's docstring)")
         self.weights = weights
         self.version = str(version)
         self.check_io = bool(check_io)
