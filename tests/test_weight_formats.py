@@ -44,14 +44,17 @@ def _asset_files(path) -> dict:
         return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
 
 
-def _model_from_asset(model: torch.nn.Module, path) -> torch.nn.Module:
+def _model_from_asset(model: torch.nn.Module, path, result) -> torch.nn.Module:
     """A copy of ``model`` whose parameters are the values stored in the asset (decoded here)."""
     files = _asset_files(path)
+    transposed = {w.path for w in result.weights if w.transposed}
     twin = copy.deepcopy(model)
     with torch.no_grad():
         for name, p in twin.named_parameters():
-            label = name.replace(".", "_") + ".dat"
-            p.copy_(torch.from_numpy(read_dat(files[label])).to(p.dtype).reshape(p.shape))
+            if result.weight_formats[name] not in ("q4_0", "f16"):
+                continue  # native: written as is (possibly reshaped, under another label)
+            stored = read_dat(files[name.replace(".", "_") + ".dat"])
+            p.copy_(torch.from_numpy(stored.T if name in transposed else stored).to(p.dtype).reshape(p.shape))
     return twin
 
 
@@ -131,7 +134,7 @@ def test_embedding_mlp(weights, tmp_path):
         assert set(formats.values()) == {"f16"}
         assert "tract_core_cast" in r.nnef_text
     # the model holding the stored weights, rebuilt here from the asset, against tract at a new length
-    twin = _model_from_asset(model, path)
+    twin = _model_from_asset(model, path, r)
     ids = torch.randint(0, 40, (2, 11), generator=torch.Generator().manual_seed(5))
     got = run_tract(path, [ids.numpy()])
     with torch.no_grad():
@@ -165,7 +168,7 @@ def test_tiny_llama(weights, tied, tmp_path):
     assert stored == sum(w.stored_bytes for w in r.weights)
     native = sum(p.numel() * 4 for p in model.parameters())
     assert stored <= native * (0.15 if weights == "q4_0" else 0.5)
-    twin = _model_from_asset(model, path)
+    twin = _model_from_asset(model, path, r)
     ids = example_input_ids(5, seed=3)
     with torch.no_grad():
         expected = twin(ids).logits.numpy()
@@ -226,9 +229,14 @@ def test_pass_choices_on_the_ir():
     g.add_node(Node("torch.matmul", (h, shared), {}, [outs[2]]))
     g.add_node(Node("F.linear", (h, buffer), {}, [outs[3]]))
     g.add_node(Node("F.linear", (outs[3], w48), {}, [g.new_value("z", DType.F32)]))
+    also = param(g, "also", (64, 64))
+    g.add_node(Node("F.linear", (h, also), {}, [g.new_value("u", DType.F32)]))
+    g.add_node(Node("Tensor.t", (also,), {}, [g.new_value("t", DType.F32)]))
     choices = {c.path: c for c in apply_weight_format(g, "q4_0")}
-    assert {p: c.stored for p, c in choices.items()} == {"table": "q4_0", "w": "q4_0", "w48": "f32", "shared": "f32"}
-    assert "also used by torch.matmul" in choices["shared"].reason
+    assert {p: c.stored for p, c in choices.items()} == {"table": "q4_0", "w": "q4_0", "w48": "f32", "shared": "f32",
+                                                         "also": "f32"}
+    assert "used both as a Linear weight [N, K] and as the right operand [K, N]" in choices["shared"].reason
+    assert "also used by Tensor.t" in choices["also"].reason
     assert choices["w"].stored_bytes == 32 * 2 * 18 and choices["w"].native_bytes == 32 * 64 * 4
     assert isinstance(table.source, Q4_0Data) and buffer.source.stored_format is None
     np.testing.assert_array_equal(w.data, dequantize_q4_0(quantize_q4_0(w.source.base.numpy()), (32, 64)))
@@ -247,3 +255,65 @@ def test_bfloat16_parameters_written_as_f32_or_f16(weights, written, tmp_path):
     stored = read_dat(_asset_files(path)["v_0_weight.dat"])
     assert stored.dtype == written
     np.testing.assert_array_equal(stored.astype(np.float32), model[0].weight.detach().float().numpy())
+
+
+class Conv1DNet(torch.nn.Module):
+    """Weights [K, N] read as ``x @ w`` (GPT-2's Conv1D): Q4_0 stores them transposed."""
+
+    def __init__(self):
+        super().__init__()
+        self.w1 = torch.nn.Parameter(torch.randn(64, 96) * 0.1)
+        self.b1 = torch.nn.Parameter(torch.randn(96))
+        self.w2 = torch.nn.Parameter(torch.randn(96, 96) * 0.1)  # square: the layout is not in the shape
+        self.w3 = torch.nn.Parameter(torch.randn(96, 40) * 0.1)
+        self.w4 = torch.nn.Parameter(torch.randn(40, 32) * 0.1)  # inner dim 40: native
+
+    def forward(self, x):
+        h = torch.addmm(self.b1, x.reshape(-1, 64), self.w1).reshape(x.shape[0], x.shape[1], 96)
+        h = torch.relu(torch.matmul(torch.relu(h), self.w2))
+        return torch.relu(h @ self.w3).matmul(self.w4)
+
+
+def test_matmul_right_operands_stored_transposed(tmp_path):
+    torch.manual_seed(0)
+    model = Conv1DNet()
+    path = tmp_path / "c1d.nnef.tgz"
+    r = fx2nnef.export(model, (torch.randn(1, 5, 64),), path,
+                       target=fx2nnef.TractNNEF(weights="q4_0", dynamic_axes={"x": {1: "S"}}))
+    assert r.check.ok
+    assert r.weight_formats == {"w1": "q4_0", "b1": "f32", "w2": "q4_0", "w3": "q4_0", "w4": "f32"}
+    assert {w.path for w in r.weights if w.transposed} == {"w1", "w2", "w3"}
+    assert "inner dim 40 is not a multiple of 32" in {w.path: w.reason for w in r.weights}["w4"]
+    files = _asset_files(path)
+    assert read_dat(files["w1.dat"]).shape == (96, 64) and "transposeB = true" in r.nnef_text
+    twin = _model_from_asset(model, path, r)
+    x = torch.randn(1, 9, 64)
+    with torch.no_grad():
+        expected, original = twin(x).numpy(), model(x).numpy()
+    got = run_tract(path, [x.numpy()])
+    assert compare_outputs(["y"], [expected], got, resolve_tolerance("approximate"))[0].ok
+    assert not compare_outputs(["y"], [original], got, resolve_tolerance("approximate"))[0].ok
+
+
+def test_tiny_gpt2_conv1d_weights(tmp_path):
+    """transformers' GPT-2 in Q4_0: token and position tables, tied lm_head, and Conv1D weights
+    (stored transposed)."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    config = GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=256, n_positions=64, bos_token_id=0,
+                        eos_token_id=0, use_cache=False)
+    model = GPT2LMHeadModel(config).eval()
+    path = tmp_path / "gpt2.nnef.tgz"
+    r = fx2nnef.export(model, (example_input_ids(8),), path,
+                       target=fx2nnef.TractNNEF(weights="q4_0", dynamic_axes={"input_ids": {1: "S"}}),
+                       input_names=["input_ids"], output_names=["logits"])
+    assert r.check.ok
+    matrices = {p for p, t in model.named_parameters() if t.dim() == 2}
+    assert {p for p, f in r.weight_formats.items() if f == "q4_0"} == matrices
+    assert {w.path for w in r.weights if w.transposed} == {p for p in matrices if ".h." in p}
+    twin = _model_from_asset(model, path, r)
+    ids = example_input_ids(5, seed=3)
+    with torch.no_grad():
+        expected = twin(ids).logits.numpy()
+    assert compare_outputs(["logits"], [expected], run_tract(path, [ids.numpy()]), resolve_tolerance("approximate"))[0].ok

@@ -99,30 +99,48 @@ class F16Data(TensorData):
 
 class Q4_0Data(TensorData):
     """A 2-D float constant stored as Q4_0 blocks. ``numpy()`` gives the dequantized values (what
-    the engine computes with), in the base's dtype; :meth:`block_chunks` the encoded blocks."""
+    the engine computes with), in the base's dtype; :meth:`block_chunks` the encoded blocks.
+
+    Blocks run along the last dim of the stored tensor, which must be the contracted one: a
+    ``[K, N]`` right operand of ``x @ w`` is stored ``transposed``, as ``[N, K]``
+    (:attr:`stored_shape`), and read by a matmul with ``transposeB``.
+    """
 
     stored_format = "q4_0"
 
-    def __init__(self, base: TensorData):
-        if len(base.shape) != 2 or base.shape[1] % Q4_0_BLOCK_LEN:
-            raise ValueError(f"Q4_0 needs a 2-D tensor whose last dim is a multiple of {Q4_0_BLOCK_LEN}, "
-                             f"got shape {list(base.shape)}")
+    def __init__(self, base: TensorData, transposed: bool = False):
         self.base = base
         self.shape = tuple(base.shape)
         self.dtype = base.dtype
         self.parameter_path = base.parameter_path
+        self.transposed = transposed
+        self.stored_shape = self.shape[::-1] if transposed else self.shape
+        if len(self.shape) != 2 or self.stored_shape[1] % Q4_0_BLOCK_LEN:
+            raise ValueError(f"Q4_0 needs a 2-D tensor whose contracted dim is a multiple of {Q4_0_BLOCK_LEN}, "
+                             f"got shape {list(base.shape)}" + (" (transposed)" if transposed else ""))
 
     @property
     def block_bytes(self) -> int:
         """Bytes of the encoded blocks."""
         return q4_0_size(self.shape)
 
+    def _stored_values(self) -> np.ndarray:
+        values = self.base.numpy()
+        return np.ascontiguousarray(values.T) if self.transposed else values
+
     def numpy(self) -> np.ndarray:
-        blocks = quantize_q4_0(self.base.numpy())
-        return dequantize_q4_0(blocks, self.shape).astype(self.dtype.numpy_name)
+        values = dequantize_q4_0(quantize_q4_0(self._stored_values()), self.stored_shape)
+        return np.ascontiguousarray(values.T if self.transposed else values).astype(self.dtype.numpy_name)
 
     def block_chunks(self, max_bytes: int = DEFAULT_CHUNK_BYTES) -> Iterator[memoryview]:
-        """The Q4_0 blocks, row-major, quantized piece by piece."""
+        """The Q4_0 blocks, row-major, quantized piece by piece (a transposed tensor is read whole
+        first: one tensor's copy at a time)."""
+        if self.transposed:
+            values = self._stored_values()
+            rows = max(1, max_bytes // max(1, values.shape[1] * 4))
+            for start in range(0, values.shape[0], rows):
+                yield memoryview(quantize_q4_0(values[start:start + rows])).cast("B")
+            return
         source = np.dtype(self.base.dtype.numpy_name).newbyteorder("<")
         pending: Optional[np.ndarray] = None
         for piece in self.base.chunks(max_bytes):

@@ -8,8 +8,10 @@ stored type differs (matmuls read f16 weights as stored; other readers get a cas
 - ``f16``: every float32 parameter (bfloat16 ones included: they are read as float32) whose
   values fit in float16. Buffers and constants made in ``forward`` (rotary frequencies,
   masks) keep their dtype: rounding them would change the model, not just its size.
-- ``q4_0``: parameters used only as the ``weight`` of ``F.linear`` or ``F.embedding``, 2-D,
-  with a last dim that is a multiple of 32, finite and within the range of float16 scales.
+- ``q4_0``: 2-D parameters used only as the ``weight`` of ``F.linear`` or ``F.embedding``
+  (blocks along their last dim), or only as the right operand of ``mm``/``addmm``/``matmul``
+  (GPT-2's ``Conv1D``: blocks along their first dim, stored transposed), with that dim a
+  multiple of 32, finite and within the range of float16 scales.
 
 Every other parameter stays native, and the returned :class:`WeightChoice` list says why.
 """
@@ -25,8 +27,14 @@ from .weight_data import F16_MAX, Q4_0_BLOCK_LEN, Q4_0_MAX_MAGNITUDE, F16Data, Q
 
 WEIGHT_FORMATS = ("native", "f16", "q4_0")
 NOT_A_WEIGHT = "not a Linear or Embedding weight"
-# op kind -> the parameter name of the weight that Q4_0 may replace, and its position
-_QUANTIZABLE_USES = {"F.linear": ("weight", 1), "F.embedding": ("weight", 1)}
+# op kind -> (parameter name, position) of an operand Q4_0 may replace, and whether the weight is
+# contracted on its first dim (``x @ w`` with w [K, N]: stored transposed) rather than its last
+_QUANTIZABLE_USES = {
+    "F.linear": ("weight", 1, False), "F.embedding": ("weight", 1, False),
+    "torch.mm": ("mat2", 1, True), "Tensor.mm": ("mat2", 1, True),
+    "torch.addmm": ("mat2", 2, True), "Tensor.addmm": ("mat2", 2, True),
+    "torch.matmul": ("other", 1, True), "Tensor.matmul": ("other", 1, True), "operator.matmul": ("other", 1, True),
+}
 
 
 @dataclasses.dataclass
@@ -40,6 +48,7 @@ class WeightChoice:
     reason: str = ""  # why it was not converted, when it was not
     native_bytes: int = 0
     stored_bytes: int = 0
+    transposed: bool = False  # stored as its transpose (Q4_0 of a [K, N] matmul operand)
 
     def __str__(self) -> str:
         why = f" ({self.reason})" if self.reason else ""
@@ -72,8 +81,9 @@ def apply_weight_format(graph: Graph, fmt: str,
         if reason is not None:
             choice.reason = reason
             continue
-        value.source = F16Data(source) if fmt == "f16" else Q4_0Data(source)
+        value.source = F16Data(source) if fmt == "f16" else Q4_0Data(source, _contracted_first(value))
         choice.stored = fmt
+        choice.transposed = bool(getattr(value.source, "transposed", False))
         choice.stored_bytes = value.source.nbytes if fmt == "f16" else q4_0_size(source.shape)
     return choices
 
@@ -91,27 +101,39 @@ def _refusal(value: Value, fmt: str, is_output: bool) -> Optional[str]:
         return f"{value.dtype.value} parameters are kept"
     if is_output:
         return "it is a graph output"
-    uses = [_is_quantizable_use(node, value) for node in value.uses]
-    if not any(uses):
-        return NOT_A_WEIGHT
-    for node, ok in zip(value.uses, uses):
-        if not ok:
-            return f"also used by {node.kind} ({node.where}), not only as a Linear or Embedding weight"
+    uses = [_quantizable_use(node, value) for node in value.uses]
+    if not any(u is not None for u in uses):
+        kinds = sorted({node.kind for node in value.uses})
+        return f"{NOT_A_WEIGHT} (read by {', '.join(kinds)})" if len(value.shape) == 2 else NOT_A_WEIGHT
+    for node, use in zip(value.uses, uses):
+        if use is None:
+            return f"also used by {node.kind} ({node.where}), not only as a matmul or Embedding weight"
+    if len(set(uses)) > 1:
+        return "used both as a Linear weight [N, K] and as the right operand [K, N] of a matmul"
     if len(value.shape) != 2:
         return f"rank {len(value.shape)}, Q4_0 takes 2-D weights"
-    if value.shape[1] % Q4_0_BLOCK_LEN:
-        return f"inner dim {value.shape[1]} is not a multiple of {Q4_0_BLOCK_LEN}"
+    inner = value.shape[0] if uses[0] else value.shape[1]
+    if inner % Q4_0_BLOCK_LEN:
+        return f"inner dim {inner} is not a multiple of {Q4_0_BLOCK_LEN}"
     largest = max_abs(value.source)
     if not (math.isfinite(largest) and largest < Q4_0_MAX_MAGNITUDE):
         return f"values up to {largest:g} do not fit Q4_0's float16 scales"
     return None
 
 
-def _is_quantizable_use(node: Node, value: Value) -> bool:
-    """Whether ``node`` reads ``value`` only as its Linear/Embedding weight."""
+def _quantizable_use(node: Node, value: Value) -> Optional[bool]:
+    """None when ``node`` reads ``value`` otherwise than as the one weight operand Q4_0 may
+    replace; else whether that weight is contracted on its first dim."""
     spec = _QUANTIZABLE_USES.get(node.kind)
     if spec is None:
-        return False
-    name, position = spec
+        return None
+    name, position, first = spec
     weight = node.kwargs.get(name, node.args[position] if len(node.args) > position else None)
-    return weight is value and sum(v is value for v in node.inputs()) == 1
+    if weight is not value or sum(v is value for v in node.inputs()) != 1:
+        return None
+    return first
+
+
+def _contracted_first(value: Value) -> bool:
+    """Whether the (checked) uses of ``value`` contract its first dim."""
+    return bool(_quantizable_use(value.uses[0], value))

@@ -113,7 +113,7 @@ class DatFile:
         self.bool_bits = bool_bits
         if self.data.stored_format == "q4_0":
             self._payload_size = self.data.block_bytes
-            self.header = _header(self.data.shape, _BLOCK_QUANT_BITS, TRACT_ITEM_Q4_0 | TRACT_VENDOR << 16,
+            self.header = _header(self.data.stored_shape, _BLOCK_QUANT_BITS, TRACT_ITEM_Q4_0 | TRACT_VENDOR << 16,
                                   self._payload_size)
             return
         dtype = np.dtype(self.data.dtype.numpy_name)

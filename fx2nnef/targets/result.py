@@ -12,7 +12,6 @@ from typing import Optional
 import numpy as np
 
 from ..ir import Graph
-from ..ir.weight_formats import NOT_A_WEIGHT
 from .base import CheckReport
 from .tolerance import format_diffs
 
@@ -99,7 +98,7 @@ def _weight_lines(weights: list) -> list:
     before = _size(sum(w.native_bytes for w in weights))
     after = _size(sum(w.stored_bytes for w in weights))
     lines = ["  weights: " + ", ".join(f"{n} {fmt}" for fmt, n in counts.items()) + f" ({before} -> {after})"]
-    kept = [w for w in weights if w.reason and w.reason != NOT_A_WEIGHT]
+    kept = [w for w in weights if w.reason and len(w.shape) >= 2]
     lines += [f"    kept {w}" for w in kept[:8]]
     if len(kept) > 8:
         lines.append(f"    ... {len(kept) - 8} more kept native")
