@@ -29,8 +29,8 @@ class TractNNEF(InferenceTarget):
         weights: how float parameters are written. ``"native"`` (their own dtype; bfloat16 as
             float32), ``"f16"`` (float32 parameters as float16: matmuls read them as stored, at
             float32 speed, embedding rows and other uses are cast to float32 where read) or ``"q4_0"`` (Linear and
-            Embedding weights in tract's Q4_0 blocks, min-max per block of 32; other
-            parameters stay native). The check then compares with the model holding the
+            Embedding weights, and right operands of mm/addmm/matmul, in tract's Q4_0 blocks,
+            min-max per block of 32; other parameters stay native). The check then compares with the model holding the
             stored (rounded or dequantized) weights; ``result.weights`` says what each
             parameter became and why.
     """
