@@ -317,3 +317,24 @@ def test_tiny_gpt2_conv1d_weights(tmp_path):
     with torch.no_grad():
         expected = twin(ids).logits.numpy()
     assert compare_outputs(["logits"], [expected], run_tract(path, [ids.numpy()]), resolve_tolerance("approximate"))[0].ok
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("weights", ["f16", "q4_0"])
+@pytest.mark.parametrize("family", ["gpt2", "qwen2", "mistral", "phi3", "gemma", "gemma2", "qwen3", "gpt_neox"])
+def test_llm_families(family, weights, tmp_path):
+    """Every family of test_llm_families in both formats (the tiny Llama and GPT-2 tests above
+    cover the same paths in the default run)."""
+    from test_llm_families import FAMILIES
+
+    make_config, cls = FAMILIES[family]
+    config = make_config()
+    config._attn_implementation = "eager"
+    config.use_cache = False
+    torch.manual_seed(0)
+    model = cls(config).eval()
+    ids = torch.randint(0, 256, (1, 7), generator=torch.Generator().manual_seed(1))
+    r = fx2nnef.export(model, (ids,), tmp_path / "m.nnef.tgz",
+                       target=fx2nnef.TractNNEF(weights=weights, dynamic_axes={"input_ids": {1: "S"}}))
+    assert r.check.ok and len(r.check.cases) == 3
+    assert list(r.weight_formats.values()).count(weights) >= 10
