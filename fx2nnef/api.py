@@ -94,8 +94,9 @@ def _lower_write_check(cap: Capture, path: Path, target: InferenceTarget, timing
                        progress: Optional[bool] = None) -> ExportResult:
     check_asset_path(path)
     target.post_trace(cap.graph)
-    with _timed(timings, "weights"):
-        weights = apply_weight_format(cap.graph, getattr(target, "weights", "native"), eligible=cap.owns_parameter)
+    fmt = getattr(target, "weights", "native")
+    with _timed(timings if fmt != "native" else {}, "weights"):
+        weights = apply_weight_format(cap.graph, fmt, eligible=cap.owns_parameter)
     stored = [v for v in cap.graph.constants() if v.source.stored_format is not None]
     weight_bytes = sum(v.source.nbytes for v in cap.graph.constants())
     show = _show_progress(progress, weight_bytes)
