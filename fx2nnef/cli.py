@@ -38,7 +38,7 @@ def _target(ns):
     from .targets import TARGET_CLASSES
 
     cls = TARGET_CLASSES[ns.target]
-    options = dict(check_io=not ns.no_check, check_io_tolerance=ns.tolerance)
+    options = dict(check_io=not ns.no_check, check_io_tolerance=ns.tolerance, weights=ns.weights)
     if ns.dynamic_axes:
         if not cls.dynamic_dims:
             raise InvalidArgumentError(f"--dynamic-axes: target '{ns.target}' takes static shapes only")
@@ -116,6 +116,8 @@ def _add_target_options(p):
     p.add_argument("--dynamic-axes", help='JSON, e.g. \'{"input_ids": {"1": "S"}}\'')
     p.add_argument("--tolerance", default="approximate", help="tract's levels: exact|close|approximate|very|super|ultra (default approximate)")
     p.add_argument("--no-check", action="store_true", help="do not run the asset in the engine")
+    p.add_argument("--weights", default="native", choices=["native", "f16", "q4_0"],
+                   help="how float parameters are written (tract): native, f16, or q4_0 for Linear/Embedding weights")
 
 
 def build_parser() -> argparse.ArgumentParser:

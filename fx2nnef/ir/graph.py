@@ -40,7 +40,12 @@ class Value:
     def data(self) -> Optional[np.ndarray]:
         """A constant's values as a numpy array (read on each access; may share memory with
         the model's parameters: never modify it); None for other values."""
-        return None if self.source is None else self.source.numpy()
+        if self.source is None:
+            return None
+        data = self.source.numpy()
+        if self.dtype is not None and self.source.dtype is not self.dtype and self.dtype is not DType.BF16:
+            data = data.astype(self.dtype.numpy_name)  # stored in another dtype (e.g. f16 weights)
+        return data
 
     @property
     def rank(self) -> Optional[int]:

@@ -37,6 +37,7 @@ class InferenceTarget:
     bool_bits = 8  # bits per item of bool .dat files this engine reads
     dynamic_dims = False  # whether the engine takes symbolic sizes (dynamic_axes)
     asset_suffix = ".nnef.tgz"  # what an asset written for this engine is named with ("": a folder)
+    weights = "native"  # how float parameters are stored: see fx2nnef.ir.weight_formats
 
     def pre_trace(self, model, args, kwargs) -> None:
         """Called before tracing (e.g. to refuse options the target cannot honour)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+from ..errors import InvalidArgumentError
 from .base import InferenceTarget
 from .child import asset_folder
 from .khronos_runner import run_khronos_many, validate_khronos
@@ -18,6 +19,7 @@ class KhronosNNEF(InferenceTarget):
         check_io: validate with ``nnef.load_graph`` + ``infer_shapes`` and compare the
             nnef_tools interpreter's outputs with PyTorch.
         check_io_tolerance: a preset name or a Tolerance.
+        weights: only ``"native"`` (each parameter in its own dtype, bfloat16 as float32).
     """
 
     name = "khronos"
@@ -25,7 +27,12 @@ class KhronosNNEF(InferenceTarget):
     asset_suffix = ""  # the Khronos reader takes a folder
     bool_bits = 1  # the Khronos reader only takes 1-bit MSB-first bools
 
-    def __init__(self, version: str = "1.0", check_io: bool = True, check_io_tolerance="approximate"):
+    def __init__(self, version: str = "1.0", check_io: bool = True, check_io_tolerance="approximate",
+                 weights: str = "native"):
+        if weights != "native":
+            raise InvalidArgumentError(
+                f"KhronosNNEF writes weights in their own dtype only (weights='native'), got weights={weights!r}: "
+                "f16 and Q4_0 storage are tract formats; use target=TractNNEF(weights=...)")
         self.version = str(version)
         self.check_io = bool(check_io)
         self.check_io_tolerance = resolve_tolerance(check_io_tolerance)

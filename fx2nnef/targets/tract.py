@@ -5,7 +5,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import InvalidArgumentError
-from ..ir import Graph
+from ..ir import WEIGHT_FORMATS, Graph
 from ..nnef_emit.emitter import properties_fragment
 from .base import InferenceTarget
 from .tolerance import resolve_tolerance
@@ -27,6 +27,13 @@ class TractNNEF(InferenceTarget):
         specific_properties: extra ``key: value`` strings written in ``tract_core_properties``.
         dump_identity_properties: also record exporter identity (versions) in the properties.
         with_transformers: load with tract_transformers (default: when the asset uses it).
+        weights: how float parameters are written. ``"native"`` (their own dtype; bfloat16 as
+            float32), ``"f16"`` (float32 parameters as float16: matmuls read them as stored, at
+            float32 speed, embedding rows and other uses are cast to float32 where read) or ``"q4_0"`` (Linear and
+            Embedding weights, and right operands of mm/addmm/matmul, in tract's Q4_0 blocks,
+            min-max per block of 32; other parameters stay native). The check then compares with the model holding the
+            stored (rounded or dequantized) weights; ``result.weights`` says what each
+            parameter became and why.
     """
 
     name = "tract"
@@ -36,7 +43,11 @@ class TractNNEF(InferenceTarget):
     def __init__(self, version: str = DEFAULT_TRACT_VERSION, check_io: bool = True,
                  dynamic_axes: Optional[dict] = None, check_io_tolerance="approximate",
                  specific_properties: Optional[dict] = None, dump_identity_properties: bool = False,
-                 with_transformers: Optional[bool] = None, timeout: float = 600.0):
+                 with_transformers: Optional[bool] = None, timeout: float = 600.0, weights: str = "native"):
+        if weights not in WEIGHT_FORMATS:
+            raise InvalidArgumentError(f"weights must be one of {', '.join(map(repr, WEIGHT_FORMATS))}, got {weights!r} "
+                                       "(see TractNNEF's docstring)")
+        self.weights = weights
         self.version = str(version)
         self.check_io = bool(check_io)
         self.dynamic_axes = dict(dynamic_axes or {})
@@ -65,13 +76,27 @@ class TractNNEF(InferenceTarget):
 
     def specific_fragments(self, graph: Graph) -> dict:
         """The ``tract_core_properties`` fragment, as tract itself writes it."""
-        return {"tract_core_properties": properties_fragment(self.properties())}
+        props = self.properties()
+        props.update(_weight_properties(graph, self.weights))
+        return {"tract_core_properties": properties_fragment(props)}
 
     def run(self, asset: Path, input_sets: list) -> list:
         transformers = self.with_transformers
         if transformers is None:
             transformers = _uses_transformers(asset)
         return run_tract_many(asset, input_sets, with_transformers=transformers, timeout=self.timeout)
+
+
+def _weight_properties(graph: Graph, weights: str) -> dict:
+    """``fx2nnef_weights`` (the option) and, per stored format, the parameters written in it."""
+    if weights == "native":
+        return {}
+    props = {"fx2nnef_weights": weights}
+    for fmt in ("q4_0", "f16"):
+        paths = [v.source.parameter_path or v.name for v in graph.constants() if v.source.stored_format == fmt]
+        if paths:
+            props[f"fx2nnef_weights_{fmt}"] = ",".join(paths)
+    return props
 
 
 def _uses_transformers(asset: Path) -> bool:
