@@ -21,6 +21,7 @@ from ..ir import SourceLoc
 from . import structures
 from .proxy import _DATA_TENSOR_METHODS, _STATIC_TENSOR_METHODS, CustomAttribute, CustomProxy, SizeTuple
 from .control_flow import control_flow_patches
+from .data_dep import depends_on_data
 from .padded import mark_padded, masked_index_add, padded_call, padded_nonzero, wrapped_indices
 from .source import user_frame_location
 
@@ -41,6 +42,9 @@ class GuardRecord:
     expected: Any
     source: Optional[SourceLoc]
     text: str
+    decision: Optional[int] = None  # index among the data decisions that branches="select" can flip
+    merged: bool = False  # both outcomes exported and merged with select
+    branch_note: str = ""  # how the decision was merged, or why it could not be
 
 
 def is_tracing() -> bool:
@@ -92,8 +96,16 @@ def setitem_functional(x: torch.Tensor, index, value) -> torch.Tensor:
 class CustomTracer(fx.Tracer):
     """Records a model into an fx Graph while running it on example values."""
 
-    def __init__(self, leaf_types: tuple = (), leaf_names: tuple = ()):
+    def __init__(self, leaf_types: tuple = (), leaf_names: tuple = (), forced: Optional[dict] = None):
+        """``forced``, when given (``branches="select"``), maps the index of a decision on tensor
+        data (``bool()`` of a traced tensor) to the outcome to take instead of the example's;
+        every such decision is then numbered (``GuardRecord.decision``) and ``item()`` of a
+        traced tensor stays a traced rank-0 tensor, so that comparing it is such a decision."""
         super().__init__(autowrap_functions=())
+        self.forced = forced
+        self.decisions: list[GuardRecord] = []
+        self._data_memo: dict = {}
+        self._checking = False
         self.proxy_buffer_attributes = True  # buffers are traced values: self.pos_ids[:, :s].expand(b, -1)
         self.leaf_types = tuple(leaf_types)
         self.leaf_names = set(leaf_names)
@@ -173,6 +185,8 @@ class CustomTracer(fx.Tracer):
                 return self.size_tuple(root)
             if name in _STATIC_TENSOR_METHODS:
                 return getattr(v, name)(*_unwrap(args), **_unwrap(kwargs))
+            if name == "item" and self.forced is not None and self._on_data(root):
+                return self.create_proxy("call_method", "reshape", (root, ()), {})
             if name in _DATA_TENSOR_METHODS:
                 result = getattr(v, name)(*_unwrap(args), **_unwrap(kwargs))
                 self._record_guard(root, name, result, f"{name}() of a traced tensor")
@@ -186,8 +200,18 @@ class CustomTracer(fx.Tracer):
     # guards ---------------------------------------------------------------------------
     def guard(self, proxy: CustomProxy, fn: Callable, op: str):
         result = fn(proxy.value)
+        if op == "bool" and self.forced is not None and not self._checking and self._on_data(proxy):
+            index = len(self.decisions)
+            result = self.forced.get(index, result)
+            self._record_guard(proxy, op, result, None)
+            self.guards[-1].decision = index
+            self.decisions.append(self.guards[-1])
+            return result
         self._record_guard(proxy, op, result, None)
         return result
+
+    def _on_data(self, proxy: CustomProxy) -> bool:
+        return depends_on_data(proxy.node, self._data_memo)
 
     def _record_guard(self, proxy, op, result, text):
         src = user_frame_location()
@@ -407,10 +431,17 @@ def _concrete_check(fn, where):
     pos, key = where
 
     def check(*args, **kwargs):
-        if len(args) > pos and _orig_isinstance(args[pos], CustomProxy):
-            args = args[:pos] + (bool(args[pos]),) + args[pos + 1:]
-        elif _orig_isinstance(kwargs.get(key), CustomProxy):
-            kwargs = {**kwargs, key: bool(kwargs[key])}
+        cond = args[pos] if len(args) > pos else kwargs.get(key)
+        if _orig_isinstance(cond, CustomProxy):
+            tracer, cond.tracer._checking = cond.tracer, True  # an assertion, not a branch to flip
+            try:
+                decided = bool(cond)
+            finally:
+                tracer._checking = False
+            if len(args) > pos:
+                args = args[:pos] + (decided,) + args[pos + 1:]
+            else:
+                kwargs = {**kwargs, key: decided}
         return fn(*args, **kwargs)
 
     check.__wrapped__ = fn
@@ -428,6 +459,7 @@ class TraceResult:
     guards: list
     example_inputs: list  # flat tensors in placeholder order
     control_flow: list = dataclasses.field(default_factory=list)  # how cond/scan/while_loop were converted
+    decisions: list = dataclasses.field(default_factory=list)  # numbered data decisions (branches="select")
 
 
 class _TraceRoot(torch.nn.Module):
@@ -452,15 +484,16 @@ class _LeafRoot(torch.nn.Module):
 
 
 def trace_model(model: torch.nn.Module, args: tuple, kwargs: dict, flat_names: list,
-                output_names: Optional[list] = None, leaf_types: tuple = (), leaf_names: tuple = ()) -> TraceResult:
+                output_names: Optional[list] = None, leaf_types: tuple = (), leaf_names: tuple = (),
+                forced: Optional[dict] = None) -> TraceResult:
     """Trace ``model(*args, **kwargs)``; tensors inside the inputs become placeholders
-    named ``flat_names`` (in :func:`structures.flatten` order)."""
+    named ``flat_names`` (in :func:`structures.flatten` order). ``forced``: see :class:`CustomTracer`."""
     if isinstance(model, tuple(leaf_types)):
         model = _LeafRoot(model)  # a root that an extractor lowers whole: one call_module node
     flat = structures.flatten((args, kwargs), "")
     if len(flat) != len(flat_names):
         raise TraceError(f"expected {len(flat_names)} input names for {len(flat)} input tensors")
-    tracer = CustomTracer(leaf_types, leaf_names)
+    tracer = CustomTracer(leaf_types, leaf_names, forced)
     values = {}
     for name, (_, t) in zip(flat_names, flat):
         values[name] = t.detach().clone()
@@ -496,7 +529,7 @@ def trace_model(model: torch.nn.Module, args: tuple, kwargs: dict, flat_names: l
     gm = fx.GraphModule(root, graph, class_name=type(model).__name__)
     names = list(output_names) if output_names else outs
     return TraceResult(gm, list(flat_names), names, tracer.guards, [values[n] for n in flat_names],
-                       list(tracer.control_flow_notes))
+                       list(tracer.control_flow_notes), list(tracer.decisions))
 
 
 def _untraceable_message(exc: Exception) -> str:
