@@ -1,0 +1,177 @@
+"""Python ``if`` on tensor data with ``branches="select"``, and Python scalars as graph inputs.
+
+Every export is checked in tract by check_io (example and other sizes of the dynamic dim);
+the asset is then run in tract on inputs that take each outcome of each decision, at two
+sizes, and compared with eager PyTorch.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import fx2nnef
+from fx2nnef.errors import InvalidArgumentError, TraceError
+from fx2nnef.targets.tolerance import compare_outputs
+from fx2nnef.targets.tract_runner import run_tract_many
+from harness import randn
+
+DYN = {"x0": {0: "N"}}
+
+
+def _export(model, inputs, tmp_path, dyn=None, **kw):
+    names = [f"x{i}" for i in range(len(inputs))]
+    tgt = fx2nnef.TractNNEF(check_io=True, dynamic_axes=DYN if dyn is None else dyn)
+    return fx2nnef.export(model, tuple(inputs), tmp_path / "a.nnef.tgz", target=tgt, input_names=names, **kw)
+
+
+def _run_more(r, model, input_sets, call=None):
+    """Run the asset in tract on more inputs and compare with eager (``call`` maps an input set
+    to the eager call's arguments when they differ from the asset's inputs)."""
+    got = run_tract_many(r.path, [[t.numpy() for t in ins] for ins in input_sets])
+    for ins, outs in zip(input_sets, got):
+        with torch.no_grad():
+            exp = model(*(call(ins) if call else ins))
+        exp = [exp] if isinstance(exp, torch.Tensor) else list(exp)
+        diffs = compare_outputs(None, [e.numpy() for e in exp], outs, "approximate")
+        assert all(d.ok for d in diffs), diffs
+
+
+def _statuses(r) -> dict:
+    return {g.source.line: g.status for g in r.guards if g.kind == "data"}
+
+
+class TwoIfs(torch.nn.Module):
+    """Two decisions in a row: one on a reduction, one on item() compared with a float."""
+
+    def forward(self, x):
+        if x.sum() > 0:
+            y = x * 2
+        else:
+            y = x.cos() - 1
+        if x[0, 0].item() > 0.5:
+            y = y + 10
+        return y
+
+
+class Nested(torch.nn.Module):
+    """A decision inside one outcome of another, in a submodule, with two outputs."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        h = self.lin(x)
+        if (h > 0).any():
+            if h.amax() > 1.0:
+                out = h.relu() * 3
+            else:
+                out = h + 1
+        else:
+            out = h.exp()
+        return out, out.sum(-1)
+
+
+class Outer(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = Nested()
+
+    def forward(self, x):
+        a, b = self.inner(x - 0.5)
+        return a * 2, b
+
+
+def _sizes(x, fn):
+    """``fn`` applied at two sizes of dim 0: fewer and more rows than the example."""
+    return [[fn(x[:2])], [fn(x.repeat(2, 1))]]
+
+
+def test_two_decisions_both_ways(tmp_path):
+    model, x = TwoIfs(), randn(3, 4).abs() + 0.6
+    r = _export(model, [x], tmp_path, branches="select")
+    assert r.check.ok and len(r.check.cases) >= 3, r.check
+    assert set(_statuses(r).values()) == {"merged"} and len(_statuses(r)) == 2, r.guards
+    assert any("branches='select'" in n and "x.sum() > 0" in n for n in r.notes), r.notes
+    cases = []
+    for fn in (lambda t: t, lambda t: -t, lambda t: t * 0.1, lambda t: -t + 1.0):  # each pair of outcomes
+        cases += _sizes(x, fn)
+    _run_more(r, model, cases)
+
+
+def test_nested_decisions_in_submodule(tmp_path):
+    model, x = Outer(), randn(4, 4) * 3
+    torch.manual_seed(0)
+    r = _export(model, [x], tmp_path, branches="select")
+    assert r.check.ok, r.check
+    assert list(_statuses(r).values()) and set(_statuses(r).values()) == {"merged"}, r.guards
+    cases = []
+    for fn in (lambda t: t * 3, lambda t: t * 0.01, lambda t: t * 0 - 100):  # amax > 1, amax <= 1, all negative
+        cases += _sizes(x, fn)
+    _run_more(r, model, cases)
+
+
+class ShapesDiffer(torch.nn.Module):
+    def forward(self, x):
+        y = x * 2
+        if y.mean() > 0:
+            return y[:, :2] + 1
+        return y - 1
+
+
+def test_outcomes_of_other_shapes_are_not_merged(tmp_path):
+    model, x = ShapesDiffer(), randn(3, 4).abs()
+    r = _export(model, [x], tmp_path, branches="select")
+    (g,) = [g for g in r.guards if g.kind == "data"]
+    assert g.status == "baked" and "not merged" in g.note and "select needs equal shapes" in g.note, g
+    assert g.source is not None and g.source.code.strip() == "if y.mean() > 0:"
+    _run_more(r, model, [[x[:2] + 1], [x.repeat(2, 1) + 1]])  # the example's outcome still exports right
+
+
+class BranchFails(torch.nn.Module):
+    def forward(self, x):
+        if x.min() >= 0:
+            return x.sqrt()
+        raise ValueError("negative input")
+
+
+def test_outcome_that_does_not_trace_is_reported(tmp_path):
+    r = _export(BranchFails(), [randn(3, 4).abs()], tmp_path, branches="select")
+    (g,) = [g for g in r.guards if g.kind == "data"]
+    assert g.status == "baked" and "does not trace" in g.note and "negative input" in g.note, g
+
+
+class ManyIfs(torch.nn.Module):
+    def forward(self, x):
+        y = x
+        for i in range(4):
+            if x[i].sum() > 0:
+                y = y + i
+        return y
+
+
+def test_more_than_eight_paths_is_a_clear_error(tmp_path):
+    with pytest.raises(TraceError, match=r"at most 8 paths(.|\n)*if x\[i\]\.sum\(\) > 0(.|\n)*torch.where"):
+        _export(ManyIfs(), [randn(4, 3)], tmp_path, dyn={}, branches="select")
+
+
+def test_default_keeps_the_example_outcome(tmp_path):
+    r = _export(TwoIfs(), [randn(3, 4).abs() + 0.6], tmp_path)
+    assert set(_statuses(r).values()) == {"baked"}, r.guards
+    with pytest.raises(InvalidArgumentError, match="branches"):
+        _export(TwoIfs(), [randn(3, 4)], tmp_path, branches="both")
+
+
+class Checked(torch.nn.Module):
+    def forward(self, x):
+        torch._assert(x.abs().sum() >= 0, "never negative")  # an assertion on data: not a branch to explore
+        if x.mean() > 0:
+            return x + 1
+        return x - 1
+
+
+def test_assertions_are_not_flipped(tmp_path):
+    model, x = Checked(), randn(3, 4).abs()
+    r = _export(model, [x], tmp_path, branches="select")
+    assert "merged" in _statuses(r).values()
+    _run_more(r, model, _sizes(x, lambda t: -t))
