@@ -43,7 +43,8 @@ def export(model: torch.nn.Module, args=(), path=None, *, kwargs: Optional[dict]
            output_names: Optional[list] = None, fallback: Optional[str] = None,
            leaf_modules: tuple = (), debug_bundle: Optional[str] = None,
            compression_level: Optional[int] = None, progress: Optional[bool] = None,
-           max_loop_iterations: Optional[int] = None, branches: Optional[str] = None) -> ExportResult:
+           max_loop_iterations: Optional[int] = None, branches: Optional[str] = None,
+           scalars_as_inputs: bool = False) -> ExportResult:
     """Export ``model(*args, **kwargs)`` to NNEF at ``path`` and check it in ``target``.
 
     ``path`` ending in ``.nnef.tgz``/``.tgz``/``.tar.gz`` or ``.tar`` gives an archive (files
@@ -68,6 +69,11 @@ def export(model: torch.nn.Module, args=(), path=None, *, kwargs: Optional[dict]
     outcome (at most 8 paths through such decisions). ``result.guards`` marks each decision
     "merged", or "baked" with the reason it could not be merged. Off by default: each decision
     then keeps the example's outcome.
+
+    ``scalars_as_inputs=True``: top-level ``int``/``float`` arguments of ``args``/``kwargs`` become
+    rank-0 inputs (int64 / float32, named after the forward's parameters) instead of constants,
+    so the asset takes other values of them. A Python decision on such a scalar is a decision on
+    input data (see ``result.guards``).
     """
     target = target if target is not None else TractNNEF()
     if path is None:
@@ -88,7 +94,8 @@ def export(model: torch.nn.Module, args=(), path=None, *, kwargs: Optional[dict]
             cap = capture(model, args, kwargs or {}, target=target, input_names=input_names,
                           output_names=output_names,
                           leaf_modules=tuple(leaf_modules) + tuple(registered_module_classes()),
-                          max_loop_iterations=max_loop_iterations, branches=branches)
+                          max_loop_iterations=max_loop_iterations, branches=branches,
+                          scalars_as_inputs=scalars_as_inputs)
         return _lower_write_check(cap, Path(path), target, timings, debug_bundle, compression_level, progress)
 
 

@@ -175,3 +175,62 @@ def test_assertions_are_not_flipped(tmp_path):
     r = _export(model, [x], tmp_path, branches="select")
     assert "merged" in _statuses(r).values()
     _run_more(r, model, _sizes(x, lambda t: -t))
+
+
+# scalars_as_inputs ------------------------------------------------------------------------------
+class Scaled(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x, scale, shift=0, *, power=2.0):
+        return self.lin(x) * scale + shift, (x.abs() ** power).sum(-1) + shift
+
+
+def _scalar_call(ins):
+    x, scale, shift, power = ins
+    return (x, float(scale), int(shift)), {"power": float(power)}
+
+
+def test_scalars_become_rank0_inputs(tmp_path):
+    model, x = Scaled(), randn(3, 4)
+    tgt = fx2nnef.TractNNEF(check_io=True, dynamic_axes={"x": {0: "N"}})
+    r = fx2nnef.export(model, (x, 0.5, 3), tmp_path / "a.nnef.tgz", kwargs={"power": 3.0}, target=tgt,
+                       scalars_as_inputs=True)
+    assert r.check.ok and r.input_names == ["x", "scale", "shift", "power"], r
+    assert "scale = tract_core_external(shape = [], datum_type = 'f32')" in r.nnef_text
+    assert "shift = tract_core_external(shape = [], datum_type = 'i64')" in r.nnef_text
+    others = [[x[:2], torch.tensor(-1.5), torch.tensor(7), torch.tensor(2.0)],
+              [x.repeat(2, 1), torch.tensor(4.0), torch.tensor(-2), torch.tensor(1.0)]]
+    got = run_tract_many(r.path, [[t.numpy() for t in ins] for ins in others])
+    for ins, outs in zip(others, got):
+        a, k = _scalar_call(ins)
+        with torch.no_grad():
+            exp = model(*a, **k)
+        diffs = compare_outputs(None, [e.numpy() for e in exp], outs, "approximate")
+        assert all(d.ok for d in diffs), diffs
+
+
+class ScalarBranch(torch.nn.Module):
+    def forward(self, ids, offset, temperature):
+        logits = (ids + offset).float()
+        if temperature > 1.0:  # a decision on an input scalar: data
+            return logits / temperature
+        return logits * temperature
+
+
+def test_scalar_decision_merged_with_select(tmp_path):
+    ids = torch.arange(6).reshape(2, 3)
+    tgt = fx2nnef.TractNNEF(check_io=True, dynamic_axes={"ids": {1: "S"}})
+    model = ScalarBranch()
+    r = fx2nnef.export(model, (ids, 5, 2.0), tmp_path / "a.nnef.tgz", target=tgt, scalars_as_inputs=True,
+                       branches="select")
+    assert r.check.ok and [g.status for g in r.guards if g.kind == "data"] == ["merged"], r.guards
+    others = [[ids[:, :2], torch.tensor(-3), torch.tensor(0.5)], [ids.repeat(1, 2), torch.tensor(9), torch.tensor(3.0)]]
+    got = run_tract_many(r.path, [[t.numpy() for t in ins] for ins in others])
+    for (i, o, t), outs in zip(others, got):
+        exp = model(i, int(o), float(t))
+        assert all(d.ok for d in compare_outputs(None, [exp.numpy()], outs, "approximate"))
+    # without select the decision is baked and reported
+    r2 = fx2nnef.export(model, (ids, 5, 2.0), tmp_path / "b.nnef.tgz", target=tgt, scalars_as_inputs=True)
+    assert [g.status for g in r2.guards if g.kind == "data"] == ["baked"], r2.guards

@@ -23,6 +23,7 @@ from .control_flow import loop_options
 from .padded import check_padded
 from .passes import cleanup_slices, complex_to_real, remove_dead_code, remove_inplace
 from .probe import analyze, inputs_at
+from .scalars import scalars_to_inputs
 from .to_ir import build_ir, to_numpy
 from .tracer import trace_model
 
@@ -114,11 +115,13 @@ def validate_dynamic_axes(dynamic_axes: dict, names: list, tensors: list, output
 
 def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_names: Optional[list] = None,
             output_names: Optional[list] = None, leaf_modules: tuple = (), leaf_names: tuple = (),
-            max_loop_iterations: Optional[int] = None, branches: Optional[str] = None) -> Capture:
+            max_loop_iterations: Optional[int] = None, branches: Optional[str] = None,
+            scalars_as_inputs: bool = False) -> Capture:
     """Validate, trace, clean, probe and build the IR of ``model(*args, **kwargs)``.
 
     ``max_loop_iterations`` bounds every ``while_loop`` (see :mod:`.control_flow`);
-    ``branches="select"`` exports both outcomes of Python decisions on tensor data (see :mod:`.branches`)."""
+    ``branches="select"`` exports both outcomes of Python decisions on tensor data (see :mod:`.branches`);
+    ``scalars_as_inputs`` makes int/float arguments rank-0 inputs (see :mod:`.scalars`)."""
     if branches not in (None, "select"):
         raise InvalidArgumentError(f"branches must be None or 'select', got {branches!r}")
     if not isinstance(model, torch.nn.Module):
@@ -128,11 +131,15 @@ def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_na
     args = tuple(args)
     if not isinstance(kwargs, dict):
         raise InvalidArgumentError("kwargs must be a dict")
+    named_model = model
+    if scalars_as_inputs:
+        model, args, kwargs = scalars_to_inputs(model, args, kwargs)
     flat = structures.flatten((args, kwargs), "")
     if not flat:
         raise InvalidArgumentError("the example inputs contain no tensor")
     tensors = [t for _, t in flat]
-    names = _check_names("input", input_names, len(flat)) if input_names else default_input_names(model, args, kwargs)
+    names = _check_names("input", input_names, len(flat)) if input_names else default_input_names(named_model, args,
+                                                                                                  kwargs)
     # on copies: a model may update its inputs in place
     ref_flat = structures.flatten(_run_model(model, args, kwargs, [t.clone() for t in tensors]), "")
     if not ref_flat:
