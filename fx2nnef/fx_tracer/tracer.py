@@ -22,6 +22,7 @@ from . import structures
 from .proxy import _DATA_TENSOR_METHODS, _STATIC_TENSOR_METHODS, CustomAttribute, CustomProxy, SizeTuple
 from .control_flow import control_flow_patches
 from .data_dep import depends_on_data
+from .data_sizes import DataInt, check_no_data_sizes, mark_data_number
 from .padded import mark_padded, masked_index_add, padded_call, padded_nonzero, wrapped_indices
 from .source import user_frame_location
 
@@ -123,6 +124,7 @@ class CustomTracer(fx.Tracer):
     def create_proxy(self, kind, target, args, kwargs, name=None, type_expr=None, proxy_factory_fn=None):
         versions: list = []
         if kind in ("call_function", "call_method"):
+            check_no_data_sizes(kind, target, args, kwargs)
             padded = padded_call(kind, target, args, kwargs)
             if padded is not None:  # a data-sized index list becomes every coordinate
                 kind, target, (args, kwargs) = "call_function", padded_nonzero, padded
@@ -190,7 +192,7 @@ class CustomTracer(fx.Tracer):
             if name in _DATA_TENSOR_METHODS:
                 result = getattr(v, name)(*_unwrap(args), **_unwrap(kwargs))
                 self._record_guard(root, name, result, f"{name}() of a traced tensor")
-                return result
+                return mark_data_number(result, self.guards[-1].source) if self._on_data(root) else result
         return self.create_proxy("call_method", name, (root,) + tuple(args), kwargs)
 
     def size_tuple(self, proxy: CustomProxy) -> SizeTuple:
@@ -241,6 +243,8 @@ class CustomTracer(fx.Tracer):
         return super().getattr(attr, attr_val, parameter_proxy_cache)
 
     def create_arg(self, a):
+        if isinstance(a, DataInt):
+            return int(a)  # the guard records where it was read; the graph holds a plain int
         if isinstance(a, SizeTuple):
             return tuple(self.create_arg(x) for x in a)
         if isinstance(a, torch.nn.Parameter):
