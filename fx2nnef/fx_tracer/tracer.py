@@ -25,6 +25,7 @@ from .data_dep import depends_on_data
 from .data_sizes import DataInt, check_no_data_sizes, mark_data_number
 from .padded import mark_padded, masked_index_add, padded_call, padded_nonzero, wrapped_indices
 from .source import user_frame_location
+from .strided import is_as_strided, record_as_strided
 
 # torch factories that take sizes: recorded when a size argument is a proxy
 _FACTORIES = (
@@ -124,6 +125,11 @@ class CustomTracer(fx.Tracer):
     def create_proxy(self, kind, target, args, kwargs, name=None, type_expr=None, proxy_factory_fn=None):
         versions: list = []
         if kind in ("call_function", "call_method"):
+            if is_as_strided(kind, target):
+                proxy, how = record_as_strided(self, args, kwargs, _unwrap)
+                loc = user_frame_location()
+                self.control_flow_notes.append(f"as_strided at {loc or 'an unknown line'}: {how}")
+                return proxy
             check_no_data_sizes(kind, target, args, kwargs)
             padded = padded_call(kind, target, args, kwargs)
             if padded is not None:  # a data-sized index list becomes every coordinate
