@@ -234,3 +234,37 @@ def test_scalar_decision_merged_with_select(tmp_path):
     # without select the decision is baked and reported
     r2 = fx2nnef.export(model, (ids, 5, 2.0), tmp_path / "b.nnef.tgz", target=tgt, scalars_as_inputs=True)
     assert [g.status for g in r2.guards if g.kind == "data"] == ["baked"], r2.guards
+
+
+# piece by piece ---------------------------------------------------------------------------------
+class Block(torch.nn.Module):
+    def forward(self, h):
+        if h.mean() > 0:
+            return h * 2
+        return h - 1
+
+
+class TwoBlocks(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+        self.block = Block()
+
+    def forward(self, x):
+        return self.block(self.lin(x))
+
+
+def test_report_names_merged_branches():
+    """Input sets that take both outcomes: merged, the row is OK and its notes say how."""
+    model = TwoBlocks()
+    with torch.no_grad():
+        shift = model.lin(torch.zeros(1, 4)).mean().item()
+    sets = [((randn(3, 4) * 0.01 + 10 - shift,), {}), ((randn(3, 4) * 0.01 - 10 - shift,), {})]
+    report = fx2nnef.diagnose(model, inputs=sets, branches="select")
+    row = [r for r in report.rows if r.label == "block"][0]
+    assert "OK" in row.status.names, row
+    assert any("branches='select'" in n and "h.mean() > 0" in n for n in row.notes), row.notes
+    assert "merged (both outcomes exported" in report.to_markdown()
+    assert "branches='select'" in str(report)
+    baked = [r for r in fx2nnef.diagnose(model, inputs=sets).rows if r.label == "block"][0]
+    assert "DISC" in baked.status.names, baked
