@@ -268,3 +268,26 @@ def test_report_names_merged_branches():
     assert "branches='select'" in str(report)
     baked = [r for r in fx2nnef.diagnose(model, inputs=sets).rows if r.label == "block"][0]
     assert "DISC" in baked.status.names, baked
+
+
+class LoopAfterDecision(torch.nn.Module):
+    """A loop (vmap as a scan) after a decision: each outcome records its own loop; a decision
+    on data inside a loop body is traced once for every step, so it is not flipped."""
+
+    def forward(self, x):
+        if x.mean() > 0:
+            x = x * 3
+        y = torch.vmap(lambda r: torch.where(r.sum() > 0, r * 2, r - 1))(x)
+        if y.amax() > 5:
+            y = y / 2
+        return y
+
+
+def test_decisions_around_loops(tmp_path):
+    model, x = LoopAfterDecision(), randn(4, 3).abs() + 1
+    r = _export(model, [x], tmp_path, branches="select")
+    assert r.check.ok and set(_statuses(r).values()) == {"merged"} and len(_statuses(r)) == 2, r.guards
+    cases = []
+    for fn in (lambda t: t, lambda t: -t, lambda t: t * 0.1, lambda t: -t * 0.1):
+        cases += _sizes(x, fn)
+    _run_more(r, model, cases)

@@ -19,6 +19,7 @@ import torch
 import torch.fx as fx
 
 from ..errors import TraceError
+from .control_flow import ScanCall
 from .tracer import GuardRecord, TraceResult
 
 MAX_PATHS = 8
@@ -139,7 +140,7 @@ class _Merger:
         return env
 
     def _same(self, n: fx.Node, gm, m: fx.Node) -> bool:
-        if n.op != m.op or n.target != m.target:
+        if n.op != m.op or not (n.target == m.target or _same_loop(n.target, m.target)):
             return False
         if n.op == "get_attr" and not _same_value(_fetch(gm, n.target), _fetch(self.main.gm, m.target)):
             return False
@@ -225,6 +226,14 @@ class _Merger:
             if key in decision.node.meta:
                 node.meta[key] = decision.node.meta[key]
         return node
+
+
+def _same_loop(a, b) -> bool:
+    """Two traces record a loop with their own :class:`ScanCall`: the same loop when its body's code agrees."""
+    if not isinstance(a, ScanCall) or not isinstance(b, ScanCall):
+        return False
+    fields = ("kind", "label", "dim", "reverse", "n_carry", "check")
+    return all(getattr(a, f) == getattr(b, f) for f in fields) and a.body.code == b.body.code
 
 
 def _has_tensor(obj) -> bool:

@@ -38,19 +38,37 @@ def data_dependence(gm: fx.GraphModule) -> set:
     return dep
 
 
-def depends_on_data(node: fx.Node, memo: dict) -> bool:
-    """Whether ``node`` depends on input data, for a graph still being recorded (``memo`` caches)."""
+def _is_slot(n: fx.Node) -> bool:
+    return bool(n.meta.get("loop_slot"))
+
+
+def _is_source(n: fx.Node) -> bool:
+    return n.op == "placeholder" or _is_slot(n)
+
+
+def _is_loop(n: fx.Node) -> bool:
+    return "control_flow" in n.meta  # the loop node reads its slots but is not inside its body
+
+
+def in_loop_body(node: fx.Node, memo: dict) -> bool:
+    """Whether ``node`` is computed from a loop slot (it is part of a loop body being recorded)."""
+    return depends_on_data(node, memo, _is_slot, _is_loop)
+
+
+def depends_on_data(node: fx.Node, memo: dict, is_source=_is_source, is_barrier=is_shape_query) -> bool:
+    """Whether ``node`` depends on input data, for a graph still being recorded (``memo`` caches;
+    ``is_source`` says which nodes are data, ``is_barrier`` which nodes stop the dependence)."""
     stack = [node]
     while stack:
         n = stack[-1]
         if n in memo:
             stack.pop()
             continue
-        if n.op == "placeholder" or n.meta.get("loop_slot"):
+        if is_source(n):
             memo[n] = True
             stack.pop()
             continue
-        if is_shape_query(n):
+        if is_barrier(n):
             memo[n] = False
             stack.pop()
             continue

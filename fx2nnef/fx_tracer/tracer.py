@@ -21,7 +21,7 @@ from ..ir import SourceLoc
 from . import structures
 from .proxy import _DATA_TENSOR_METHODS, _STATIC_TENSOR_METHODS, CustomAttribute, CustomProxy, SizeTuple
 from .control_flow import control_flow_patches
-from .data_dep import depends_on_data
+from .data_dep import depends_on_data, in_loop_body
 from .data_sizes import DataInt, check_no_data_sizes, mark_data_number
 from .padded import mark_padded, masked_index_add, padded_call, padded_nonzero, wrapped_indices
 from .source import user_frame_location
@@ -107,6 +107,7 @@ class CustomTracer(fx.Tracer):
         self.forced = forced
         self.decisions: list[GuardRecord] = []
         self._data_memo: dict = {}
+        self._slot_memo: dict = {}
         self._checking = False
         self.proxy_buffer_attributes = True  # buffers are traced values: self.pos_ids[:, :s].expand(b, -1)
         self.leaf_types = tuple(leaf_types)
@@ -208,7 +209,8 @@ class CustomTracer(fx.Tracer):
     # guards ---------------------------------------------------------------------------
     def guard(self, proxy: CustomProxy, fn: Callable, op: str):
         result = fn(proxy.value)
-        if op == "bool" and self.forced is not None and not self._checking and self._on_data(proxy):
+        if op == "bool" and self.forced is not None and not self._checking and self._on_data(proxy) \
+                and not in_loop_body(proxy.node, self._slot_memo):  # a loop body is traced once, for every step
             index = len(self.decisions)
             result = self.forced.get(index, result)
             self._record_guard(proxy, op, result, None)
