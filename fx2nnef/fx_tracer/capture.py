@@ -21,7 +21,7 @@ from . import structures
 from .branches import trace_branches
 from .control_flow import loop_options
 from .padded import check_padded
-from .passes import cleanup_slices, complex_to_real, remove_dead_code, remove_inplace
+from .passes import cleanup_slices, complex_to_real, masked_updates, remove_dead_code, remove_inplace
 from .probe import analyze, inputs_at
 from .scalars import scalars_to_inputs
 from .to_ir import build_ir, to_numpy
@@ -195,6 +195,7 @@ def _trace_once(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_nam
     def one_path(forced):
         trace = trace_model(model, args, kwargs, names, out_names, leaf_types, leaf_names, forced)
         remove_inplace(trace.gm)
+        masked_updates(trace.gm)
         cleanup_slices(trace.gm)
         complex_to_real(trace.gm)
         check_padded(trace.gm)
