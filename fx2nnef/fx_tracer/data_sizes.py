@@ -18,6 +18,7 @@ import torch.fx as fx
 
 from ..errors import TraceError
 from ..ir import SourceLoc
+from .data_dep import depends_on_data
 from .source import user_frame_location
 
 
@@ -67,7 +68,8 @@ def _find(obj, in_slice: bool = False):
     """The first data-read number or traced tensor in ``obj`` (tensors count inside slices only)."""
     if isinstance(obj, DataInt):
         return obj
-    if isinstance(obj, fx.Proxy) and in_slice and isinstance(getattr(obj, "value", None), torch.Tensor):
+    if isinstance(obj, fx.Proxy) and in_slice and isinstance(getattr(obj, "value", None), torch.Tensor) \
+            and depends_on_data(obj.node, obj.tracer._data_memo):
         return obj
     if isinstance(obj, slice):
         for v in (obj.start, obj.stop, obj.step):
