@@ -138,6 +138,23 @@ def test_mask_read_modify_write(fn, tmp_path):
     _run_more(r, FnModule(fn), [[randn(2, 3, seed=5), randn(2, 3, seed=6)], [randn(7, 3, seed=7), randn(7, 3, seed=8)]])
 
 
+def test_masked_updates_pass_structure():
+    """The pass leaves no data-sized selection and computes what the model computes."""
+    import operator
+
+    from fx2nnef.fx_tracer.passes import masked_updates, remove_inplace
+    from fx2nnef.fx_tracer.tracer import trace_model
+
+    x, z = randn(4, 3), randn(4, 3, seed=1)
+    trace = trace_model(FnModule(_mask_expression), (x, z), {}, ["x", "z"])
+    remove_inplace(trace.gm)
+    assert masked_updates(trace.gm)
+    targets = [n.target for n in trace.gm.graph.nodes]
+    assert operator.getitem not in targets and torch.where in targets, trace.gm.graph
+    torch.testing.assert_close(trace.gm(x, z)[0], _mask_expression(x, z))
+    assert not masked_updates(trace.gm)
+
+
 def test_mask_write_of_a_reduction_is_a_clear_error(tmp_path):
     """``y[m] = y[m].softmax(0)`` mixes the selected items: refused with the line."""
     def fn(x):
