@@ -43,7 +43,8 @@ def export(model: torch.nn.Module, args=(), path=None, *, kwargs: Optional[dict]
            output_names: Optional[list] = None, fallback: Optional[str] = None,
            leaf_modules: tuple = (), debug_bundle: Optional[str] = None,
            compression_level: Optional[int] = None, progress: Optional[bool] = None,
-           max_loop_iterations: Optional[int] = None) -> ExportResult:
+           max_loop_iterations: Optional[int] = None, branches: Optional[str] = None,
+           scalars_as_inputs: bool = False) -> ExportResult:
     """Export ``model(*args, **kwargs)`` to NNEF at ``path`` and check it in ``target``.
 
     ``path`` ending in ``.nnef.tgz``/``.tgz``/``.tar.gz`` or ``.tar`` gives an archive (files
@@ -61,6 +62,18 @@ def export(model: torch.nn.Module, args=(), path=None, *, kwargs: Optional[dict]
     while loop, so the loop becomes that many steps, the extra ones leaving the carries
     unchanged. Without it, a loop is exported only when a size of its carried tensors bounds
     its trip count (``while i < x.size(0)``).
+
+    ``branches="select"``: a Python ``if`` on tensor data (``if x.sum() > 0:``, ``if t.item() > 0.5:``)
+    is traced both ways and, where both outcomes give outputs of the same shapes and dtypes, the
+    outputs are merged with select on the traced condition, so the asset is right for either
+    outcome (at most 8 paths through such decisions). ``result.guards`` marks each decision
+    "merged", or "baked" with the reason it could not be merged. Off by default: each decision
+    then keeps the example's outcome.
+
+    ``scalars_as_inputs=True``: top-level ``int``/``float`` arguments of ``args``/``kwargs`` become
+    rank-0 inputs (int64 / float32, named after the forward's parameters) instead of constants,
+    so the asset takes other values of them. A Python decision on such a scalar is a decision on
+    input data (see ``result.guards``).
     """
     target = target if target is not None else TractNNEF()
     if path is None:
@@ -78,14 +91,15 @@ def export(model: torch.nn.Module, args=(), path=None, *, kwargs: Optional[dict]
         from .piece_by_piece import export_with_fallback
 
         return export_with_fallback(model, args, path, kwargs=kwargs, target=target, input_names=input_names,
-                                    output_names=output_names)
+                                    output_names=output_names, branches=branches)
     timings: dict = {}
     with eval_mode(model):
         with _timed(timings, "trace"):
             cap = capture(model, args, kwargs or {}, target=target, input_names=input_names,
                           output_names=output_names,
                           leaf_modules=tuple(leaf_modules) + tuple(registered_module_classes()),
-                          max_loop_iterations=max_loop_iterations)
+                          max_loop_iterations=max_loop_iterations, branches=branches,
+                          scalars_as_inputs=scalars_as_inputs)
         return _lower_write_check(cap, Path(path), target, timings, debug_bundle, compression_level, progress)
 
 

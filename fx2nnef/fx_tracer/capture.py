@@ -18,10 +18,12 @@ import torch
 from ..errors import GuardError, InvalidArgumentError, TraceError
 from ..ir import CheckCase, Graph, Value
 from . import structures
+from .branches import trace_branches
 from .control_flow import loop_options
 from .padded import check_padded
-from .passes import cleanup_slices, complex_to_real, remove_dead_code, remove_inplace
+from .passes import cleanup_slices, complex_to_real, masked_updates, remove_dead_code, remove_inplace
 from .probe import analyze, inputs_at
+from .scalars import scalars_to_inputs
 from .to_ir import build_ir, to_numpy
 from .torch_data import TorchData
 from .tracer import trace_model
@@ -166,10 +168,15 @@ def validate_dynamic_axes(dynamic_axes: dict, names: list, tensors: list, output
 
 def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_names: Optional[list] = None,
             output_names: Optional[list] = None, leaf_modules: tuple = (), leaf_names: tuple = (),
-            max_loop_iterations: Optional[int] = None) -> Capture:
+            max_loop_iterations: Optional[int] = None, branches: Optional[str] = None,
+            scalars_as_inputs: bool = False) -> Capture:
     """Validate, trace, clean, probe and build the IR of ``model(*args, **kwargs)``.
 
-    ``max_loop_iterations`` bounds every ``while_loop`` (see :mod:`.control_flow`)."""
+    ``max_loop_iterations`` bounds every ``while_loop`` (see :mod:`.control_flow`);
+    ``branches="select"`` exports both outcomes of Python decisions on tensor data (see :mod:`.branches`);
+    ``scalars_as_inputs`` makes int/float arguments rank-0 inputs (see :mod:`.scalars`)."""
+    if branches not in (None, "select"):
+        raise InvalidArgumentError(f"branches must be None or 'select', got {branches!r}")
     if not isinstance(model, torch.nn.Module):
         raise InvalidArgumentError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     if isinstance(args, torch.Tensor) or not isinstance(args, (tuple, list)):
@@ -177,11 +184,15 @@ def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_na
     args = tuple(args)
     if not isinstance(kwargs, dict):
         raise InvalidArgumentError("kwargs must be a dict")
+    named_model = model
+    if scalars_as_inputs:
+        model, args, kwargs = scalars_to_inputs(model, args, kwargs)
     flat = structures.flatten((args, kwargs), "")
     if not flat:
         raise InvalidArgumentError("the example inputs contain no tensor")
     tensors = [t for _, t in flat]
-    names = _check_names("input", input_names, len(flat)) if input_names else default_input_names(model, args, kwargs)
+    names = _check_names("input", input_names, len(flat)) if input_names else default_input_names(named_model, args,
+                                                                                                  kwargs)
     # on copies: a model may update its inputs in place
     ref_flat = structures.flatten(_run_model(model, args, kwargs, [t.clone() for t in tensors]), "")
     if not ref_flat:
@@ -195,7 +206,7 @@ def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_na
     notes: list = []
     with loop_options(max_loop_iterations):
         gm, analysis, trace = _trace_and_probe(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names,
-                                               notes)
+                                               notes, branches)
     remove_dead_code(gm)
     graph = build_ir(gm, analysis, names, out_names)
     cases = [("example", [to_numpy(t) for t in tensors], [to_numpy(t) for _, t in ref_flat])]
@@ -234,12 +245,17 @@ def _reference(model, args, kwargs, names, dyn, example):
     return run
 
 
-def _trace_once(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names):
-    trace = trace_model(model, args, kwargs, names, out_names, leaf_types, leaf_names)
-    remove_inplace(trace.gm)
-    cleanup_slices(trace.gm)
-    complex_to_real(trace.gm)
-    check_padded(trace.gm)
+def _trace_once(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, branches=None):
+    def one_path(forced):
+        trace = trace_model(model, args, kwargs, names, out_names, leaf_types, leaf_names, forced)
+        remove_inplace(trace.gm)
+        masked_updates(trace.gm)
+        cleanup_slices(trace.gm)
+        complex_to_real(trace.gm)
+        check_padded(trace.gm)
+        return trace
+
+    trace = trace_branches(one_path) if branches == "select" else one_path(None)
     ref = _reference(model, args, kwargs, names, dyn, trace.example_inputs) if dyn else None
     analysis = analyze(trace.gm, trace.example_inputs, names, dyn, trace.guards, ref)
     return trace, analysis
@@ -268,8 +284,8 @@ def _wider(a: dict, b: dict) -> bool:
     return better
 
 
-def _trace_and_probe(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, notes):
-    trace, analysis = _trace_once(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names)
+def _trace_and_probe(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, notes, branches=None):
+    trace, analysis = _trace_once(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, branches)
     if not analysis.failures and not any(r.lo is not None or r.hi is not None for r in analysis.ranges.values()):
         return trace.gm, analysis, trace
     # A decision was baked on a dynamic size: trace again at larger sizes and keep that
@@ -279,7 +295,7 @@ def _trace_and_probe(model, args, kwargs, names, out_names, dyn, leaf_types, lea
     retraced = None
     try:
         a2, k2 = _with_flat(args, kwargs, inputs_at(trace.example_inputs, names, dyn, bigger))
-        trace2, analysis2 = _trace_once(model, a2, k2, names, out_names, dyn, leaf_types, leaf_names)
+        trace2, analysis2 = _trace_once(model, a2, k2, names, out_names, dyn, leaf_types, leaf_names, branches)
         if not analysis2.failures:
             # the graph must also reproduce the example sizes: analyze at the user's inputs
             ref = _reference(model, args, kwargs, names, dyn, trace.example_inputs)

@@ -34,6 +34,7 @@ import torch.utils._pytree as pytree
 
 from ..errors import InvalidArgumentError, TraceError
 from .source import user_frame_location
+from .vmap import vmap_patch
 
 _MAX_LOOP = contextvars.ContextVar("fx2nnef_max_loop_iterations", default=None)
 # trip counts beyond this on the example inputs are taken as a loop that never ends
@@ -471,7 +472,7 @@ def control_flow_patches(tracer):
     # (the branches may read traced values they close over): the recorder takes every call
     rec.active = lambda _args: True
     tracer.control_flow_notes = rec.notes
-    with _installed(rec):
+    with _installed(rec), vmap_patch(rec):
         yield rec
 
 

@@ -18,10 +18,9 @@ import torch.fx as fx
 
 from ..ir import Guard, SymRange, fit_polynomial
 from ..ir.dims import fit_floor_division
-from .padded import padded_nonzero
+from .data_dep import data_dependence, is_shape_query
 from .tracer import GuardRecord
 
-_SHAPE_QUERIES = {"size", "dim", "numel", "nelement", "ndimension"}
 
 
 @dataclasses.dataclass
@@ -424,7 +423,7 @@ def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, 
         for env in below_probe_envs(base_env) + probe_envs(base_env) + far_probe_envs(base_env):
             if env not in single and env not in multi:
                 (single if len(_moved(env, base_env)) == 1 else multi).append(env)
-        data_dep0 = _data_dependence(gm)
+        data_dep0 = data_dependence(gm)
         for env in guard_flip_sizes(gm, example, names, dynamic_axes, guards, base_env, data_dep0):
             if env not in single:
                 single.append(env)
@@ -524,7 +523,7 @@ def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, 
                 new_lo = min(e[s] for e, _ in good)
                 ranges[s] = SymRange(s, new_lo, r.hi, r.step, r.rest,
                                      "; ".join(x for x in (r.why, f"shapes change otherwise below {s}={new_lo}") if x))
-    data_dep = _data_dependence(gm)
+    data_dep = data_dependence(gm)
     varies = {n for n, r in records.items() if any(x != r[0] for x in r[1:])}
     constant = _constants(gm, data_dep, varies)
     ir_guards = []
@@ -545,9 +544,13 @@ def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, 
                 status = "bounds"
                 note = (f"differs at {_env_text(env)}; the export is valid for "
                         + ", ".join(str(SymRange(r.symbol, r.lo, r.hi, r.step, r.rest)) for r in ranges.values() if r.bounded))
-        if kind == "data":
+        if kind == "data" and g.merged:
+            status, note = "merged", g.branch_note
+        elif kind == "data":
             status = "baked"
             note = "decided on tensor data: the export keeps only this branch"
+            if g.branch_note:
+                note += f"; {g.branch_note}"
         ir_guards.append(Guard(g.text, kind, g.source, g.expected, status, note))
     kept = {s: r for s, r in ranges.items() if r.bounded}
     return Analysis(symbols, base_env, base_values, sym, constant, data_dep, ir_guards, failures,
@@ -609,34 +612,6 @@ def _fit_all(records, envs, symbols):
     return {n: _fit_rec(recs, envs[: len(recs)], symbols) for n, recs in records.items()}
 
 
-def _data_dependence(gm) -> set:
-    dep = set()
-    for n in gm.graph.nodes:
-        if n.op == "placeholder" or n.meta.get("loop_slot"):
-            dep.add(n)  # a loop slot stands for a different value at every step
-            continue
-        if _is_shape_query(n):
-            continue
-        if any(a in dep for a in n.all_input_nodes):
-            dep.add(n)
-    return dep
-
-
-# ops whose result depends only on the shape/dtype of their tensor arguments, not on their data
-_META_METHODS = {"new_zeros", "new_ones", "new_full", "new_empty"}
-_META_FUNCTIONS = {torch.zeros_like, torch.ones_like, torch.full_like, torch.empty_like, padded_nonzero}
-
-
-def _is_shape_query(n) -> bool:
-    if n.op == "call_method":
-        return n.target in _SHAPE_QUERIES or n.target in _META_METHODS
-    if n.op == "call_function":
-        if n.target in _META_FUNCTIONS:
-            return True
-        return n.target is getattr and n.args[1] in ("shape", "dtype", "device", "ndim")
-    return False
-
-
 def _constants(gm, data_dep, varies) -> set:
     """Nodes whose value is the same for any input: no input data, no dynamic size."""
     const = set()
@@ -644,7 +619,7 @@ def _constants(gm, data_dep, varies) -> set:
         if n.op in ("placeholder", "output") or n in data_dep or n in varies:
             continue
         # new_full(x, (2,), s) reads x's dtype only, but its sizes and fill must be constant too
-        rest = n.all_input_nodes[1:] if _is_shape_query(n) else n.all_input_nodes
+        rest = n.all_input_nodes[1:] if is_shape_query(n) else n.all_input_nodes
         if all(a in const for a in rest):
             const.add(n)
     return const

@@ -21,8 +21,11 @@ from ..ir import SourceLoc
 from . import structures
 from .proxy import _DATA_TENSOR_METHODS, _STATIC_TENSOR_METHODS, CustomAttribute, CustomProxy, SizeTuple
 from .control_flow import control_flow_patches
+from .data_dep import depends_on_data, in_loop_body
+from .data_sizes import DataInt, check_no_data_sizes, mark_data_number
 from .padded import mark_padded, masked_index_add, padded_call, padded_nonzero, wrapped_indices
 from .source import user_frame_location
+from .strided import is_as_strided, record_as_strided
 
 # torch factories that take sizes: recorded when a size argument is a proxy
 _FACTORIES = (
@@ -41,6 +44,9 @@ class GuardRecord:
     expected: Any
     source: Optional[SourceLoc]
     text: str
+    decision: Optional[int] = None  # index among the data decisions that branches="select" can flip
+    merged: bool = False  # both outcomes exported and merged with select
+    branch_note: str = ""  # how the decision was merged, or why it could not be
 
 
 def is_tracing() -> bool:
@@ -92,8 +98,17 @@ def setitem_functional(x: torch.Tensor, index, value) -> torch.Tensor:
 class CustomTracer(fx.Tracer):
     """Records a model into an fx Graph while running it on example values."""
 
-    def __init__(self, leaf_types: tuple = (), leaf_names: tuple = ()):
+    def __init__(self, leaf_types: tuple = (), leaf_names: tuple = (), forced: Optional[dict] = None):
+        """``forced``, when given (``branches="select"``), maps the index of a decision on tensor
+        data (``bool()`` of a traced tensor) to the outcome to take instead of the example's;
+        every such decision is then numbered (``GuardRecord.decision``) and ``item()`` of a
+        traced tensor stays a traced rank-0 tensor, so that comparing it is such a decision."""
         super().__init__(autowrap_functions=())
+        self.forced = forced
+        self.decisions: list[GuardRecord] = []
+        self._data_memo: dict = {}
+        self._slot_memo: dict = {}
+        self._checking = False
         self.proxy_buffer_attributes = True  # buffers are traced values: self.pos_ids[:, :s].expand(b, -1)
         self.leaf_types = tuple(leaf_types)
         self.leaf_names = set(leaf_names)
@@ -111,6 +126,12 @@ class CustomTracer(fx.Tracer):
     def create_proxy(self, kind, target, args, kwargs, name=None, type_expr=None, proxy_factory_fn=None):
         versions: list = []
         if kind in ("call_function", "call_method"):
+            if is_as_strided(kind, target):
+                proxy, how = record_as_strided(self, args, kwargs, _unwrap)
+                loc = user_frame_location()
+                self.control_flow_notes.append(f"as_strided at {loc or 'an unknown line'}: {how}")
+                return proxy
+            check_no_data_sizes(kind, target, args, kwargs)
             padded = padded_call(kind, target, args, kwargs)
             if padded is not None:  # a data-sized index list becomes every coordinate
                 kind, target, (args, kwargs) = "call_function", padded_nonzero, padded
@@ -173,10 +194,12 @@ class CustomTracer(fx.Tracer):
                 return self.size_tuple(root)
             if name in _STATIC_TENSOR_METHODS:
                 return getattr(v, name)(*_unwrap(args), **_unwrap(kwargs))
+            if name == "item" and self.forced is not None and self._on_data(root):
+                return self.create_proxy("call_method", "reshape", (root, ()), {})
             if name in _DATA_TENSOR_METHODS:
                 result = getattr(v, name)(*_unwrap(args), **_unwrap(kwargs))
                 self._record_guard(root, name, result, f"{name}() of a traced tensor")
-                return result
+                return mark_data_number(result, self.guards[-1].source) if self._on_data(root) else result
         return self.create_proxy("call_method", name, (root,) + tuple(args), kwargs)
 
     def size_tuple(self, proxy: CustomProxy) -> SizeTuple:
@@ -186,8 +209,19 @@ class CustomTracer(fx.Tracer):
     # guards ---------------------------------------------------------------------------
     def guard(self, proxy: CustomProxy, fn: Callable, op: str):
         result = fn(proxy.value)
+        if op == "bool" and self.forced is not None and not self._checking and self._on_data(proxy) \
+                and not in_loop_body(proxy.node, self._slot_memo):  # a loop body is traced once, for every step
+            index = len(self.decisions)
+            result = self.forced.get(index, result)
+            self._record_guard(proxy, op, result, None)
+            self.guards[-1].decision = index
+            self.decisions.append(self.guards[-1])
+            return result
         self._record_guard(proxy, op, result, None)
         return result
+
+    def _on_data(self, proxy: CustomProxy) -> bool:
+        return depends_on_data(proxy.node, self._data_memo)
 
     def _record_guard(self, proxy, op, result, text):
         src = user_frame_location()
@@ -217,6 +251,8 @@ class CustomTracer(fx.Tracer):
         return super().getattr(attr, attr_val, parameter_proxy_cache)
 
     def create_arg(self, a):
+        if isinstance(a, DataInt):
+            return int(a)  # the guard records where it was read; the graph holds a plain int
         if isinstance(a, SizeTuple):
             return tuple(self.create_arg(x) for x in a)
         if isinstance(a, torch.nn.Parameter):
@@ -407,10 +443,17 @@ def _concrete_check(fn, where):
     pos, key = where
 
     def check(*args, **kwargs):
-        if len(args) > pos and _orig_isinstance(args[pos], CustomProxy):
-            args = args[:pos] + (bool(args[pos]),) + args[pos + 1:]
-        elif _orig_isinstance(kwargs.get(key), CustomProxy):
-            kwargs = {**kwargs, key: bool(kwargs[key])}
+        cond = args[pos] if len(args) > pos else kwargs.get(key)
+        if _orig_isinstance(cond, CustomProxy):
+            tracer, cond.tracer._checking = cond.tracer, True  # an assertion, not a branch to flip
+            try:
+                decided = bool(cond)
+            finally:
+                tracer._checking = False
+            if len(args) > pos:
+                args = args[:pos] + (decided,) + args[pos + 1:]
+            else:
+                kwargs = {**kwargs, key: decided}
         return fn(*args, **kwargs)
 
     check.__wrapped__ = fn
@@ -428,6 +471,7 @@ class TraceResult:
     guards: list
     example_inputs: list  # flat tensors in placeholder order
     control_flow: list = dataclasses.field(default_factory=list)  # how cond/scan/while_loop were converted
+    decisions: list = dataclasses.field(default_factory=list)  # numbered data decisions (branches="select")
 
 
 class _TraceRoot(torch.nn.Module):
@@ -452,15 +496,16 @@ class _LeafRoot(torch.nn.Module):
 
 
 def trace_model(model: torch.nn.Module, args: tuple, kwargs: dict, flat_names: list,
-                output_names: Optional[list] = None, leaf_types: tuple = (), leaf_names: tuple = ()) -> TraceResult:
+                output_names: Optional[list] = None, leaf_types: tuple = (), leaf_names: tuple = (),
+                forced: Optional[dict] = None) -> TraceResult:
     """Trace ``model(*args, **kwargs)``; tensors inside the inputs become placeholders
-    named ``flat_names`` (in :func:`structures.flatten` order)."""
+    named ``flat_names`` (in :func:`structures.flatten` order). ``forced``: see :class:`CustomTracer`."""
     if isinstance(model, tuple(leaf_types)):
         model = _LeafRoot(model)  # a root that an extractor lowers whole: one call_module node
     flat = structures.flatten((args, kwargs), "")
     if len(flat) != len(flat_names):
         raise TraceError(f"expected {len(flat_names)} input names for {len(flat)} input tensors")
-    tracer = CustomTracer(leaf_types, leaf_names)
+    tracer = CustomTracer(leaf_types, leaf_names, forced)
     values = {}
     for name, (_, t) in zip(flat_names, flat):
         values[name] = t.detach().clone()
@@ -496,7 +541,7 @@ def trace_model(model: torch.nn.Module, args: tuple, kwargs: dict, flat_names: l
     gm = fx.GraphModule(root, graph, class_name=type(model).__name__)
     names = list(output_names) if output_names else outs
     return TraceResult(gm, list(flat_names), names, tracer.guards, [values[n] for n in flat_names],
-                       list(tracer.control_flow_notes))
+                       list(tracer.control_flow_notes), list(tracer.decisions))
 
 
 def _untraceable_message(exc: Exception) -> str:

@@ -92,6 +92,7 @@ class Exporter:
 
     target: object
     registry: Registry
+    branches: Optional[str] = None  # export option: "select" merges both outcomes of decisions on data
 
     def attempt(self, module: torch.nn.Module, class_name: str, calls: list, names: list, dyn: dict,
                 spec: dict, output_names: Optional[list] = None) -> Attempt:
@@ -134,7 +135,7 @@ class Exporter:
         try:
             cap = capture(module, call.args, call.kwargs, target=target, input_names=names,
                           output_names=output_names, leaf_modules=registered_module_classes(builtin_only=True),
-                          leaf_names=tuple(spec))
+                          leaf_names=tuple(spec), branches=self.branches)
         except Exception as exc:  # noqa: BLE001 - any failure of the user's code or the tracer
             prefix = f"custom op '{where}': " if where else ""
             raise StepFailure("trace", prefix + _reason(exc), user_location(exc)) from exc
@@ -198,7 +199,7 @@ class Exporter:
 
     def _check_data_guards(self, result: Attempt, module, calls: list, names: list, spec: dict) -> None:
         """A guard on tensor data that takes another branch on another call is a DISC."""
-        data_guards = [g for g in result.guards if g.kind == "data" and g.source is not None]
+        data_guards = [g for g in result.guards if g.kind == "data" and g.source is not None and g.status != "merged"]
         if not data_guards or len(calls) < 2:
             return
         for call in calls[1:]:

@@ -68,11 +68,12 @@ class Diagnoser:
 
     def __init__(self, recording: Recording, target: InferenceTarget, strategies: Optional[dict] = None,
                  registry: Optional[Registry] = None, eager: bool = True,
-                 root_names: Optional[list] = None, root_output_names: Optional[list] = None):
+                 root_names: Optional[list] = None, root_output_names: Optional[list] = None,
+                 branches: Optional[str] = None):
         self.recording = recording
         self.target = target
         self.registry = registry or REGISTRY
-        self.exporter = Exporter(target, self.registry)
+        self.exporter = Exporter(target, self.registry, branches)
         self.eager = eager
         self.root_names, self.root_output_names = root_names, root_output_names
         strategies = check_strategies(strategies)
@@ -288,7 +289,8 @@ def _other_size(n: int) -> int:
 
 def diagnose(model: torch.nn.Module, inputs, target: Optional[InferenceTarget] = None, *,
              strategies: Optional[dict] = None, registry: Optional[Registry] = None,
-             input_names: Optional[list] = None, output_names: Optional[list] = None) -> Report:
+             input_names: Optional[list] = None, output_names: Optional[list] = None,
+             branches: Optional[str] = None) -> Report:
     """Export every submodule of ``model`` on its own and report, one row per submodule.
 
     Args:
@@ -298,6 +300,8 @@ def diagnose(model: torch.nn.Module, inputs, target: Optional[InferenceTarget] =
             its ``dynamic_axes`` name the model's dynamic input dims.
         strategies: ``{module path | class | class name: Strategy}`` (see :class:`Strategy`).
         registry: op registry to lower with (e.g. ``REGISTRY.child()`` with extra rules).
+        branches: ``"select"`` exports both outcomes of Python decisions on tensor data, as
+            :func:`fx2nnef.export` does; a module's notes say which decisions were merged.
     """
     t0 = time.perf_counter()
     target = target if target is not None else TractNNEF()
@@ -306,6 +310,6 @@ def diagnose(model: torch.nn.Module, inputs, target: Optional[InferenceTarget] =
     with eval_mode(model):
         names, recording = prepare(model, normalize_inputs(inputs), target, input_names)
         diag = Diagnoser(recording, target, strategies, registry, eager=True, root_names=names,
-                         root_output_names=output_names)
+                         root_output_names=output_names, branches=branches)
         diag.visit(recording.root)
     return diag.report(time.perf_counter() - t0)

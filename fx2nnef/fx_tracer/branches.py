@@ -1,0 +1,260 @@
+"""``branches="select"``: a Python ``if`` on tensor data exported for both outcomes.
+
+The tracer numbers every decision taken on tensor data (``bool()`` of a traced tensor,
+``if x.sum() > 0``, ``if t.item() > 0.5``). Here the forward is traced again with each decision
+flipped (the decisions before it kept), recursively for the decisions met on the new path, up
+to :data:`MAX_PATHS` traces. The traces are copied into one graph, sharing the nodes they have
+in common before they part, and their outputs are merged along the tree of decisions with
+``torch.where(condition, outputs if true, outputs if false)``, where ``condition`` is the
+traced value the decision was taken on. A decision whose two outcomes give outputs of other
+shapes or dtypes, or whose other outcome cannot be traced, keeps the example's outcome; the
+guards say which decisions were merged and which were not, and why.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+import torch
+import torch.fx as fx
+
+from ..errors import TraceError
+from .control_flow import ScanCall
+from .tracer import GuardRecord, TraceResult
+
+MAX_PATHS = 8
+
+
+@dataclasses.dataclass
+class _Path:
+    trace: TraceResult
+    forced: dict
+    outcomes: tuple  # the outcome of each numbered decision, in order
+
+
+def _path(trace: TraceResult, forced: dict) -> _Path:
+    return _Path(trace, forced, tuple(bool(g.expected) for g in trace.decisions))
+
+
+def trace_branches(trace_fn: Callable[[dict], TraceResult], max_paths: int = MAX_PATHS) -> TraceResult:
+    """Trace every outcome of the data decisions (``trace_fn(forced)`` traces one path) and merge."""
+    paths = [_path(trace_fn({}), {})]
+    if not paths[0].outcomes:
+        return paths[0].trace
+    failed: dict = {}  # outcomes prefix -> why that path could not be traced
+    i = 0
+    while i < len(paths):
+        p = paths[i]
+        i += 1
+        for k in range(len(p.forced), len(p.outcomes)):
+            prefix = p.outcomes[:k] + (not p.outcomes[k],)
+            if len(paths) >= max_paths:
+                raise TraceError(_too_many(paths, max_paths))
+            forced = dict(enumerate(prefix))
+            try:
+                paths.append(_path(trace_fn(forced), forced))
+            except Exception as exc:  # noqa: BLE001 - that outcome stays unexported, and is reported
+                failed[prefix] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    return _Merger(paths, failed).result()
+
+
+def _too_many(paths: list, limit: int) -> str:
+    seen: dict = {}
+    for p in paths:
+        for g in p.trace.decisions:
+            seen.setdefault(str(g.source) if g.source else g.text, g)
+    lines = [f"branches='select' exports at most {limit} paths through the decisions on tensor data, and this "
+             f"forward has more ({len(seen)} decisions met):"]
+    lines += [f"  - {g.text} at {g.source}: {g.source.code if g.source else ''}" for g in list(seen.values())[:10]]
+    lines.append("Write the inner ones as torch.where(...) or torch.cond(...), or export without branches='select' "
+                 "(each decision then keeps the example's outcome).")
+    return "\n".join(lines)
+
+
+def _same_value(a, b) -> bool:
+    if a is b:
+        return True
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        return a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a, b))
+    try:
+        return type(a) is type(b) and bool(a == b)
+    except Exception:  # noqa: BLE001 - values that do not compare are different
+        return False
+
+
+def _fetch(root, target: str):
+    obj = root
+    for atom in target.split("."):
+        obj = getattr(obj, atom)
+    return obj
+
+
+class _Merger:
+    """One graph holding every path, outputs merged along the tree of decisions."""
+
+    def __init__(self, paths: list, failed: dict):
+        self.paths, self.failed = paths, failed
+        self.main = paths[0].trace
+        self.graph = fx.Graph()
+        self.maps: list = []
+        self.notes: list = []
+
+    def result(self) -> TraceResult:
+        for k, p in enumerate(self.paths):
+            self.maps.append(self._copy(k, p.trace.gm))
+        outs = self._merge(())
+        self.graph.output(list(outs))
+        gm = fx.GraphModule(self.main.gm, self.graph, class_name=type(self.main.gm).__name__)
+        guards, seen = [], set()
+        for k, p in enumerate(self.paths):
+            for g in p.trace.guards:
+                node = self.maps[k][g.node]
+                # one line per decision site and verdict: the same `if` met on several paths
+                key = (str(g.source), g.op, g.merged, g.branch_note) if g.decision is not None else \
+                    (node, g.op, repr(g.expected))
+                if key not in seen:
+                    seen.add(key)
+                    guards.append(dataclasses.replace(g, node=node))
+        return TraceResult(gm, self.main.input_names, self.main.output_names, guards, self.main.example_inputs,
+                           list(self.main.control_flow) + self.notes, [g for g in guards if g.decision is not None])
+
+    # one graph --------------------------------------------------------------------------------
+    def _copy(self, k: int, gm: fx.GraphModule) -> dict:
+        """Copy path ``k`` into the graph; nodes equal to the first path's, up to where they part, are shared."""
+        env: dict = {}
+        self._env = env
+        main_nodes = [n for n in self.main.gm.graph.nodes if n.op != "output"]
+        sharing = k > 0
+        for i, n in enumerate(x for x in gm.graph.nodes if x.op != "output"):
+            if k > 0 and n.op == "placeholder":
+                env[n] = self.maps[0][main_nodes[i]]
+                continue
+            if sharing and i < len(main_nodes) and self._same(n, gm, main_nodes[i]):
+                env[n] = self.maps[0][main_nodes[i]]
+                continue
+            sharing = False
+            new = self.graph.node_copy(n, lambda a: env[a])
+            if n.op == "get_attr" and k > 0:
+                new.target = self._attr(k, gm, n.target)
+            env[n] = new
+        return env
+
+    def _same(self, n: fx.Node, gm, m: fx.Node) -> bool:
+        if n.op != m.op or not (n.target == m.target or _same_loop(n.target, m.target)):
+            return False
+        if n.op == "get_attr" and not _same_value(_fetch(gm, n.target), _fetch(self.main.gm, m.target)):
+            return False
+        mine = fx.node.map_arg((n.args, n.kwargs), lambda a: self._env[a])
+        theirs = fx.node.map_arg((m.args, m.kwargs), lambda a: self.maps[0][a])
+        return not _has_tensor((mine, theirs)) and _same_value(mine, theirs)
+
+    def _attr(self, k: int, gm, target: str) -> str:
+        obj = _fetch(gm, target)
+        try:
+            if _fetch(self.main.gm, target) is obj:
+                return target
+        except AttributeError:
+            pass
+        name = f"_fx2nnef_path{k}_{target.replace('.', '_')}"
+        setattr(self.main.gm, name, obj)
+        return name
+
+    # the tree of decisions --------------------------------------------------------------------
+    def _members(self, prefix: tuple) -> list:
+        return [k for k, p in enumerate(self.paths) if p.outcomes[:len(prefix)] == prefix]
+
+    def _merge(self, prefix: tuple) -> list:
+        members = self._members(prefix)
+        rep = members[0]
+        depth = len(prefix)
+        trace = self.paths[rep].trace
+        if depth == len(self.paths[rep].outcomes):
+            out = [n for n in trace.gm.graph.nodes if n.op == "output"][0]
+            return [self.maps[rep][a] if isinstance(a, fx.Node) else a for a in out.args[0]]
+        decision = trace.decisions[depth]
+        records = [self.paths[k].trace.decisions[depth] for k in members]
+        taken = self.paths[rep].outcomes[depth]
+        sides = {b: self._merge(prefix + (b,)) for b in (True, False) if self._members(prefix + (b,))}
+        if len(sides) == 1:
+            why = self.failed.get(prefix + (not taken,), "that outcome was not traced")
+            return self._keep(records, sides[taken], f"not merged: the other outcome does not trace ({why})")
+        yes, no = sides[True], sides[False]
+        mismatch = _mismatch(yes, no)
+        if mismatch:
+            return self._keep(records, sides[taken], f"not merged: {mismatch}")
+        cond = self._condition(self.maps[rep][decision.node], decision)
+        if cond is None:
+            kind = type(decision.node.meta.get("value")).__name__
+            return self._keep(records, sides[taken], f"not merged: the condition is a Python {kind}, not a tensor")
+        merged = [t if t is f else self._add("call_function", torch.where, (cond, t, f), decision)
+                  for t, f in zip(yes, no)]
+        for r in records:
+            r.merged, r.branch_note = True, f"both outcomes exported, {len(merged)} output(s) merged with select"
+        self._note(decision, "exported both ways, outputs merged with select on its traced condition")
+        return merged
+
+    def _note(self, decision: GuardRecord, what: str) -> None:
+        src = decision.source
+        code = f" `{src.code}`" if src is not None and src.code else ""
+        note = f"branches='select': the decision on tensor data at {src or decision.text}{code}: {what}"
+        if note not in self.notes:
+            self.notes.append(note)
+
+    def _keep(self, records: list, outs: list, why: str) -> list:
+        for r in records:
+            r.branch_note = why
+        self._note(records[0], f"keeps the example's outcome, {why}")
+        return outs
+
+    def _condition(self, node: fx.Node, decision: GuardRecord):
+        value = node.meta.get("value")
+        if not isinstance(value, torch.Tensor) or value.numel() != 1:
+            return None
+        if value.dim() != 0:
+            node = self._add("call_method", "reshape", (node, ()), decision)
+        if value.dtype != torch.bool:
+            node = self._add("call_method", "bool", (node,), decision)
+        return node
+
+    def _add(self, op: str, target, args: tuple, decision: GuardRecord) -> fx.Node:
+        node = self.graph.create_node(op, target, args, {})
+        values = [a.meta["value"] if isinstance(a, fx.Node) else a for a in args]
+        with torch.no_grad():
+            node.meta["value"] = target(*values) if op == "call_function" else getattr(values[0], target)(*values[1:])
+        node.meta["source"] = decision.source
+        for key in ("module_path", "module_type"):
+            if key in decision.node.meta:
+                node.meta[key] = decision.node.meta[key]
+        return node
+
+
+def _same_loop(a, b) -> bool:
+    """Two traces record a loop with their own :class:`ScanCall`: the same loop when its body's code agrees."""
+    if not isinstance(a, ScanCall) or not isinstance(b, ScanCall):
+        return False
+    fields = ("kind", "label", "dim", "reverse", "n_carry", "check")
+    return all(getattr(a, f) == getattr(b, f) for f in fields) and a.body.code == b.body.code
+
+
+def _has_tensor(obj) -> bool:
+    if isinstance(obj, torch.Tensor):
+        return True
+    if isinstance(obj, (list, tuple)):
+        return any(_has_tensor(x) for x in obj)
+    if isinstance(obj, dict):
+        return any(_has_tensor(x) for x in obj.values())
+    return False
+
+
+def _mismatch(yes: list, no: list) -> str:
+    if len(yes) != len(no):
+        return f"the outcomes give {len(yes)} and {len(no)} outputs"
+    for i, (t, f) in enumerate(zip(yes, no)):
+        tv = t.meta.get("value") if isinstance(t, fx.Node) else t
+        fv = f.meta.get("value") if isinstance(f, fx.Node) else f
+        if not isinstance(tv, torch.Tensor) or not isinstance(fv, torch.Tensor):
+            return f"output {i} is not a tensor in both outcomes"
+        if tv.shape != fv.shape or tv.dtype != fv.dtype:
+            return (f"output {i} is {tuple(tv.shape)} {tv.dtype} when true but {tuple(fv.shape)} {fv.dtype} when "
+                    "false (select needs equal shapes and dtypes)")
+    return ""

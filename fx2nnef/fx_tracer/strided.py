@@ -1,0 +1,92 @@
+"""``Tensor.as_strided`` / ``torch.as_strided`` as ops on the flattened tensor.
+
+``as_strided(size, stride, offset)`` reads memory positions ``offset + sum(i_k * stride_k)``.
+On a contiguous tensor, position ``p`` is item ``p - x.storage_offset()`` of ``x.reshape(-1)``,
+so the call is recorded as that flat view sliced (when the positions are one contiguous run,
+a slice or reshape) or indexed with the constant positions (a gather: overlapping windows,
+broadcasts), or, when the strides nest, as a slice of it reshaped to a box, sliced and permuted
+(transposes, strided slices). A tensor whose memory order is not its logical order, or
+positions outside the tensor, are refused with the line.
+"""
+from __future__ import annotations
+
+import operator
+
+import torch
+
+from ..errors import TraceError
+from .source import user_frame_location
+
+# a gather of constant positions above this many items would store a large index tensor
+MAX_GATHERED = 1 << 22
+
+
+def is_as_strided(kind: str, target) -> bool:
+    return (kind == "call_method" and target == "as_strided") or (kind == "call_function" and target is torch.as_strided)
+
+
+def _bind(args: tuple, kwargs: dict):
+    names = ("input", "size", "stride", "storage_offset")
+    bound = dict(zip(names, args))
+    bound.update(kwargs)
+    return bound["input"], bound["size"], bound["stride"], bound.get("storage_offset")
+
+
+def record_as_strided(tracer, args: tuple, kwargs: dict, unwrap):
+    """Record the equivalent of ``as_strided`` through ``tracer``; returns its proxy."""
+    x, size, stride, offset = _bind(args, kwargs)
+    value = unwrap(x)
+    size, stride, offset = [int(s) for s in unwrap(size)], [int(s) for s in unwrap(stride)], unwrap(offset)
+    loc = user_frame_location()
+    where = f" at {loc}: `{loc.code}`" if loc else ""
+    if not value.is_contiguous():
+        raise TraceError(
+            f"as_strided{where} reads the memory of a tensor whose layout is not its logical order (a transposed "
+            f"or strided view, strides {tuple(value.stride())}); exported tensors have no memory layout. Call it on "
+            "x.contiguous() if that is what you mean, or write the view with slicing, permute and reshape.")
+    rel = (value.storage_offset() if offset is None else int(offset)) - value.storage_offset()
+    positions = torch.full(size, rel, dtype=torch.int64)
+    for axis, (n, s) in enumerate(zip(size, stride)):
+        shape = [1] * len(size)
+        shape[axis] = n
+        positions = positions + (torch.arange(n) * s).reshape(shape)
+    count = positions.numel()
+    if count and (int(positions.min()) < 0 or int(positions.max()) >= value.numel()):
+        raise TraceError(
+            f"as_strided{where} reads memory outside the tensor it is called on (positions {int(positions.min())}.."
+            f"{int(positions.max())} of a tensor of {value.numel()} items); only its own items can be exported.")
+    flat = tracer.create_proxy("call_method", "reshape", (x, (-1,)), {})
+    if torch.equal(positions.reshape(-1), torch.arange(rel, rel + count)):
+        part = tracer.create_proxy("call_function", operator.getitem, (flat, slice(rel, rel + count)), {})
+        return tracer.create_proxy("call_method", "reshape", (part, tuple(size)), {}), "a slice of the flat tensor"
+    boxed = _box(tracer, flat, size, stride, rel, value.numel())
+    if boxed is not None:
+        return boxed, "a slice of the flat tensor, reshaped, sliced and permuted"
+    if count > MAX_GATHERED:
+        raise TraceError(f"as_strided{where} picks {count} scattered items: more than {MAX_GATHERED} constant "
+                         "positions to store; write the view with slicing, permute and reshape (or unfold)")
+    return (tracer.create_proxy("call_function", operator.getitem, (flat, positions), {}),
+            "a gather of constant positions of the flat tensor")
+
+
+def _box(tracer, flat, size: list, stride: list, rel: int, numel: int):
+    """The view as ``flat[rel:rel+L]`` reshaped to nested strides, sliced and permuted, or None
+    when the strides do not nest (each larger stride a multiple of the next, covering it)."""
+    axes = sorted((a for a in range(len(size)) if size[a] > 1), key=lambda a: -stride[a])
+    if not axes or any(stride[a] <= 0 for a in axes):
+        return None
+    for a, b in zip(axes, axes[1:]):
+        if stride[a] % stride[b] or stride[a] < stride[b] * size[b]:
+            return None
+    box = [size[axes[0]]] + [stride[a] // stride[b] for a, b in zip(axes, axes[1:])] + [stride[axes[-1]]]
+    length = box[0] * stride[axes[0]]
+    if rel + length > numel:
+        return None
+    window = tracer.create_proxy("call_function", operator.getitem, (flat, slice(rel, rel + length)), {})
+    shaped = tracer.create_proxy("call_method", "reshape", (window, tuple(box)), {})
+    index = (slice(None),) + tuple(slice(0, size[a]) for a in axes[1:]) + (0,)
+    picked = tracer.create_proxy("call_function", operator.getitem, (shaped, index), {})
+    order = sorted(range(len(axes)), key=lambda j: axes[j])  # output order of the non-unit axes
+    if order != list(range(len(axes))):
+        picked = tracer.create_proxy("call_method", "permute", (picked, tuple(order)), {})
+    return tracer.create_proxy("call_method", "reshape", (picked, tuple(size)), {})

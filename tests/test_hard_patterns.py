@@ -1,0 +1,191 @@
+"""The remaining hard patterns of issue 9: as_strided, torch.vmap, mask assignment, slice bounds
+read from tensor content. Each exports and is checked in tract (check_io at the example and,
+with a dynamic dim, at other sizes), or fails with an error naming the construct and its line.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import fx2nnef
+from fx2nnef.errors import TraceError
+from harness import FnModule, check_op, randn
+
+from test_data_branches import _run_more
+
+
+def _export(fn, inputs, tmp_path, dyn=None, module=None):
+    names = [f"x{i}" for i in range(len(inputs))]
+    tgt = fx2nnef.TractNNEF(check_io=True, dynamic_axes=dyn or {})
+    return fx2nnef.export(module if module is not None else FnModule(fn), tuple(inputs), tmp_path / "a.nnef.tgz",
+                          target=tgt, input_names=names)
+
+
+# as_strided --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("shape,args,how", [
+    ((4, 6), ((6, 4), (1, 6)), "permuted"),  # a transpose
+    ((2, 3, 4), ((3, 2, 4), (4, 12, 1)), "permuted"),  # a permute of a 3-d tensor
+    ((4, 6), ((2, 3), (6, 2), 1), "permuted"),  # a strided slice with an offset
+    ((4, 6), ((3, 8), (8, 1)), "a slice of the flat tensor"),  # a reshape
+    ((4, 6), ((5,), (1,), 7), "a slice of the flat tensor"),  # a contiguous run
+    ((10,), ((4, 4), (2, 1)), "gather"),  # overlapping windows
+    ((4, 6), ((3, 6), (0, 1)), "gather"),  # a broadcast row
+], ids=["transpose", "permute3d", "strided_slice", "reshape", "run", "windows", "broadcast"])
+def test_as_strided(shape, args, how, tmp_path):
+    x = randn(*shape)
+    r = check_op(lambda t: t.as_strided(*args) * 2, [x], tmp_path)
+    assert r.check.ok and any("as_strided" in n and how in n for n in r.notes), r.notes
+
+
+def test_as_strided_function_form(tmp_path):
+    r = check_op(lambda t: torch.as_strided(t + 1, (3, 2), (1, 3)), [randn(2, 3)], tmp_path)
+    assert r.check.ok
+
+
+def test_as_strided_of_a_transposed_view_is_refused(tmp_path):
+    with pytest.raises(TraceError, match=r"as_strided at .*test_hard_patterns.py:\d+(.|\n)*not its logical order"):
+        _export(lambda t: t.t().as_strided((2, 2), (1, 2)), [randn(3, 4)], tmp_path)
+
+
+def test_as_strided_outside_the_tensor_is_refused(tmp_path):
+    with pytest.raises(TraceError, match=r"as_strided at .*test_hard_patterns.py:\d+(.|\n)*outside the tensor"):
+        _export(lambda t: t[1:].as_strided((3,), (1,), 0), [randn(4)], tmp_path)
+
+
+# torch.vmap ---------------------------------------------------------------------------------------
+class VmapLinear(torch.nn.Module):
+    """vmap over the batch of a function that reads a submodule, a non-mapped input and a kwarg."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 3)
+
+    def forward(self, x, bias):
+        def per_row(row, b, scale=1.0):
+            h = self.lin(row) + b
+            return h * h.sum() * scale, row.amax()
+
+        return torch.vmap(per_row, in_dims=(0, None))(x, bias, scale=0.5)
+
+
+def test_vmap_as_scan_dynamic_batch(tmp_path):
+    model = VmapLinear()
+    x, b = randn(5, 4), randn(3, seed=1)
+    r = _export(None, [x, b], tmp_path, {"x0": {0: "N"}}, module=model)
+    assert r.check.ok and len(r.check.cases) >= 3, r.check
+    assert any("torch.vmap" in n and "scan" in n for n in r.notes), r.notes
+    _run_more(r, model, [[x[:2], b], [x.repeat(2, 1), b]])
+
+
+def test_vmap_in_and_out_dims(tmp_path):
+    from torch.func import vmap
+
+    def fn(x):
+        return vmap(lambda col: col.softmax(0) * col.sum(), in_dims=1, out_dims=1)(x)
+
+    r = _export(fn, [randn(3, 5)], tmp_path, {"x0": {1: "N"}})
+    assert r.check.ok and len(r.check.cases) >= 3, r.check
+    model = FnModule(fn)
+    _run_more(r, model, [[randn(3, 2)], [randn(3, 9)]])
+
+
+# mask assignment ----------------------------------------------------------------------------------
+def _mask_fill(x):
+    y = x.clone()
+    y[y.to(bool)] = 5.0
+    return y
+
+
+def _mask_from_other(x, v):
+    y = x * 2
+    y[x > 0] = v  # a rank-0 tensor input
+    y[(x < -1).to(torch.bool)] = 1.0
+    return y
+
+
+def _mask_add(x, z):
+    y = x * 2
+    y[x > 0] += 1.0
+    return y
+
+
+def _mask_expression(x, z):
+    y = x * 2
+    y[y < -1] = y[y < -1] * z[y < -1] + 0.5  # three equal masks, two selections and a number
+    return y
+
+
+def _mask_rows(x, z):
+    y = x * 2
+    y[x[:, 0] > 0] *= torch.tensor([1.0, 2.0, 3.0])  # a row mask and a trailing-dims operand
+    return y
+
+
+def _mask_copy(x, z):
+    y = x.clone()
+    m = x > 0
+    y[m] = z[m]
+    return y
+
+
+@pytest.mark.parametrize("fn", [_mask_add, _mask_expression, _mask_rows, _mask_copy],
+                         ids=["iadd", "expression", "rows", "copy"])
+def test_mask_read_modify_write(fn, tmp_path):
+    """``y[m] op= v`` and ``y[m] = f(y[m], z[m])``: computed on whole tensors and selected."""
+    inputs = [randn(4, 3), randn(4, 3, seed=1)]
+    r = _export(fn, inputs, tmp_path, {"x0": {0: "N"}, "x1": {0: "N"}})
+    assert r.check.ok and len(r.check.cases) >= 3 and "select" in r.nnef_op_counts, r
+    _run_more(r, FnModule(fn), [[randn(2, 3, seed=5), randn(2, 3, seed=6)], [randn(7, 3, seed=7), randn(7, 3, seed=8)]])
+
+
+def test_masked_updates_pass_structure():
+    """The pass leaves no data-sized selection and computes what the model computes."""
+    import operator
+
+    from fx2nnef.fx_tracer.passes import masked_updates, remove_inplace
+    from fx2nnef.fx_tracer.tracer import trace_model
+
+    x, z = randn(4, 3), randn(4, 3, seed=1)
+    trace = trace_model(FnModule(_mask_expression), (x, z), {}, ["x", "z"])
+    remove_inplace(trace.gm)
+    assert masked_updates(trace.gm)
+    targets = [n.target for n in trace.gm.graph.nodes]
+    assert operator.getitem not in targets and torch.where in targets, trace.gm.graph
+    torch.testing.assert_close(trace.gm(x, z)[0], _mask_expression(x, z))
+    assert not masked_updates(trace.gm)
+
+
+def test_mask_write_of_a_reduction_is_a_clear_error(tmp_path):
+    """``y[m] = y[m].softmax(0)`` mixes the selected items: refused with the line."""
+    def fn(x):
+        y = x * 2
+        y[x > 0] = y[x > 0].softmax(0)
+        return y
+
+    with pytest.raises(fx2nnef.UnsupportedOpError, match=r"test_hard_patterns.py:\d+: a boolean mask index gives a "
+                                                         r"data-dependent shape; use torch.where"):
+        _export(fn, [randn(4, 3)], tmp_path)
+
+
+# slice bounds read from tensor content ------------------------------------------------------------
+@pytest.mark.parametrize("fn,what", [
+    (lambda x, n: x[: n.item()], r"slice bound or index .*x\[: n\.item\(\)\](.|\n)*item\(\)/tolist\(\)"),
+    (lambda x, n: x[: n.item() + 1], r"slice bound or index .*x\[: n\.item\(\) \+ 1\]"),
+    (lambda x, n: x[: n], r"slice bound or index .*x\[: n\](.|\n)*a traced tensor"),
+    (lambda x, n: x.narrow(0, 0, n), r"narrow\(\) size .*x\.narrow\(0, 0, n\)"),
+    (lambda x, n: x.view(n.item(), -1), r"view\(\) size .*x\.view\(n\.item\(\), -1\)"),
+], ids=["item", "item_arithmetic", "tensor", "narrow", "view"])
+def test_bound_from_tensor_content_is_refused(fn, what, tmp_path):
+    with pytest.raises(TraceError, match=what + r"(.|\n)*torch\.where\(torch\.arange"):
+        _export(fn, [randn(4, 3), torch.tensor(2)], tmp_path)
+
+
+def test_bound_as_a_mask_exports(tmp_path):
+    """What the error suggests: keep the size, mask the rows past the bound."""
+    def fn(x, n):
+        keep = torch.arange(x.size(0)).unsqueeze(1) < n
+        return torch.where(keep, x, torch.zeros_like(x))
+
+    r = _export(fn, [randn(4, 3), torch.tensor(2)], tmp_path, {"x0": {0: "N"}})
+    assert r.check.ok
+    _run_more(r, FnModule(fn), [[randn(6, 3), torch.tensor(5)], [randn(2, 3), torch.tensor(0)]])
