@@ -123,7 +123,8 @@ def export_causal_lm(model_or_dir, out_dir, *, dtype: Optional[str] = None, weig
         manifest = _manifest(model, layout, dtype_name, weights, last_logits_only, batch_symbol, generate, check)
         t0 = time.perf_counter()
         result = _export_asset(wrapper, layout, stage / ASSET_NAME, torch_dtype, batch_symbol, check,
-                               {**_properties(manifest)}, target_kwargs, timeout, seed)
+                               _properties(manifest), target_kwargs, timeout, seed,
+                               out_dir.with_name(out_dir.name + ".debug"))
         timings["export"] = time.perf_counter() - t0
         checks = manifest["checks"]
         if result.check is not None:
@@ -183,7 +184,7 @@ def _manifest(model, layout: CacheLayout, dtype: str, weights, last_logits_only:
         "architecture": type(model).__name__,
         "inputs": inputs, "outputs": outputs,
         "symbols": (["B"] if batch_symbol else []) + ["S", "P"],
-        "dtype": dtype, "weights": weights or "native",
+        "dtype": dtype, "weights": weights or "native", "check_tolerance": "very" if dtype == "f16" else "approximate",
         "last_logits_only": last_logits_only,
         "num_layers": layout.num_layers, "kv_heads": layout.kv_heads,
         "checks_requested": (["export", "prompt", "prompt_with_past", "decode"] if check else [])
@@ -204,7 +205,8 @@ def _properties(manifest: dict) -> dict:
 
 
 def _export_asset(wrapper: FlatCacheLM, layout: CacheLayout, path: Path, dtype: torch.dtype, batch_symbol: bool,
-                  check: bool, properties: dict, target_kwargs: dict, timeout: float, seed: int) -> ExportResult:
+                  check: bool, properties: dict, target_kwargs: dict, timeout: float, seed: int,
+                  debug_bundle: Path) -> ExportResult:
     """Trace at S=3, P=5 (distinct sizes above 1, batch 2 with a batch symbol) and write the asset."""
     batch = 2 if batch_symbol else 1
     vocab = int(wrapper.model.config.vocab_size)
@@ -216,10 +218,17 @@ def _export_asset(wrapper: FlatCacheLM, layout: CacheLayout, path: Path, dtype: 
     for name in names[1:]:
         dyn[name] = {2: "P", **({0: "B"} if batch_symbol else {})}
     target = TractNNEF(check_io=check, dynamic_axes=dyn, specific_properties=properties,
-                       dump_identity_properties=True, timeout=timeout, **target_kwargs)
+                       dump_identity_properties=True, timeout=timeout, check_io_tolerance=tolerance_for(dtype),
+                       **target_kwargs)
     with torch.no_grad():
         return export(wrapper, (ids, *cache), path, target=target, input_names=names,
-                      output_names=layout.output_names())
+                      output_names=layout.output_names(), debug_bundle=str(debug_bundle))
+
+
+def tolerance_for(dtype: torch.dtype) -> str:
+    """The check level: tract's "approximate" in f32; "very" in f16, where tract and torch
+    round differently at every op (both stay as far from an f32 run as from each other)."""
+    return "very" if dtype == torch.float16 else "approximate"
 
 
 def mode_cases(wrapper: FlatCacheLM, layout: CacheLayout, dtype: torch.dtype, seed: int = 0) -> dict:
@@ -251,7 +260,7 @@ def check_modes(wrapper: FlatCacheLM, layout: CacheLayout, asset: Path, dtype: t
     got = run_tract_many(asset, [inputs for inputs, _, _ in cases.values()], timeout=timeout)
     facts, failed = {}, []
     for (mode, (_, expected, sizes)), outputs in zip(cases.items(), got):
-        diffs = compare_outputs(layout.output_names(), expected, outputs, "approximate")
+        diffs = compare_outputs(layout.output_names(), expected, outputs, tolerance_for(dtype))
         facts[mode] = {**sizes, "max_abs_logits": _fmt(diffs[0].max_abs),
                        "max_abs_cache": _fmt(max((d.max_abs for d in diffs[1:]), default=0.0))}
         if not all(d.ok for d in diffs):
