@@ -68,6 +68,8 @@ def test_llama_folder_three_modes_and_generation(tmp_path):
     assert "( input_ids, in_cache_key_0, in_cache_value_0, in_cache_key_1, in_cache_value_1 ) -> " \
            "( outputs, out_cache_key_0, out_cache_value_0, out_cache_key_1, out_cache_value_1 )" in text
     assert "extension tract_symbol S;" in text and "extension tract_symbol P;" in text
+    for line in ("P >= 0", "S >= 1", "S+P < 128", "tg: S==1", "pp: P==0"):
+        assert f"extension tract_assert {line};" in text
     assert '("llm_outputs", "' + ",".join(CONTRACT_OUTPUTS) + '")' in text
     assert "in_cache_value_1 = tract_core_external(shape = [1, 2, P, 16], datum_type = 'f32');" in text
     assert "input_ids = tract_core_external(shape = [1, S], datum_type = 'i64');" in text

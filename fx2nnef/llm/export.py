@@ -217,12 +217,22 @@ def _export_asset(wrapper: FlatCacheLM, layout: CacheLayout, path: Path, dtype: 
     dyn = {"input_ids": {1: "S", **({0: "B"} if batch_symbol else {})}}
     for name in names[1:]:
         dyn[name] = {2: "P", **({0: "B"} if batch_symbol else {})}
-    target = TractNNEF(check_io=check, dynamic_axes=dyn, specific_properties=properties,
+    target = TractNNEF(check_io=check, dynamic_axes=dyn, specific_properties=properties, asserts=contract_asserts(wrapper.model),
                        dump_identity_properties=True, timeout=timeout, check_io_tolerance=tolerance_for(dtype),
                        **target_kwargs)
     with torch.no_grad():
         return export(wrapper, (ids, *cache), path, target=target, input_names=names,
                       output_names=layout.output_names(), debug_bundle=str(debug_bundle))
+
+
+def contract_asserts(model: torch.nn.Module) -> list[str]:
+    """The symbol assertions of the contract: sizes, the context bound, the two scenarios
+    (``tg``: text generation, one token; ``pp``: prompt processing, no past)."""
+    asserts = ["P >= 0", "S >= 1"]
+    max_pos = getattr(model.config, "max_position_embeddings", None)
+    if isinstance(max_pos, int) and max_pos > 0:
+        asserts.append(f"S+P < {max_pos}")
+    return asserts + ["tg: S==1", "pp: P==0"]
 
 
 def tolerance_for(dtype: torch.dtype) -> str:
