@@ -127,6 +127,10 @@ FAMILIES = {
         attn_logit_softcapping=5.0)),
     "phi3_partial_rotary": lambda: T.Phi3ForCausalLM(T.Phi3Config(**SMALL, pad_token_id=0, eos_token_id=1,
                                                                   bos_token_id=1, partial_rotary_factor=0.5)),
+    "bloom_alibi_baddbmm": lambda: T.BloomForCausalLM(T.BloomConfig(hidden_size=64, n_layer=2, n_head=4, vocab_size=256,
+                                                                     initializer_range=0.1)),
+    "mixtral_moe": lambda: T.MixtralForCausalLM(T.MixtralConfig(**{**SMALL, "intermediate_size": 64},
+                                                                num_local_experts=4, num_experts_per_tok=2)),
 }
 
 
@@ -154,6 +158,21 @@ def test_sliding_window_is_applied_in_decode(tmp_path):
     got = run_tract(r.asset, [full[:, 11:].numpy()] + [t.numpy() for t in past])[0][:, -1]
     np.testing.assert_allclose(got, expected.numpy(), atol=1e-4, rtol=5e-4)
     assert np.abs(got - unwindowed.numpy()).max() > 1e-2
+
+
+def test_batch_symbol(tmp_path):
+    """With a batch symbol B the asset runs two sequences at once (caches of equal length)."""
+    model = _llama()
+    r = export_causal_lm(model, tmp_path / "out", batch_symbol=True, check=False)
+    assert r.manifest["symbols"] == ["B", "S", "P"]
+    assert "in_cache_key_0 = tract_core_external(shape = [B, 2, P, 16]" in _graph_text(r.asset)
+    layout = cache_layout(model)
+    full = torch.randint(0, 256, (2, 9), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        past = FlatCacheLM(model, layout)(full[:, :6], *layout.empty(0, torch.float32, batch=2))[1:]
+        expected = model(full).logits[:, 6:]
+    got = run_tract(r.asset, [full[:, 6:].numpy()] + [t.numpy() for t in past])
+    np.testing.assert_allclose(got[0], expected.numpy(), atol=1e-4, rtol=5e-4)
 
 
 def test_cli_llm(tmp_path, capsys):
