@@ -227,3 +227,30 @@ def test_refusals(tmp_path):
         export_causal_lm(tmp_path, tmp_path / "out")
     with pytest.raises(InvalidArgumentError, match="dtype"):
         export_causal_lm(_llama(), tmp_path / "out", dtype="bf16")
+
+
+OTHER_FAMILIES = {
+    "gpt2": lambda: T.GPT2LMHeadModel(T.GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=256, n_positions=128,
+                                                   initializer_range=0.1)),
+    "gemma": lambda: T.GemmaForCausalLM(T.GemmaConfig(**SMALL, head_dim=16)),
+    "qwen3": lambda: T.Qwen3ForCausalLM(T.Qwen3Config(**SMALL, head_dim=16)),
+    "gpt_neox": lambda: T.GPTNeoXForCausalLM(T.GPTNeoXConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                                             num_attention_heads=4, vocab_size=256,
+                                                             max_position_embeddings=128, initializer_range=0.1)),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", list(OTHER_FAMILIES))
+def test_other_families(family, tmp_path):
+    """The remaining families of test_llm_families.py (test_families covers the same path)."""
+    torch.manual_seed(0)
+    model = _randomize_norms(OTHER_FAMILIES[family]().eval())
+    r = export_causal_lm(model, tmp_path / "out", generate=4)
+    assert r.checks["generate"]["equal"]
+
+
+def test_float16_module_is_not_converted_in_place(tmp_path):
+    model = _llama()
+    export_causal_lm(model, tmp_path / "out", dtype="f16", check=False)
+    assert next(model.parameters()).dtype == torch.float32

@@ -1,6 +1,7 @@
 """``export_causal_lm``: a transformers causal LM to a checked tract asset with a KV cache."""
 from __future__ import annotations
 
+import copy
 import dataclasses
 import inspect
 import json
@@ -96,6 +97,7 @@ def export_causal_lm(model_or_dir, out_dir, *, dtype: Optional[str] = None, weig
     export's own size checks and the three modes (prompt, prompt with past, decode) in tract
     against transformers with a ``DynamicCache``.
 
+    A module given in another float type than ``dtype`` is copied, not converted in place.
     ``out_dir`` is written atomically (a temporary sibling renamed at the end); an existing
     one is replaced only with ``overwrite=True``.
     """
@@ -110,7 +112,8 @@ def export_causal_lm(model_or_dir, out_dir, *, dtype: Optional[str] = None, weig
         model = load_causal_lm(model_or_dir)
     torch_dtype = _resolve_dtype(dtype, model)
     if next(model.parameters()).dtype != torch_dtype:
-        model = model.to(torch_dtype)
+        # the caller's module is left as it was
+        model = (copy.deepcopy(model) if source_dir is None else model).to(torch_dtype)
     target_kwargs = _weights_option(weights)
     timings = {}
     out_dir.parent.mkdir(parents=True, exist_ok=True)
