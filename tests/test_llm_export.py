@@ -228,6 +228,18 @@ def test_refusals(tmp_path):
     with pytest.raises(InvalidArgumentError, match="dtype"):
         export_causal_lm(_llama(), tmp_path / "out", dtype="bf16")
 
+    class NoCacheLM(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = torch.nn.Embedding(16, 8)
+
+        def forward(self, input_ids, use_cache=False):
+            return T.modeling_outputs.CausalLMOutput(logits=self.embed(input_ids))
+
+    with pytest.raises(InvalidArgumentError, match="key/value cache"):
+        export_causal_lm(NoCacheLM(), tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
 
 OTHER_FAMILIES = {
     "gpt2": lambda: T.GPT2LMHeadModel(T.GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=256, n_positions=128,

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ..errors import InvalidArgumentError
+
 
 @dataclass(frozen=True)
 class CacheLayout:
@@ -55,9 +57,16 @@ def cache_layout(model: torch.nn.Module) -> CacheLayout:
     ids = torch.zeros(1, 1, dtype=torch.long, device=param.device)
     with torch.no_grad():
         out = model(input_ids=ids, use_cache=True)
-    layers = out.past_key_values.layers
-    k, v = layers[0].keys, layers[0].values
-    return CacheLayout(len(layers), int(k.shape[1]), int(k.shape[-1]), int(v.shape[-1]))
+    layers = getattr(getattr(out, "past_key_values", None), "layers", None)
+    shapes = [(getattr(l, "keys", None), getattr(l, "values", None)) for l in layers or []]
+    if not shapes or any(k is None or v is None or k.ndim != 4 or v.ndim != 4 or k.shape[1] != shapes[0][0].shape[1]
+                         for k, v in shapes):
+        raise InvalidArgumentError(
+            f"{type(model).__name__} does not keep a key/value cache of [batch, kv_heads, length, head_dim] "
+            "tensors per layer (a transformers DynamicCache), which the LLM I/O contract needs; export it "
+            "with fx2nnef.export and your own inputs instead")
+    k, v = shapes[0]
+    return CacheLayout(len(shapes), int(k.shape[1]), int(k.shape[-1]), int(v.shape[-1]))
 
 
 class FlatCacheLM(torch.nn.Module):
