@@ -216,8 +216,13 @@ def test_bfloat16_source(dtype, tmp_path):
 def test_q4_0_weights(tmp_path):
     if "weights" not in inspect.signature(TractNNEF).parameters:
         pytest.skip("TractNNEF has no weights= option in this build (branch q4)")
-    r = export_causal_lm(_llama(), tmp_path / "out", weights="q4_0", check=False)
-    assert r.manifest["weights"] == "q4_0" and r.asset.is_file()
+    model = _llama()
+    before = model.model.layers[0].mlp.up_proj.weight.clone()
+    r = export_causal_lm(model, tmp_path / "out", weights="q4_0", generate=4)
+    assert r.manifest["weights"] == "q4_0" and r.checks["generate"]["equal"]
+    assert r.manifest["weight_bytes"]["stored"] < 0.3 * r.manifest["weight_bytes"]["native"]
+    assert "q4_0" in _graph_text(r.asset)
+    assert torch.equal(model.model.layers[0].mlp.up_proj.weight, before)  # checks ran on the stored values, then restored
 
 
 def test_refusals(tmp_path):

@@ -1,6 +1,7 @@
 """``export_causal_lm``: a transformers causal LM to a checked tract asset with a KV cache."""
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import inspect
@@ -129,17 +130,21 @@ def export_causal_lm(model_or_dir, out_dir, *, dtype: Optional[str] = None, weig
                                _properties(manifest), target_kwargs, timeout, seed,
                                out_dir.with_name(out_dir.name + ".debug"))
         timings["export"] = time.perf_counter() - t0
+        weights_written = getattr(result, "weights", [])
+        manifest["weight_bytes"] = {"native": sum(w.native_bytes for w in weights_written),
+                                    "stored": sum(w.stored_bytes for w in weights_written)}
         checks = manifest["checks"]
         if result.check is not None:
             checks["export"] = {"cases": len(result.check.cases), "max_abs": _fmt(result.max_abs_diff)}
-        if check:
-            t0 = time.perf_counter()
-            checks.update(check_modes(wrapper, layout, stage / ASSET_NAME, torch_dtype, seed, timeout))
-            timings["modes"] = time.perf_counter() - t0
-        if generate:
-            t0 = time.perf_counter()
-            checks["generate"] = check_generation(model, stage / ASSET_NAME, generate, seed, timeout)
-            timings["generate"] = time.perf_counter() - t0
+        with stored_weights(wrapper, result):
+            if check:
+                t0 = time.perf_counter()
+                checks.update(check_modes(wrapper, layout, stage / ASSET_NAME, torch_dtype, seed, timeout))
+                timings["modes"] = time.perf_counter() - t0
+            if generate:
+                t0 = time.perf_counter()
+                checks["generate"] = check_generation(model, stage / ASSET_NAME, generate, seed, timeout)
+                timings["generate"] = time.perf_counter() - t0
         manifest["timings_s"] = {k: round(v, 3) for k, v in timings.items()}
         _copy_companions(model, source_dir, stage)
         (stage / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n")
@@ -149,6 +154,32 @@ def export_causal_lm(model_or_dir, out_dir, *, dtype: Optional[str] = None, weig
         raise
     result.path = out_dir / ASSET_NAME
     return LLMExportResult(out_dir, out_dir / ASSET_NAME, manifest, result)
+
+
+@contextlib.contextmanager
+def stored_weights(wrapper: torch.nn.Module, result: ExportResult):
+    """Within the block, parameters written in another format (f16, Q4_0) hold the values the
+    asset stores, so that the checks compare tract with the model the asset really holds;
+    the originals are put back on exit."""
+    graph = result.graph
+    saved = []
+    try:
+        with torch.no_grad():
+            for v in graph.constants() if graph is not None else []:
+                path = getattr(v.source, "parameter_path", None)
+                if getattr(v.source, "stored_format", None) is None or not path:
+                    continue
+                param = wrapper.get_parameter(path)
+                values = torch.from_numpy(np.array(v.data)).to(param.dtype)
+                if values.shape != param.shape:
+                    raise InvalidArgumentError(f"stored values of {path} have shape {list(values.shape)}, the "
+                                               f"parameter {list(param.shape)}: the checks cannot use them")
+                saved.append((param, param.data))
+                param.data = values
+        yield
+    finally:
+        for param, data in reversed(saved):
+            param.data = data
 
 
 def _resolve_dtype(dtype: Optional[str], model: torch.nn.Module) -> torch.dtype:

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import TractError
 from ..targets.tract import _uses_transformers
-from ..targets.tract_runner import clean_engine_message, crash_message, existing_asset, run_child
+from ..targets.child import clean_engine_message, crash_message, existing_asset, run_child
 from ._generate_child import TractCausalLM
 
 CHILD_SCRIPT = Path(__file__).resolve().with_name("_generate_child.py")
