@@ -232,6 +232,8 @@ def test_refusals(tmp_path):
         export_causal_lm(tmp_path, tmp_path / "out")
     with pytest.raises(InvalidArgumentError, match="dtype"):
         export_causal_lm(_llama(), tmp_path / "out", dtype="bf16")
+    with pytest.raises(InvalidArgumentError, match="asserts"):
+        TractNNEF(asserts=["S; extension tract_registry x"])
 
     class NoCacheLM(torch.nn.Module):
         def __init__(self):
