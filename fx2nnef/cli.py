@@ -120,11 +120,13 @@ def cmd_llm(ns) -> int:
 
 
 def _add_llm_parser(sub) -> None:
+    from .ir import WEIGHT_FORMATS
+
     p = sub.add_parser("llm", help="export a local transformers causal LM folder to OUT_DIR/model.nnef.tgz with a KV cache")
     p.add_argument("model_dir", help="folder written by save_pretrained (config.json, *.safetensors); no downloads")
     p.add_argument("out_dir")
     p.add_argument("--dtype", choices=["f32", "f16"], help="float type of the asset (default: the model's; bf16 -> f32)")
-    p.add_argument("--weights", help="weight format, passed to TractNNEF(weights=...) (e.g. f16, q4_0)")
+    p.add_argument("--weights", choices=list(WEIGHT_FORMATS), help="how float parameters are stored (TractNNEF(weights=...))")
     p.add_argument("--generate", type=int, default=4, metavar="N", help="greedy tokens checked against transformers (0: none)")
     p.add_argument("--last-logits-only", action="store_true", help="logits of the last position only")
     p.add_argument("--batch-symbol", action="store_true", help="a symbol B for the batch axis instead of 1")
