@@ -117,6 +117,7 @@ def _lower_write_check(cap: Capture, path: Path, target: InferenceTarget, timing
     with _timed(timings, "lower"), _bar(show, len(cap.graph.nodes), "lowering", "op") as bar:
         emitted = emit_graph(cap.graph, target.name, bool_bits=target.bool_bits,
                              extra_fragments=target.specific_fragments(cap.graph),
+                             extra_asserts=target.specific_asserts(cap.graph),
                              on_node=(lambda: bar.update(1)) if bar else None)
     with _timed(timings, "write"), _bar(show, asset_bytes(emitted.files), f"writing {path.name}", "B") as bar:
         staged = stage_asset(emitted.files, path, compression_level=compression_level,

@@ -109,6 +109,32 @@ def cmd_ops(ns) -> int:
     return 0
 
 
+def cmd_llm(ns) -> int:
+    from .llm import export_causal_lm
+
+    result = export_causal_lm(ns.model_dir, ns.out_dir, dtype=ns.dtype, weights=ns.weights,
+                              last_logits_only=ns.last_logits_only, batch_symbol=ns.batch_symbol,
+                              generate=0 if ns.no_check else ns.generate, check=not ns.no_check, overwrite=ns.overwrite)
+    print(result)
+    return 0
+
+
+def _add_llm_parser(sub) -> None:
+    from .ir import WEIGHT_FORMATS
+
+    p = sub.add_parser("llm", help="export a local transformers causal LM folder to OUT_DIR/model.nnef.tgz with a KV cache")
+    p.add_argument("model_dir", help="folder written by save_pretrained (config.json, *.safetensors); no downloads")
+    p.add_argument("out_dir")
+    p.add_argument("--dtype", choices=["f32", "f16"], help="float type of the asset (default: the model's; bf16 -> f32)")
+    p.add_argument("--weights", choices=list(WEIGHT_FORMATS), help="how float parameters are stored (TractNNEF(weights=...))")
+    p.add_argument("--generate", type=int, default=4, metavar="N", help="greedy tokens checked against transformers (0: none)")
+    p.add_argument("--last-logits-only", action="store_true", help="logits of the last position only")
+    p.add_argument("--batch-symbol", action="store_true", help="a symbol B for the batch axis instead of 1")
+    p.add_argument("--no-check", action="store_true", help="skip the checks in tract")
+    p.add_argument("--overwrite", action="store_true", help="replace OUT_DIR if it exists")
+    p.set_defaults(func=cmd_llm)
+
+
 def _add_target_options(p):
     from .targets import TARGET_CLASSES
 
@@ -143,6 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="e.g. LlamaDecoderLayer=ALWAYS or model.layers.0=LOCAL (NONE, ONLY_IF_FAILING, ALWAYS, LOCAL)")
     _add_target_options(p)
     p.set_defaults(func=cmd_diagnose)
+    _add_llm_parser(sub)
     p = sub.add_parser("ops", help="print (or --write) the supported-op page")
     p.add_argument("--write")
     p.set_defaults(func=cmd_ops)

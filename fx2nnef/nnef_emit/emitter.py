@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 from ..errors import EmitError, UnsupportedOpError
 from ..ir import Graph, SymDim, Value, flat_values, sanitize
@@ -91,15 +91,17 @@ def properties_fragment(properties: dict) -> str:
 
 
 def emit_graph(graph: Graph, target: str, *, registry: Registry = REGISTRY, bool_bits: int = 8,
-               extra_fragments: dict | None = None, on_node: Optional[Callable[[], None]] = None) -> Emitted:
+               extra_fragments: dict | None = None, on_node: Optional[Callable[[], None]] = None,
+               extra_asserts: Sequence[str] = ()) -> Emitted:
     """Lower ``graph`` for ``target`` ("tract" or "khronos"); ``on_node`` is called after each node
-    (progress). Constant data is not read here, except small tensors a converter computes on."""
+    (progress). Constant data is not read here, except small tensors a converter computes on.
+    ``extra_asserts`` are written as ``extension tract_assert`` lines after the graph's own."""
     ctx = _context_for(graph, target, registry)
     for v in graph.inputs:
         ctx.call("nnef.external", v)
     lower_nodes(ctx, graph, on_node=on_node)
     out_names = _bind_outputs(ctx, graph)
-    text = _render(ctx, graph, out_names, extra_fragments or {})
+    text = _render(ctx, graph, out_names, extra_fragments or {}, list(extra_asserts))
     files: dict = {"graph.nnef": text.encode()}
     for label, (value, source) in sorted(ctx.variables.items()):
         files[f"{label}.dat"] = dat.DatFile(source, bool_bits=bool_bits)
@@ -274,7 +276,8 @@ def _with_dims(x, mapping: dict):
     return x
 
 
-def _render(ctx: EmitContext, graph: Graph, out_names: list, extra_fragments: dict) -> str:
+def _render(ctx: EmitContext, graph: Graph, out_names: list, extra_fragments: dict,
+            extra_asserts: Sequence[str] = ()) -> str:
     stepped = _stepped_symbols(graph)
     mapping = {s: step * SymDim.symbol(q) + rest for s, (q, step, rest) in stepped.items()}
     body = [_statement(ctx, st, mapping) for st in ctx.statements]
@@ -289,6 +292,7 @@ def _render(ctx: EmitContext, graph: Graph, out_names: list, extra_fragments: di
         ext.append(f"extension tract_symbol {stepped[s][0] if s in stepped else s};")
     for r in getattr(graph, "ranges", {}).values():
         ext += [f"extension tract_assert {a};" for a in _range_asserts(r, stepped)]
+    ext += [f"extension tract_assert {a};" for a in extra_asserts]
     fragments = sorted(set(ctx.fragments) | set(extra_fragments))
     fragment_ext = TARGETS[ctx.target].fragment_extensions if ctx.target in TARGETS else ()
     if fragments and fragment_ext:

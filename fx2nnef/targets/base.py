@@ -56,6 +56,10 @@ class InferenceTarget:
         """The asset's outputs (numpy arrays, in graph output order) for each set of inputs."""
         raise NotImplementedError(f"{type(self).__name__} cannot run assets")
 
+    def specific_asserts(self, graph: Graph) -> list:
+        """Extra assertions on the symbols (``S+P < 128``) written as ``extension tract_assert``."""
+        return []
+
     def post_export(self, asset: Path, input_names: list, output_names: list,
                     cases: list) -> Optional[CheckReport]:
         """Validate the written asset; with ``check_io``, run it on ``cases`` and compare."""

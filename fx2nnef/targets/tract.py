@@ -1,6 +1,8 @@
 """TractNNEF: assets for the tract engine, tract extensions allowed, checked in tract."""
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Optional
 
@@ -12,6 +14,8 @@ from .tolerance import resolve_tolerance
 from .tract_runner import run_tract_many
 
 DEFAULT_TRACT_VERSION = "0.23.9"
+# An optional "name:" then a comparison of size expressions.
+_ASSERT = re.compile(r"^\s*([A-Za-z_][A-Za-z_0-9]*\s*:\s*)?[A-Za-z_0-9+\-*/() ]+(==|!=|<=|>=|<|>)[A-Za-z_0-9+\-*/() ]+$")
 
 
 class TractNNEF(InferenceTarget):
@@ -34,6 +38,8 @@ class TractNNEF(InferenceTarget):
             min-max per block of 32; other parameters stay native). The check then compares with the model holding the
             stored (rounded or dequantized) weights; ``result.weights`` says what each
             parameter became and why.
+        asserts: extra assertions on the symbols, e.g. ``["S+P < 128", "tg: S==1"]``, written as
+            ``extension tract_assert`` (tract checks them at load, not at run time).
     """
 
     name = "tract"
@@ -43,7 +49,8 @@ class TractNNEF(InferenceTarget):
     def __init__(self, version: str = DEFAULT_TRACT_VERSION, check_io: bool = True,
                  dynamic_axes: Optional[dict] = None, check_io_tolerance="approximate",
                  specific_properties: Optional[dict] = None, dump_identity_properties: bool = False,
-                 with_transformers: Optional[bool] = None, timeout: float = 600.0, weights: str = "native"):
+                 with_transformers: Optional[bool] = None, timeout: float = 600.0, weights: str = "native",
+                 asserts: Sequence[str] = ()):
         if weights not in WEIGHT_FORMATS:
             raise InvalidArgumentError(f"weights must be one of {', '.join(map(repr, WEIGHT_FORMATS))}, got {weights!r} "
                                        "(see TractNNEF's docstring)")
@@ -59,6 +66,10 @@ class TractNNEF(InferenceTarget):
         self.dump_identity_properties = bool(dump_identity_properties)
         self.with_transformers = with_transformers
         self.timeout = timeout
+        self.asserts = list(asserts)
+        for a in self.asserts:
+            if not isinstance(a, str) or not _ASSERT.match(a):
+                raise InvalidArgumentError(f"asserts must be strings such as 'S+P < 128' or 'tg: S==1', got {a!r}")
 
     def properties(self) -> dict:
         props = {"tract_target_version": self.version}
@@ -73,6 +84,9 @@ class TractNNEF(InferenceTarget):
                           "torch_version": torch.__version__, "python_version": platform.python_version()})
         props.update({k: str(v) for k, v in self.specific_properties.items()})
         return props
+
+    def specific_asserts(self, graph: Graph) -> list:
+        return list(self.asserts)
 
     def specific_fragments(self, graph: Graph) -> dict:
         """The ``tract_core_properties`` fragment, as tract itself writes it."""

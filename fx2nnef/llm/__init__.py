@@ -1,0 +1,12 @@
+"""LLM deployment: a transformers causal LM to a tract asset with a KV cache, checked in tract.
+
+``export_causal_lm`` writes ``OUT_DIR/model.nnef.tgz`` (I/O contract: ``input_ids [1, S]``,
+``in_cache_key_i`` / ``in_cache_value_i [1, kv_heads, P, head_dim]`` in; ``outputs``,
+``out_cache_key_i`` / ``out_cache_value_i [1, kv_heads, P+S, head_dim]`` out), the
+model's config, tokenizer and generation files, and ``fx2nnef.json``.
+``greedy_generate`` / ``TractCausalLM`` drive such an asset from numpy.
+"""
+from .export import LLMExportResult, export_causal_lm, load_causal_lm
+from .generate import TractCausalLM, greedy_generate
+
+__all__ = ["LLMExportResult", "TractCausalLM", "export_causal_lm", "greedy_generate", "load_causal_lm"]

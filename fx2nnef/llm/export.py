@@ -1,0 +1,364 @@
+"""``export_causal_lm``: a transformers causal LM to a checked tract asset with a KV cache."""
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import inspect
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Optional, Union
+
+import numpy as np
+import torch
+
+from ..api import export
+from ..errors import CheckIOError, InvalidArgumentError
+from ..targets import TractNNEF
+from ..targets.result import ExportResult
+from ..targets.tolerance import compare_outputs, format_diffs
+from ..targets.tract_runner import run_tract_many
+from .generate import greedy_generate
+from .wrapper import CacheLayout, FlatCacheLM, cache_layout
+
+ASSET_NAME = "model.nnef.tgz"
+MANIFEST_NAME = "fx2nnef.json"
+# Files of a transformers folder that travel with the asset when present.
+COMPANION_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+                   "tokenizer.model", "special_tokens_map.json", "added_tokens.json", "vocab.json",
+                   "merges.txt", "chat_template.jinja", "chat_template.json")
+DTYPES = {"f32": torch.float32, "f16": torch.float16}
+# Sizes of the three check modes: the prompt, then a chunk after a past, then one token.
+MODE_PROMPT, MODE_CHUNK = 8, 4
+
+
+@dataclasses.dataclass
+class LLMExportResult:
+    """What ``export_causal_lm`` wrote and what it checked.
+
+    ``checks`` maps a check name (``export``, ``prompt``, ``prompt_with_past``, ``decode``,
+    ``generate``) to its facts (sizes, per-output max abs difference, tokens).
+    """
+
+    out_dir: Path
+    asset: Path
+    manifest: dict
+    export: ExportResult = dataclasses.field(repr=False)
+
+    @property
+    def checks(self) -> dict:
+        return self.manifest["checks"]
+
+    def __str__(self) -> str:
+        lines = [f"fx2nnef llm -> {self.out_dir} ({self.manifest['dtype']}, weights {self.manifest['weights']})",
+                 f"  inputs:  {', '.join(self.manifest['inputs'])}",
+                 f"  outputs: {', '.join(self.manifest['outputs'])}"]
+        for name, facts in self.checks.items():
+            lines.append(f"  check {name}: " + ", ".join(f"{k}={v}" for k, v in facts.items()))
+        return "\n".join(lines)
+
+
+def load_causal_lm(source: Union[str, os.PathLike], dtype: Optional[torch.dtype] = None) -> torch.nn.Module:
+    """A local transformers folder as a causal LM in eval mode, without any download.
+
+    Weights are read memory-mapped in their stored dtype (no f32 upcast) unless ``dtype``
+    is given.
+    """
+    path = Path(source)
+    if not path.is_dir():
+        hint = (" It looks like a hub id: fx2nnef never downloads; fetch the model first "
+                "(e.g. `hf download ID --local-dir DIR`) and give DIR."
+                if isinstance(source, str) and source.count("/") == 1 and not path.exists() else "")
+        raise InvalidArgumentError(f"{str(source)!r} is not a local model folder.{hint}")
+    if not (path / "config.json").is_file():
+        raise InvalidArgumentError(f"{str(path)!r} has no config.json: give a folder written by save_pretrained")
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True,
+                                                 dtype=dtype if dtype is not None else "auto")
+    return model.eval()
+
+
+def export_causal_lm(model_or_dir, out_dir, *, dtype: Optional[str] = None, weights: Optional[str] = None,
+                     last_logits_only: bool = False, batch_symbol: bool = False, generate: int = 0,
+                     check: bool = True, overwrite: bool = False, seed: int = 0,
+                     timeout: float = 600.0) -> LLMExportResult:
+    """Export a causal LM to ``out_dir/model.nnef.tgz`` with the KV-cache I/O contract of tract LLM assets.
+
+    ``model_or_dir``: a transformers causal LM (``nn.Module``) or a local folder written by
+    ``save_pretrained`` (never a hub id). ``dtype``: "f32" or "f16" (None: the model's own,
+    bfloat16 written as f32). ``weights``: passed to ``TractNNEF(weights=...)`` when given.
+    ``last_logits_only``: logits of the last position only (``[1, 1, V]``). ``batch_symbol``:
+    a symbol ``B`` for the batch axis instead of 1. ``generate``: the number of greedy tokens
+    the asset must produce exactly as ``model.generate(do_sample=False)``. ``check``: run the
+    export's own size checks and the three modes (prompt, prompt with past, decode) in tract
+    against transformers with a ``DynamicCache``.
+
+    A module given in another float type than ``dtype`` is copied, not converted in place.
+    ``out_dir`` is written atomically (a temporary sibling renamed at the end); an existing
+    one is replaced only with ``overwrite=True``.
+    """
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not overwrite:
+        raise InvalidArgumentError(f"{str(out_dir)!r} exists: remove it or pass overwrite=True")
+    source_dir = None
+    if isinstance(model_or_dir, torch.nn.Module):
+        model = model_or_dir.eval()
+    else:
+        source_dir = Path(model_or_dir)
+        model = load_causal_lm(model_or_dir)
+    torch_dtype = _resolve_dtype(dtype, model)
+    if next(model.parameters()).dtype != torch_dtype:
+        # the caller's module is left as it was
+        model = (copy.deepcopy(model) if source_dir is None else model).to(torch_dtype)
+    target_kwargs = _weights_option(weights)
+    timings = {}
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    stage.chmod(0o755)
+    try:
+        layout = cache_layout(model)
+        wrapper = FlatCacheLM(model, layout, last_logits_only)
+        dtype_name = {torch.float32: "f32", torch.float16: "f16"}[torch_dtype]
+        manifest = _manifest(model, layout, dtype_name, weights, last_logits_only, batch_symbol, generate, check)
+        t0 = time.perf_counter()
+        result = _export_asset(wrapper, layout, stage / ASSET_NAME, torch_dtype, batch_symbol, check,
+                               _properties(manifest), target_kwargs, timeout, seed,
+                               out_dir.with_name(out_dir.name + ".debug"))
+        timings["export"] = time.perf_counter() - t0
+        weights_written = getattr(result, "weights", [])
+        manifest["weight_bytes"] = {"native": sum(w.native_bytes for w in weights_written),
+                                    "stored": sum(w.stored_bytes for w in weights_written)}
+        checks = manifest["checks"]
+        if result.check is not None:
+            checks["export"] = {"cases": len(result.check.cases), "max_abs": _fmt(result.max_abs_diff)}
+        with stored_weights(wrapper, result):
+            if check:
+                t0 = time.perf_counter()
+                checks.update(check_modes(wrapper, layout, stage / ASSET_NAME, torch_dtype, seed, timeout))
+                timings["modes"] = time.perf_counter() - t0
+            if generate:
+                t0 = time.perf_counter()
+                checks["generate"] = check_generation(model, stage / ASSET_NAME, generate, seed, timeout)
+                timings["generate"] = time.perf_counter() - t0
+        manifest["timings_s"] = {k: round(v, 3) for k, v in timings.items()}
+        _copy_companions(model, source_dir, stage)
+        (stage / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n")
+        _replace_dir(stage, out_dir)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    result.path = out_dir / ASSET_NAME
+    return LLMExportResult(out_dir, out_dir / ASSET_NAME, manifest, result)
+
+
+@contextlib.contextmanager
+def stored_weights(wrapper: torch.nn.Module, result: ExportResult):
+    """Within the block, parameters written in another format (f16, Q4_0) hold the values the
+    asset stores, so that the checks compare tract with the model the asset really holds;
+    the originals are put back on exit."""
+    graph = result.graph
+    saved = []
+    try:
+        with torch.no_grad():
+            for v in graph.constants() if graph is not None else []:
+                path = getattr(v.source, "parameter_path", None)
+                if getattr(v.source, "stored_format", None) is None or not path:
+                    continue
+                param = wrapper.get_parameter(path)
+                values = torch.from_numpy(np.array(v.data)).to(param.dtype)
+                if values.shape != param.shape:
+                    raise InvalidArgumentError(f"stored values of {path} have shape {list(values.shape)}, the "
+                                               f"parameter {list(param.shape)}: the checks cannot use them")
+                saved.append((param, param.data))
+                param.data = values
+        yield
+    finally:
+        for param, data in reversed(saved):
+            param.data = data
+
+
+def _resolve_dtype(dtype: Optional[str], model: torch.nn.Module) -> torch.dtype:
+    if dtype is None:
+        own = next(model.parameters()).dtype
+        return own if own in (torch.float32, torch.float16) else torch.float32
+    if dtype not in DTYPES:
+        raise InvalidArgumentError(f"dtype must be one of {', '.join(DTYPES)} (or None for the model's own), got {dtype!r}")
+    return DTYPES[dtype]
+
+
+def _weights_option(weights: Optional[str]) -> dict:
+    """``{"weights": ...}`` for TractNNEF, or {} for the default format."""
+    if weights is None:
+        return {}
+    if "weights" not in inspect.signature(TractNNEF).parameters:
+        if weights in ("native", "f32"):
+            return {}
+        raise InvalidArgumentError(f"weights={weights!r} needs a TractNNEF with weight formats, which this "
+                                   "fx2nnef build lacks; export with the default weights")
+    return {"weights": weights}
+
+
+def _manifest(model, layout: CacheLayout, dtype: str, weights, last_logits_only: bool, batch_symbol: bool,
+              generate: int, check: bool) -> dict:
+    batch = "B" if batch_symbol else 1
+    inputs = {"input_ids": {"shape": [batch, "S"], "dtype": "i64"}}
+    outputs = {"outputs": {"shape": [batch, 1 if last_logits_only else "S", int(model.config.vocab_size)],
+                           "dtype": dtype}}
+    for i in range(layout.num_layers):
+        for kind, dim in (("key", layout.key_dim), ("value", layout.value_dim)):
+            inputs[f"in_cache_{kind}_{i}"] = {"shape": [batch, layout.kv_heads, "P", dim], "dtype": dtype}
+            outputs[f"out_cache_{kind}_{i}"] = {"shape": [batch, layout.kv_heads, "P+S", dim], "dtype": dtype}
+    return {
+        "format": "fx2nnef-llm/1",
+        "architecture": type(model).__name__,
+        "inputs": inputs, "outputs": outputs,
+        "symbols": (["B"] if batch_symbol else []) + ["S", "P"],
+        "dtype": dtype, "weights": weights or "native", "check_tolerance": "very" if dtype == "f16" else "approximate",
+        "last_logits_only": last_logits_only,
+        "num_layers": layout.num_layers, "kv_heads": layout.kv_heads,
+        "checks_requested": (["export", "prompt", "prompt_with_past", "decode"] if check else [])
+        + ([f"generate:{generate}"] if generate else []),
+        "checks": {},
+    }
+
+
+def _properties(manifest: dict) -> dict:
+    """The manifest's facts as tract properties (strings)."""
+    return {
+        "llm_format": manifest["format"], "llm_architecture": manifest["architecture"],
+        "llm_inputs": ",".join(manifest["inputs"]), "llm_outputs": ",".join(manifest["outputs"]),
+        "llm_symbols": ",".join(manifest["symbols"]), "llm_dtype": manifest["dtype"],
+        "llm_weights": manifest["weights"], "llm_last_logits_only": str(manifest["last_logits_only"]).lower(),
+        "llm_checks": ",".join(manifest["checks_requested"]),
+    }
+
+
+def _export_asset(wrapper: FlatCacheLM, layout: CacheLayout, path: Path, dtype: torch.dtype, batch_symbol: bool,
+                  check: bool, properties: dict, target_kwargs: dict, timeout: float, seed: int,
+                  debug_bundle: Path) -> ExportResult:
+    """Trace at S=3, P=5 (distinct sizes above 1, batch 2 with a batch symbol) and write the asset."""
+    batch = 2 if batch_symbol else 1
+    vocab = int(wrapper.model.config.vocab_size)
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, vocab, (batch, 3), generator=g)
+    cache = [torch.randn(t.shape, generator=g).to(dtype) for t in layout.empty(5, dtype, batch)]
+    names = layout.input_names()
+    dyn = {"input_ids": {1: "S", **({0: "B"} if batch_symbol else {})}}
+    for name in names[1:]:
+        dyn[name] = {2: "P", **({0: "B"} if batch_symbol else {})}
+    target = TractNNEF(check_io=check, dynamic_axes=dyn, specific_properties=properties, asserts=contract_asserts(wrapper.model),
+                       dump_identity_properties=True, timeout=timeout, check_io_tolerance=tolerance_for(dtype),
+                       **target_kwargs)
+    with torch.no_grad():
+        return export(wrapper, (ids, *cache), path, target=target, input_names=names,
+                      output_names=layout.output_names(), debug_bundle=str(debug_bundle))
+
+
+def contract_asserts(model: torch.nn.Module) -> list[str]:
+    """The symbol assertions of the contract: sizes, the context bound, the two scenarios
+    (``tg``: text generation, one token; ``pp``: prompt processing, no past)."""
+    asserts = ["P >= 0", "S >= 1"]
+    max_pos = getattr(model.config, "max_position_embeddings", None)
+    if isinstance(max_pos, int) and max_pos > 0:
+        asserts.append(f"S+P < {max_pos}")
+    return asserts + ["tg: S==1", "pp: P==0"]
+
+
+def tolerance_for(dtype: torch.dtype) -> str:
+    """The check level: tract's "approximate" in f32; "very" in f16, where tract and torch
+    round differently at every op (both stay as far from an f32 run as from each other)."""
+    return "very" if dtype == torch.float16 else "approximate"
+
+
+def mode_cases(wrapper: FlatCacheLM, layout: CacheLayout, dtype: torch.dtype, seed: int = 0) -> dict:
+    """``{mode: (inputs, expected, sizes)}`` for prompt (P=0), prompt with past and decode (S=1).
+
+    The past is the model's own cache over a random prompt, cut to P; the expected outputs
+    are transformers' with a ``DynamicCache`` holding that past.
+    """
+    total = MODE_PROMPT + MODE_CHUNK
+    g = torch.Generator().manual_seed(seed + 1)
+    full = torch.randint(0, int(wrapper.model.config.vocab_size), (1, total), generator=g)
+    with torch.no_grad():
+        past = wrapper(full, *layout.empty(0, dtype))[1:]
+    cases = {}
+    for mode, p, s in (("prompt", 0, MODE_PROMPT), ("prompt_with_past", MODE_PROMPT, MODE_CHUNK),
+                       ("decode", total - 1, 1)):
+        ids = full[:, p:p + s]
+        cache = [t[:, :, :p].contiguous() for t in past]
+        with torch.no_grad():
+            expected = wrapper(ids, *cache)
+        cases[mode] = ([ids.numpy()] + [t.numpy() for t in cache], [t.numpy() for t in expected], {"P": p, "S": s})
+    return cases
+
+
+def check_modes(wrapper: FlatCacheLM, layout: CacheLayout, asset: Path, dtype: torch.dtype, seed: int = 0,
+                timeout: float = 600.0) -> dict:
+    """Run the three modes in tract (one child) and compare; CheckIOError when one differs."""
+    cases = mode_cases(wrapper, layout, dtype, seed)
+    got = run_tract_many(asset, [inputs for inputs, _, _ in cases.values()], timeout=timeout)
+    facts, failed = {}, []
+    for (mode, (_, expected, sizes)), outputs in zip(cases.items(), got):
+        diffs = compare_outputs(layout.output_names(), expected, outputs, tolerance_for(dtype))
+        facts[mode] = {**sizes, "max_abs_logits": _fmt(diffs[0].max_abs),
+                       "max_abs_cache": _fmt(max((d.max_abs for d in diffs[1:]), default=0.0))}
+        if not all(d.ok for d in diffs):
+            failed.append(f"  [{mode}, P={sizes['P']}, S={sizes['S']}]\n" + format_diffs(diffs))
+    if failed:
+        raise CheckIOError("the LLM asset differs from transformers (DynamicCache) in tract:\n" + "\n".join(failed)
+                           + "\nNothing was written.", [], "")
+    return facts
+
+
+def check_generation(model: torch.nn.Module, asset: Path, steps: int, seed: int = 0, timeout: float = 600.0) -> dict:
+    """Greedy tokens from the asset in tract must equal ``model.generate(do_sample=False)``.
+
+    End-of-sequence is ignored on both sides so that all ``steps`` tokens are compared.
+    """
+    from transformers import GenerationConfig
+
+    g = torch.Generator().manual_seed(seed + 2)
+    prompt = torch.randint(0, int(model.config.vocab_size), (1, 5), generator=g)
+    config = GenerationConfig(max_new_tokens=steps, do_sample=False, eos_token_id=None,
+                              pad_token_id=0, bos_token_id=None)
+    with torch.no_grad():
+        expected = model.generate(prompt, generation_config=config, attention_mask=torch.ones_like(prompt))
+    expected = [int(t) for t in expected[0, prompt.shape[1]:]]
+    got = greedy_generate(asset, prompt.numpy(), steps, timeout=timeout)
+    if got != expected:
+        raise CheckIOError(f"greedy generation differs: tract gave {got}, transformers' generate gave {expected} "
+                           f"after the prompt {prompt[0].tolist()}. Nothing was written.", [], "")
+    return {"steps": steps, "prompt": prompt[0].tolist(), "tokens": got, "equal": True}
+
+
+def _copy_companions(model, source_dir: Optional[Path], stage: Path) -> None:
+    """config.json, tokenizer and generation config files next to the asset."""
+    if source_dir is not None:
+        for name in COMPANION_FILES:
+            if (source_dir / name).is_file():
+                shutil.copy2(source_dir / name, stage / name)
+    if not (stage / "config.json").exists():
+        model.config.to_json_file(str(stage / "config.json"))
+    gen = getattr(model, "generation_config", None)
+    if gen is not None and not (stage / "generation_config.json").exists() and source_dir is None:
+        gen.to_json_file(str(stage / "generation_config.json"))
+
+
+def _replace_dir(stage: Path, out_dir: Path) -> None:
+    """Move ``stage`` to ``out_dir``, replacing an existing one only once the new one is complete."""
+    old = None
+    if out_dir.exists():
+        old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
+        out_dir.rename(old)
+    stage.rename(out_dir)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _fmt(value: float) -> float:
+    return float(f"{float(value):.3g}") if np.isfinite(value) else float(value)

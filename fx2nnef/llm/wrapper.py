@@ -1,0 +1,96 @@
+"""A causal LM seen through the flat KV-cache I/O contract of tract LLM assets.
+
+``input_ids [B, S]`` and, per layer, ``in_cache_key_i`` / ``in_cache_value_i``
+``[B, kv_heads, P, head_dim]`` in; ``outputs`` (logits) and ``out_cache_key_i`` /
+``out_cache_value_i`` ``[B, kv_heads, P+S, head_dim]`` out. Positions and the causal mask are
+left to the model itself, which derives them from the cache length P, so they are computed in
+the graph.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..errors import InvalidArgumentError
+
+
+@dataclass(frozen=True)
+class CacheLayout:
+    """Shape facts of a model's KV cache: layers, kv heads, head size (keys and values)."""
+
+    num_layers: int
+    kv_heads: int
+    key_dim: int
+    value_dim: int
+
+    def input_names(self) -> list[str]:
+        """``input_ids`` then ``in_cache_key_i``, ``in_cache_value_i`` layer by layer."""
+        names = ["input_ids"]
+        for i in range(self.num_layers):
+            names += [f"in_cache_key_{i}", f"in_cache_value_{i}"]
+        return names
+
+    def output_names(self) -> list[str]:
+        """``outputs`` then ``out_cache_key_i``, ``out_cache_value_i`` layer by layer."""
+        names = ["outputs"]
+        for i in range(self.num_layers):
+            names += [f"out_cache_key_{i}", f"out_cache_value_{i}"]
+        return names
+
+    def empty(self, past: int, dtype: torch.dtype, batch: int = 1) -> list[torch.Tensor]:
+        """Zero caches of length ``past``, flat in the contract's order."""
+        flat = []
+        for _ in range(self.num_layers):
+            flat.append(torch.zeros(batch, self.kv_heads, past, self.key_dim, dtype=dtype))
+            flat.append(torch.zeros(batch, self.kv_heads, past, self.value_dim, dtype=dtype))
+        return flat
+
+
+def cache_layout(model: torch.nn.Module) -> CacheLayout:
+    """The cache layout of a transformers causal LM, read by running it on one token.
+
+    Running the model (rather than reading config fields, whose names differ between
+    families) gives the layout its own attention code produces.
+    """
+    param = next(model.parameters())
+    ids = torch.zeros(1, 1, dtype=torch.long, device=param.device)
+    with torch.no_grad():
+        out = model(input_ids=ids, use_cache=True)
+    layers = getattr(getattr(out, "past_key_values", None), "layers", None)
+    shapes = [(getattr(l, "keys", None), getattr(l, "values", None)) for l in layers or []]
+    if not shapes or any(k is None or v is None or k.ndim != 4 or v.ndim != 4 or k.shape[1] != shapes[0][0].shape[1]
+                         for k, v in shapes):
+        raise InvalidArgumentError(
+            f"{type(model).__name__} does not keep a key/value cache of [batch, kv_heads, length, head_dim] "
+            "tensors per layer (a transformers DynamicCache), which the LLM I/O contract needs; export it "
+            "with fx2nnef.export and your own inputs instead")
+    k, v = shapes[0]
+    return CacheLayout(len(shapes), int(k.shape[1]), int(k.shape[-1]), int(v.shape[-1]))
+
+
+class FlatCacheLM(torch.nn.Module):
+    """``forward(input_ids, *flat_cache) -> (logits, *flat_new_cache)`` over a transformers causal LM.
+
+    The cache is rebuilt as a full-length ``DynamicCache`` at each call: sliding-window
+    layers keep all P+S positions and the window is applied by the model's own mask, so the
+    asset's outputs always have length P+S whatever the family.
+    """
+
+    def __init__(self, model: torch.nn.Module, layout: CacheLayout, last_logits_only: bool = False):
+        super().__init__()
+        self.model = model
+        self.layout = layout
+        self.last_logits_only = last_logits_only
+
+    def forward(self, input_ids: torch.Tensor, *flat_cache: torch.Tensor):
+        from transformers import DynamicCache
+
+        pairs = [(flat_cache[2 * i], flat_cache[2 * i + 1]) for i in range(self.layout.num_layers)]
+        cache = DynamicCache(ddp_cache_data=pairs)
+        kwargs = {"logits_to_keep": 1} if self.last_logits_only else {}
+        out = self.model(input_ids=input_ids, past_key_values=cache, use_cache=True, **kwargs)
+        flat = []
+        for layer in out.past_key_values.layers:
+            flat += [layer.keys, layer.values]
+        return (out.logits, *flat)

@@ -1,0 +1,275 @@
+"""fx2nnef.llm: causal LMs to tract assets with a KV cache, checked in three modes and by greedy generation."""
+import inspect
+import json
+import tarfile
+
+import numpy as np
+import pytest
+import torch
+import transformers as T
+
+from fx2nnef.cli import main as cli_main
+from fx2nnef.errors import CheckIOError, InvalidArgumentError
+from fx2nnef.llm import TractCausalLM, export_causal_lm, greedy_generate
+from fx2nnef.llm import export as llm_export
+from fx2nnef.llm.wrapper import FlatCacheLM, cache_layout
+from fx2nnef.targets import TractNNEF
+from fx2nnef.targets.tract_runner import run_tract
+
+SMALL = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, vocab_size=256, max_position_embeddings=128, initializer_range=0.1)
+CONTRACT_INPUTS = ["input_ids", "in_cache_key_0", "in_cache_value_0", "in_cache_key_1", "in_cache_value_1"]
+CONTRACT_OUTPUTS = ["outputs", "out_cache_key_0", "out_cache_value_0", "out_cache_key_1", "out_cache_value_1"]
+
+
+def _randomize_norms(model):
+    """Non-trivial norm weights (all-ones weights hide bugs in norms)."""
+    g = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name and p.ndim == 1:
+                p.copy_(p + 0.3 * torch.randn(p.shape, generator=g))
+    return model
+
+
+def _llama(**extra):
+    torch.manual_seed(0)
+    return _randomize_norms(T.LlamaForCausalLM(T.LlamaConfig(**SMALL, **extra)).eval())
+
+
+def _folder(tmp_path, model, dtype=None, name="src"):
+    path = tmp_path / name
+    if dtype is not None:
+        model = model.to(dtype)
+    model.save_pretrained(path)
+    return path
+
+
+def _graph_text(asset):
+    with tarfile.open(asset) as tar:
+        return tar.extractfile("graph.nnef").read().decode()
+
+
+def test_llama_folder_three_modes_and_generation(tmp_path):
+    src = _folder(tmp_path, _llama())
+    (src / "tokenizer.json").write_text("{}")
+    r = export_causal_lm(src, tmp_path / "out", generate=4)
+    files = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert files == ["config.json", "fx2nnef.json", "generation_config.json", "model.nnef.tgz", "tokenizer.json"]
+    manifest = json.loads((tmp_path / "out" / "fx2nnef.json").read_text())
+    assert list(manifest["inputs"]) == CONTRACT_INPUTS and list(manifest["outputs"]) == CONTRACT_OUTPUTS
+    assert manifest["inputs"]["in_cache_key_0"] == {"shape": [1, 2, "P", 16], "dtype": "f32"}
+    assert manifest["symbols"] == ["S", "P"] and manifest["dtype"] == "f32" and manifest["weights"] == "native"
+    checks = manifest["checks"]
+    assert (checks["prompt"]["P"], checks["prompt_with_past"]["P"], checks["decode"]["S"]) == (0, 8, 1)
+    assert all(checks[m]["max_abs_logits"] < 1e-4 for m in ("prompt", "prompt_with_past", "decode"))
+    assert checks["generate"]["equal"] and len(checks["generate"]["tokens"]) == 4
+    text = _graph_text(r.asset)
+    assert "( input_ids, in_cache_key_0, in_cache_value_0, in_cache_key_1, in_cache_value_1 ) -> " \
+           "( outputs, out_cache_key_0, out_cache_value_0, out_cache_key_1, out_cache_value_1 )" in text
+    assert "extension tract_symbol S;" in text and "extension tract_symbol P;" in text
+    for line in ("P >= 0", "S >= 1", "S+P < 128", "tg: S==1", "pp: P==0"):
+        assert f"extension tract_assert {line};" in text
+    assert '("llm_outputs", "' + ",".join(CONTRACT_OUTPUTS) + '")' in text
+    assert "in_cache_value_1 = tract_core_external(shape = [1, 2, P, 16], datum_type = 'f32');" in text
+    assert "input_ids = tract_core_external(shape = [1, S], datum_type = 'i64');" in text
+
+
+def test_generation_driver_matches_transformers_longer(tmp_path):
+    """The numpy driver (child process and in-process) against model.generate for 8 steps."""
+    model = _llama()
+    r = export_causal_lm(model, tmp_path / "out", check=False)
+    prompt = torch.tensor([[3, 141, 59, 26, 53, 58]])
+    cfg = T.GenerationConfig(max_new_tokens=8, do_sample=False, eos_token_id=None, pad_token_id=0)
+    with torch.no_grad():
+        expected = model.generate(prompt, generation_config=cfg, attention_mask=torch.ones_like(prompt))[0, 6:].tolist()
+    assert greedy_generate(tmp_path / "out", prompt.numpy(), 8) == expected
+    lm = TractCausalLM.load(r.asset)
+    assert lm.greedy(prompt.numpy(), 8) == expected
+    assert lm.greedy(prompt.numpy(), 8, eos_token_id=expected[2]) == expected[:3]
+
+
+def test_checks_fail_on_a_different_model(tmp_path):
+    """The mode and generation checks do catch an asset that does not match its model."""
+    model = _llama()
+    r = export_causal_lm(model, tmp_path / "out", check=False)
+    other = _llama()
+    with torch.no_grad():
+        other.model.layers[1].mlp.down_proj.weight.mul_(1.5)
+    layout = cache_layout(other)
+    with pytest.raises(CheckIOError, match="prompt_with_past"):
+        llm_export.check_modes(FlatCacheLM(other, layout), layout, r.asset, torch.float32)
+    with torch.no_grad():
+        other.lm_head.weight.copy_(torch.randn_like(other.lm_head.weight))
+    with pytest.raises(CheckIOError, match="greedy generation differs"):
+        llm_export.check_generation(other, r.asset, 4)
+
+
+def test_last_logits_only(tmp_path):
+    model = _llama()
+    r = export_causal_lm(model, tmp_path / "out", last_logits_only=True, check=False)
+    layout = cache_layout(model)
+    ids = torch.tensor([[5, 17, 42, 99]])
+    got = run_tract(r.asset, [ids.numpy()] + [t.numpy() for t in layout.empty(0, torch.float32)])
+    with torch.no_grad():
+        expected = model(ids).logits[:, -1:]
+    assert got[0].shape == (1, 1, 256)
+    np.testing.assert_allclose(got[0], expected.numpy(), atol=1e-4, rtol=5e-4)
+    assert r.manifest["outputs"]["outputs"]["shape"] == [1, 1, 256]
+
+
+SW = dict(sliding_window=4)  # smaller than P+S of the checks (12)
+FAMILIES = {
+    "qwen2": lambda: T.Qwen2ForCausalLM(T.Qwen2Config(**SMALL)),
+    "mistral_sliding_window": lambda: T.MistralForCausalLM(T.MistralConfig(**SMALL, **SW)),
+    "gemma2_softcap_sliding": lambda: T.Gemma2ForCausalLM(T.Gemma2Config(
+        **SMALL, head_dim=16, **SW, attn_implementation="eager", final_logit_softcapping=3.0,
+        attn_logit_softcapping=5.0)),
+    "phi3_partial_rotary": lambda: T.Phi3ForCausalLM(T.Phi3Config(**SMALL, pad_token_id=0, eos_token_id=1,
+                                                                  bos_token_id=1, partial_rotary_factor=0.5)),
+    "bloom_alibi_baddbmm": lambda: T.BloomForCausalLM(T.BloomConfig(hidden_size=64, n_layer=2, n_head=4, vocab_size=256,
+                                                                     initializer_range=0.1)),
+    "mixtral_moe": lambda: T.MixtralForCausalLM(T.MixtralConfig(**{**SMALL, "intermediate_size": 64},
+                                                                num_local_experts=4, num_experts_per_tok=2)),
+}
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_families(family, tmp_path):
+    torch.manual_seed(0)
+    model = _randomize_norms(FAMILIES[family]().eval())
+    r = export_causal_lm(model, tmp_path / "out", generate=4)
+    assert {"prompt", "prompt_with_past", "decode", "generate"} <= set(r.checks)
+    assert r.checks["generate"]["equal"]
+
+
+def test_sliding_window_is_applied_in_decode(tmp_path):
+    """Past the window, the asset must not see old keys: differs from the same model without a window."""
+    torch.manual_seed(0)
+    model = _randomize_norms(T.MistralForCausalLM(T.MistralConfig(**SMALL, **SW)).eval())
+    r = export_causal_lm(model, tmp_path / "out", check=False)
+    layout = cache_layout(model)
+    full = torch.randint(0, 256, (1, 12), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        past = FlatCacheLM(model, layout)(full[:, :11], *layout.empty(0, torch.float32))[1:]
+        expected = model(full, past_key_values=T.DynamicCache(config=model.config), use_cache=True).logits[:, -1]
+        model.config.sliding_window = None
+        unwindowed = model(full).logits[:, -1]
+    got = run_tract(r.asset, [full[:, 11:].numpy()] + [t.numpy() for t in past])[0][:, -1]
+    np.testing.assert_allclose(got, expected.numpy(), atol=1e-4, rtol=5e-4)
+    assert np.abs(got - unwindowed.numpy()).max() > 1e-2
+
+
+def test_batch_symbol(tmp_path):
+    """With a batch symbol B the asset runs two sequences at once (caches of equal length)."""
+    model = _llama()
+    r = export_causal_lm(model, tmp_path / "out", batch_symbol=True, check=False)
+    assert r.manifest["symbols"] == ["B", "S", "P"]
+    assert "in_cache_key_0 = tract_core_external(shape = [B, 2, P, 16]" in _graph_text(r.asset)
+    layout = cache_layout(model)
+    full = torch.randint(0, 256, (2, 9), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        past = FlatCacheLM(model, layout)(full[:, :6], *layout.empty(0, torch.float32, batch=2))[1:]
+        expected = model(full).logits[:, 6:]
+    got = run_tract(r.asset, [full[:, 6:].numpy()] + [t.numpy() for t in past])
+    np.testing.assert_allclose(got[0], expected.numpy(), atol=1e-4, rtol=5e-4)
+
+
+def test_cli_llm(tmp_path, capsys):
+    src = _folder(tmp_path, _llama())
+    assert cli_main(["llm", str(src), str(tmp_path / "out"), "--generate", "2"]) == 0
+    assert "check generate" in capsys.readouterr().out
+    assert (tmp_path / "out" / "model.nnef.tgz").is_file()
+    assert cli_main(["llm", str(src), str(tmp_path / "out"), "--no-check"]) == 1
+    assert "exists" in capsys.readouterr().err
+    assert cli_main(["llm", "meta-llama/Llama-3.2-1B", str(tmp_path / "hub")]) == 1
+    assert "fx2nnef never downloads" in capsys.readouterr().err
+    assert not (tmp_path / "hub").exists()
+
+
+def test_failure_leaves_nothing(tmp_path, monkeypatch):
+    def fail(*args, **kwargs):
+        raise CheckIOError("simulated failure of the last check")
+
+    monkeypatch.setattr(llm_export, "check_generation", fail)
+    with pytest.raises(CheckIOError, match="simulated"):
+        export_causal_lm(_llama(), tmp_path / "out", check=False, generate=2)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_float16(tmp_path):
+    src = _folder(tmp_path, _llama())
+    r = export_causal_lm(src, tmp_path / "out", dtype="f16", generate=4)
+    assert r.manifest["dtype"] == "f16" and r.manifest["inputs"]["in_cache_value_1"]["dtype"] == "f16"
+    assert "datum_type = 'f16'" in _graph_text(r.asset)
+    assert r.checks["generate"]["equal"]
+
+
+@pytest.mark.parametrize("dtype", [None, "f16"])
+def test_bfloat16_source(dtype, tmp_path):
+    src = _folder(tmp_path, _llama(), dtype=torch.bfloat16)
+    r = export_causal_lm(src, tmp_path / "out", dtype=dtype, generate=2 if dtype else 0)
+    assert r.manifest["dtype"] == (dtype or "f32")
+    assert r.checks["decode"]["max_abs_logits"] < (5e-2 if dtype else 1e-4)
+
+
+def test_q4_0_weights(tmp_path):
+    if "weights" not in inspect.signature(TractNNEF).parameters:
+        pytest.skip("TractNNEF has no weights= option in this build (branch q4)")
+    model = _llama()
+    before = model.model.layers[0].mlp.up_proj.weight.clone()
+    r = export_causal_lm(model, tmp_path / "out", weights="q4_0", generate=4)
+    assert r.manifest["weights"] == "q4_0" and r.checks["generate"]["equal"]
+    assert r.manifest["weight_bytes"]["stored"] < 0.3 * r.manifest["weight_bytes"]["native"]
+    assert "q4_0" in _graph_text(r.asset)
+    assert torch.equal(model.model.layers[0].mlp.up_proj.weight, before)  # checks ran on the stored values, then restored
+
+
+def test_refusals(tmp_path):
+    with pytest.raises(InvalidArgumentError, match="never downloads"):
+        export_causal_lm("Qwen/Qwen2-0.5B", tmp_path / "out")
+    with pytest.raises(InvalidArgumentError, match="no config.json"):
+        export_causal_lm(tmp_path, tmp_path / "out")
+    with pytest.raises(InvalidArgumentError, match="dtype"):
+        export_causal_lm(_llama(), tmp_path / "out", dtype="bf16")
+    with pytest.raises(InvalidArgumentError, match="asserts"):
+        TractNNEF(asserts=["S; extension tract_registry x"])
+
+    class NoCacheLM(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = torch.nn.Embedding(16, 8)
+
+        def forward(self, input_ids, use_cache=False):
+            return T.modeling_outputs.CausalLMOutput(logits=self.embed(input_ids))
+
+    with pytest.raises(InvalidArgumentError, match="key/value cache"):
+        export_causal_lm(NoCacheLM(), tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+OTHER_FAMILIES = {
+    "gpt2": lambda: T.GPT2LMHeadModel(T.GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=256, n_positions=128,
+                                                   initializer_range=0.1)),
+    "gemma": lambda: T.GemmaForCausalLM(T.GemmaConfig(**SMALL, head_dim=16)),
+    "qwen3": lambda: T.Qwen3ForCausalLM(T.Qwen3Config(**SMALL, head_dim=16)),
+    "gpt_neox": lambda: T.GPTNeoXForCausalLM(T.GPTNeoXConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                                             num_attention_heads=4, vocab_size=256,
+                                                             max_position_embeddings=128, initializer_range=0.1)),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", list(OTHER_FAMILIES))
+def test_other_families(family, tmp_path):
+    """The remaining families of test_llm_families.py (test_families covers the same path)."""
+    torch.manual_seed(0)
+    model = _randomize_norms(OTHER_FAMILIES[family]().eval())
+    r = export_causal_lm(model, tmp_path / "out", generate=4)
+    assert r.checks["generate"]["equal"]
+
+
+def test_float16_module_is_not_converted_in_place(tmp_path):
+    model = _llama()
+    export_causal_lm(model, tmp_path / "out", dtype="f16", check=False)
+    assert next(model.parameters()).dtype == torch.float32
