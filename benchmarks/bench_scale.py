@@ -35,6 +35,7 @@ SEQ = 32
 BATCH = 2
 # hidden, intermediate, layers, heads, kv heads (vocab 32000 for all)
 SIZES = {
+    "l4h512": (512, 1408, 4, 8, 4),  # the 4-layer, hidden-512 Llama of issue 7's capture profile
     "20m": (256, 704, 4, 4, 2),
     "160m": (1024, 2816, 8, 16, 8),
     "1b": (2048, 8192, 16, 32, 8),

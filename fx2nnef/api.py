@@ -82,6 +82,7 @@ def export(model: torch.nn.Module, args=(), path=None, *, kwargs: Optional[dict]
                           output_names=output_names,
                           leaf_modules=tuple(leaf_modules) + tuple(registered_module_classes()),
                           max_loop_iterations=max_loop_iterations)
+        timings.update(cap.runs)
         return _lower_write_check(cap, Path(path), target, timings, debug_bundle, compression_level, progress)
 
 

@@ -21,7 +21,7 @@ from . import structures
 from .control_flow import loop_options
 from .padded import check_padded
 from .passes import cleanup_slices, complex_to_real, remove_dead_code, remove_inplace
-from .probe import analyze, inputs_at
+from .probe import RUNS, analyze, inputs_at
 from .to_ir import build_ir
 from .tracer import trace_model
 
@@ -36,6 +36,7 @@ class Capture:
     reference: list  # (label, inputs, expected outputs) as numpy, for checks
     notes: list
     control_flow: list = dataclasses.field(default_factory=list)  # how cond/scan/while_loop were converted
+    runs: dict = dataclasses.field(default_factory=dict)  # graph_runs, eager_runs: real forward passes of the capture
 
     def check_cases(self):
         from ..targets import CheckCase  # lazy: targets sit above the tracer
@@ -136,6 +137,7 @@ def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_na
     if not flat:
         raise InvalidArgumentError("the example inputs contain no tensor")
     tensors = [t for _, t in flat]
+    RUNS.reset()
     names = _check_names("input", input_names, len(flat)) if input_names else default_input_names(model, args, kwargs)
     # on copies: a model may update its inputs in place
     ref_flat = structures.flatten(_run_model(model, args, kwargs, [t.clone() for t in tensors]), "")
@@ -158,7 +160,10 @@ def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_na
         case = _case(model, args, kwargs, names, tensors, dyn, env)
         if case is not None:
             cases.append(case)
-    return Capture(graph, names, tensors, cases, list(trace.control_flow) + notes, list(trace.control_flow))
+    if analysis.shapes_from.startswith("probes ("):
+        notes.append("dynamic shapes were fitted from probe runs: " + analysis.shapes_from[len("probes ("):-1])
+    runs = {"graph_runs": RUNS.graph, "eager_runs": RUNS.eager}
+    return Capture(graph, names, tensors, cases, list(trace.control_flow) + notes, list(trace.control_flow), runs)
 
 
 def _ident(name: str) -> str:
@@ -189,6 +194,7 @@ def _run_model(model, args, kwargs, flat_inputs: list):
     """The eager model's result on ``(args, kwargs)`` with copies of ``flat_inputs`` as its tensors
     (a model may update its inputs in place; the inputs recorded for checks must stay as given)."""
     a, k = _with_flat(args, kwargs, [t.clone() for t in flat_inputs])
+    RUNS.eager += 1
     with torch.no_grad():
         return model(*a, **k)
 
