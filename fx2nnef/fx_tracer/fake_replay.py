@@ -89,7 +89,7 @@ def replay(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, b
         fixed = shape_env.replacements.get(sym)
         if fixed is not None and fixed != sym:
             raise ReplayUnavailable(f"the fake replay fixed {name} to {fixed}")
-    conv = _Converter(shape_env, symbols)
+    conv = _Converter(shape_env, symbols, _equalities(shape_env, runner.guards))
     dims, varies = {}, set()
     for n, value in runner.env.items():
         dims[n] = conv.value(value, n)
@@ -142,14 +142,31 @@ class _Runner(fx.Interpreter):
         return out
 
 
+def _equalities(shape_env, guards: list) -> dict:
+    """``expression -> simpler equal expression`` from the ShapeEnv's equality guards: a
+    reshape to ``(-1, 2)`` leaves a dim ``S//(S//2)`` and the guard that it equals 2."""
+    out = {}
+    for expr, _node in guards:
+        expr = shape_env.replace(expr)
+        if type(expr).__name__ != "Equality":
+            continue
+        a, b = expr.args
+        key = (sympy.count_ops(a), len(str(a))), (sympy.count_ops(b), len(str(b)))
+        if key[0] != key[1]:
+            complex_, simple = (a, b) if key[0] > key[1] else (b, a)
+            out.setdefault(complex_, simple)
+    return out
+
+
 class _Converter:
     """Fake values and sympy expressions -> IR dims and Python evaluators."""
 
-    def __init__(self, shape_env, symbols: dict):
-        self.shape_env, self.symbols = shape_env, symbols
+    def __init__(self, shape_env, symbols: dict, equal: dict):
+        self.shape_env, self.symbols, self.equal = shape_env, symbols, equal
 
     def expr(self, x):
-        return self.shape_env.replace(x.node.expr)
+        e = self.shape_env.replace(x.node.expr)
+        return e.xreplace(self.equal) if self.equal else e
 
     def depends(self, value) -> bool:
         if isinstance(value, torch.Tensor):
