@@ -146,18 +146,20 @@ def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_na
     out_names = _check_names("output", output_names, len(ref_flat)) if output_names else [
         _ident(n or "output") for n, _ in ref_flat]
     dyn = validate_dynamic_axes(getattr(target, "dynamic_axes", {}) or {}, names, tensors, out_names)
+    base_env = {sym: tensors[names.index(n)].shape[axis] for n, axes in dyn.items() for axis, sym in axes.items()}
+    ref = _reference(model, args, kwargs, names, dyn, tensors, (base_env, [t for _, t in ref_flat])) if dyn else None
     if target is not None:
         target.pre_trace(model, args, kwargs)
     leaf_types = tuple(leaf_modules) + _extractor_types()
     notes: list = []
     with loop_options(max_loop_iterations):
         gm, analysis, trace = _trace_and_probe(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names,
-                                               notes)
+                                               notes, ref)
     remove_dead_code(gm)
     graph = build_ir(gm, analysis, names, out_names)
     cases = [("example", [_numpy(t) for t in tensors], [_numpy(t) for _, t in ref_flat])]
     for env in _check_envs(analysis) if analysis.symbols else []:
-        case = _case(model, args, kwargs, names, tensors, dyn, env)
+        case = _case(ref, names, tensors, dyn, env)
         if case is not None:
             cases.append(case)
     if analysis.shapes_from.startswith("probes ("):
@@ -199,21 +201,33 @@ def _run_model(model, args, kwargs, flat_inputs: list):
         return model(*a, **k)
 
 
-def _reference(model, args, kwargs, names, dyn, example):
-    """``env -> flat eager outputs`` of the model at the sizes ``env`` (on ``inputs`` when given)."""
+def _reference(model, args, kwargs, names, dyn, example, known: Optional[tuple] = None):
+    """``env -> flat eager outputs`` of the model at the sizes ``env`` (on ``inputs`` when given).
+
+    The outputs at each ``env`` are kept (a size checked by the probes is reused by check_io);
+    ``known`` is ``(env, outputs)`` already computed."""
+    cache = {} if known is None else {tuple(sorted(known[0].items())): known[1]}
+
     def run(env, inputs=None):
+        key = tuple(sorted(env.items()))
+        if inputs is None and key in cache:
+            return cache[key]
         out = _run_model(model, args, kwargs, inputs if inputs is not None else inputs_at(example, names, dyn, env))
-        return [t for _, t in structures.flatten(out, "")]
+        flat = [t for _, t in structures.flatten(out, "")]
+        if inputs is None:
+            cache[key] = flat
+        return flat
     return run
 
 
-def _trace_once(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names):
+def _trace_once(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, ref=None):
     trace = trace_model(model, args, kwargs, names, out_names, leaf_types, leaf_names)
     remove_inplace(trace.gm)
     cleanup_slices(trace.gm)
     complex_to_real(trace.gm)
     check_padded(trace.gm)
-    ref = _reference(model, args, kwargs, names, dyn, trace.example_inputs) if dyn else None
+    if ref is None and dyn:
+        ref = _reference(model, args, kwargs, names, dyn, trace.example_inputs)
     analysis = analyze(trace.gm, trace.example_inputs, names, dyn, trace.guards, ref)
     return trace, analysis
 
@@ -241,8 +255,8 @@ def _wider(a: dict, b: dict) -> bool:
     return better
 
 
-def _trace_and_probe(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, notes):
-    trace, analysis = _trace_once(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names)
+def _trace_and_probe(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, notes, ref):
+    trace, analysis = _trace_once(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, ref)
     if not analysis.failures and not any(r.lo is not None or r.hi is not None for r in analysis.ranges.values()):
         return trace.gm, analysis, trace
     # A decision was baked on a dynamic size: trace again at larger sizes and keep that
@@ -255,7 +269,6 @@ def _trace_and_probe(model, args, kwargs, names, out_names, dyn, leaf_types, lea
         trace2, analysis2 = _trace_once(model, a2, k2, names, out_names, dyn, leaf_types, leaf_names)
         if not analysis2.failures:
             # the graph must also reproduce the example sizes: analyze at the user's inputs
-            ref = _reference(model, args, kwargs, names, dyn, trace.example_inputs)
             analysis_back = analyze(trace2.gm, trace.example_inputs, names, dyn, trace2.guards, ref)
             if not analysis_back.failures and (first_failures or _wider(analysis_back.ranges, analysis.ranges)):
                 retraced = (trace2, analysis_back)
@@ -328,11 +341,11 @@ def _check_envs(analysis) -> list:
     return envs
 
 
-def _case(model, args, kwargs, names, tensors, dyn, env):
+def _case(ref, names, tensors, dyn, env):
     new = inputs_at(tensors, names, dyn, env)
     try:
-        out = _run_model(model, args, kwargs, new)
+        out = ref(env)
     except Exception:  # noqa: BLE001 - the model refuses this combination of sizes
         return None
     label = ", ".join(f"{k}={v}" for k, v in env.items())
-    return (label, [_numpy(t) for t in new], [_numpy(t) for _, t in structures.flatten(out, "")])
+    return (label, [_numpy(t) for t in new], [_numpy(t) for t in out])
