@@ -69,7 +69,7 @@ def replay(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, b
         symbols[sym] = name
         sizes[name] = shape_env.create_symintnode(sym, hint=v)
     mode = FakeTensorMode(shape_env=shape_env, allow_non_fake_inputs=True)
-    runner = _Runner(gm, shape_env)
+    runner = _Runner(gm, shape_env, symbols)
     with mode, torch.no_grad():
         inputs = []
         for name, t in zip(names, example):
@@ -88,7 +88,9 @@ def replay(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, b
     for sym, name in symbols.items():
         fixed = shape_env.replacements.get(sym)
         if fixed is not None and fixed != sym:
-            raise ReplayUnavailable(f"the fake replay fixed {name} to {fixed}")
+            node = runner.fixed_at.get(sym)
+            where = "" if node is None else f" at '{node.name}'" + (f" ({node.meta['source']})" if node.meta.get("source") else "")
+            raise ReplayUnavailable(f"the fake replay fixed {name} to {fixed}{where}")
     conv = _Converter(shape_env, symbols, _equalities(shape_env, runner.guards))
     dims, varies = {}, set()
     for n, value in runner.env.items():
@@ -128,17 +130,22 @@ class _SymbolSource(Source):
 class _Runner(fx.Interpreter):
     """Runs the graph and notes which node each new ShapeEnv guard came from."""
 
-    def __init__(self, gm, shape_env):
+    def __init__(self, gm, shape_env, symbols):
         super().__init__(gm, garbage_collect_values=False)
-        self.shape_env = shape_env
+        self.shape_env, self.symbols = shape_env, symbols
         self.current: Optional[fx.Node] = None
         self.guards: list = []  # (sympy expr, node)
+        self.fixed_at: dict = {}  # symbol -> the node where the ShapeEnv replaced it
 
     def run_node(self, n):
         self.current = n
         before = len(self.shape_env.guards)
         out = super().run_node(n)
         self.guards.extend((g.expr, n) for g in self.shape_env.guards[before:])
+        if len(self.fixed_at) < len(self.symbols):
+            for sym in self.symbols:
+                if sym not in self.fixed_at and self.shape_env.replacements.get(sym, sym) != sym:
+                    self.fixed_at[sym] = n
         return out
 
 

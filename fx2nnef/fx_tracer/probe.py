@@ -361,16 +361,21 @@ def _signature(rep: Replay, guards: list, data_dep: set):
             raise ReplayUnavailable(f"the decision {g.text} has no symbolic form")
         evals.append((g, ev))
 
-    def decide(fn, env):
-        try:
-            return fn(env)
-        except (ArithmeticError, ValueError, TypeError):  # a division by a size that is 0 here
-            return None
-
     def signature(env):
-        return (tuple(decide(c.holds, env) for c in rep.checks)
-                + tuple(decide(lambda e: _guard_holds(g, ev(e)), env) for g, ev in evals))
+        return (tuple(_decide(c.holds, env) for c in rep.checks)
+                + tuple(_decide(lambda e: _guard_holds(g, ev(e)), env) for g, ev in evals))
     return signature
+
+
+def _decide(fn, env):
+    try:
+        return fn(env)
+    except (ArithmeticError, ValueError, TypeError):  # a division by a size that is 0 here
+        return None
+
+
+def _env_key(env: dict) -> tuple:
+    return tuple(sorted(env.items()))
 
 
 def _symbolic_envs(signature, base_env: dict, max_flips: int = 4) -> tuple:
@@ -432,7 +437,10 @@ def _agrees(form, value, env) -> bool:
     if isinstance(value, (bool, int, float)):
         return not isinstance(form, tuple) and value == _form_at(form, env)
     if isinstance(value, (tuple, list)):
-        return (isinstance(form, tuple) and len(form) == len(value)
+        # a sequence of pieces may be shorter or longer here (chunk(2) of S=1 has one piece):
+        # the pieces the graph reads are checked at their own getitem nodes
+        pieces = any(isinstance(v, torch.Tensor) for v in value)
+        return (isinstance(form, tuple) and (pieces or len(form) == len(value))
                 and all(_agrees(f, v, env) for f, v in zip(form, value)))
     return True
 
@@ -460,6 +468,25 @@ def _unfit_varying(form):
     if isinstance(form, tuple):
         return tuple(_unfit_varying(f) for f in form)
     return form
+
+
+def _torch_decisions(torch_flips: dict, ranges: dict, symbols: list) -> list:
+    """The decisions of torch's kernels (from the fake replay) that differ at a size outside
+    the claimed range where the shapes change: they are why the range ends, with their line."""
+    out, seen = [], set()
+    for key, checks in torch_flips.items():
+        env = dict(key)
+        if all(ranges[s].contains(env[s]) for s in symbols):
+            continue
+        for c in checks:
+            if c.text in seen:
+                continue
+            seen.add(c.text)
+            src = c.node.meta.get("source") if c.node is not None else None
+            where = f" in '{c.node.name}'" if c.node is not None else ""
+            out.append(Guard(f"torch decided {c.text}{where}", "shape", src, True, "bounds",
+                             f"differs at {_env_text(env)}, where the shapes change"))
+    return out
 
 
 def _fit_good(good: list, symbols: list):
@@ -590,13 +617,16 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
             # one piece): decided once the ranges are known
             errors.append(ProbeFailure(env, err[0], err[1] + " (the eager model accepts these sizes)"))
             return "error"
+        flips = [g for g in guards if g.node in values and not _guard_holds(g, values[g.node])]
         if rep is not None:
             wrong = _shape_mismatch(rep, values, env)
             if wrong is not None:
                 if signature(env) == signature(base_env):
                     raise ReplayUnavailable(f"at {_env_text(env)}, {wrong} (no decision changes there)")
+                for g in flips:
+                    guard_flips.setdefault(id(g), (env, wrong))
+                torch_flips.setdefault(_env_key(env), [c for c in rep.checks if _decide(c.holds, env) is not True])
                 return "shapes"
-        flips = [g for g in guards if g.node in values and not _guard_holds(g, values[g.node])]
         if expected is not None:
             mismatch = _outputs_match(gm, values, expected)
             if mismatch is None and flips:
@@ -615,6 +645,7 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
         return "good"
 
     bad_detail: dict = {}
+    torch_flips: dict = {}  # env -> the fake replay's checks that differ there, where shapes change
     for env in single:
         (s,) = _moved(env, base_env)
         r = probe(env)
@@ -701,6 +732,8 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
             status = "baked"
             note = "decided on tensor data: the export keeps only this branch"
         ir_guards.append(Guard(g.text, kind, g.source, g.expected, status, note))
+    if rep is not None:
+        ir_guards += _torch_decisions(torch_flips, ranges, symbols)
     kept = {s: r for s, r in ranges.items() if r.bounded}
     return Analysis(symbols, base_env, base_values, sym, constant, data_dep, ir_guards, failures,
                     [base_env] + single + multi, kept, good_envs,
