@@ -257,7 +257,13 @@ def _wider(a: dict, b: dict) -> bool:
 
 def _trace_and_probe(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, notes, ref):
     trace, analysis = _trace_once(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, ref)
-    if not analysis.failures and not any(r.lo is not None or r.hi is not None for r in analysis.ranges.values()):
+    bounded = any(r.lo is not None or r.hi is not None for r in analysis.ranges.values())
+    if not analysis.failures and not bounded:
+        return trace.gm, analysis, trace
+    if not analysis.failures and not analysis.graph_bounded:
+        # only the model's own refusals bound the range: a trace at other sizes cannot widen it
+        _refuse_single_sizes(analysis)
+        _note_ranges(analysis, notes)
         return trace.gm, analysis, trace
     # A decision was baked on a dynamic size: trace again at larger sizes and keep that
     # trace if it reproduces the model at the example sizes and is valid for more sizes.

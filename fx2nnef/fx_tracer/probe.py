@@ -54,6 +54,7 @@ class Analysis:
     ranges: dict = dataclasses.field(default_factory=dict)  # symbol -> SymRange (restricted ones only)
     good_envs: list = dataclasses.field(default_factory=list)  # sizes where the graph reproduces the model
     shapes_from: str = ""  # "fake replay", or "probes (why the replay could not be used)"
+    graph_bounded: bool = True  # a range ends where the graph (not the model) stops being right
 
 
 class _Recorder(fx.Interpreter):
@@ -735,9 +736,12 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
     if rep is not None:
         ir_guards += _torch_decisions(torch_flips, ranges, symbols)
     kept = {s: r for s, r in ranges.items() if r.bounded}
+    graph_bounded = any(r in ("bad", "shapes") and not ranges[s].contains(n)
+                        for s in symbols for n, r in results[s].items())
     return Analysis(symbols, base_env, base_values, sym, constant, data_dep, ir_guards, failures,
                     [base_env] + single + multi, kept, good_envs,
-                    "fake replay" if rep is not None else "probes" if symbols else "")
+                    "fake replay" if rep is not None else "probes" if symbols else "",
+                    graph_bounded or (rep is None and any(r.lo is not None or r.hi is not None for r in kept.values())))
 
 
 def _static(rec):
