@@ -380,11 +380,12 @@ def _env_key(env: dict) -> tuple:
 
 
 def _symbolic_envs(signature, base_env: dict, max_flips: int = 4) -> tuple:
-    """``(single, multi)`` probe sizes: where a decision flips and the size before, one symbol moved
+    """``(single, multi, lazy)`` probe sizes: where a decision flips and the size before, one symbol moved
     at a time (the nearest ``max_flips`` on each side, up to a few times the example), and two checks, below
-    and above the example, at sizes where no decision differs (all symbols moved together)."""
+    and above the example, at sizes where no decision differs (all symbols moved together).
+    ``lazy`` maps the size before a flip to the flip: it is probed only if the flip is not good."""
     base = signature(base_env)
-    single, below, above = [], {}, {}
+    single, below, above, lazy = [], {}, {}, {}
     for s, v in base_env.items():
         top = min(max(3 * v, v + 16, 32), 1024)
         same = []
@@ -393,10 +394,13 @@ def _symbolic_envs(signature, base_env: dict, max_flips: int = 4) -> tuple:
             for n in side:
                 cur = signature({**base_env, s: n})
                 if cur != prev and hits < max_flips:
-                    # the flip, and the size before it: the range ends at the last good size
-                    for m in (n + step, n):
-                        if m != v and {**base_env, s: m} not in single:
-                            single.append({**base_env, s: m})
+                    # the flip, and the size before it: the range would end at the last good size
+                    if {**base_env, s: n} not in single:
+                        single.append({**base_env, s: n})
+                    before = {**base_env, s: n + step}
+                    if n + step != v and before not in single:
+                        single.append(before)
+                        lazy[_env_key(before)] = n
                     hits += 1
                 if cur == base:
                     same.append(n)
@@ -417,9 +421,11 @@ def _symbolic_envs(signature, base_env: dict, max_flips: int = 4) -> tuple:
         if len(base_env) > 1 and signature(env) != base:
             for s, n in moved.items():  # together they change a decision: check them one by one
                 single.append({**base_env, s: n})
+                lazy.pop(_env_key(single[-1]), None)
         elif env not in single:
             (single if len(base_env) == 1 else multi).append(env)
-    return single, multi
+        lazy.pop(_env_key(env), None)
+    return single, multi, lazy
 
 
 def _form_at(form, env):
@@ -581,12 +587,13 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
     failures = list(base_failures)
     single = []
     multi = []
+    lazy: dict = {}  # size before a flip (env key) -> the flip size: probed only if the flip is not good
     data_dep0 = _data_dependence(gm)
     signature = None
     if symbols and rep is not None:
         signature = _signature(rep, guards, data_dep0)
         _check_base_shapes(rep, base_values, base_env)
-        single, multi = _symbolic_envs(signature, base_env)
+        single, multi, lazy = _symbolic_envs(signature, base_env)
     elif symbols:
         for env in below_probe_envs(base_env) + probe_envs(base_env) + far_probe_envs(base_env):
             if env not in single and env not in multi:
@@ -649,6 +656,9 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
     torch_flips: dict = {}  # env -> the fake replay's checks that differ there, where shapes change
     for env in single:
         (s,) = _moved(env, base_env)
+        flip = lazy.get(_env_key(env))
+        if flip is not None and results[s].get(flip) in ("good", None):
+            continue  # the size before a flip matters only when the flip ends the range
         r = probe(env)
         if isinstance(r, tuple):
             bad_detail[(s, env[s])] = r
