@@ -64,10 +64,13 @@ def replay(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, b
     symbols = {}
     sizes = {}
     for name, v in base_env.items():
-        sym = shape_env.create_symbol(v, _SymbolSource(name), dynamic_dim=DimDynamic.DYNAMIC,
+        # a hint of 1 makes every broadcast decide "== 1" and fix the symbol: replay as at 2; the
+        # shapes are then checked against the real run at the example sizes
+        hint = max(v, 2)
+        sym = shape_env.create_symbol(hint, _SymbolSource(name), dynamic_dim=DimDynamic.DYNAMIC,
                                       do_not_specialize_zero_one=True)
         symbols[sym] = name
-        sizes[name] = shape_env.create_symintnode(sym, hint=v)
+        sizes[name] = shape_env.create_symintnode(sym, hint=hint)
     mode = FakeTensorMode(shape_env=shape_env, allow_non_fake_inputs=True)
     runner = _Runner(gm, shape_env, symbols)
     with mode, torch.no_grad():
