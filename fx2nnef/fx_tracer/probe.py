@@ -387,7 +387,7 @@ def _symbolic_envs(signature, base_env: dict, max_flips: int = 4) -> tuple:
     base = signature(base_env)
     single, below, above, lazy = [], {}, {}, {}
     for s, v in base_env.items():
-        top = min(max(3 * v, v + 16, 32), 1024)
+        top = max(v + 16, min(max(3 * v, 32), 1024))
         same = []
         for step, side in ((1, range(v - 1, 0, -1)), (-1, range(v + 1, top + 1))):
             prev, hits = base, 0
