@@ -1,5 +1,5 @@
 """fx2nnef: export PyTorch models to NNEF with a custom torch.fx tracer, checked in tract."""
-__version__ = "0.1.0"
+from ._version import __version__
 
 from .api import ExportResult, export
 from .errors import (CheckIOError, EmitError, Fx2NnefError, GuardError, InvalidArgumentError, TargetError,

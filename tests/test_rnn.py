@@ -126,7 +126,8 @@ def test_khronos_rejects_dynamic_time_axis():
     from fx2nnef.fx_tracer.capture import capture
 
     target = fx2nnef.TractNNEF(dynamic_axes={"x0": {0: "T"}})
-    cap = capture(rnn(nn.GRU, 3, 4), (X_TB,), {}, target=target, input_names=["x0"])
+    cap = capture(rnn(nn.GRU, 3, 4), (X_TB,), {}, target=target, input_names=["x0"],
+                  leaf_modules=registered_module_classes())
     with pytest.raises(fx2nnef.UnsupportedOpError, match="dynamic sequence length"):
         emit_graph(cap.graph, "khronos")
 

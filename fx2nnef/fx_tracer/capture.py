@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from ..errors import GuardError, InvalidArgumentError
-from ..ir import Graph
+from ..ir import CheckCase, Graph
 from . import structures
 from .control_flow import loop_options
 from .padded import check_padded
@@ -39,8 +39,6 @@ class Capture:
     runs: dict = dataclasses.field(default_factory=dict)  # graph_runs, eager_runs: real forward passes of the capture
 
     def check_cases(self):
-        from ..targets import CheckCase  # lazy: targets sit above the tracer
-
         return [CheckCase(label, ins, outs) for label, ins, outs in self.reference]
 
 
@@ -150,7 +148,7 @@ def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_na
     ref = _reference(model, args, kwargs, names, dyn, tensors, (base_env, [t for _, t in ref_flat])) if dyn else None
     if target is not None:
         target.pre_trace(model, args, kwargs)
-    leaf_types = tuple(leaf_modules) + _extractor_types()
+    leaf_types = tuple(leaf_modules)
     notes: list = []
     with loop_options(max_loop_iterations):
         gm, analysis, trace = _trace_and_probe(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names,
@@ -171,19 +169,6 @@ def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_na
 def _ident(name: str) -> str:
     out = re.sub(r"[^A-Za-z0-9_]", "_", name)
     return out if _IDENT.match(out) else f"output_{out}"
-
-
-def _extractor_types() -> tuple:
-    return tuple(_LEAF_TYPES)
-
-
-_LEAF_TYPES: list = [torch.nn.LSTM, torch.nn.GRU, torch.nn.RNN, torch.nn.LSTMCell, torch.nn.GRUCell, torch.nn.RNNCell]
-
-
-def register_leaf_type(cls: type) -> None:
-    """Make the tracer keep ``cls`` modules as single calls (an extractor lowers them)."""
-    if cls not in _LEAF_TYPES:
-        _LEAF_TYPES.append(cls)
 
 
 def _with_flat(args, kwargs, flat_inputs: list):

@@ -58,14 +58,26 @@ class Analysis:
 
 
 class _Recorder(fx.Interpreter):
-    def __init__(self, gm):
-        super().__init__(gm, garbage_collect_values=False)
+    """Runs the graph keeping every node's value, or (``keep`` given) only the records of shapes
+    and the values of the ``keep`` nodes: a probe at a large size then holds one forward's
+    live tensors at a time, not all of them."""
+
+    def __init__(self, gm, keep: Optional[set] = None):
+        super().__init__(gm, garbage_collect_values=keep is not None)
         self.current: Optional[fx.Node] = None
+        self.keep = keep
+        self.kept: dict = {}
+        self.records: dict = {}
 
     def run_node(self, n):
         self.current = n
         with torch.no_grad():
-            return super().run_node(n)
+            out = super().run_node(n)
+        if self.keep is not None:
+            self.records[n] = _record(out)
+            if n in self.keep:
+                self.kept[n] = out
+        return out
 
 
 def resize(t: torch.Tensor, axis: int, n: int) -> torch.Tensor:
@@ -161,15 +173,25 @@ class RunCount:
 RUNS = RunCount()
 
 
-def _run(gm, inputs) -> tuple:
+def _run(gm, inputs, keep: Optional[set] = None) -> tuple:
+    """``(values, error, records)``: node values (all, or those of ``keep`` only), the first
+    error as ``(node, message)`` or None, and each node's shape record."""
     RUNS.graph += 1
-    rec = _Recorder(gm)
+    rec = _Recorder(gm, keep)
+    err = None
     try:
         rec.run(*inputs)
-        return rec.env, None
     except Exception as exc:  # noqa: BLE001 - reported as a probe failure
         first_line = str(exc).strip().split("\n")[0]
-        return rec.env, (rec.current, f"{type(exc).__name__}: {first_line}")
+        err = (rec.current, f"{type(exc).__name__}: {first_line}")
+    if keep is None:
+        return rec.env, err, {n: _record(v) for n, v in rec.env.items()}
+    return rec.kept, err, rec.records
+
+
+def _output_nodes(gm) -> set:
+    out_node = [n for n in gm.graph.nodes if n.op == "output"][0]
+    return {a for a in out_node.args[0] if isinstance(a, fx.Node)}
 
 
 def _guard_holds(g: GuardRecord, value) -> bool:
@@ -219,7 +241,7 @@ def _scrambled_mismatch(gm, reference, env: dict, inputs: list) -> Optional[str]
             expected = reference(env, shuffled)
         except Exception:  # noqa: BLE001 - the model refuses these values: no evidence either way
             continue
-        values, err = _run(gm, shuffled)
+        values, err, _ = _run(gm, shuffled, keep=_output_nodes(gm))
         if err is not None:
             return None
         mismatch = _outputs_match(gm, values, expected)
@@ -266,13 +288,15 @@ def _symbol_range(sym: str, v: int, results: dict) -> SymRange:
     that moved only ``sym``: "good" (the graph reproduces the model), "bad" (it does not),
     "refused" (the eager model itself refuses that size).
 
-    A model that accepts every k-th size only (k from the good sizes, and refusing some size in
-    between) gets ``sym % k == v % k``; the sizes off that step then bound nothing."""
+    A model that accepts every k-th size only (k from the good sizes, and refusing every probed
+    size in between) gets ``sym % k == v % k``; the sizes off that step then bound nothing. A
+    size off the step where the model runs and the graph differs is no step: it bounds."""
     k = 0
     for n, r in results.items():
         if r == "good":
             k = math.gcd(k, n - v)
-    if k > 1 and any(r == "refused" and (n - v) % k for n, r in results.items()):
+    off_step = [r for n, r in results.items() if (n - v) % k] if k > 1 else []
+    if off_step and all(r == "refused" for r in off_step):
         lo, hi, why = _bounds(sym, v, {n: r for n, r in results.items() if (n - v) % k == 0})
         off = sorted(n for n, r in results.items()
                      if (n - v) % k and r == "refused" and (lo is None or n >= lo) and (hi is None or n <= hi))
@@ -436,35 +460,37 @@ def _form_at(form, env):
     return form
 
 
-def _agrees(form, value, env) -> bool:
+def _agrees(form, record, env) -> bool:
+    """Whether a node's :func:`_record` at ``env`` is what its symbolic form gives there."""
     if form is VARIES or form is None:
         return True
-    if isinstance(value, torch.Tensor):
-        return isinstance(form, tuple) and tuple(value.shape) == _form_at(form, env)
-    if isinstance(value, (bool, int, float)):
-        return not isinstance(form, tuple) and value == _form_at(form, env)
-    if isinstance(value, (tuple, list)):
+    kind = record[0]
+    if kind == "tensor":
+        return isinstance(form, tuple) and record[1] == _form_at(form, env)
+    if kind in ("bool", "int", "float"):
+        return not isinstance(form, tuple) and record[1] == _form_at(form, env)
+    if kind == "seq":
         # a sequence of pieces may be shorter or longer here (chunk(2) of S=1 has one piece):
         # the pieces the graph reads are checked at their own getitem nodes
-        pieces = any(isinstance(v, torch.Tensor) for v in value)
-        return (isinstance(form, tuple) and (pieces or len(form) == len(value))
-                and all(_agrees(f, v, env) for f, v in zip(form, value)))
+        pieces = any(r[0] == "tensor" for r in record[1])
+        return (isinstance(form, tuple) and (pieces or len(form) == len(record[1]))
+                and all(_agrees(f, r, env) for f, r in zip(form, record[1])))
     return True
 
 
-def _shape_mismatch(rep: Replay, values: dict, env: dict) -> Optional[str]:
-    """None when every node's shape (and size value) at ``env`` is what the fake replay's
-    expressions give there, else the first node that differs."""
-    for n, value in values.items():
+def _shape_mismatch(rep: Replay, records: dict, env: dict) -> Optional[str]:
+    """None when every node's shape (and size value) recorded at ``env`` is what the fake
+    replay's expressions give there, else the first node that differs."""
+    for n, record in records.items():
         form = rep.dims.get(n)
-        if not _agrees(form, value, env):
-            got = tuple(value.shape) if isinstance(value, torch.Tensor) else value
+        if not _agrees(form, record, env):
+            got = record[1] if record[0] != "seq" else record
             return f"'{n.name}' is {got} where the symbolic shapes give {_form_at(form, env)}"
     return None
 
 
-def _check_base_shapes(rep: Replay, values: dict, base_env: dict) -> None:
-    wrong = _shape_mismatch(rep, values, base_env)
+def _check_base_shapes(rep: Replay, records: dict, base_env: dict) -> None:
+    wrong = _shape_mismatch(rep, records, base_env)
     if wrong is not None:
         raise ReplayUnavailable(f"at the example sizes, {wrong}")
 
@@ -499,9 +525,9 @@ def _torch_decisions(torch_flips: dict, ranges: dict, symbols: list) -> list:
 def _fit_good(good: list, symbols: list):
     envs = [e for e, _ in good]
     records: dict = {}
-    for _, values in good:
-        for n, v in values.items():
-            records.setdefault(n, []).append(_record(v))
+    for _, recorded in good:
+        for n, r in recorded.items():
+            records.setdefault(n, []).append(r)
     sym = _fit_all(records, envs, symbols) if symbols else {n: _static(r[0]) for n, r in records.items()}
     return envs, records, sym
 
@@ -551,7 +577,7 @@ def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, 
         for axis, sym in dynamic_axes.get(name, {}).items():
             base_env[sym] = t.shape[axis]
     symbols = list(base_env)
-    base_values, err = _run(gm, example)
+    base_values, err, base_records = _run(gm, example)
     if err is not None:
         node, msg = err
         raise RuntimeError(f"the traced graph does not re-run on the example inputs at '{node}': {msg}")
@@ -562,24 +588,24 @@ def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, 
             base_failures.append(ProbeFailure(base_env, None, mismatch + " at the example sizes"))
     if not symbols:
         return _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, base_values,
-                         base_failures, None)
+                         base_records, base_failures, None)
     try:
         rep = replay(gm, example, names, dynamic_axes, base_env, [g.node for g in guards])
         return _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, base_values,
-                         base_failures, rep)
+                         base_records, base_failures, rep)
     except ReplayUnavailable as exc:
         why = str(exc)
         import os, sys
         if os.environ.get("SYMDBG"):
             print("SYMFALLBACK", why, file=sys.stderr)
     analysis = _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, base_values,
-                         base_failures, None)
+                         base_records, base_failures, None)
     analysis.shapes_from = "probes (" + why + ")"
     return analysis
 
 
-def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, base_values, base_failures,
-              rep: Optional[Replay]) -> Analysis:
+def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, base_values, base_records,
+              base_failures, rep: Optional[Replay]) -> Analysis:
     """The body of :func:`analyze`: probe runs, ranges, shapes and guard statuses. Shapes come from
     the fake replay ``rep`` when given (probes are then only the sizes where a decision flips and
     two checks), else from polynomials fitted to many probe runs."""
@@ -592,7 +618,7 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
     signature = None
     if symbols and rep is not None:
         signature = _signature(rep, guards, data_dep0)
-        _check_base_shapes(rep, base_values, base_env)
+        _check_base_shapes(rep, base_records, base_env)
         single, multi, lazy = _symbolic_envs(signature, base_env)
     elif symbols:
         for env in below_probe_envs(base_env) + probe_envs(base_env) + far_probe_envs(base_env):
@@ -601,7 +627,8 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
         for env in guard_flip_sizes(gm, example, names, dynamic_axes, guards, base_env, data_dep0):
             if env not in single:
                 single.append(env)
-    good: list = [(base_env, base_values)]
+    good: list = [(base_env, base_records)]
+    keep = _output_nodes(gm) | {g.node for g in guards}
     guard_flips: dict = {}  # id(guard) -> first env where it flipped and the graph differs
     equivalent: dict = {}
     results: dict = {s: {} for s in symbols}
@@ -610,7 +637,7 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
 
     def probe(env):
         inputs = inputs_at(example, names, dynamic_axes, env)
-        values, err = _run(gm, inputs)
+        values, err, records = _run(gm, inputs, keep)
         expected = None
         if reference is not None:
             try:
@@ -627,7 +654,7 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
             return "error"
         flips = [g for g in guards if g.node in values and not _guard_holds(g, values[g.node])]
         if rep is not None:
-            wrong = _shape_mismatch(rep, values, env)
+            wrong = _shape_mismatch(rep, records, env)
             if wrong is not None:
                 if signature(env) == signature(base_env):
                     raise ReplayUnavailable(f"at {_env_text(env)}, {wrong} (no decision changes there)")
@@ -649,7 +676,7 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
             for g in flips:
                 guard_flips.setdefault(id(g), (env, "a decision differs"))
             return ("bad", flips, "a decision differs")
-        good.append((env, values if rep is None else None))  # symbolic shapes: no need to keep the values
+        good.append((env, records if rep is None else None))  # symbolic shapes: no fitting
         return "good"
 
     bad_detail: dict = {}

@@ -14,7 +14,7 @@ from typing import Any, Callable, Optional
 
 import torch
 import torch.fx as fx
-from torch.fx._symbolic_trace import _maybe_revert_all_patches
+from torch.fx._symbolic_trace import _maybe_revert_all_patches, is_fx_symbolic_tracing
 
 from ..errors import TraceError
 from ..ir import SourceLoc
@@ -41,6 +41,11 @@ class GuardRecord:
     expected: Any
     source: Optional[SourceLoc]
     text: str
+
+
+def is_tracing() -> bool:
+    """True while a torch.fx tracer (ours included) is running a forward."""
+    return is_fx_symbolic_tracing()
 
 
 def _unwrap(obj):

@@ -107,6 +107,11 @@ def register_extractor(extractor, target: Optional[str] = None):
     return extractor
 
 
-def registered_module_classes() -> tuple:
-    """Module classes with an extractor: the leaf modules the tracer must keep whole."""
+def registered_module_classes(builtin_only: bool = False) -> tuple:
+    """Module classes with an extractor: the leaf modules the tracer must keep whole.
+
+    ``builtin_only``: only torch's own module classes (nn.LSTM, ...); the diagnoser traces with
+    these first and offers the extractors of a user's classes as replacements where a module fails."""
+    if builtin_only:
+        return tuple(c for c in EXTRACTOR_CLASSES if c.__module__.split(".")[0] == "torch")
     return tuple(EXTRACTOR_CLASSES)

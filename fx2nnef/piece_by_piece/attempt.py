@@ -21,14 +21,14 @@ from typing import Optional
 
 import numpy as np
 import torch
-from torch.fx._symbolic_trace import is_fx_symbolic_tracing
 
 from ..errors import Fx2NnefError, TractError, UnsupportedOpError
-from ..fx_tracer.capture import _extractor_types, capture
+from ..fx_tracer.capture import capture
 from ..fx_tracer.to_ir import to_numpy
-from ..fx_tracer.tracer import trace_model
+from ..fx_tracer.tracer import is_tracing, trace_model
 from ..ir import SourceLoc, SymDim
 from ..nnef_emit import emit_graph, write_asset
+from ..nnef_emit.extractors import registered_module_classes
 from ..nnef_emit.custom_op import FragmentLibrary, ModulePlan, flat_values
 from ..nnef_emit.registry import Registry
 from ..targets.tolerance import compare_outputs
@@ -133,7 +133,8 @@ class Exporter:
         target.dynamic_axes = dyn
         try:
             cap = capture(module, call.args, call.kwargs, target=target, input_names=names,
-                          output_names=output_names, leaf_names=tuple(spec))
+                          output_names=output_names, leaf_modules=registered_module_classes(builtin_only=True),
+                          leaf_names=tuple(spec))
         except Exception as exc:  # noqa: BLE001 - any failure of the user's code or the tracer
             prefix = f"custom op '{where}': " if where else ""
             raise StepFailure("trace", prefix + _reason(exc), user_location(exc)) from exc
@@ -202,7 +203,7 @@ class Exporter:
             return
         for call in calls[1:]:
             try:
-                trace = trace_model(module, call.args, call.kwargs, names, None, _extractor_types(), tuple(spec))
+                trace = trace_model(module, call.args, call.kwargs, names, None, registered_module_classes(builtin_only=True), tuple(spec))
             except Exception:  # noqa: BLE001 - this call cannot even be traced: the compare step says more
                 continue
             for guard in data_guards:
@@ -231,7 +232,7 @@ def run_engine(target, asset: Path, input_sets: list) -> list:
 def _record_traced_call(module: torch.nn.Module, rel: str, seen: dict):
     """Keep the first call the tracer makes of ``module`` (a leaf: it runs on concrete values)."""
     def hook(_module, args, kwargs):
-        if rel not in seen and is_fx_symbolic_tracing():
+        if rel not in seen and is_tracing():
             seen[rel] = (copy_value(tuple(args)), copy_value(dict(kwargs)))
     return module.register_forward_pre_hook(hook, with_kwargs=True)
 

@@ -7,16 +7,7 @@ from typing import Optional
 
 import numpy as np
 
-from ..ir import Graph
-
-
-@dataclasses.dataclass
-class CheckCase:
-    """One set of inputs with the outputs PyTorch gave for them."""
-
-    label: str  # e.g. "example" or "S=5"
-    inputs: list  # numpy arrays, in graph input order
-    expected: list  # numpy arrays, in graph output order
+from ..ir import CheckCase, Graph
 
 
 @dataclasses.dataclass

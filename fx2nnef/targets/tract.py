@@ -53,7 +53,7 @@ class TractNNEF(InferenceTarget):
 
             import torch
 
-            from .. import __version__
+            from .._version import __version__
 
             props.update({"exporter": "fx2nnef", "exporter_version": __version__,
                           "torch_version": torch.__version__, "python_version": platform.python_version()})
