@@ -266,8 +266,6 @@ def _edge(sym: str, v: int, results: dict, up: bool) -> tuple:
     for n in sorted((n for n in results if beyond(n, v)), reverse=not up):
         if results[n] == "bad":
             return last, f"the graph differs from the model at {sym}={n}"
-        if results[n] == "shapes":
-            return last, f"shapes change otherwise {'above' if up else 'below'} {sym}={last}"
         if results[n] == "good":
             last = n
     refused = [n for n in results if beyond(n, last) and results[n] == "refused"]
@@ -484,9 +482,14 @@ def _shape_mismatch(rep: Replay, records: dict, env: dict) -> Optional[str]:
     for n, record in records.items():
         form = rep.dims.get(n)
         if not _agrees(form, record, env):
-            got = record[1] if record[0] != "seq" else record
-            return f"'{n.name}' is {got} where the symbolic shapes give {_form_at(form, env)}"
+            return f"'{n.name}' is {_record_text(record)} where the symbolic shapes give {_form_at(form, env)}"
     return None
+
+
+def _record_text(record):
+    if record[0] == "seq":
+        return tuple(_record_text(r) for r in record[1])
+    return record[1]
 
 
 def _check_base_shapes(rep: Replay, records: dict, base_env: dict) -> None:
@@ -501,25 +504,6 @@ def _unfit_varying(form):
     if isinstance(form, tuple):
         return tuple(_unfit_varying(f) for f in form)
     return form
-
-
-def _torch_decisions(torch_flips: dict, ranges: dict, symbols: list) -> list:
-    """The decisions of torch's kernels (from the fake replay) that differ at a size outside
-    the claimed range where the shapes change: they are why the range ends, with their line."""
-    out, seen = [], set()
-    for key, checks in torch_flips.items():
-        env = dict(key)
-        if all(ranges[s].contains(env[s]) for s in symbols):
-            continue
-        for c in checks:
-            if c.text in seen:
-                continue
-            seen.add(c.text)
-            src = c.node.meta.get("source") if c.node is not None else None
-            where = f" in '{c.node.name}'" if c.node is not None else ""
-            out.append(Guard(f"torch decided {c.text}{where}", "shape", src, True, "bounds",
-                             f"differs at {_env_text(env)}, where the shapes change"))
-    return out
 
 
 def _fit_good(good: list, symbols: list):
@@ -656,12 +640,9 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
         if rep is not None:
             wrong = _shape_mismatch(rep, records, env)
             if wrong is not None:
-                if signature(env) == signature(base_env):
-                    raise ReplayUnavailable(f"at {_env_text(env)}, {wrong} (no decision changes there)")
-                for g in flips:
-                    guard_flips.setdefault(id(g), (env, wrong))
-                torch_flips.setdefault(_env_key(env), [c for c in rep.checks if _decide(c.holds, env) is not True])
-                return "shapes"
+                # the replay's expressions hold on one side of a decision only (tensor_split(4)
+                # of S: sizes by S % 4); fitted probes may find one valid for every size
+                raise ReplayUnavailable(f"at {_env_text(env)}, {wrong}")
         if expected is not None:
             mismatch = _outputs_match(gm, values, expected)
             if mismatch is None and flips:
@@ -680,7 +661,6 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
         return "good"
 
     bad_detail: dict = {}
-    torch_flips: dict = {}  # env -> the fake replay's checks that differ there, where shapes change
     for env in single:
         (s,) = _moved(env, base_env)
         flip = lazy.get(_env_key(env))
@@ -715,8 +695,6 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
             if isinstance(r, tuple):
                 node = r[1][0].node if r[1] else None
                 failures.append(ProbeFailure(env, node, r[2]))
-            elif r == "shapes":
-                failures.append(ProbeFailure(env, None, "the shapes differ from the symbolic ones of the example"))
     failures.extend(e for e in errors if all(ranges[s].contains(e.env[s]) for s in symbols))
     # shapes are fitted only on sizes inside the range: outside, another branch may give other shapes
     good = [(e, v) for e, v in good if all(ranges[s].contains(e[s]) for s in symbols)]
@@ -770,10 +748,8 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
             status = "baked"
             note = "decided on tensor data: the export keeps only this branch"
         ir_guards.append(Guard(g.text, kind, g.source, g.expected, status, note))
-    if rep is not None:
-        ir_guards += _torch_decisions(torch_flips, ranges, symbols)
     kept = {s: r for s, r in ranges.items() if r.bounded}
-    graph_bounded = any(r in ("bad", "shapes") and not ranges[s].contains(n)
+    graph_bounded = any(r == "bad" and not ranges[s].contains(n)
                         for s in symbols for n, r in results[s].items())
     return Analysis(symbols, base_env, base_values, sym, constant, data_dep, ir_guards, failures,
                     [base_env] + single + multi, kept, good_envs,
