@@ -579,9 +579,6 @@ def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, 
                          base_records, base_failures, rep)
     except ReplayUnavailable as exc:
         why = str(exc)
-        import os, sys
-        if os.environ.get("SYMDBG"):
-            print("SYMFALLBACK", why, file=sys.stderr)
     analysis = _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, base_values,
                          base_records, base_failures, None)
     analysis.shapes_from = "probes (" + why + ")"
