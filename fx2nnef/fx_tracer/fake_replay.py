@@ -1,7 +1,7 @@
 """Symbolic shapes: one replay of the recorded graph under torch's FakeTensorMode and a ShapeEnv.
 
 The dynamic axes of the inputs become SymInts of a ShapeEnv (one symbol per dynamic-axes
-symbol, with the example size as its hint). Replaying the graph on fake tensors (no data)
+symbol, with the example size as its hint, 2 for a size of 1). Replaying the graph on fake tensors (no data)
 gives every node's shape, and every size computed in Python, as a sympy expression of the
 symbols, which is converted to the IR's dims (polynomials and floor divisions). The guards
 the ShapeEnv records on the way (``S >= 3`` for a convolution, ``Ne(S, 1)`` for a stride
@@ -39,7 +39,7 @@ VARIES = object()  # a float or bool computed from dynamic sizes: no IR dim hold
 class ShapeCheck:
     """A decision torch's kernels took on the dynamic sizes while replaying ``node``."""
 
-    holds: Callable[[dict], bool]  # env (symbol -> size) -> whether the decision is the example's
+    holds: Callable[[dict], bool]  # env (symbol -> size) -> the guard's truth value there
     text: str
     node: Optional[fx.Node]
 
@@ -83,17 +83,13 @@ def replay(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, b
         try:
             runner.run(*inputs)
         except Exception as exc:  # noqa: BLE001 - any failure means: use the probes
-            node = runner.current
-            where = f" at '{node.name}'" + (f" ({node.meta['source']})" if node is not None and node.meta.get("source") else "")
             first = str(exc).strip().split("\n")[0][:200]
-            raise ReplayUnavailable(f"the fake replay failed{where if node is not None else ''}: "
+            raise ReplayUnavailable(f"the fake replay failed{_at(runner.current)}: "
                                     f"{type(exc).__name__}: {first}") from None
     for sym, name in symbols.items():
         fixed = shape_env.replacements.get(sym)
         if fixed is not None and fixed != sym:
-            node = runner.fixed_at.get(sym)
-            where = "" if node is None else f" at '{node.name}'" + (f" ({node.meta['source']})" if node.meta.get("source") else "")
-            raise ReplayUnavailable(f"the fake replay fixed {name} to {fixed}{where}")
+            raise ReplayUnavailable(f"the fake replay fixed {name} to {fixed}{_at(runner.fixed_at.get(sym))}")
     conv = _Converter(shape_env, symbols, _equalities(shape_env, runner.guards))
     dims, varies = {}, set()
     for n, value in runner.env.items():
@@ -113,6 +109,13 @@ def replay(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, b
         checks.append(ShapeCheck(_compile(expr, symbols), text, node))
     guard_values = {n: conv.evaluator(runner.env[n]) for n in guard_nodes if n in runner.env}
     return Replay(dims, varies, checks, guard_values)
+
+
+def _at(node: Optional[fx.Node]) -> str:
+    if node is None:
+        return ""
+    src = node.meta.get("source")
+    return f" at '{node.name}'" + (f" ({src})" if src else "")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -212,12 +215,17 @@ class _Converter:
             return tuple(self.value(v, node) for v in value)
         return None
 
-    def evaluator(self, value):
-        """``env -> value`` at other sizes, for what a tracer guard reads (None: not known)."""
+    def evaluator(self, value, piece: bool = False):
+        """``env -> value`` at other sizes, for what a tracer guard reads (None: not known).
+
+        A tensor inside a sequence evaluates to None: a guard reads only how many pieces there
+        are, and where that number changes the ShapeEnv has a guard of its own."""
         if isinstance(value, (torch.SymInt, torch.SymBool, torch.SymFloat)):
             return _compile(self.expr(value), self.symbols)
+        if isinstance(value, torch.Tensor) and piece:
+            return _const(None)
         if isinstance(value, (list, tuple)):
-            items = [self.evaluator(v) for v in value]
+            items = [self.evaluator(v, True) for v in value]
             if any(i is None for i in items):
                 return None
             return lambda env: tuple(i(env) for i in items)
