@@ -14,7 +14,7 @@ import torch
 from .errors import CheckIOError, InvalidArgumentError
 from .fx_tracer.capture import Capture, capture
 from .piece_by_piece.record import eval_mode
-from .ir import sanitize
+from .ir import apply_weight_format, sanitize
 from .nnef_emit import emit_graph
 from .nnef_emit.archive import StagedAsset, asset_bytes, check_asset_path, check_compression_level, stage_asset
 from .nnef_emit.extractors import registered_module_classes
@@ -71,6 +71,10 @@ def export(model: torch.nn.Module, args=(), path=None, *, kwargs: Optional[dict]
     if fallback not in (None, "piece_by_piece"):
         raise InvalidArgumentError(f"fallback must be None or 'piece_by_piece', got {fallback!r}")
     if fallback == "piece_by_piece":
+        if getattr(target, "weights", "native") != "native":
+            raise InvalidArgumentError(
+                f"fallback='piece_by_piece' writes weights natively only; got target weights={target.weights!r}. "
+                "Export without the fallback, or with weights='native'")
         from .piece_by_piece import export_with_fallback
 
         return export_with_fallback(model, args, path, kwargs=kwargs, target=target, input_names=input_names,
@@ -91,6 +95,10 @@ def _lower_write_check(cap: Capture, path: Path, target: InferenceTarget, timing
                        progress: Optional[bool] = None) -> ExportResult:
     check_asset_path(path)
     target.post_trace(cap.graph)
+    fmt = getattr(target, "weights", "native")
+    with _timed(timings if fmt != "native" else {}, "weights"):
+        weights = apply_weight_format(cap.graph, fmt, eligible=cap.owns_parameter)
+    stored = [v for v in cap.graph.constants() if v.source.stored_format is not None]
     weight_bytes = sum(v.source.nbytes for v in cap.graph.constants())
     show = _show_progress(progress, weight_bytes)
     with _timed(timings, "lower"), _bar(show, len(cap.graph.nodes), "lowering", "op") as bar:
@@ -102,9 +110,10 @@ def _lower_write_check(cap: Capture, path: Path, target: InferenceTarget, timing
                              on_bytes=bar.update if bar else None)
     with staged:  # deleted unless committed or moved into the debug bundle
         with _timed(timings, "check"):
-            report = target.post_export(staged.path, cap.input_names, cap.graph.output_names, cap.check_cases())
+            cases = cap.check_cases(stored) if target.check_io else []
+            report = target.post_export(staged.path, cap.input_names, cap.graph.output_names, cases)
         if report is not None and not report.ok:
-            bundle = _write_bundle(debug_bundle or str(path) + ".debug", staged, cap, report)
+            bundle = _write_bundle(debug_bundle or str(path) + ".debug", staged, cap, report, cases)
             lines = [f"the exported asset's outputs differ from PyTorch beyond tolerance in {report.engine}:"]
             for label, diffs in report.cases:
                 lines.append(f"  [{label}]")
@@ -114,9 +123,8 @@ def _lower_write_check(cap: Capture, path: Path, target: InferenceTarget, timing
                          "check_io_tolerance if the difference is expected (e.g. float16).")
             raise CheckIOError("\n".join(lines), [d for _, ds in report.cases for d in ds], str(bundle))
         final = staged.commit()
-    return ExportResult(final, type(target).__name__, cap.input_names, cap.graph.output_names, cap.graph.symbols,
-                        emitted.source_op_counts, emitted.nnef_op_counts, report, cap.graph.guards, timings,
-                        cap.graph, emitted.text, cap.notes)
+    return ExportResult.of(final, target, cap.graph, cap.input_names, emitted.source_op_counts,
+                           emitted.nnef_op_counts, report, timings, emitted.text, cap.notes, weights)
 
 
 def _show_progress(progress: Optional[bool], weight_bytes: int) -> bool:
@@ -140,13 +148,13 @@ def _bar(show: bool, total: int, what: str, unit: str):
         yield bar
 
 
-def _write_bundle(where: str, staged: StagedAsset, cap: Capture, report: CheckReport) -> Path:
+def _write_bundle(where: str, staged: StagedAsset, cap: Capture, report: CheckReport, cases: list) -> Path:
     bundle = Path(where)
     if bundle.exists():
         shutil.rmtree(bundle)
     bundle.mkdir(parents=True)
     staged.move_to(bundle / staged.final.name)
-    for case in cap.check_cases():
+    for case in cases:
         tag = sanitize(case.label)
         np.savez(bundle / f"inputs_{tag}.npz", **dict(zip(cap.input_names, case.inputs)))
         np.savez(bundle / f"expected_{tag}.npz", **dict(zip(cap.graph.output_names, case.expected)))

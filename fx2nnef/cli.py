@@ -35,13 +35,16 @@ def load_factory(spec: str):
 
 
 def _target(ns):
-    from .targets import KhronosNNEF, TractNNEF
+    from .targets import TARGET_CLASSES
 
-    if ns.target == "khronos":
-        return KhronosNNEF(check_io=not ns.no_check, check_io_tolerance=ns.tolerance)
-    dyn = json.loads(ns.dynamic_axes) if ns.dynamic_axes else {}
-    dyn = {name: {int(k): v for k, v in axes.items()} for name, axes in dyn.items()}
-    return TractNNEF(check_io=not ns.no_check, dynamic_axes=dyn, check_io_tolerance=ns.tolerance)
+    cls = TARGET_CLASSES[ns.target]
+    options = dict(check_io=not ns.no_check, check_io_tolerance=ns.tolerance, weights=ns.weights)
+    if ns.dynamic_axes:
+        if not cls.dynamic_dims:
+            raise InvalidArgumentError(f"--dynamic-axes: target '{ns.target}' takes static shapes only")
+        dyn = json.loads(ns.dynamic_axes)
+        options["dynamic_axes"] = {name: {int(k): v for k, v in axes.items()} for name, axes in dyn.items()}
+    return cls(**options)
 
 
 def cmd_export(ns) -> int:
@@ -107,10 +110,14 @@ def cmd_ops(ns) -> int:
 
 
 def _add_target_options(p):
-    p.add_argument("--target", choices=["tract", "khronos"], default="tract")
+    from .targets import TARGET_CLASSES
+
+    p.add_argument("--target", choices=list(TARGET_CLASSES), default="tract")
     p.add_argument("--dynamic-axes", help='JSON, e.g. \'{"input_ids": {"1": "S"}}\'')
     p.add_argument("--tolerance", default="approximate", help="tract's levels: exact|close|approximate|very|super|ultra (default approximate)")
     p.add_argument("--no-check", action="store_true", help="do not run the asset in the engine")
+    p.add_argument("--weights", default="native", choices=["native", "f16", "q4_0"],
+                   help="how float parameters are written (tract): native, f16, or q4_0 for Linear/Embedding weights")
 
 
 def build_parser() -> argparse.ArgumentParser:

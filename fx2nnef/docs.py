@@ -15,13 +15,17 @@ def _first_doc_line(fn) -> str:
 
 def supported_ops_markdown() -> str:
     from .nnef_emit import REGISTRY
+    from .nnef_emit.registry import base_targets
 
+    targets = base_targets()
     rows = {}
     for (key, target), fn in REGISTRY.rules():
         # the built-in page: no internal kinds, no rules a user (or a test) registered
         if not key.startswith(SOURCE_PREFIXES) or not fn.__module__.startswith("fx2nnef."):
             continue
-        row = rows.setdefault(key, {"common": None, "tract": None, "khronos": None, "doc": ""})
+        if target is not None and target not in targets:
+            continue  # a variant's overrides are not the built-in page's
+        row = rows.setdefault(key, {"common": None, "doc": "", **{t: None for t in targets}})
         row[target or "common"] = fn
         row["doc"] = row["doc"] or _first_doc_line(fn)
     lines = [
@@ -30,11 +34,11 @@ def supported_ops_markdown() -> str:
         "Generated from the op registry by `fx2nnef ops --write docs/ops.md`; do not edit by hand.",
         "",
         f"{len(rows)} source ops (torch functions, Tensor methods, operators and nn modules) have a lowering.",
-        "`tract` / `khronos`: the rule used for that target (`common` = shared rule, `override` = a",
+        " / ".join(f"`{t}`" for t in targets) + ": the rule used for that target (`common` = shared rule, `override` = a",
         "target-specific rule, `-` = no lowering for that target).",
         "",
-        "| op | tract | khronos | converter | schema |",
-        "|---|---|---|---|---|",
+        "| op | " + " | ".join(targets) + " | converter | schema |",
+        "|---" * (len(targets) + 3) + "|",
     ]
     for key in sorted(rows):
         row = rows[key]
@@ -44,8 +48,8 @@ def supported_ops_markdown() -> str:
                 return "override"
             return "common" if row["common"] is not None else "-"
 
-        fn = row["common"] or row["tract"] or row["khronos"]
+        fn = row["common"] or next(row[t] for t in targets if row[t] is not None)
         doc = row["doc"].replace("|", "\\|")
         where = f"{fn.__module__.split('.')[-1]}.{fn.__name__}"
-        lines.append(f"| `{key}` | {which('tract')} | {which('khronos')} | `{where}` | {doc} |")
+        lines.append(f"| `{key}` | " + " | ".join(which(t) for t in targets) + f" | `{where}` | {doc} |")
     return "\n".join(lines) + "\n"

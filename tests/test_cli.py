@@ -22,6 +22,22 @@ def test_export_from_factory(tmp_path, capsys, monkeypatch):
     assert out.exists() and "check in tract: OK" in printed and "B=" in printed
 
 
+def test_export_with_q4_0_weights(tmp_path, capsys, monkeypatch):
+    (tmp_path / "q4models.py").write_text(textwrap.dedent("""
+        import torch
+        def make():
+            torch.manual_seed(0)
+            return torch.nn.Sequential(torch.nn.Linear(64, 8), torch.nn.ReLU()), (torch.randn(2, 64),)
+    """))
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "m.nnef.tgz"
+    assert main(["export", "q4models:make", str(out), "--weights", "q4_0"]) == 0
+    printed = capsys.readouterr().out
+    assert "check in tract: OK" in printed and "weights: 1 q4_0, 1 f32" in printed
+    assert main(["export", "q4models:make", str(out), "--target", "khronos", "--weights", "q4_0"]) == 1
+    assert "KhronosNNEF writes weights in their own dtype" in capsys.readouterr().err
+
+
 def test_bad_factory_is_a_clean_error(capsys):
     assert main(["export", "no_such_module_xyz:make", "out.nnef.tgz"]) == 1
     assert "cannot import module" in capsys.readouterr().err

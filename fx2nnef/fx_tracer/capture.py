@@ -10,19 +10,20 @@ import dataclasses
 import inspect
 import keyword
 import re
-from typing import Optional
+from typing import Optional, Sequence
 
 import numpy as np
 import torch
 
-from ..errors import GuardError, InvalidArgumentError
-from ..ir import CheckCase, Graph
+from ..errors import GuardError, InvalidArgumentError, TraceError
+from ..ir import CheckCase, Graph, Value
 from . import structures
 from .control_flow import loop_options
 from .padded import check_padded
 from .passes import cleanup_slices, complex_to_real, remove_dead_code, remove_inplace
 from .probe import RUNS, analyze, inputs_at
-from .to_ir import build_ir
+from .to_ir import build_ir, to_numpy
+from .torch_data import TorchData
 from .tracer import trace_model
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -36,17 +37,63 @@ class Capture:
     reference: list  # (label, inputs, expected outputs) as numpy, for checks
     notes: list
     control_flow: list = dataclasses.field(default_factory=list)  # how cond/scan/while_loop were converted
+    runner: Optional["ModelRunner"] = None
     runs: dict = dataclasses.field(default_factory=dict)  # graph_runs, eager_runs: real forward passes of the capture
 
-    def check_cases(self):
-        return [CheckCase(label, ins, outs) for label, ins, outs in self.reference]
+    def check_cases(self, stored: Sequence[Value] = ()):
+        """The check cases: each case's inputs with the model's outputs for them. With ``stored``
+        (constants whose stored form changes their values, e.g. Q4_0 weights), the model is run
+        again with those parameters replaced by the stored values, so that an engine running the
+        asset is compared with the model it really holds."""
+        if not stored:
+            return [CheckCase(label, ins, outs) for label, ins, outs in self.reference]
+        overrides = self.runner.overrides(stored)
+        return [CheckCase(label, ins, self.runner.run(ins, overrides)) for label, ins, _ in self.reference]
+
+    def owns_parameter(self, value: Value) -> bool:
+        """Whether ``value`` holds a parameter of the model that :meth:`check_cases` can replace."""
+        return self.runner is not None and self.runner.owns(value.source)
 
 
-def _numpy(t: torch.Tensor) -> np.ndarray:
-    t = t.detach().cpu()
-    if t.dtype == torch.bfloat16:
-        t = t.float()
-    return t.numpy().copy()
+class ModelRunner:
+    """Runs the eager model on flat inputs, optionally with some parameters replaced."""
+
+    def __init__(self, model: torch.nn.Module, args: tuple, kwargs: dict, examples: list):
+        self.model, self.args, self.kwargs, self.examples = model, args, kwargs, examples
+
+    def _parameter(self, path: Optional[str]) -> Optional[torch.nn.Parameter]:
+        try:
+            return self.model.get_parameter(path) if path else None
+        except (AttributeError, TypeError):
+            return None
+
+    def owns(self, source) -> bool:
+        """Whether ``source`` reads a parameter of the model, reachable by its path."""
+        param = self._parameter(source.parameter_path)
+        tensor = getattr(source, "_tensor", None)
+        return (param is not None and isinstance(source, TorchData) and param.shape == tensor.shape
+                and param.data_ptr() == tensor.data_ptr())
+
+    def overrides(self, stored: Sequence[Value]) -> dict:
+        """``{parameter path: tensor of the stored values}`` for ``stored`` constants."""
+        out = {}
+        for v in stored:
+            param = self._parameter(v.source.parameter_path)
+            if param is None:
+                raise TraceError(f"constant {v.name} is stored as {v.source.stored_format} but is not a parameter "
+                                 "of the model, so the reference outputs cannot use its stored values")
+            out[v.source.parameter_path] = torch.from_numpy(np.array(v.data)).to(param.dtype)
+        return out
+
+    def run(self, inputs: list, overrides: dict) -> list:
+        """Flat numpy outputs of the model on the flat numpy ``inputs``, ``overrides`` replacing
+        parameters (the model itself is not changed)."""
+        tensors = [torch.from_numpy(np.array(x)).to(e.dtype) for x, e in zip(inputs, self.examples)]
+        a, k = _with_flat(self.args, self.kwargs, tensors)
+        with torch.no_grad():
+            out = torch.func.functional_call(self.model, overrides, a, k, strict=False, tie_weights=True)
+        return [to_numpy(t) for _, t in structures.flatten(out, "")]
+
 
 
 def default_input_names(model, args: tuple, kwargs: dict) -> list:
@@ -155,7 +202,7 @@ def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_na
                                                notes, ref)
     remove_dead_code(gm)
     graph = build_ir(gm, analysis, names, out_names)
-    cases = [("example", [_numpy(t) for t in tensors], [_numpy(t) for _, t in ref_flat])]
+    cases = [("example", [to_numpy(t) for t in tensors], [to_numpy(t) for _, t in ref_flat])]
     for env in _check_envs(analysis) if analysis.symbols else []:
         case = _case(ref, names, tensors, dyn, env)
         if case is not None:
@@ -163,7 +210,8 @@ def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_na
     if analysis.shapes_from.startswith("probes ("):
         notes.append("dynamic shapes were fitted from probe runs: " + analysis.shapes_from[len("probes ("):-1])
     runs = {"graph_runs": RUNS.graph, "eager_runs": RUNS.eager}
-    return Capture(graph, names, tensors, cases, list(trace.control_flow) + notes, list(trace.control_flow), runs)
+    return Capture(graph, names, tensors, cases, list(trace.control_flow) + notes, list(trace.control_flow),
+                   ModelRunner(model, args, kwargs, tensors), runs)
 
 
 def _ident(name: str) -> str:
@@ -339,4 +387,4 @@ def _case(ref, names, tensors, dyn, env):
     except Exception:  # noqa: BLE001 - the model refuses this combination of sizes
         return None
     label = ", ".join(f"{k}={v}" for k, v in env.items())
-    return (label, [_numpy(t) for t in new], [_numpy(t) for t in out])
+    return (label, [to_numpy(t) for t in new], [to_numpy(t) for t in out])

@@ -16,17 +16,17 @@ import torch.fx as fx
 # attributes answered from the example value without recording anything
 _STATIC_TENSOR_ATTRS = {
     "dtype", "device", "layout", "requires_grad", "is_cuda", "is_sparse", "is_quantized",
-    "is_meta", "is_leaf", "grad_fn", "names", "is_nested", "is_mps", "is_cpu", "ndim",
+    "is_meta", "is_leaf", "grad_fn", "is_nested", "is_mps", "is_cpu", "ndim",
     "itemsize", "grad",
 }
 # methods answered from the example value (no symbolic meaning, or a guard)
 _STATIC_TENSOR_METHODS = {
     "dim", "is_floating_point", "is_complex", "is_contiguous", "get_device", "element_size",
-    "data_ptr", "is_signed", "nelement_static", "ndimension", "storage_offset", "has_names",
+    "data_ptr", "is_signed", "ndimension", "storage_offset",
     "is_inference", "untyped_storage", "stride",
 }
 # methods whose result is a Python value computed from tensor data: a data guard
-_DATA_TENSOR_METHODS = {"item", "tolist", "any_static"}
+_DATA_TENSOR_METHODS = {"item", "tolist"}
 
 
 class SizeTuple(tuple):

@@ -15,7 +15,7 @@ import torch
 import torch.fx as fx
 
 from ..errors import TraceError
-from ..ir import DType, Graph, Node, SymDim, Value, method_key, op_key
+from ..ir import DType, Graph, Node, SymDim, Value, flat_values, method_key, op_key
 from .control_flow import SLOT_FUNCTIONS, ScanCall
 from .probe import Analysis, Unfit
 from .torch_data import torch_data
@@ -114,7 +114,7 @@ class _Builder:
 
     def _f32_operand(self, n: fx.Node, a):
         if isinstance(a, SymDim):
-            return self._add_scalar_node(n, "reduce.size", (a, DType.F32))
+            return self._add_scalar_node(n, "nnef.size", (a, DType.F32))
         if isinstance(a, Value) and a.dtype != DType.F32:
             return self._add_scalar_node(n, op_key(torch.Tensor.float), (a,))
         return a
@@ -198,7 +198,7 @@ class _Builder:
         else:
             raise TraceError(f"unexpected node {n.op} {n.target}{_where(n)}")
         outputs = self._tensor_outputs(n, value)
-        flat = _flatten_values(outputs)
+        flat = flat_values(outputs)
         src = n.meta.get("source")
         node = Node(kind, tuple(args), dict(kwargs), flat, module_path=n.meta.get("module_path", ""),
                     module_type=n.meta.get("module_type", ""), source=src, name=n.name)
@@ -251,7 +251,7 @@ class _Builder:
         outputs = self._tensor_outputs(n, value)
         node = Node("fx2nnef.loop", (list(init), list(xs), full), {
             "body": body, "dim": call.dim, "reverse": call.reverse, "n_carry": call.n_carry, "kind": call.kind},
-            _flatten_values(outputs), module_path=n.meta.get("module_path", ""),
+            flat_values(outputs), module_path=n.meta.get("module_path", ""),
             module_type=n.meta.get("module_type", ""), source=n.meta.get("source"), name=n.name)
         node.meta["structure"] = outputs
         node.meta["control_flow"] = n.meta.get("control_flow", call.kind)
@@ -293,13 +293,6 @@ def _has_tensor(value) -> bool:
         return any(_has_tensor(v) for v in value)
     return False
 
-
-def _flatten_values(obj) -> list:
-    if isinstance(obj, Value):
-        return [obj]
-    if isinstance(obj, tuple):
-        return [v for x in obj for v in _flatten_values(x)]
-    return []
 
 
 def _plain(x) -> Any:

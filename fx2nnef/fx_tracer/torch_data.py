@@ -26,6 +26,7 @@ class TorchData(TensorData):
     def __init__(self, tensor: torch.Tensor, name: str):
         from .to_ir import ir_dtype  # to_ir imports this module
 
+        self.parameter_path = name if isinstance(tensor, torch.nn.Parameter) else None
         tensor = tensor.detach()
         self._tensor = tensor
         self.name = name

@@ -474,7 +474,7 @@ def trace_model(model: torch.nn.Module, args: tuple, kwargs: dict, flat_names: l
         out = model.forward(*a, **k)
         flat_out = structures.flatten(out, "")
         holder["out_names"] = [n or "output" for n, _ in flat_out]
-        return [p if isinstance(p, fx.Proxy) else p for _, p in flat_out]
+        return [p for _, p in flat_out]
 
     params = ", ".join(flat_names)
     namespace: dict = {}

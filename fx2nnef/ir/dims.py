@@ -122,6 +122,14 @@ class SymDim:
 Dim = Union[int, SymDim]
 
 
+def product(dims) -> Dim:
+    """The product of sizes (ints or SymDims); 1 for none."""
+    out = 1
+    for d in dims:
+        out = out * d
+    return out
+
+
 def substitute(x: Dim, mapping: dict) -> Dim:
     """``x`` with the symbols of ``mapping`` (name -> Dim) replaced, inside floor divisions too."""
     if not isinstance(x, SymDim):

@@ -40,7 +40,12 @@ class Value:
     def data(self) -> Optional[np.ndarray]:
         """A constant's values as a numpy array (read on each access; may share memory with
         the model's parameters: never modify it); None for other values."""
-        return None if self.source is None else self.source.numpy()
+        if self.source is None:
+            return None
+        data = self.source.numpy()
+        if self.dtype is not None and self.source.dtype is not self.dtype and self.dtype is not DType.BF16:
+            data = data.astype(self.dtype.numpy_name)  # stored in another dtype (e.g. f16 weights)
+        return data
 
     @property
     def rank(self) -> Optional[int]:
@@ -106,6 +111,7 @@ class Node:
 
 
 def _values_in(obj) -> Iterator[Value]:
+    """Every Value in ``obj`` (nested dict/list/tuple), in order."""
     if isinstance(obj, Value):
         yield obj
     elif isinstance(obj, dict):
@@ -114,6 +120,11 @@ def _values_in(obj) -> Iterator[Value]:
     elif isinstance(obj, (list, tuple)):
         for v in obj:
             yield from _values_in(v)
+
+
+def flat_values(obj) -> list:
+    """The Values in ``obj`` (nested dict/list/tuple), in the tracer's flattening order."""
+    return list(_values_in(obj))
 
 
 def map_values(obj, fn):
@@ -196,14 +207,6 @@ class Graph:
             if node in v.uses:
                 v.uses.remove(node)
         self.nodes.remove(node)
-
-    def replace_all_uses(self, old: Value, new: Value) -> None:
-        for node in list(old.uses):
-            node.args = map_values(node.args, lambda v: new if v is old else v)
-            node.kwargs = map_values(node.kwargs, lambda v: new if v is old else v)
-            new.uses.append(node)
-        old.uses.clear()
-        self.outputs = [new if v is old else v for v in self.outputs]
 
     # inspection -----------------------------------------------------------------------
     def constants(self) -> list[Value]:

@@ -24,6 +24,10 @@ class TensorData(abc.ABC):
 
     shape: tuple
     dtype: DType
+    # the model attribute holding it (e.g. "layers.0.mlp.up.weight") when it is a parameter
+    parameter_path: "str | None" = None
+    # how it is written when not as plain ``dtype`` items ("f16", "q4_0"; see weight_data)
+    stored_format: "str | None" = None
 
     @property
     def size(self) -> int:

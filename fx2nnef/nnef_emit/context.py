@@ -185,10 +185,15 @@ class EmitContext:
         if id(value) in self.names:
             return self.names[id(value)]
         source = value.source
+        if _transposed(source) and value.shape != source.stored_shape:
+            raise EmitError(f"the Q4_0 weight '{value.name}' is stored transposed and can only be read by a matmul "
+                            "(fx2nnef bug: the weight-format pass let another reader through)")
+        if source.stored_format is not None and source.dtype is not value.dtype:
+            return self._converted_variable(value)
         key = None
         if source.size <= 64:
             data = source.numpy()
-            key = (data.dtype.str, data.shape, data.tobytes())
+            key = (source.stored_format, data.dtype.str, data.shape, data.tobytes())
         if key is not None and key in self._var_cache:
             self._alive.append(value)
             self.names[id(value)] = self._var_cache[key]
@@ -196,10 +201,41 @@ class EmitContext:
         name = self.bind(value)
         self.variables[name] = (value, source)
         self.statements.append(Statement([value], "variable", [], {
-            "shape": list(source.shape), "label": name, "__type__": nnef_type(value.dtype)}))
+            "shape": list(source.stored_shape if _transposed(source) else source.shape), "label": name, "__type__": nnef_type(value.dtype)}))
         if key is not None:
             self._var_cache[key] = name
         return name
+
+    def stored(self, value: Value) -> Value:
+        """``value`` as stored, for ops that take operands of mixed float types (tract's matmul):
+        a constant stored in another dtype than it computes in (f16 weights) gives its variable,
+        uncast, and a Q4_0 weight stored transposed gives its variable, of the transposed shape
+        (see :func:`stored_transposed`); any other value is returned as is.
+
+        NOTE: tract 0.23.9 does not fold a cast of a large constant (its PropConst refuses folds
+        that grow memory past a budget): a cast f16 weight is converted again on every run (20x
+        slower than f32 for a 2048x2048 matmul), while ``matmul(f32, f16 variable)`` runs at f32 speed.
+        """
+        if not (value.is_constant and value.source.stored_format is not None
+                and (value.source.dtype is not value.dtype or _transposed(value.source))):
+            return value
+        key = ("stored", id(value))
+        if key not in self.memo:
+            shape = value.source.stored_shape if _transposed(value.source) else value.shape
+            raw = Value(value.name, value.source.dtype, shape, value.source)
+            self.variable(raw)
+            self._alive.append(value)
+            self.memo[key] = raw
+        return self.memo[key]
+
+    def _converted_variable(self, value: Value) -> str:
+        """A constant stored in another dtype than it computes in: the variable, then a cast to
+        the compute dtype (converters that can read the stored form use :meth:`stored`)."""
+        stored = self.stored(value)
+        converted = self.call("nnef.cast", stored, value.dtype, value.shape)
+        self._alive.append(value)
+        self.names[id(value)] = self.names[id(converted)]
+        return self.names[id(value)]
 
     def const(self, data, dtype: Optional[DType] = None, name: str = "const") -> Value:
         """A new constant tensor from array-like ``data`` (an array already of that dtype and
@@ -223,6 +259,15 @@ class EmitContext:
 
     def fail(self, message: str):
         raise EmitError(message)
+
+
+def _transposed(source) -> bool:
+    return bool(getattr(source, "transposed", False))
+
+
+def stored_transposed(value: Value) -> bool:
+    """Whether ``value`` is a constant stored as its transpose (a Q4_0 ``[K, N]`` matmul operand)."""
+    return value.is_constant and _transposed(value.source)
 
 
 def _values(items) -> list:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..errors import EmitError
-from ..ir import Graph, Value, unique_name
+from ..ir import Graph, Value, flat_values, unique_name
 from .context import EmitContext
 from .emitter import emit_fragment
 from .registry import REGISTRY, Registry
@@ -140,14 +140,3 @@ def _caller(fdef: FragmentDef, path: str):
         return outs[0] if len(outs) == 1 else outs
 
     return call_fragment
-
-
-def flat_values(obj) -> list:
-    """Tensor Values in a call's nested arguments, in the tracer's flattening order."""
-    if isinstance(obj, Value):
-        return [obj]
-    if isinstance(obj, dict):
-        return [v for x in obj.values() for v in flat_values(x)]
-    if isinstance(obj, (list, tuple)):
-        return [v for x in obj for v in flat_values(x)]
-    return []

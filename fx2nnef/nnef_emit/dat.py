@@ -33,6 +33,15 @@ Facts checked by loading a ``variable`` with tract 0.23.9 and nnef 1.0.10 / nnef
   the rank of the array, so declare the variable with the array's own shape. (Beware:
   ``np.ascontiguousarray`` turns a 0-d array into shape ``(1,)``.)
 - A tensor with a zero dim (shape ``[0, 3]``, no data) loads in both.
+
+tract's own item types (its ``nnef/src/tensors.rs``) split the u32 at offset 48 into a u16
+item type and, at offset 50, a u16 vendor code ``0x5452`` ("TR"). Q4_0 weights
+(see :mod:`fx2nnef.ir.weight_data`) are item type ``0x3040`` (GGML block layout), bits per
+item ``0xFFFFFFFF``, data length ``rows * k / 32 * 18``; the dims are the tensor's own (2-D,
+tract reads ``dims[0]`` rows of ``product(dims[1:])`` values). tract loads such a variable as
+an f32 tensor that ``matmul``, ``linear`` and ``unsqueeze`` take, and ``tract_core_gather``
+takes when given ``datum_type``; a ``tract_core_cast`` or ``slice`` of it aborts the process
+(tract 0.23.9). Only tract reads it.
 """
 from __future__ import annotations
 
@@ -43,6 +52,7 @@ import numpy as np
 
 from fx2nnef.errors import EmitError, InvalidArgumentError
 from fx2nnef.ir import ArrayData, TensorData
+from fx2nnef.ir.weight_data import Q4_0_BLOCK_LEN, dequantize_q4_0, q4_0_size
 
 HEADER_SIZE = 128
 MAX_RANK = 8
@@ -55,6 +65,9 @@ ITEM_QUINT = 2
 ITEM_QINT = 3
 ITEM_INT = 4
 ITEM_BOOL = 5
+TRACT_VENDOR = (ord("T") << 8) | ord("R")
+TRACT_ITEM_Q4_0 = 0x3040
+_BLOCK_QUANT_BITS = 0xFFFFFFFF
 
 # magic(2s) major(B) minor(B) data_length(I) rank(I) dims(8I) bits(I) item_type(I)
 _HEADER = struct.Struct("<2sBBII8III")
@@ -97,9 +110,14 @@ class DatFile:
 
     def __init__(self, data: TensorData | np.ndarray, *, bool_bits: int = 8):
         self.data = data if isinstance(data, TensorData) else ArrayData(data)
+        self.bool_bits = bool_bits
+        if self.data.stored_format == "q4_0":
+            self._payload_size = self.data.block_bytes
+            self.header = _header(self.data.stored_shape, _BLOCK_QUANT_BITS, TRACT_ITEM_Q4_0 | TRACT_VENDOR << 16,
+                                  self._payload_size)
+            return
         dtype = np.dtype(self.data.dtype.numpy_name)
         _check_encodable_as(dtype, self.data.shape, bool_bits)
-        self.bool_bits = bool_bits
         bits, item_type = _bits_and_item_type(dtype, bool_bits)
         count = self.data.size
         self._payload_size = (count + 7) // 8 if bits == 1 else count * max(bits // 8, 1)
@@ -114,7 +132,9 @@ class DatFile:
         """The file's bytes: the header, then the data in pieces."""
         yield self.header
         written = 0
-        if self.bool_bits == 1 and self.data.dtype.is_bool:
+        if self.data.stored_format == "q4_0":
+            pieces = self.data.block_chunks()
+        elif self.bool_bits == 1 and self.data.dtype.is_bool:
             pieces = iter([memoryview(np.packbits(self.data.numpy().reshape(-1)))])
         else:
             pieces = self.data.chunks()
@@ -133,7 +153,8 @@ def read_dat(data: bytes) -> np.ndarray:
     """Decode the bytes of an NNEF ``.dat`` file (the inverse of :func:`dat_bytes`).
 
     Takes bools packed 1 bit (MSB first) or 8 bits per item; quantized item types come back
-    as plain integer arrays. Returns a writable array in native byte order.
+    as plain integer arrays, tract's Q4_0 blocks as their float32 values. Returns a writable
+    array in native byte order.
     """
     view = memoryview(data)
     if len(view) < HEADER_SIZE:
@@ -148,6 +169,10 @@ def read_dat(data: bytes) -> np.ndarray:
             f"file holds {len(body)}"
         )
     count = _element_count(shape)
+    if item_type == TRACT_ITEM_Q4_0 | TRACT_VENDOR << 16:
+        if len(shape) < 2 or data_length != q4_0_size(shape) or count % Q4_0_BLOCK_LEN:
+            raise InvalidArgumentError(f"NNEF .dat Q4_0 tensor of shape {list(shape)} cannot hold {data_length} bytes")
+        return dequantize_q4_0(bytes(body), shape)
     if item_type == ITEM_BOOL:
         return _decode_bool(body, bits, count, data_length).reshape(shape)
     dtype = _dtype_of(item_type, bits)

@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from ..errors import EmitError, UnsupportedOpError
-from ..ir import Graph, SymDim, Value, sanitize
+from ..ir import Graph, SymDim, Value, flat_values, sanitize
 from ..ir.dims import substitute
 from . import dat
 from .context import EmitContext, Statement, format_value, nnef_type
-from .registry import REGISTRY, Registry
+from .registry import REGISTRY, TARGETS, Registry
 
 FRAGMENT_DIR = Path(__file__).parent / "fragments"
 # keyword aliases torch accepts besides the schema name
@@ -78,12 +78,16 @@ def _complete_shape(value: Value, computed: Value) -> None:
         value.shape = tuple(c if v is None else v for v, c in zip(value.shape, computed.shape))
 
 
-def _flatten(result) -> list:
-    if isinstance(result, Value):
-        return [result]
-    if isinstance(result, (tuple, list)):
-        return [v for r in result for v in _flatten(r)]
-    return []
+
+
+def properties_fragment(properties: dict) -> str:
+    """The ``tract_core_properties`` fragment holding ``properties`` (strings), as tract writes it."""
+    def quoted(v) -> str:
+        return str(v).replace("\\", "\\\\").replace('"', '\\"')
+
+    items = ", ".join(f'("{k}", "{quoted(v)}")' for k, v in sorted(properties.items()))
+    return ("fragment tract_core_properties(\n) -> (properties: (string, tensor<scalar>)[])\n{\n"
+            f"  properties = [{items}];\n}}")
 
 
 def emit_graph(graph: Graph, target: str, *, registry: Registry = REGISTRY, bool_bits: int = 8,
@@ -141,7 +145,7 @@ def lower_nodes(ctx: EmitContext, graph: Graph, on_node: Optional[Callable[[], N
         try:
             bound = _bind(fn, ctx, node)
             result = fn(*bound.args, **bound.kwargs)
-            produced = _flatten(result)
+            produced = flat_values(result)
             if len(produced) != len(node.outputs):
                 raise EmitError(f"converter returned {len(produced)} tensors for {len(node.outputs)} outputs")
             for ir_out, res in zip(node.outputs, produced):
@@ -286,8 +290,9 @@ def _render(ctx: EmitContext, graph: Graph, out_names: list, extra_fragments: di
     for r in getattr(graph, "ranges", {}).values():
         ext += [f"extension tract_assert {a};" for a in _range_asserts(r, stepped)]
     fragments = sorted(set(ctx.fragments) | set(extra_fragments))
-    if fragments and ctx.target == "khronos":
-        ext.append("extension KHR_enable_fragment_definitions, KHR_enable_operator_expressions;")
+    fragment_ext = TARGETS[ctx.target].fragment_extensions if ctx.target in TARGETS else ()
+    if fragments and fragment_ext:
+        ext.append(f"extension {', '.join(fragment_ext)};")
     lines += ext + ([""] if ext else [])
     for name in fragments:
         text = extra_fragments.get(name) or ctx.fragment_texts.get(name)

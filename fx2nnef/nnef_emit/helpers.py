@@ -33,17 +33,13 @@ def axes(dims, r: int) -> list:
     return sorted(axis(d, r) for d in dims)
 
 
-def is_tensor(x) -> bool:
-    return isinstance(x, Value)
-
-
 def unsqueeze_to(ctx: EmitContext, v: Value, r: int) -> Value:
     """Add leading unit axes so that ``v`` has rank ``r`` (NNEF pads trailing axes otherwise)."""
     vr = rank(v)
     if vr >= r:
         return v
     shape = (1,) * (r - vr) + tuple(v.shape)
-    if v.is_constant:
+    if v.is_constant and v.source.stored_format is None:
         return ctx.const(v.data.reshape([int(d) for d in shape]), v.dtype, name=v.name)
     return ctx.op("unsqueeze", v, axes=list(range(r - vr)), out_shape=shape, out_dtype=v.dtype)
 

@@ -26,10 +26,10 @@ from ..errors import Fx2NnefError, TractError, UnsupportedOpError
 from ..fx_tracer.capture import capture
 from ..fx_tracer.to_ir import to_numpy
 from ..fx_tracer.tracer import is_tracing, trace_model
-from ..ir import SourceLoc, SymDim
+from ..ir import SourceLoc, SymDim, flat_values
 from ..nnef_emit import emit_graph, write_asset
 from ..nnef_emit.extractors import registered_module_classes
-from ..nnef_emit.custom_op import FragmentLibrary, ModulePlan, flat_values
+from ..nnef_emit.custom_op import FragmentLibrary, ModulePlan
 from ..nnef_emit.registry import Registry
 from ..targets.tolerance import compare_outputs
 from .record import Call, copy_value, flat_input_names
@@ -162,7 +162,7 @@ class Exporter:
     # run and compare -------------------------------------------------------------------
     def _run_engine(self, files: dict, input_sets: list) -> list:
         with tempfile.TemporaryDirectory(prefix="fx2nnef_pbp_") as tmp:
-            name = "asset" if self.target.name == "khronos" else "asset.nnef.tgz"
+            name = "asset" + self.target.asset_suffix
             try:
                 asset = write_asset(files, Path(tmp) / name)
             except Fx2NnefError as exc:
@@ -218,15 +218,9 @@ class Exporter:
 
 
 def run_engine(target, asset: Path, input_sets: list) -> list:
-    """Outputs of the asset for each input set, in the target's engine (tract or nnef_tools)."""
-    if target.name == "khronos":
-        from ..targets.khronos_runner import run_khronos_many, validate_khronos
-
-        validate_khronos(asset)
-        return run_khronos_many(asset, input_sets)
-    from ..targets.tract_runner import run_tract_many
-
-    return run_tract_many(asset, input_sets, with_transformers=True, timeout=getattr(target, "timeout", 600))
+    """Outputs of the asset for each input set, in the target's engine."""
+    target.validate(asset)
+    return target.run(asset, input_sets)
 
 
 def _record_traced_call(module: torch.nn.Module, rel: str, seen: dict):

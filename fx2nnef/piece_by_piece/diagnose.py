@@ -153,7 +153,7 @@ class Diagnoser:
             names = list(self.root_names)
         else:
             names = flat_input_names(rec.module, calls[0].args, calls[0].kwargs)
-        dyn = self.recording.symbols.dynamic_axes(calls, names) if self.target.name != "khronos" else {}
+        dyn = self.recording.symbols.dynamic_axes(calls, names) if self.target.dynamic_dims else {}
         return calls, names, dyn
 
     def _attempt(self, rec: ModuleRecord, spec: dict) -> Attempt:

@@ -66,9 +66,8 @@ def export_with_fallback(model: torch.nn.Module, args=(), path=None, *, kwargs: 
               for name, n in sorted(attempt.library.calls.items())]
     graph = attempt.plan.graph
     check = CheckReport(target.name, attempt.cases)
-    return ExportResult(final, type(target).__name__, names, graph.output_names, graph.symbols,
-                        attempt.source_op_counts, attempt.nnef_op_counts, check, graph.guards,
-                        {"piece_by_piece": time.perf_counter() - t0}, graph, attempt.text, notes)
+    return ExportResult.of(final, target, graph, names, attempt.source_op_counts, attempt.nnef_op_counts,
+                           check, {"piece_by_piece": time.perf_counter() - t0}, attempt.text, notes)
 
 
 def _failure_message(report: Report) -> str:

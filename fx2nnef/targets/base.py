@@ -5,9 +5,9 @@ import dataclasses
 from pathlib import Path
 from typing import Optional
 
-import numpy as np
 
-from ..ir import CheckCase, Graph
+from ..ir import Graph
+from .tolerance import compare_outputs
 
 
 @dataclasses.dataclass
@@ -21,12 +21,23 @@ class CheckReport:
 
 
 class InferenceTarget:
-    """Base class. ``name`` selects the converter overrides in the op registry."""
+    """Base class: what an export is for, and how its asset is run and checked.
+
+    ``name`` selects the converter overrides in the op registry (a variant declared with
+    ``nnef_emit.registry.add_target`` falls back to its parent's). A subclass says what its engine
+    can do (the class attributes below) and implements :meth:`run`; :meth:`post_export` then
+    checks an asset by running it on the check cases and comparing with PyTorch.
+    """
 
     name = "common"
+    engine = "common"  # the engine named in check reports
     dynamic_axes: dict = {}
     check_io = False
+    check_io_tolerance = None
     bool_bits = 8  # bits per item of bool .dat files this engine reads
+    dynamic_dims = False  # whether the engine takes symbolic sizes (dynamic_axes)
+    asset_suffix = ".nnef.tgz"  # what an asset written for this engine is named with ("": a folder)
+    weights = "native"  # how float parameters are stored: see fx2nnef.ir.weight_formats
 
     def pre_trace(self, model, args, kwargs) -> None:
         """Called before tracing (e.g. to refuse options the target cannot honour)."""
@@ -38,15 +49,23 @@ class InferenceTarget:
         """Extra NNEF fragment texts to include in graph.nnef, by name."""
         return {}
 
+    def validate(self, asset: Path) -> None:
+        """Raise if the engine refuses the asset, without running it (default: nothing to check)."""
+
+    def run(self, asset: Path, input_sets: list) -> list:
+        """The asset's outputs (numpy arrays, in graph output order) for each set of inputs."""
+        raise NotImplementedError(f"{type(self).__name__} cannot run assets")
+
     def post_export(self, asset: Path, input_names: list, output_names: list,
                     cases: list) -> Optional[CheckReport]:
-        """Validate the written asset; return a CheckReport when outputs were compared."""
-        return None
+        """Validate the written asset; with ``check_io``, run it on ``cases`` and compare."""
+        self.validate(asset)
+        if not self.check_io:
+            return None
+        outputs = self.run(asset, [c.inputs for c in cases])
+        return CheckReport(self.engine, [(c.label, compare_outputs(output_names, c.expected, got, self.check_io_tolerance))
+                                         for c, got in zip(cases, outputs)])
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
         return f"{type(self).__name__}({fields})"
-
-
-def as_numpy(t) -> np.ndarray:
-    return t.detach().cpu().numpy() if hasattr(t, "detach") else np.asarray(t)

@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 import tempfile
-import tarfile
 from pathlib import Path
-from typing import Optional
 
-from .base import CheckReport, InferenceTarget
-from .khronos_runner import run_khronos, validate_khronos
-from .tolerance import compare_outputs, resolve_tolerance
+from ..errors import InvalidArgumentError
+from .base import InferenceTarget
+from .child import asset_folder
+from .khronos_runner import run_khronos_many, validate_khronos
+from .tolerance import resolve_tolerance
 
 
 class KhronosNNEF(InferenceTarget):
@@ -19,29 +19,29 @@ class KhronosNNEF(InferenceTarget):
         check_io: validate with ``nnef.load_graph`` + ``infer_shapes`` and compare the
             nnef_tools interpreter's outputs with PyTorch.
         check_io_tolerance: a preset name or a Tolerance.
+        weights: only ``"native"`` (each parameter in its own dtype, bfloat16 as float32).
     """
 
     name = "khronos"
+    engine = "nnef_tools"
+    asset_suffix = ""  # the Khronos reader takes a folder
     bool_bits = 1  # the Khronos reader only takes 1-bit MSB-first bools
 
-    def __init__(self, version: str = "1.0", check_io: bool = True, check_io_tolerance="approximate"):
+    def __init__(self, version: str = "1.0", check_io: bool = True, check_io_tolerance="approximate",
+                 weights: str = "native"):
+        if weights != "native":
+            raise InvalidArgumentError(
+                f"KhronosNNEF writes weights in their own dtype only (weights='native'), got weights={weights!r}: "
+                "f16 and Q4_0 storage are tract formats; use target=TractNNEF(weights=...)")
         self.version = str(version)
         self.check_io = bool(check_io)
         self.check_io_tolerance = resolve_tolerance(check_io_tolerance)
         self.dynamic_axes = {}
 
-    def post_export(self, asset: Path, input_names, output_names, cases) -> Optional[CheckReport]:
+    def validate(self, asset: Path) -> None:
+        """The Khronos parser and shape inference accept the asset (folder or archive)."""
         with tempfile.TemporaryDirectory(prefix="fx2nnef_khr_") as tmp:
-            folder = Path(asset)
-            if not folder.is_dir():
-                with tarfile.open(folder) as tar:
-                    tar.extractall(tmp, filter="data")
-                folder = Path(tmp)
-            validate_khronos(folder)
-            if not self.check_io:
-                return None
-            report = []
-            for case in cases:
-                got = run_khronos(folder, case.inputs)
-                report.append((case.label, compare_outputs(output_names, case.expected, got, self.check_io_tolerance)))
-        return CheckReport("nnef_tools", report)
+            validate_khronos(asset_folder(Path(asset), Path(tmp)))
+
+    def run(self, asset: Path, input_sets: list) -> list:
+        return run_khronos_many(asset, input_sets)

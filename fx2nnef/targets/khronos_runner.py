@@ -34,23 +34,15 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import tarfile
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
-from fx2nnef.errors import InvalidArgumentError, KhronosError
-from fx2nnef.targets.tract_runner import (
-    as_input_arrays,
-    clean_engine_message,
-    crash_message,
-    existing_asset,
-    load_arrays,
-    run_child,
-    save_arrays,
-)
+from ..errors import KhronosError
+from .child import (as_input_arrays, asset_folder, clean_engine_message, crash_message, existing_asset, load_arrays,
+                    run_child, save_arrays)
 
 CHILD_SCRIPT = Path(__file__).resolve().with_name("_khronos_child.py")
 _CRASH_ADVICE = "The nnef_tools interpreter died without a Python error: rerun it by hand on the folder to see more."
@@ -117,22 +109,6 @@ def run_khronos_many(
         (workdir / "request.json").write_text(json.dumps(request))
         _call_khronos_child(path, workdir, timeout)
         return [load_arrays(workdir / f"outputs_{k}.npz") for k in range(len(sets))]
-
-
-def asset_folder(path: Path, extract_to: Path) -> Path:
-    """The folder holding ``graph.nnef``: the asset itself, or an archive extracted."""
-    if path.is_dir():
-        return path
-    if path.name.endswith(".nnef"):
-        return path.parent
-    if not tarfile.is_tarfile(path):
-        raise InvalidArgumentError(
-            f"NNEF asset {str(path)!r} is neither a folder, a graph.nnef file nor a .tar/.tgz archive"
-        )
-    extract_to.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(path, "r:*") as archive:
-        archive.extractall(extract_to, filter="data")
-    return extract_to
 
 
 def _call_khronos_child(asset: Path, workdir: Path, timeout: float) -> dict:

@@ -33,6 +33,21 @@ class ExportResult:
     graph: Optional[Graph] = dataclasses.field(default=None, repr=False)
     nnef_text: str = dataclasses.field(default="", repr=False)
     notes: list = dataclasses.field(default_factory=list)
+    weights: list = dataclasses.field(default_factory=list)  # WeightChoice per float parameter
+
+    @property
+    def weight_formats(self) -> dict:
+        """``parameter path -> how it is stored`` ("q4_0", "f16" or its dtype)."""
+        return {w.path: w.stored for w in self.weights}
+
+    @classmethod
+    def of(cls, path: Path, target, graph: Graph, input_names: list, source_op_counts: dict,
+           nnef_op_counts: dict, check: Optional[CheckReport], timings: dict, nnef_text: str,
+           notes: list, weights: Optional[list] = None) -> "ExportResult":
+        """The result of exporting ``graph`` for ``target`` (names, symbols, guards from the graph)."""
+        return cls(path, type(target).__name__, list(input_names), graph.output_names, graph.symbols,
+                   source_op_counts, nnef_op_counts, check, graph.guards, timings, graph, nnef_text, notes,
+                   list(weights or []))
 
     @property
     def ranges(self) -> dict:
@@ -70,6 +85,7 @@ class ExportResult:
             lines += [f"    {g}" for g in self.guards[:10]]
             if len(self.guards) > 10:
                 lines.append(f"    ... {len(self.guards) - 10} more")
+        lines += _weight_lines(self.weights)
         for n in self.notes:
             lines.append(f"  note: {n}")
         lines.append("  time: " + ", ".join(f"{k} {v:.2f}s" if isinstance(v, float) else f"{k} {v}"
@@ -80,3 +96,28 @@ class ExportResult:
         import html
 
         return "<pre>" + html.escape(str(self)) + "</pre>"
+
+
+def _weight_lines(weights: list) -> list:
+    """A summary of the stored weight formats, when any parameter was converted or refused."""
+    if not any(w.stored_bytes != w.native_bytes or w.reason for w in weights):
+        return []
+    counts: dict = {}
+    for w in weights:
+        counts[w.stored] = counts.get(w.stored, 0) + 1
+    before = _size(sum(w.native_bytes for w in weights))
+    after = _size(sum(w.stored_bytes for w in weights))
+    lines = ["  weights: " + ", ".join(f"{n} {fmt}" for fmt, n in counts.items()) + f" ({before} -> {after})"]
+    kept = [w for w in weights if w.reason and len(w.shape) >= 2]
+    lines += [f"    kept {w}" for w in kept[:8]]
+    if len(kept) > 8:
+        lines.append(f"    ... {len(kept) - 8} more kept native")
+    return lines
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB"):
+        if n < 1024 * 10:
+            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"

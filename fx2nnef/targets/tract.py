@@ -5,9 +5,10 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import InvalidArgumentError
-from ..ir import Graph
-from .base import CheckReport, InferenceTarget
-from .tolerance import compare_outputs, resolve_tolerance
+from ..ir import WEIGHT_FORMATS, Graph
+from ..nnef_emit.emitter import properties_fragment
+from .base import InferenceTarget
+from .tolerance import resolve_tolerance
 from .tract_runner import run_tract_many
 
 DEFAULT_TRACT_VERSION = "0.23.9"
@@ -26,14 +27,27 @@ class TractNNEF(InferenceTarget):
         specific_properties: extra ``key: value`` strings written in ``tract_core_properties``.
         dump_identity_properties: also record exporter identity (versions) in the properties.
         with_transformers: load with tract_transformers (default: when the asset uses it).
+        weights: how float parameters are written. ``"native"`` (their own dtype; bfloat16 as
+            float32), ``"f16"`` (float32 parameters as float16: matmuls read them as stored, at
+            float32 speed, embedding rows and other uses are cast to float32 where read) or ``"q4_0"`` (Linear and
+            Embedding weights, and right operands of mm/addmm/matmul, in tract's Q4_0 blocks,
+            min-max per block of 32; other parameters stay native). The check then compares with the model holding the
+            stored (rounded or dequantized) weights; ``result.weights`` says what each
+            parameter became and why.
     """
 
     name = "tract"
+    engine = "tract"
+    dynamic_dims = True
 
     def __init__(self, version: str = DEFAULT_TRACT_VERSION, check_io: bool = True,
                  dynamic_axes: Optional[dict] = None, check_io_tolerance="approximate",
                  specific_properties: Optional[dict] = None, dump_identity_properties: bool = False,
-                 with_transformers: Optional[bool] = None, timeout: float = 600.0):
+                 with_transformers: Optional[bool] = None, timeout: float = 600.0, weights: str = "native"):
+        if weights not in WEIGHT_FORMATS:
+            raise InvalidArgumentError(f"weights must be one of {', '.join(map(repr, WEIGHT_FORMATS))}, got {weights!r} "
+                                       "(see TractNNEF's docstring)")
+        self.weights = weights
         self.version = str(version)
         self.check_io = bool(check_io)
         self.dynamic_axes = dict(dynamic_axes or {})
@@ -62,24 +76,27 @@ class TractNNEF(InferenceTarget):
 
     def specific_fragments(self, graph: Graph) -> dict:
         """The ``tract_core_properties`` fragment, as tract itself writes it."""
-        items = ", ".join(f'("{k}", "{_quote(v)}")' for k, v in sorted(self.properties().items()))
-        text = ("fragment tract_core_properties(\n) -> (properties: (string, tensor<scalar>)[])\n{\n"
-                f"  properties = [{items}];\n}}")
-        return {"tract_core_properties": text}
+        props = self.properties()
+        props.update(_weight_properties(graph, self.weights))
+        return {"tract_core_properties": properties_fragment(props)}
 
-    def post_export(self, asset: Path, input_names, output_names, cases) -> Optional[CheckReport]:
-        if not self.check_io:
-            return None
+    def run(self, asset: Path, input_sets: list) -> list:
         transformers = self.with_transformers
         if transformers is None:
             transformers = _uses_transformers(asset)
-        outputs = run_tract_many(asset, [c.inputs for c in cases], with_transformers=transformers, timeout=self.timeout)
-        return CheckReport("tract", [(c.label, compare_outputs(output_names, c.expected, got, self.check_io_tolerance))
-                                     for c, got in zip(cases, outputs)])
+        return run_tract_many(asset, input_sets, with_transformers=transformers, timeout=self.timeout)
 
 
-def _quote(v) -> str:
-    return str(v).replace("\\", "\\\\").replace('"', '\\"')
+def _weight_properties(graph: Graph, weights: str) -> dict:
+    """``fx2nnef_weights`` (the option) and, per stored format, the parameters written in it."""
+    if weights == "native":
+        return {}
+    props = {"fx2nnef_weights": weights}
+    for fmt in ("q4_0", "f16"):
+        paths = [v.source.parameter_path or v.name for v in graph.constants() if v.source.stored_format == fmt]
+        if paths:
+            props[f"fx2nnef_weights_{fmt}"] = ",".join(paths)
+    return props
 
 
 def _uses_transformers(asset: Path) -> bool:

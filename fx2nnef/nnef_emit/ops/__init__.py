@@ -1,14 +1,7 @@
-"""Converters, one module per family of ops. Importing this package registers them all."""
+"""Converters, one module per family of ops. Importing this package registers them all: every
+module of this folder is imported, so a new family file needs no list entry."""
 from importlib import import_module
+from pkgutil import iter_modules
 
-_FAMILIES = [
-    "internal", "elementwise", "linalg", "shape", "indexing", "reduce", "norm", "conv", "pool",
-    "activation", "division", "creation", "attention", "rnn", "misc", "attrs", "series", "control_flow", "grouped", "scatter",
-]
-
-for _name in _FAMILIES:
-    try:
-        import_module(f"{__name__}.{_name}")
-    except ModuleNotFoundError as exc:  # a family not written yet
-        if exc.name != f"{__name__}.{_name}":
-            raise
+for _module in sorted(m.name for m in iter_modules(__path__)):
+    import_module(f"{__name__}.{_module}")

@@ -29,7 +29,7 @@ def lowest(dtype: DType) -> float:
     return float(np.finfo(np.float16 if dtype is DType.F16 else np.float32).min)
 
 
-@register("attention.causal_keep")
+@register("nnef.causal_keep")
 def causal_keep(ctx: EmitContext, n_queries, n_keys) -> Value:
     """Bool ``[L, T]``, True where query i may see key j (j <= i: torch's top-left alignment)."""
     if not isinstance(n_queries, int) or not isinstance(n_keys, int):
@@ -37,7 +37,7 @@ def causal_keep(ctx: EmitContext, n_queries, n_keys) -> Value:
     return constant(ctx, np.tri(n_queries, n_keys, dtype=bool), DType.BOOL, name="causal")
 
 
-@register("attention.causal_keep", target="tract")
+@register("nnef.causal_keep", target="tract")
 def causal_keep_tract(ctx: EmitContext, n_queries, n_keys) -> Value:
     """The lower triangle of a tiled True.
 
@@ -95,7 +95,7 @@ def scaled_dot_product_attention(ctx: EmitContext, query: Value, key: Value, val
     scores = ctx.op("matmul", query, key, transposeA=False, transposeB=True, out_shape=shape)
     scale = scale if scale is not None else 1 / math.sqrt(query.shape[-1])
     scores = ctx.op("mul", scores, float(scale), out_shape=shape)
-    keep = ctx.call("attention.causal_keep", query.shape[-2], key.shape[-2]) if is_causal else attn_mask
+    keep = ctx.call("nnef.causal_keep", query.shape[-2], key.shape[-2]) if is_causal else attn_mask
     if keep is not None and keep.dtype.is_float:  # an f32 mask on f16 scores: mask and softmax in f32
         scores = cast(ctx, scores, result_dtype(scores, keep))
     probs = ctx.op("softmax", apply_mask(ctx, scores, keep), axes=[r - 1], out_shape=shape)

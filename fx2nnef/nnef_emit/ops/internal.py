@@ -39,6 +39,14 @@ def cast_khronos(ctx: EmitContext, x: Value, dtype: DType, shape=None):
 
 @register("nnef.gather", target="tract")
 def gather_tract(ctx: EmitContext, x: Value, indices: Value, axis: int, shape=None):
+    """NOTE: tract 0.23.9 refuses to gather from a block-quantized (Q4_0) tensor without ``datum_type``."""
+    stored = ctx.stored(x)
+    if stored is not x:  # an f16-stored table: gather the rows, then cast only them
+        rows = ctx.op("tract_core_gather", stored, indices, axis=axis, out_dtype=stored.dtype, out_shape=shape)
+        return ctx.call("nnef.cast", rows, x.dtype, shape)
+    if x.is_constant and x.source.stored_format == "q4_0":
+        return ctx.op("tract_core_gather", x, indices, axis=axis, datum_type=TRACT_DATUM[x.dtype], out_dtype=x.dtype,
+                      out_shape=shape)
     return ctx.op("tract_core_gather", x, indices, axis=axis, out_dtype=x.dtype, out_shape=shape)
 
 

@@ -7,8 +7,8 @@ import torch
 import torch.nn.functional as F
 
 from ...ir import Value
-from ..context import EmitContext
-from ..helpers import broadcast_operands, cast, dims_list, producer, rank, tiled_from, unsqueeze_to
+from ..context import EmitContext, stored_transposed
+from ..helpers import broadcast_operands, cast, dims_list, rank, tiled_from, unsqueeze_to
 from ..registry import register
 
 
@@ -43,7 +43,13 @@ def _untiled_matmul(ctx: EmitContext, a: Value, b: Value, transpose_b: bool) -> 
 
 
 def _matmul(ctx: EmitContext, a: Value, b: Value, transpose_b: bool = False) -> Value:
-    """NNEF matmul needs equal ranks: vectors become matrices and lower ranks get unit batch axes."""
+    """NNEF matmul needs equal ranks: vectors become matrices and lower ranks get unit batch axes.
+    A right operand stored as f16 (f16 weights) is read as stored: the product stays in ``a``'s dtype;
+    one stored transposed (Q4_0 blocks run along the contracted dim) is read with ``transposeB`` flipped."""
+    if not a.is_constant:
+        if stored_transposed(b):
+            transpose_b = not transpose_b
+        b = ctx.stored(b)
     ra, rb = rank(a), rank(b)
     if ra >= 2 and rb >= 2:
         r = max(ra, rb)

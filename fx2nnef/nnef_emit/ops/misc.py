@@ -6,7 +6,7 @@ import string
 import numpy as np
 import torch
 
-from ...ir import DType, SymDim, Value
+from ...ir import DType, SymDim, Value, product
 from ..context import TRACT_DATUM, EmitContext
 from ..helpers import axis, broadcast_operands, cast, rank, result_dtype
 from .activation import ew
@@ -27,13 +27,6 @@ def repeat_axis(ctx: EmitContext, x: Value, ax: int, repeats) -> Value:
                   out_shape=shape[:ax] + (shape[ax] * repeats,) + shape[ax + 1:])
 
 
-def _product(dims):
-    """The product of sizes (ints or SymDims)."""
-    total = 1
-    for d in dims:
-        total = total * d
-    return total
-
 
 def _count(ctx: EmitContext, repeats) -> int:
     """An integer repeat count, from a Python int or a constant tensor whose items are all equal."""
@@ -51,7 +44,7 @@ def repeat_interleave(ctx: EmitContext, input: Value = None, repeats=None, dim=N
         ctx.fail("repeat_interleave(repeats) alone gives indices whose count depends on the data; pass the input tensor")
     n = _count(ctx, repeats)
     if dim is None:
-        input = ctx.op("reshape", input, shape=[-1], out_shape=(_product(input.shape),))
+        input = ctx.op("reshape", input, shape=[-1], out_shape=(product(input.shape),))
         dim = 0
     return ctx.call("nnef.repeat_axis", input, axis(dim, rank(input)), n)
 
@@ -141,7 +134,7 @@ def _contract(ctx: EmitContext, a: Value, sa: str, b: Value, sb: str, keep: str,
     batch = "".join(c for c in sa if c in sb and c in keep)
     inner = "".join(c for c in sa if c in sb and c not in keep)
     left, right = "".join(c for c in sa if c not in sb), "".join(c for c in sb if c not in sa)
-    merged = {g: _product(size[c] for c in g) for g in (left, inner, right)}
+    merged = {g: product(size[c] for c in g) for g in (left, inner, right)}
     a = _regroup(ctx, _permute(ctx, a, sa, batch + left + inner), len(batch), (merged[left], merged[inner]))
     b = _regroup(ctx, _permute(ctx, b, sb, batch + inner + right), len(batch), (merged[inner], merged[right]))
     lead = tuple(size[c] for c in batch)

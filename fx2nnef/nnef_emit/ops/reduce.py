@@ -11,7 +11,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from ...ir import DType, SymDim, Value, simplify
+from ...ir import DType, SymDim, Value, product, simplify
 from ..context import TRACT_DATUM, EmitContext
 from ..helpers import axes, cast, rank
 from ..registry import register
@@ -53,21 +53,21 @@ def reduce(ctx: EmitContext, op: str, x: Value, axes_: list, keepdim: bool = Tru
 
 def element_count(ctx: EmitContext, x: Value, axes_: list, dtype: DType, minus: float = 0):
     """Number of elements over ``axes_`` minus ``minus``: a float, or a tensor when a size is dynamic."""
-    n = _numel(x.shape[a] for a in axes_)
+    n = product(x.shape[a] for a in axes_)
     if isinstance(n, int):
         return float(n - minus)
     if minus != int(minus):
         ctx.fail(f"a non-integer correction ({minus}) over the dynamic size {n} cannot be expressed")
-    return ctx.call("reduce.size", n - int(minus), dtype)
+    return ctx.call("nnef.size", n - int(minus), dtype)
 
 
-@register("reduce.size")
+@register("nnef.size")
 def size_tensor(ctx: EmitContext, size: SymDim, dtype: DType):
     """A size that depends on dynamic input dims, as a scalar tensor of ``dtype``."""
     ctx.fail(f"the size {size} depends on a dynamic input dim, which target '{ctx.target}' cannot express")
 
 
-@register("reduce.size", target="tract")
+@register("nnef.size", target="tract")
 def size_tensor_tract(ctx: EmitContext, size: SymDim, dtype: DType):
     """A size that depends on dynamic input dims, as a scalar tensor of ``dtype``."""
     return ctx.op("tract_core_cast", size, to=TRACT_DATUM[dtype], out_dtype=dtype, out_shape=())
@@ -198,17 +198,10 @@ def _arg(ctx: EmitContext, op: str, input: Value, dim: Optional[int], keepdim: b
     x = _numeric(ctx, input)
     if dim is not None:
         return reduce(ctx, op, x, reduce_axes(dim, x), keepdim, out_dtype=DType.I64)
-    flat = ctx.op("reshape", x, shape=[-1], out_shape=(_numel(x.shape),))
+    flat = ctx.op("reshape", x, shape=[-1], out_shape=(product(x.shape),))
     y = reduce(ctx, op, flat, [0], keepdim, out_dtype=DType.I64)
     return ctx.op("reshape", y, shape=[1] * rank(x), out_shape=(1,) * rank(x)) if keepdim else y
 
-
-def _numel(dims):
-    """Product of sizes (ints or symbolic dims)."""
-    n = 1
-    for d in dims:
-        n = n * d
-    return n
 
 
 @register(torch.argmax, "Tensor.argmax")
@@ -383,7 +376,7 @@ def cumsum(ctx: EmitContext, input: Value, dim: int, *, dtype: Optional[DType] =
         ctx.fail(f"cumsum over an axis of dynamic size {n} needs tract")
     order = [i for i in range(r) if i != a] + [a]
     moved = x if a == r - 1 else ctx.op("transpose", x, axes=order, out_shape=tuple(x.shape[i] for i in order))
-    rows = ctx.op("reshape", moved, shape=[-1, n], out_shape=(_numel(moved.shape) // n, n))
+    rows = ctx.op("reshape", moved, shape=[-1, n], out_shape=(product(moved.shape) // n, n))
     upper = ctx.const(np.triu(np.ones((n, n))), x.dtype)
     summed = ctx.op("matmul", rows, upper, out_shape=rows.shape)
     back = ctx.op("reshape", summed, shape=list(moved.shape), out_shape=moved.shape)

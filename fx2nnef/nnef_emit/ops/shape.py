@@ -6,14 +6,13 @@ negative stride, so splits are slices with non-negative bounds and flip has a tr
 """
 from __future__ import annotations
 
-import math
 from typing import Optional
 
 import numpy as np
 import torch
 
 from ...errors import EmitError
-from ...ir import Dim, DType, SymDim, Value, simplify
+from ...ir import DType, SymDim, Value, product, simplify
 from ..context import EmitContext
 from ..helpers import axes, axis, cast, dims_list, opaque, producer, rank, result_dtype, tiled_from, unsqueeze_to
 from ..registry import register
@@ -21,13 +20,6 @@ from ..registry import register
 # ---------------------------------------------------------------------------------------
 # building blocks, also used by the indexing family
 
-
-def prod(dims) -> Dim:
-    """Product of dims (int or SymDim)."""
-    out = 1
-    for d in dims:
-        out = out * d
-    return out
 
 
 def _divide(total, known):
@@ -62,9 +54,9 @@ def resolve_sizes(in_shape, sizes: list) -> tuple:
         return tuple(sizes)
     if len(holes) > 1:
         raise EmitError(f"at most one size may be -1, got {sizes}")
-    rest = prod(s for i, s in enumerate(sizes) if i != holes[0])
+    rest = product(s for i, s in enumerate(sizes) if i != holes[0])
     out = list(sizes)
-    out[holes[0]] = _divide(prod(in_shape), rest) if None not in in_shape else None
+    out[holes[0]] = _divide(product(in_shape), rest) if None not in in_shape else None
     return tuple(out)
 
 
@@ -235,7 +227,7 @@ def flatten(ctx: EmitContext, input: Value, start_dim: int = 0, end_dim: int = -
     start, end = axis(start_dim, r), axis(end_dim, r)
     if start >= end:
         return input
-    shape = input.shape[:start] + (simplify(prod(input.shape[start:end + 1])),) + input.shape[end + 1:]
+    shape = input.shape[:start] + (simplify(product(input.shape[start:end + 1])),) + input.shape[end + 1:]
     return ctx.op("reshape", input, shape=[-1], axis_start=start, axis_count=end - start + 1,
                   out_shape=shape, out_dtype=input.dtype)
 

@@ -1,0 +1,155 @@
+"""Constant data stored in another format than it is computed in: float16, and Q4_0 blocks.
+
+Both wrap the constant's own :class:`TensorData` and convert it piece by piece while the
+asset is written: no converted copy of a whole tensor, let alone of the model, is held.
+
+Q4_0 is the block format of GGML that tract reads (``tract-linalg``'s ``block_quant/q4_0.rs``).
+A tensor ``[rows, k]`` (``k`` a multiple of 32) is cut, row by row, into blocks of 32 values.
+A block is 18 bytes: its scale ``d`` as a little-endian float16, then 16 bytes of 4-bit
+codes; byte ``j`` holds element ``j`` in its low nibble and element ``j + 16`` in its high
+nibble. A code ``q`` (0 to 15) stands for ``(q - 8) * d``.
+
+Quantization is min-max per block, as GGML's and tract's own reference quantizer: ``m`` is
+the block's value of largest magnitude (with its sign), ``d = m / -8``, and each value ``x``
+gets ``q = min(15, trunc(x / d + 8.5))``; ``m`` itself is then code 0 (exact but for the
+float16 rounding of ``d``) and every other value is within ``|d| / 2`` of its code, except at
+the far end of the range (code 15 is ``-7 d``: a value near ``-m`` loses up to ``|d|``).
+"""
+from __future__ import annotations
+
+from typing import Iterator, Optional
+
+import numpy as np
+
+from .dtypes import DType
+from .tensor_data import DEFAULT_CHUNK_BYTES, TensorData, array_chunks
+
+Q4_0_BLOCK_LEN = 32
+Q4_0_BLOCK_BYTES = 18
+# f16 scales stop at 65504, so a block's largest magnitude must stay below 8 * 65504.
+Q4_0_MAX_MAGNITUDE = 8 * 65504.0
+F16_MAX = 65504.0
+
+
+def quantize_q4_0(values: np.ndarray) -> np.ndarray:
+    """Q4_0 blocks of ``values`` (any shape, size a multiple of 32, read row-major) as a
+    ``uint8`` array ``[n_blocks, 18]``."""
+    blocks = np.asarray(values, dtype=np.float32).reshape(-1, Q4_0_BLOCK_LEN)
+    picked = np.abs(blocks).argmax(axis=1)
+    scale = blocks[np.arange(len(blocks)), picked] / np.float32(-8.0)
+    inverse = np.divide(np.float32(1.0), scale, out=np.zeros_like(scale), where=scale != 0)
+    codes = np.minimum(15, (blocks * inverse[:, None] + np.float32(8.5)).astype(np.int8)).astype(np.uint8)
+    out = np.empty((len(blocks), Q4_0_BLOCK_BYTES), dtype=np.uint8)
+    out[:, :2] = scale.astype("<f2").view(np.uint8).reshape(-1, 2)
+    out[:, 2:] = codes[:, :16] | (codes[:, 16:] << 4)
+    return out
+
+
+def dequantize_q4_0(blocks, shape: tuple) -> np.ndarray:
+    """The float32 values of Q4_0 ``blocks`` (bytes or ``uint8 [n, 18]``), shaped ``shape``."""
+    raw = np.frombuffer(blocks, dtype=np.uint8) if isinstance(blocks, (bytes, bytearray, memoryview)) else blocks
+    raw = np.asarray(raw, dtype=np.uint8).reshape(-1, Q4_0_BLOCK_BYTES)
+    scale = raw[:, :2].copy().view("<f2").astype(np.float32)
+    packed = raw[:, 2:]
+    codes = np.concatenate([packed & 0x0F, packed >> 4], axis=1).astype(np.float32)
+    return ((codes - 8.0) * scale).reshape(shape)
+
+
+def q4_0_size(shape: tuple) -> int:
+    """Bytes of the Q4_0 blocks of a tensor of ``shape``."""
+    count = 1
+    for d in shape:
+        count *= int(d)
+    return count // Q4_0_BLOCK_LEN * Q4_0_BLOCK_BYTES
+
+
+def max_abs(data: TensorData) -> float:
+    """Largest magnitude of a float constant (NaN when it holds a NaN), read piece by piece."""
+    dtype = np.dtype(data.dtype.numpy_name)
+    largest = 0.0
+    for piece in data.chunks():
+        values = np.frombuffer(piece, dtype=dtype.newbyteorder("<"))
+        if values.size:
+            m = float(np.max(np.abs(values)))
+            if m != m:
+                return m
+            largest = max(largest, m)
+    return largest
+
+
+class F16Data(TensorData):
+    """A float constant stored as float16: its values rounded to the nearest float16."""
+
+    stored_format = "f16"
+
+    def __init__(self, base: TensorData):
+        self.base = base
+        self.shape = tuple(base.shape)
+        self.dtype = DType.F16
+        self.parameter_path = base.parameter_path
+
+    def numpy(self) -> np.ndarray:
+        return self.base.numpy().astype(np.float16)
+
+    def chunks(self, max_bytes: int = DEFAULT_CHUNK_BYTES) -> Iterator[memoryview]:
+        source = np.dtype(self.base.dtype.numpy_name).newbyteorder("<")
+        for piece in self.base.chunks(max_bytes * 2):
+            yield from array_chunks(np.frombuffer(piece, dtype=source).astype("<f2"), max_bytes)
+
+
+class Q4_0Data(TensorData):
+    """A 2-D float constant stored as Q4_0 blocks. ``numpy()`` gives the dequantized values (what
+    the engine computes with), in the base's dtype; :meth:`block_chunks` the encoded blocks.
+
+    Blocks run along the last dim of the stored tensor, which must be the contracted one: a
+    ``[K, N]`` right operand of ``x @ w`` is stored ``transposed``, as ``[N, K]``
+    (:attr:`stored_shape`), and read by a matmul with ``transposeB``.
+    """
+
+    stored_format = "q4_0"
+
+    def __init__(self, base: TensorData, transposed: bool = False):
+        self.base = base
+        self.shape = tuple(base.shape)
+        self.dtype = base.dtype
+        self.parameter_path = base.parameter_path
+        self.transposed = transposed
+        self.stored_shape = self.shape[::-1] if transposed else self.shape
+        if len(self.shape) != 2 or self.stored_shape[1] % Q4_0_BLOCK_LEN:
+            raise ValueError(f"Q4_0 needs a 2-D tensor whose contracted dim is a multiple of {Q4_0_BLOCK_LEN}, "
+                             f"got shape {list(base.shape)}" + (" (transposed)" if transposed else ""))
+
+    @property
+    def block_bytes(self) -> int:
+        """Bytes of the encoded blocks."""
+        return q4_0_size(self.shape)
+
+    def _stored_values(self) -> np.ndarray:
+        values = self.base.numpy()
+        return np.ascontiguousarray(values.T) if self.transposed else values
+
+    def numpy(self) -> np.ndarray:
+        values = dequantize_q4_0(quantize_q4_0(self._stored_values()), self.stored_shape)
+        return np.ascontiguousarray(values.T if self.transposed else values).astype(self.dtype.numpy_name)
+
+    def block_chunks(self, max_bytes: int = DEFAULT_CHUNK_BYTES) -> Iterator[memoryview]:
+        """The Q4_0 blocks, row-major, quantized piece by piece (a transposed tensor is read whole
+        first: one tensor's copy at a time)."""
+        if self.transposed:
+            values = self._stored_values()
+            rows = max(1, max_bytes // max(1, values.shape[1] * 4))
+            for start in range(0, values.shape[0], rows):
+                yield memoryview(quantize_q4_0(values[start:start + rows])).cast("B")
+            return
+        source = np.dtype(self.base.dtype.numpy_name).newbyteorder("<")
+        pending: Optional[np.ndarray] = None
+        for piece in self.base.chunks(max_bytes):
+            values = np.frombuffer(piece, dtype=source)
+            if pending is not None:
+                values = np.concatenate([pending, values])
+            whole = len(values) - len(values) % Q4_0_BLOCK_LEN
+            pending = values[whole:].copy()
+            if whole:
+                yield memoryview(quantize_q4_0(values[:whole])).cast("B")
+        if pending is not None and len(pending):
+            raise ValueError(f"{self.base!r} yielded a number of values that is not a multiple of {Q4_0_BLOCK_LEN}")

@@ -1,0 +1,120 @@
+"""F.pad: constant, reflect, replicate and circular padding.
+
+NOTE: tract rejects ``pad`` with border 'replicate': that one is built from slices and concat
+for tract.
+"""
+from __future__ import annotations
+
+import math
+
+import torch.nn.functional as F
+
+from ...errors import EmitError
+from ...ir import Value
+from ..context import EmitContext
+from ..helpers import rank
+from ..registry import register
+from .pool import static_dims, transpose, with_dim
+
+
+def pad_pairs(x: Value, pad) -> list:
+    """torch's flat ``pad`` (last axis first) as (before, after) for every axis."""
+    if len(pad) % 2 or len(pad) // 2 > rank(x) or not all(isinstance(p, int) for p in pad):
+        raise EmitError(f"pad must hold an even number (at most 2 * rank) of static ints, got {pad!r}")
+    pairs = [(0, 0)] * rank(x)
+    for i in range(len(pad) // 2):
+        pairs[rank(x) - 1 - i] = (pad[2 * i], pad[2 * i + 1])
+    return pairs
+
+
+def crop_negative(ctx: EmitContext, x: Value, pairs: list) -> tuple:
+    """Negative pads crop: slice them off and return ``(x, pairs without negatives)``."""
+    axes = [a for a, (b, e) in enumerate(pairs) if b < 0 or e < 0]
+    if not axes:
+        return x, pairs
+    begin = [max(0, -pairs[a][0]) for a in axes]
+    end = [x.shape[a] + min(0, pairs[a][1]) for a in axes]
+    shape = tuple(x.shape)
+    for a, b, e in zip(axes, begin, end):
+        shape = with_dim(shape, a, e - b)
+    y = ctx.op("slice", x, axes=axes, begin=begin, end=end, out_shape=shape)
+    return y, [(max(0, b), max(0, e)) for b, e in pairs]
+
+
+def pad_op(ctx: EmitContext, x: Value, pairs: list, mode: str, value) -> Value:
+    """NNEF pad; torch's modes constant, reflect and replicate are NNEF border names too."""
+    shape = tuple(d + b + e for d, (b, e) in zip(x.shape, pairs))
+    return ctx.op("pad", x, padding=pairs, border=mode, value=float(value or 0.0), out_shape=shape)
+
+
+def _edges(ctx: EmitContext, x: Value, axis: int, before: int, after: int, mode: str) -> tuple:
+    """The pieces that replicate / circular padding puts before and after ``x`` along ``axis``."""
+    size = x.shape[axis]
+
+    def piece(begin, end, times: int) -> Value:
+        part = ctx.op("slice", x, axes=[axis], begin=[begin], end=[end], out_shape=with_dim(x.shape, axis, end - begin))
+        if times == 1:
+            return part
+        repeats = list(with_dim((1,) * rank(x), axis, times))
+        return ctx.op("tile", part, repeats=repeats, out_shape=with_dim(x.shape, axis, times))
+
+    if mode == "circular":
+        return piece(size - before, size, 1), piece(0, after, 1)
+    return piece(0, 1, before), piece(size - 1, size, after)
+
+
+def pad_by_concat(ctx: EmitContext, x: Value, pairs: list, mode: str) -> Value:
+    """Replicate or circular padding as slices (tiled for replicate) concatenated around ``x``."""
+    for axis, (before, after) in enumerate(pairs):
+        if before == after == 0:
+            continue
+        head, tail = _edges(ctx, x, axis, before, after, mode)
+        parts = ([head] if before else []) + [x] + ([tail] if after else [])
+        x = ctx.op("concat", parts, axis=axis, out_shape=with_dim(x.shape, axis, x.shape[axis] + before + after))
+    return x
+
+
+def khronos_pad(ctx: EmitContext, x: Value, pairs: list, mode: str, value) -> Value:
+    """NOTE: the nnef_tools interpreter pads only rank 3-5 tensors whose first two axes are not
+    padded: other cases move the padded axes last and fold the others into one axis."""
+    r = rank(x)
+    padded = [a for a in range(r) if pairs[a] != (0, 0)]
+    if not padded or (3 <= r <= 5 and not {0, 1} & set(padded)):
+        return pad_op(ctx, x, pairs, mode, value) if padded else x
+    if len(padded) > 3:
+        raise EmitError(f"padding {len(padded)} axes at once is not supported for Khronos NNEF (3 at most)")
+    kept = [a for a in range(r) if a not in padded]
+    perm = kept + padded
+    kept_dims = static_dims([x.shape[a] for a in kept], "padding leading axes for Khronos NNEF")
+    y = transpose(ctx, x, perm)
+    folded = (1, math.prod(kept_dims)) + tuple(x.shape[a] for a in padded)
+    y = ctx.op("reshape", y, shape=list(folded), out_shape=folded)
+    y = pad_op(ctx, y, [(0, 0), (0, 0)] + [pairs[a] for a in padded], mode, value)
+    unfolded = tuple(kept_dims) + tuple(y.shape[2:])
+    y = ctx.op("reshape", y, shape=list(unfolded), out_shape=unfolded)
+    return transpose(ctx, y, [perm.index(a) for a in range(r)])
+
+
+def _check_pad_mode(mode: str) -> None:
+    if mode not in ("constant", "reflect", "replicate", "circular"):
+        raise EmitError(f"F.pad mode {mode!r} is not supported")
+
+
+@register(F.pad, target="tract")
+def pad_tract(ctx: EmitContext, input: Value, pad, mode="constant", value=None):
+    """pad(Tensor input, SymInt[] pad, str mode="constant", float? value=None) -> Tensor"""
+    _check_pad_mode(mode)
+    x, pairs = crop_negative(ctx, input, pad_pairs(input, pad))
+    if mode in ("replicate", "circular"):
+        return pad_by_concat(ctx, x, pairs, mode)
+    return pad_op(ctx, x, pairs, mode, value)
+
+
+@register(F.pad, target="khronos")
+def pad_khronos(ctx: EmitContext, input: Value, pad, mode="constant", value=None):
+    """pad(Tensor input, SymInt[] pad, str mode="constant", float? value=None) -> Tensor"""
+    _check_pad_mode(mode)
+    x, pairs = crop_negative(ctx, input, pad_pairs(input, pad))
+    if mode == "circular":
+        return pad_by_concat(ctx, x, pairs, mode)
+    return khronos_pad(ctx, x, pairs, mode, value)

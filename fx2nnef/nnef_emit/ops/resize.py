@@ -1,0 +1,215 @@
+"""Resampling: F.interpolate (nearest, linear, cubic, area) and pixel_shuffle / pixel_unshuffle."""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ...errors import EmitError
+from ...ir import SymDim, Value, simplify
+from ..context import EmitContext
+from ..helpers import rank
+from ..registry import register
+from .conv import node_shape
+from .pool import adaptive_pool, apply_along, static_dims, transpose, with_dim
+
+
+CUBIC_A = -0.75  # torch's bicubic coefficient
+
+
+def source_scale(n_in: int, n_out: int, scale_factor: Optional[float], align_corners: bool = False) -> np.float32:
+    """torch's input/output step along an axis (``area_pixel_compute_scale``), in float32 as torch computes it."""
+    if align_corners:
+        return np.float32((n_in - 1) / (n_out - 1)) if n_out > 1 else np.float32(0.0)
+    if scale_factor:
+        return np.float32(1.0 / scale_factor)
+    return np.float32(n_in) / np.float32(n_out)
+
+
+def nearest_indices(n_in: int, n_out: int, scale_factor: Optional[float], exact: bool) -> np.ndarray:
+    """Source index of each output position for mode 'nearest' / 'nearest-exact'."""
+    dst = np.arange(n_out, dtype=np.float32) + np.float32(0.5 if exact else 0.0)
+    src = np.floor(dst * source_scale(n_in, n_out, scale_factor))
+    return np.minimum(src.astype(np.int64), n_in - 1)
+
+
+def _cubic_weights(t: np.ndarray) -> list:
+    """Weights of the 4 taps (offsets -1, 0, 1, 2) of torch's cubic convolution at fraction ``t``."""
+    a = CUBIC_A
+
+    def near(x):
+        return ((a + 2) * x - (a + 3)) * x * x + 1
+
+    def far(x):
+        return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+
+    return [far(t + 1), near(t), near(1 - t), far(2 - t)]
+
+
+def resample_matrix(n_in: int, n_out: int, scale_factor: Optional[float], align_corners: bool,
+                    cubic: bool) -> np.ndarray:
+    """The [n_out, n_in] matrix of torch's linear or cubic interpolation along one axis."""
+    scale = source_scale(n_in, n_out, scale_factor, align_corners)
+    dst = np.arange(n_out, dtype=np.float32)
+    src = dst * scale if align_corners else (dst + np.float32(0.5)) * scale - np.float32(0.5)
+    if not cubic:
+        src = np.maximum(src, np.float32(0.0))
+    base = np.floor(src).astype(np.int64)
+    t = (src - base).astype(np.float64)
+    m = np.zeros((n_out, n_in), dtype=np.float64)
+    rows = np.arange(n_out)
+    taps = zip(range(-1, 3), _cubic_weights(t)) if cubic else [(0, 1 - t), (1, t)]
+    for offset, weight in taps:
+        np.add.at(m, (rows, np.clip(base + offset, 0, n_in - 1)), weight)
+    return m
+
+
+def _integer_factors(ins: list, outs: list, scales: list) -> Optional[list]:
+    """Per-axis integer upscale factors when nearest resampling is a plain repeat, else None."""
+    factors = []
+    for n_in, n_out, sf in zip(ins, outs, scales):
+        if sf is not None:
+            f = int(sf) if float(sf).is_integer() and sf >= 1 else None
+        elif isinstance(n_in, int) and isinstance(n_out, int) and n_out % n_in == 0:
+            f = n_out // n_in
+        else:
+            f = _symbolic_factor(n_in, n_out)
+        if f is None:
+            return None
+        factors.append(f)
+    return factors
+
+
+def _symbolic_factor(n_in, n_out) -> Optional[int]:
+    """k when the dynamic size ``n_out`` is exactly ``k * n_in`` (size=(2 * H, ...)), else None."""
+    if not isinstance(n_in, SymDim) or not isinstance(n_out, SymDim) or not n_in.terms:
+        return None
+    mono, coef = next(iter(n_in.terms.items()))
+    k, rem = divmod(n_out.terms.get(mono, 0), coef)
+    if rem or k < 1 or simplify(n_out - n_in * k) != 0:
+        return None
+    return k
+
+
+def repeat_nearest(ctx: EmitContext, x: Value, factors: list, outs: list) -> Value:
+    """Integer nearest upsampling: a unit axis after each spatial axis, tiled, then merged (dynamic-friendly)."""
+    n = len(factors)
+    inner = [3 + 2 * i for i in range(n)]
+    shape = list(x.shape[:2])
+    for d in x.shape[2:]:
+        shape += [d, 1]
+    y = ctx.op("unsqueeze", x, axes=inner, out_shape=tuple(shape))
+    repeats = [1] * (2 + 2 * n)
+    for axis, f in zip(inner, factors):
+        repeats[axis], shape[axis] = f, f
+    y = ctx.op("tile", y, repeats=repeats, out_shape=tuple(shape))
+    # one merge per axis pair with -1: the traced output sizes may be unknown (None) on dynamic axes
+    for i, (d, f) in enumerate(zip(x.shape[2:], factors)):
+        merged = outs[i] if outs[i] is not None else (None if d is None else d * f)
+        shape = shape[:2 + i] + [merged] + shape[4 + i:]
+        y = ctx.op("reshape", y, shape=[-1], axis_start=2 + i, axis_count=2, out_shape=tuple(shape))
+    return y
+
+
+def gather_nearest(ctx: EmitContext, x: Value, outs: list, scales: list, exact: bool) -> Value:
+    """Nearest resampling with any static sizes: one gather of constant indices per axis."""
+    ins = static_dims(x.shape[2:], "nearest interpolation with a non-integer factor")
+    for axis, (n_in, n_out, sf) in enumerate(zip(ins, outs, scales), start=2):
+        idx = nearest_indices(n_in, n_out, sf, exact)
+        if not np.array_equal(idx, np.arange(n_in)):
+            x = ctx.call("nnef.gather", x, ctx.const(idx), axis, with_dim(x.shape, axis, n_out))
+    return x
+
+
+def linear_upsample_axis(ctx: EmitContext, x: Value, axis: int, k: int) -> Value:
+    """Linear upsampling by an integer factor ``k`` along ``axis`` of any (dynamic) length, with
+    align_corners=False: output ``k*i + j`` blends ``x[i]`` with its neighbour at the fixed offset
+    ``(j + 0.5) / k - 0.5``; edge-replicated neighbours give torch's clamping at both ends."""
+    from .shape import concat, slice_axis
+
+    if k == 1:
+        return x
+    n = x.shape[axis]
+    prev = concat(ctx, [slice_axis(ctx, x, axis, 0, 1), slice_axis(ctx, x, axis, 0, n - 1)], axis)
+    nxt = concat(ctx, [slice_axis(ctx, x, axis, 1, n), slice_axis(ctx, x, axis, n - 1, n)], axis)
+    expanded = tuple(x.shape[:axis + 1]) + (1,) + tuple(x.shape[axis + 1:])
+    phases = []
+    for j in range(k):
+        t = (j + 0.5) / k - 0.5
+        other = prev if t < 0 else nxt
+        w = abs(t)
+        y = ctx.op("add", ctx.op("mul", x, float(1 - w), out_shape=x.shape),
+                   ctx.op("mul", other, float(w), out_shape=x.shape), out_shape=x.shape)
+        phases.append(ctx.op("unsqueeze", y, axes=[axis + 1], out_shape=expanded))
+    stacked = concat(ctx, phases, axis + 1)
+    return ctx.op("reshape", stacked, shape=[-1], axis_start=axis, axis_count=2,
+                  out_shape=with_dim(x.shape, axis, simplify(n * k)))
+
+
+def _axis_scales(scale_factor, recompute_scale_factor, n: int) -> list:
+    """The scale factor torch uses for source indices along each axis (None: taken from the sizes)."""
+    if scale_factor is None or recompute_scale_factor:
+        return [None] * n
+    return [float(s) for s in (scale_factor if isinstance(scale_factor, (list, tuple)) else [scale_factor] * n)]
+
+
+@register(F.interpolate)
+def interpolate(ctx: EmitContext, input: Value, size=None, scale_factor=None, mode="nearest", align_corners=None,
+                recompute_scale_factor=None, antialias=False):
+    """interpolate(Tensor input, int[]? size=None, float[]? scale_factor=None, str mode='nearest', bool? align_corners=None, bool? recompute_scale_factor=None, bool antialias=False) -> Tensor"""
+    n = rank(input) - 2
+    outs = list(node_shape(ctx)[2:])
+    scales = _axis_scales(scale_factor, recompute_scale_factor, n)
+    if antialias:
+        raise EmitError("F.interpolate with antialias=True is not supported")
+    if mode in ("nearest", "nearest-exact"):
+        factors = _integer_factors(list(input.shape[2:]), outs, scales)
+        if factors is not None:
+            return repeat_nearest(ctx, input, factors, outs)
+        return gather_nearest(ctx, input, outs, scales, mode == "nearest-exact")
+    if mode == "area":
+        return adaptive_pool(ctx, input, outs, n, "avg")
+    if mode not in ("linear", "bilinear", "bicubic", "trilinear"):
+        raise EmitError(f"F.interpolate mode {mode!r} is not supported")
+    if mode != "bicubic" and not align_corners and not all(isinstance(d, int) for d in input.shape[2:]):
+        factors = _integer_factors(list(input.shape[2:]), outs, scales)
+        if factors is not None and all(d is not None for d in input.shape[2:]):
+            x = input
+            for axis, k in enumerate(factors, start=2):
+                x = linear_upsample_axis(ctx, x, axis, k)
+            return x
+    x = input
+    ins = static_dims(input.shape[2:], f"{mode} interpolation with align_corners=True or a non-integer factor")
+    for axis, (n_in, n_out, sf) in enumerate(zip(ins, outs, scales), start=2):
+        m = resample_matrix(n_in, n_out, sf, bool(align_corners), mode == "bicubic")
+        if m.shape[0] != m.shape[1] or not np.array_equal(m, np.eye(n_in)):
+            x = apply_along(ctx, x, axis, m)
+    return x
+
+
+# pixel shuffle --------------------------------------------------------------------------
+@register(torch.pixel_shuffle)
+def pixel_shuffle(ctx: EmitContext, input: Value, upscale_factor: int):
+    """pixel_shuffle(Tensor self, int upscale_factor) -> Tensor"""
+    r, c = upscale_factor, rank(input) - 3
+    out = node_shape(ctx)
+    split = tuple(input.shape[:c]) + (out[c], r, r) + tuple(input.shape[c + 1:])
+    y = ctx.op("reshape", input, shape=[out[c], r, r], axis_start=c, axis_count=1, out_shape=split)
+    perm = list(range(c)) + [c, c + 3, c + 1, c + 4, c + 2]
+    y = transpose(ctx, y, perm)
+    return ctx.op("reshape", y, shape=[out[c + 1], out[c + 2]], axis_start=c + 1, axis_count=4, out_shape=out)
+
+
+@register(torch.pixel_unshuffle)
+def pixel_unshuffle(ctx: EmitContext, input: Value, downscale_factor: int):
+    """pixel_unshuffle(Tensor self, int downscale_factor) -> Tensor"""
+    r, c = downscale_factor, rank(input) - 3
+    out = node_shape(ctx)
+    h, w = out[c + 1], out[c + 2]
+    split = tuple(input.shape[:c + 1]) + (h, r, w, r)
+    y = ctx.op("reshape", input, shape=[h, r, w, r], axis_start=c + 1, axis_count=2, out_shape=split)
+    perm = list(range(c)) + [c, c + 2, c + 4, c + 1, c + 3]
+    y = transpose(ctx, y, perm)
+    return ctx.op("reshape", y, shape=[out[c]], axis_start=c, axis_count=3, out_shape=out)
