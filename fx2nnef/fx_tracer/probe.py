@@ -16,7 +16,7 @@ from typing import Optional
 import torch
 import torch.fx as fx
 
-from ..ir import Guard, SymRange, fit_polynomial
+from ..ir import Guard, SymDim, SymRange, fit_polynomial
 from ..ir.dims import fit_floor_division
 from .fake_replay import VARIES, Replay, ReplayUnavailable, replay
 from .padded import padded_nonzero
