@@ -1,13 +1,14 @@
 """Export cost of random Llamas at real sizes, printed as figures (not a test).
 
-    python benchmarks/bench_scale.py [--sizes 20m,160m,1b] [--modes static,dynamic] [--slope]
+    python benchmarks/bench_scale.py [--sizes l4h512,20m,160m,1b] [--modes static,dynamic] [--slope]
 
 For each size and mode (static shapes, or dynamic batch B and sequence S), a fresh child
 process builds a random Llama (eager attention, wrapped to take ``(input_ids,
 attention_mask)`` of length 32 and return the logits) and exports it to ``.nnef.tgz`` with
 ``check_io=False``. Printed per run: ``result.timings``, the export wall time divided by the
 floor (one eager forward, the fastest of three, plus writing the weight bytes with a plain
-file write, both measured in the same child), the peak RSS growth of the export call divided by the weight bytes
+file write, both measured in the same child; ``graph_runs`` and ``eager_runs`` count the real
+forward passes of the capture), the peak RSS growth of the export call divided by the weight bytes
 (``ru_maxrss`` after the call minus the resident size before it, the peak being reset just
 before the call), and the asset size. ``--slope`` also runs each size with half its layers
 and prints the per-layer growth of export time and peak RSS.
@@ -35,6 +36,7 @@ SEQ = 32
 BATCH = 2
 # hidden, intermediate, layers, heads, kv heads (vocab 32000 for all)
 SIZES = {
+    "l4h512": (512, 1408, 4, 8, 4),  # the 4-layer, hidden-512 Llama of issue 7's capture profile
     "20m": (256, 704, 4, 4, 2),
     "160m": (1024, 2816, 8, 16, 8),
     "1b": (2048, 8192, 16, 32, 8),

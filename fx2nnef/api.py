@@ -100,6 +100,7 @@ def export(model: torch.nn.Module, args=(), path=None, *, kwargs: Optional[dict]
                           leaf_modules=tuple(leaf_modules) + tuple(registered_module_classes()),
                           max_loop_iterations=max_loop_iterations, branches=branches,
                           scalars_as_inputs=scalars_as_inputs)
+        timings.update(cap.runs)
         return _lower_write_check(cap, Path(path), target, timings, debug_bundle, compression_level, progress)
 
 

@@ -22,7 +22,7 @@ from .branches import trace_branches
 from .control_flow import loop_options
 from .padded import check_padded
 from .passes import cleanup_slices, complex_to_real, masked_updates, remove_dead_code, remove_inplace
-from .probe import analyze, inputs_at
+from .probe import RUNS, analyze, inputs_at
 from .scalars import scalars_to_inputs
 from .to_ir import build_ir, to_numpy
 from .torch_data import TorchData
@@ -40,6 +40,7 @@ class Capture:
     notes: list
     control_flow: list = dataclasses.field(default_factory=list)  # how cond/scan/while_loop were converted
     runner: Optional["ModelRunner"] = None
+    runs: dict = dataclasses.field(default_factory=dict)  # graph_runs, eager_runs: real forward passes of the capture
 
     def check_cases(self, stored: Sequence[Value] = ()):
         """The check cases: each case's inputs with the model's outputs for them. With ``stored``
@@ -191,6 +192,7 @@ def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_na
     if not flat:
         raise InvalidArgumentError("the example inputs contain no tensor")
     tensors = [t for _, t in flat]
+    RUNS.reset()
     names = _check_names("input", input_names, len(flat)) if input_names else default_input_names(named_model, args,
                                                                                                   kwargs)
     # on copies: a model may update its inputs in place
@@ -200,22 +202,27 @@ def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_na
     out_names = _check_names("output", output_names, len(ref_flat)) if output_names else [
         _ident(n or "output") for n, _ in ref_flat]
     dyn = validate_dynamic_axes(getattr(target, "dynamic_axes", {}) or {}, names, tensors, out_names)
+    base_env = {sym: tensors[names.index(n)].shape[axis] for n, axes in dyn.items() for axis, sym in axes.items()}
+    ref = _reference(model, args, kwargs, names, dyn, tensors, (base_env, [t for _, t in ref_flat])) if dyn else None
     if target is not None:
         target.pre_trace(model, args, kwargs)
     leaf_types = tuple(leaf_modules)
     notes: list = []
     with loop_options(max_loop_iterations):
         gm, analysis, trace = _trace_and_probe(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names,
-                                               notes, branches)
+                                               notes, ref, branches)
     remove_dead_code(gm)
     graph = build_ir(gm, analysis, names, out_names)
     cases = [("example", [to_numpy(t) for t in tensors], [to_numpy(t) for _, t in ref_flat])]
     for env in _check_envs(analysis) if analysis.symbols else []:
-        case = _case(model, args, kwargs, names, tensors, dyn, env)
+        case = _case(ref, names, tensors, dyn, env)
         if case is not None:
             cases.append(case)
+    if analysis.shapes_from.startswith("probes ("):
+        notes.append("dynamic shapes were fitted from probe runs: " + analysis.shapes_from[len("probes ("):-1])
+    runs = {"graph_runs": RUNS.graph, "eager_runs": RUNS.eager}
     return Capture(graph, names, tensors, cases, list(trace.control_flow) + notes, list(trace.control_flow),
-                   ModelRunner(model, args, kwargs, tensors))
+                   ModelRunner(model, args, kwargs, tensors), runs)
 
 
 def _ident(name: str) -> str:
@@ -233,19 +240,31 @@ def _run_model(model, args, kwargs, flat_inputs: list):
     """The eager model's result on ``(args, kwargs)`` with copies of ``flat_inputs`` as its tensors
     (a model may update its inputs in place; the inputs recorded for checks must stay as given)."""
     a, k = _with_flat(args, kwargs, [t.clone() for t in flat_inputs])
+    RUNS.eager += 1
     with torch.no_grad():
         return model(*a, **k)
 
 
-def _reference(model, args, kwargs, names, dyn, example):
-    """``env -> flat eager outputs`` of the model at the sizes ``env`` (on ``inputs`` when given)."""
+def _reference(model, args, kwargs, names, dyn, example, known: Optional[tuple] = None):
+    """``env -> flat eager outputs`` of the model at the sizes ``env`` (on ``inputs`` when given).
+
+    The outputs at each ``env`` are kept (a size checked by the probes is reused by check_io);
+    ``known`` is ``(env, outputs)`` already computed."""
+    cache = {} if known is None else {tuple(sorted(known[0].items())): known[1]}
+
     def run(env, inputs=None):
+        key = tuple(sorted(env.items()))
+        if inputs is None and key in cache:
+            return cache[key]
         out = _run_model(model, args, kwargs, inputs if inputs is not None else inputs_at(example, names, dyn, env))
-        return [t for _, t in structures.flatten(out, "")]
+        flat = [t for _, t in structures.flatten(out, "")]
+        if inputs is None:
+            cache[key] = flat
+        return flat
     return run
 
 
-def _trace_once(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, branches=None):
+def _trace_once(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, ref=None, branches=None):
     def one_path(forced):
         trace = trace_model(model, args, kwargs, names, out_names, leaf_types, leaf_names, forced)
         remove_inplace(trace.gm)
@@ -256,7 +275,8 @@ def _trace_once(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_nam
         return trace
 
     trace = trace_branches(one_path) if branches == "select" else one_path(None)
-    ref = _reference(model, args, kwargs, names, dyn, trace.example_inputs) if dyn else None
+    if ref is None and dyn:
+        ref = _reference(model, args, kwargs, names, dyn, trace.example_inputs)
     analysis = analyze(trace.gm, trace.example_inputs, names, dyn, trace.guards, ref)
     return trace, analysis
 
@@ -284,9 +304,15 @@ def _wider(a: dict, b: dict) -> bool:
     return better
 
 
-def _trace_and_probe(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, notes, branches=None):
-    trace, analysis = _trace_once(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, branches)
-    if not analysis.failures and not any(r.lo is not None or r.hi is not None for r in analysis.ranges.values()):
+def _trace_and_probe(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, notes, ref, branches=None):
+    trace, analysis = _trace_once(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, ref, branches)
+    bounded = any(r.lo is not None or r.hi is not None for r in analysis.ranges.values())
+    if not analysis.failures and not bounded:
+        return trace.gm, analysis, trace
+    if not analysis.failures and not analysis.graph_bounded:
+        # only the model's own refusals bound the range: a trace at other sizes cannot widen it
+        _refuse_single_sizes(analysis)
+        _note_ranges(analysis, notes)
         return trace.gm, analysis, trace
     # A decision was baked on a dynamic size: trace again at larger sizes and keep that
     # trace if it reproduces the model at the example sizes and is valid for more sizes.
@@ -295,10 +321,9 @@ def _trace_and_probe(model, args, kwargs, names, out_names, dyn, leaf_types, lea
     retraced = None
     try:
         a2, k2 = _with_flat(args, kwargs, inputs_at(trace.example_inputs, names, dyn, bigger))
-        trace2, analysis2 = _trace_once(model, a2, k2, names, out_names, dyn, leaf_types, leaf_names, branches)
+        trace2, analysis2 = _trace_once(model, a2, k2, names, out_names, dyn, leaf_types, leaf_names, branches=branches)
         if not analysis2.failures:
             # the graph must also reproduce the example sizes: analyze at the user's inputs
-            ref = _reference(model, args, kwargs, names, dyn, trace.example_inputs)
             analysis_back = analyze(trace2.gm, trace.example_inputs, names, dyn, trace2.guards, ref)
             if not analysis_back.failures and (first_failures or _wider(analysis_back.ranges, analysis.ranges)):
                 retraced = (trace2, analysis_back)
@@ -371,11 +396,11 @@ def _check_envs(analysis) -> list:
     return envs
 
 
-def _case(model, args, kwargs, names, tensors, dyn, env):
+def _case(ref, names, tensors, dyn, env):
     new = inputs_at(tensors, names, dyn, env)
     try:
-        out = _run_model(model, args, kwargs, new)
+        out = ref(env)
     except Exception:  # noqa: BLE001 - the model refuses this combination of sizes
         return None
     label = ", ".join(f"{k}={v}" for k, v in env.items())
-    return (label, [to_numpy(t) for t in new], [to_numpy(t) for _, t in structures.flatten(out, "")])
+    return (label, [to_numpy(t) for t in new], [to_numpy(t) for t in out])

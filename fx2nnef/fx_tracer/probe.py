@@ -16,9 +16,10 @@ from typing import Optional
 import torch
 import torch.fx as fx
 
-from ..ir import Guard, SymRange, fit_polynomial
+from ..ir import Guard, SymDim, SymRange, fit_polynomial
 from ..ir.dims import fit_floor_division
 from .data_dep import data_dependence, is_shape_query
+from .fake_replay import VARIES, Replay, ReplayUnavailable, replay
 from .tracer import GuardRecord
 
 
@@ -51,6 +52,8 @@ class Analysis:
     envs: list
     ranges: dict = dataclasses.field(default_factory=dict)  # symbol -> SymRange (restricted ones only)
     good_envs: list = dataclasses.field(default_factory=list)  # sizes where the graph reproduces the model
+    shapes_from: str = ""  # "fake replay", or "probes (why the replay could not be used)"
+    graph_bounded: bool = True  # a range ends where the graph (not the model) stops being right
 
 
 class _Recorder(fx.Interpreter):
@@ -155,9 +158,24 @@ def _record(value):
     return ("other", type(value).__name__)
 
 
+class RunCount:
+    """How many times the traced graph and the eager model ran on real data (for the timings)."""
+
+    def __init__(self):
+        self.reset()
+
+    def reset(self):
+        self.graph = 0
+        self.eager = 0
+
+
+RUNS = RunCount()
+
+
 def _run(gm, inputs, keep: Optional[set] = None) -> tuple:
     """``(values, error, records)``: node values (all, or those of ``keep`` only), the first
     error as ``(node, message)`` or None, and each node's shape record."""
+    RUNS.graph += 1
     rec = _Recorder(gm, keep)
     err = None
     try:
@@ -353,6 +371,140 @@ def guard_flip_sizes(gm, example, names, dynamic_axes, guards, base_env, data_de
     return found
 
 
+def _signature(rep: Replay, guards: list, data_dep: set):
+    """``env -> tuple``: every decision on sizes at ``env`` (torch's, from the fake replay, and the
+    tracer's on shapes); a probe is worth its cost only where this changes."""
+    evals = []
+    for g in guards:
+        if g.node in data_dep:
+            continue
+        ev = rep.guard_values.get(g.node)
+        if ev is None:
+            raise ReplayUnavailable(f"the decision {g.text} has no symbolic form")
+        evals.append((g, ev))
+
+    def signature(env):
+        return (tuple(_decide(c.holds, env) for c in rep.checks)
+                + tuple(_decide(lambda e: _guard_holds(g, ev(e)), env) for g, ev in evals))
+    return signature
+
+
+def _decide(fn, env):
+    try:
+        return fn(env)
+    except (ArithmeticError, ValueError, TypeError):  # a division by a size that is 0 here
+        return None
+
+
+def _env_key(env: dict) -> tuple:
+    return tuple(sorted(env.items()))
+
+
+def _symbolic_envs(signature, base_env: dict, max_flips: int = 4) -> tuple:
+    """``(single, multi, lazy)`` probe sizes: where a decision flips and the size before, one symbol moved
+    at a time (the nearest ``max_flips`` on each side, up to a few times the example), and two checks, below
+    and above the example, at sizes where no decision differs (all symbols moved together).
+    ``lazy`` maps the size before a flip to the flip: it is probed only if the flip is not good."""
+    base = signature(base_env)
+    single, below, above, lazy = [], {}, {}, {}
+    for s, v in base_env.items():
+        top = max(v + 16, min(max(3 * v, 32), 1024))
+        same = []
+        for step, side in ((1, range(v - 1, 0, -1)), (-1, range(v + 1, top + 1))):
+            prev, hits = base, 0
+            for n in side:
+                cur = signature({**base_env, s: n})
+                if cur != prev and hits < max_flips:
+                    # the flip, and the size before it: the range would end at the last good size
+                    if {**base_env, s: n} not in single:
+                        single.append({**base_env, s: n})
+                    before = {**base_env, s: n + step}
+                    if n + step != v and before not in single:
+                        single.append(before)
+                        lazy[_env_key(before)] = n
+                    hits += 1
+                if cur == base:
+                    same.append(n)
+                prev = cur
+        low = [n for n in same if n < v]
+        if any(n >= 2 for n in low):
+            low = [n for n in low if n >= 2]  # a size of 1 broadcasts: a check there says little
+        if low:
+            below[s] = min(low, key=lambda n: (abs(n - v // 2), n))
+        high = [n for n in same if n > v]
+        if high:
+            above[s] = min(high, key=lambda n: (abs(n - (v + 3)), n))
+    multi = []
+    for moved in (below, above):
+        if not moved:
+            continue
+        env = {**base_env, **moved}
+        if len(base_env) > 1 and signature(env) != base:
+            for s, n in moved.items():  # together they change a decision: check them one by one
+                single.append({**base_env, s: n})
+                lazy.pop(_env_key(single[-1]), None)
+        elif env not in single:
+            (single if len(base_env) == 1 else multi).append(env)
+        lazy.pop(_env_key(env), None)
+    return single, multi, lazy
+
+
+def _form_at(form, env):
+    if isinstance(form, SymDim):
+        return form.evaluate(env)
+    if isinstance(form, tuple):
+        return tuple(_form_at(f, env) for f in form)
+    return form
+
+
+def _agrees(form, record, env) -> bool:
+    """Whether a node's :func:`_record` at ``env`` is what its symbolic form gives there."""
+    if form is VARIES or form is None:
+        return True
+    kind = record[0]
+    if kind == "tensor":
+        return isinstance(form, tuple) and record[1] == _form_at(form, env)
+    if kind in ("bool", "int", "float"):
+        return not isinstance(form, tuple) and record[1] == _form_at(form, env)
+    if kind == "seq":
+        # a sequence of pieces may be shorter or longer here (chunk(2) of S=1 has one piece):
+        # the pieces the graph reads are checked at their own getitem nodes
+        pieces = any(r[0] == "tensor" for r in record[1])
+        return (isinstance(form, tuple) and (pieces or len(form) == len(record[1]))
+                and all(_agrees(f, r, env) for f, r in zip(form, record[1])))
+    return True
+
+
+def _shape_mismatch(rep: Replay, records: dict, env: dict) -> Optional[str]:
+    """None when every node's shape (and size value) recorded at ``env`` is what the fake
+    replay's expressions give there, else the first node that differs."""
+    for n, record in records.items():
+        form = rep.dims.get(n)
+        if not _agrees(form, record, env):
+            return f"'{n.name}' is {_record_text(record)} where the symbolic shapes give {_form_at(form, env)}"
+    return None
+
+
+def _record_text(record):
+    if record[0] == "seq":
+        return tuple(_record_text(r) for r in record[1])
+    return record[1]
+
+
+def _check_base_shapes(rep: Replay, records: dict, base_env: dict) -> None:
+    wrong = _shape_mismatch(rep, records, base_env)
+    if wrong is not None:
+        raise ReplayUnavailable(f"at the example sizes, {wrong}")
+
+
+def _unfit_varying(form):
+    if form is VARIES:
+        return Unfit([])
+    if isinstance(form, tuple):
+        return tuple(_unfit_varying(f) for f in form)
+    return form
+
+
 def _fit_good(good: list, symbols: list):
     envs = [e for e, _ in good]
     records: dict = {}
@@ -412,18 +564,46 @@ def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, 
     if err is not None:
         node, msg = err
         raise RuntimeError(f"the traced graph does not re-run on the example inputs at '{node}': {msg}")
-    failures: list = []
+    base_failures: list = []
     if reference is not None:
         mismatch = _outputs_match(gm, base_values, reference(base_env))
         if mismatch is not None:
-            failures.append(ProbeFailure(base_env, None, mismatch + " at the example sizes"))
+            base_failures.append(ProbeFailure(base_env, None, mismatch + " at the example sizes"))
+    if not symbols:
+        return _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, base_values,
+                         base_records, base_failures, None)
+    try:
+        rep = replay(gm, example, names, dynamic_axes, base_env, [g.node for g in guards])
+        return _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, base_values,
+                         base_records, base_failures, rep)
+    except ReplayUnavailable as exc:
+        why = str(exc)
+    analysis = _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, base_values,
+                         base_records, base_failures, None)
+    analysis.shapes_from = "probes (" + why + ")"
+    return analysis
+
+
+def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, base_values, base_records,
+              base_failures, rep: Optional[Replay]) -> Analysis:
+    """The body of :func:`analyze`: probe runs, ranges, shapes and guard statuses. Shapes come from
+    the fake replay ``rep`` when given (probes are then only the sizes where a decision flips and
+    two checks), else from polynomials fitted to many probe runs."""
+    symbols = list(base_env)
+    failures = list(base_failures)
     single = []
     multi = []
-    if symbols:
+    lazy: dict = {}  # size before a flip (env key) -> the flip size: probed only if the flip is not good
+    data_dep0 = data_dependence(gm)
+    signature = None
+    if symbols and rep is not None:
+        signature = _signature(rep, guards, data_dep0)
+        _check_base_shapes(rep, base_records, base_env)
+        single, multi, lazy = _symbolic_envs(signature, base_env)
+    elif symbols:
         for env in below_probe_envs(base_env) + probe_envs(base_env) + far_probe_envs(base_env):
             if env not in single and env not in multi:
                 (single if len(_moved(env, base_env)) == 1 else multi).append(env)
-        data_dep0 = data_dependence(gm)
         for env in guard_flip_sizes(gm, example, names, dynamic_axes, guards, base_env, data_dep0):
             if env not in single:
                 single.append(env)
@@ -453,6 +633,12 @@ def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, 
             errors.append(ProbeFailure(env, err[0], err[1] + " (the eager model accepts these sizes)"))
             return "error"
         flips = [g for g in guards if g.node in values and not _guard_holds(g, values[g.node])]
+        if rep is not None:
+            wrong = _shape_mismatch(rep, records, env)
+            if wrong is not None:
+                # the replay's expressions hold on one side of a decision only (tensor_split(4)
+                # of S: sizes by S % 4); fitted probes may find one valid for every size
+                raise ReplayUnavailable(f"at {_env_text(env)}, {wrong}")
         if expected is not None:
             mismatch = _outputs_match(gm, values, expected)
             if mismatch is None and flips:
@@ -467,12 +653,15 @@ def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, 
             for g in flips:
                 guard_flips.setdefault(id(g), (env, "a decision differs"))
             return ("bad", flips, "a decision differs")
-        good.append((env, records))
+        good.append((env, records if rep is None else None))  # symbolic shapes: no fitting
         return "good"
 
     bad_detail: dict = {}
     for env in single:
         (s,) = _moved(env, base_env)
+        flip = lazy.get(_env_key(env))
+        if flip is not None and results[s].get(flip) in ("good", None):
+            continue  # the size before a flip matters only when the flip ends the range
         r = probe(env)
         if isinstance(r, tuple):
             bad_detail[(s, env[s])] = r
@@ -505,8 +694,14 @@ def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, 
     failures.extend(e for e in errors if all(ranges[s].contains(e.env[s]) for s in symbols))
     # shapes are fitted only on sizes inside the range: outside, another branch may give other shapes
     good = [(e, v) for e, v in good if all(ranges[s].contains(e[s]) for s in symbols)]
-    good_envs, records, sym = _fit_good(good, symbols)
-    if symbols and _count_unfit(sym):
+    if rep is not None:
+        good_envs = [e for e, _ in good]
+        sym = {n: _unfit_varying(d) for n, d in rep.dims.items()}
+        varies = set(rep.varies)
+    else:
+        good_envs, records, sym = _fit_good(good, symbols)
+        varies = None
+    if rep is None and symbols and _count_unfit(sym):
         # sizes that stop following a polynomial below some size (``x[:, 1:-1]`` is empty,
         # not negative, at S=1): fit from the sizes above and make that the lower bound
         for s in symbols:
@@ -523,8 +718,9 @@ def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, 
                 new_lo = min(e[s] for e, _ in good)
                 ranges[s] = SymRange(s, new_lo, r.hi, r.step, r.rest,
                                      "; ".join(x for x in (r.why, f"shapes change otherwise below {s}={new_lo}") if x))
-    data_dep = data_dependence(gm)
-    varies = {n for n, r in records.items() if any(x != r[0] for x in r[1:])}
+    data_dep = data_dep0
+    if varies is None:
+        varies = {n for n, r in records.items() if any(x != r[0] for x in r[1:])}
     constant = _constants(gm, data_dep, varies)
     ir_guards = []
     for g in guards:
@@ -553,8 +749,12 @@ def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, 
                 note += f"; {g.branch_note}"
         ir_guards.append(Guard(g.text, kind, g.source, g.expected, status, note))
     kept = {s: r for s, r in ranges.items() if r.bounded}
+    graph_bounded = any(r == "bad" and not ranges[s].contains(n)
+                        for s in symbols for n, r in results[s].items())
     return Analysis(symbols, base_env, base_values, sym, constant, data_dep, ir_guards, failures,
-                    [base_env] + single + multi, kept, good_envs)
+                    [base_env] + single + multi, kept, good_envs,
+                    "fake replay" if rep is not None else "probes" if symbols else "",
+                    graph_bounded or (rep is None and any(r.lo is not None or r.hi is not None for r in kept.values())))
 
 
 def _static(rec):

@@ -29,7 +29,7 @@ class ExportResult:
     nnef_op_counts: dict
     check: Optional[CheckReport]
     guards: list
-    timings: dict
+    timings: dict  # seconds per stage; also graph_runs and eager_runs (ints) for a dynamic capture
     graph: Optional[Graph] = dataclasses.field(default=None, repr=False)
     nnef_text: str = dataclasses.field(default="", repr=False)
     notes: list = dataclasses.field(default_factory=list)
@@ -88,7 +88,8 @@ class ExportResult:
         lines += _weight_lines(self.weights)
         for n in self.notes:
             lines.append(f"  note: {n}")
-        lines.append("  time: " + ", ".join(f"{k} {v:.2f}s" for k, v in self.timings.items()))
+        lines.append("  time: " + ", ".join(f"{k} {v:.2f}s" if isinstance(v, float) else f"{k} {v}"
+                                            for k, v in self.timings.items()))
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:

@@ -1,0 +1,329 @@
+"""Symbolic shapes: one replay of the recorded graph under torch's FakeTensorMode and a ShapeEnv.
+
+The dynamic axes of the inputs become SymInts of a ShapeEnv (one symbol per dynamic-axes
+symbol, with the example size as its hint, 2 for a size of 1). Replaying the graph on fake tensors (no data)
+gives every node's shape, and every size computed in Python, as a sympy expression of the
+symbols, which is converted to the IR's dims (polynomials and floor divisions). The guards
+the ShapeEnv records on the way (``S >= 3`` for a convolution, ``Ne(S, 1)`` for a stride
+decision, ``Eq(Mod(S, 2), 0)`` for a reshape) are the places where torch's own kernels take a
+decision on a dynamic size; together with the tracer's Python decisions they tell the probes
+which sizes are worth a real run.
+
+Nothing here runs a real forward pass. :class:`ReplayUnavailable` says why a graph cannot be
+replayed (an op without a fake kernel, a value that needs data, a symbol fixed to its example
+size, an expression the IR cannot hold); the caller then falls back to probe fitting.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import operator
+from typing import Callable, Optional
+
+import sympy
+import torch
+import torch.fx as fx
+from torch._guards import GuardSource, Source
+
+from ..ir import SymDim
+
+
+class ReplayUnavailable(Exception):
+    """The graph cannot be replayed symbolically; the message says where and why."""
+
+
+VARIES = object()  # a float or bool computed from dynamic sizes: no IR dim holds it
+
+
+@dataclasses.dataclass
+class ShapeCheck:
+    """A decision torch's kernels took on the dynamic sizes while replaying ``node``."""
+
+    holds: Callable[[dict], bool]  # env (symbol -> size) -> the guard's truth value there
+    text: str
+    node: Optional[fx.Node]
+
+
+@dataclasses.dataclass
+class Replay:
+    dims: dict  # node -> tuple of dims (tensors), a dim (sizes), a constant, VARIES, or None
+    varies: set  # nodes whose value depends on a dynamic size
+    checks: list  # ShapeCheck, one per distinct guard of the ShapeEnv on the symbols
+    guard_values: dict  # fx.Node -> env -> the node's value (for the nodes the tracer's guards read)
+
+
+def replay(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, base_env: dict,
+           guard_nodes: list) -> Replay:
+    """Replay ``gm`` once on fake inputs whose dynamic axes are symbols; raise
+    :class:`ReplayUnavailable` when that cannot give exact shapes."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv
+
+    shape_env = ShapeEnv(specialize_zero_one=False, duck_shape=False, allow_scalar_outputs=False,
+                         allow_dynamic_output_shape_ops=False)
+    symbols = {}
+    sizes = {}
+    for name, v in base_env.items():
+        # a hint of 1 makes every broadcast decide "== 1" and fix the symbol: replay as at 2; the
+        # shapes are then checked against the real run at the example sizes
+        hint = max(v, 2)
+        sym = shape_env.create_symbol(hint, _SymbolSource(name), dynamic_dim=DimDynamic.DYNAMIC,
+                                      do_not_specialize_zero_one=True)
+        symbols[sym] = name
+        sizes[name] = shape_env.create_symintnode(sym, hint=hint)
+    mode = FakeTensorMode(shape_env=shape_env, allow_non_fake_inputs=True)
+    runner = _Runner(gm, shape_env, symbols)
+    with mode, torch.no_grad():
+        inputs = []
+        for name, t in zip(names, example):
+            shape = list(t.shape)
+            for axis, sym_name in dynamic_axes.get(name, {}).items():
+                shape[axis] = sizes[sym_name]
+            inputs.append(torch.empty(shape, dtype=t.dtype))
+        try:
+            runner.run(*inputs)
+        except Exception as exc:  # noqa: BLE001 - any failure means: use the probes
+            first = str(exc).strip().split("\n")[0][:200]
+            raise ReplayUnavailable(f"the fake replay failed{_at(runner.current)}: "
+                                    f"{type(exc).__name__}: {first}") from None
+    for sym, name in symbols.items():
+        fixed = shape_env.replacements.get(sym)
+        if fixed is not None and fixed != sym:
+            raise ReplayUnavailable(f"the fake replay fixed {name} to {fixed}{_at(runner.fixed_at.get(sym))}")
+    conv = _Converter(shape_env, symbols, _equalities(shape_env, runner.guards))
+    dims, varies = {}, set()
+    for n, value in runner.env.items():
+        dims[n] = conv.value(value, n)
+        if conv.depends(value):
+            varies.add(n)
+    checks = []
+    seen = set()
+    for expr, node in runner.guards:
+        expr = shape_env.replace(expr)
+        if expr in seen or not expr.free_symbols:
+            continue
+        seen.add(expr)
+        if not expr.free_symbols <= set(symbols):
+            raise ReplayUnavailable(f"a guard of the fake replay, {expr}, reads sizes that are not inputs")
+        text = str(expr.xreplace({s: sympy.Symbol(n) for s, n in symbols.items()}))
+        checks.append(ShapeCheck(_compile(expr, symbols), text, node))
+    guard_values = {n: conv.evaluator(runner.env[n]) for n in guard_nodes if n in runner.env}
+    return Replay(dims, varies, checks, guard_values)
+
+
+def _at(node: Optional[fx.Node]) -> str:
+    if node is None:
+        return ""
+    src = node.meta.get("source")
+    return f" at '{node.name}'" + (f" ({src})" if src else "")
+
+
+@dataclasses.dataclass(frozen=True)
+class _SymbolSource(Source):
+    """Where a ShapeEnv symbol comes from: a dynamic-axes symbol of the export."""
+
+    symbol: str
+
+    @property
+    def _name_template(self) -> str:
+        return self.symbol
+
+    @property
+    def guard_source(self):
+        return GuardSource.LOCAL
+
+
+class _Runner(fx.Interpreter):
+    """Runs the graph and notes which node each new ShapeEnv guard came from."""
+
+    def __init__(self, gm, shape_env, symbols):
+        super().__init__(gm, garbage_collect_values=False)
+        self.shape_env, self.symbols = shape_env, symbols
+        self.current: Optional[fx.Node] = None
+        self.guards: list = []  # (sympy expr, node)
+        self.fixed_at: dict = {}  # symbol -> the node where the ShapeEnv replaced it
+
+    def run_node(self, n):
+        self.current = n
+        before = len(self.shape_env.guards)
+        out = super().run_node(n)
+        self.guards.extend((g.expr, n) for g in self.shape_env.guards[before:])
+        if len(self.fixed_at) < len(self.symbols):
+            for sym in self.symbols:
+                if sym not in self.fixed_at and self.shape_env.replacements.get(sym, sym) != sym:
+                    self.fixed_at[sym] = n
+        return out
+
+
+def _equalities(shape_env, guards: list) -> dict:
+    """``expression -> simpler equal expression`` from the ShapeEnv's equality guards: a
+    reshape to ``(-1, 2)`` leaves a dim ``S//(S//2)`` and the guard that it equals 2."""
+    out = {}
+    for expr, _node in guards:
+        expr = shape_env.replace(expr)
+        if type(expr).__name__ != "Equality":
+            continue
+        a, b = expr.args
+        key = (sympy.count_ops(a), len(str(a))), (sympy.count_ops(b), len(str(b)))
+        if key[0] != key[1]:
+            complex_, simple = (a, b) if key[0] > key[1] else (b, a)
+            out.setdefault(complex_, simple)
+    return out
+
+
+class _Converter:
+    """Fake values and sympy expressions -> IR dims and Python evaluators."""
+
+    def __init__(self, shape_env, symbols: dict, equal: dict):
+        self.shape_env, self.symbols, self.equal = shape_env, symbols, equal
+
+    def expr(self, x):
+        e = self.shape_env.replace(x.node.expr)
+        return e.xreplace(self.equal) if self.equal else e
+
+    def depends(self, value) -> bool:
+        if isinstance(value, torch.Tensor):
+            return any(isinstance(d, torch.SymInt) and self.expr(d).free_symbols for d in value.shape)
+        if isinstance(value, (torch.SymInt, torch.SymBool, torch.SymFloat)):
+            return bool(self.expr(value).free_symbols)
+        if isinstance(value, (list, tuple)):
+            return any(self.depends(v) for v in value)
+        return False
+
+    def dim(self, d, node):
+        if isinstance(d, int):
+            return d
+        try:
+            return to_dim(self.expr(d), self.symbols)
+        except ValueError as exc:
+            where = f" (in '{node.name}'" + (f" at {node.meta['source']})" if node.meta.get("source") else ")")
+            raise ReplayUnavailable(f"the size {exc} has no IR form{where}") from None
+
+    def value(self, value, node):
+        if isinstance(value, torch.Tensor):
+            return tuple(self.dim(d, node) for d in value.shape)
+        if isinstance(value, torch.SymInt):
+            return self.dim(value, node)
+        if isinstance(value, (torch.SymBool, torch.SymFloat)):
+            e = self.expr(value)
+            if e.free_symbols:
+                return VARIES
+            return bool(e) if isinstance(value, torch.SymBool) else float(e)
+        if isinstance(value, (bool, int, float)):
+            return value
+        if isinstance(value, (list, tuple)):
+            return tuple(self.value(v, node) for v in value)
+        return None
+
+    def evaluator(self, value, piece: bool = False):
+        """``env -> value`` at other sizes, for what a tracer guard reads (None: not known).
+
+        A tensor inside a sequence evaluates to None: a guard reads only how many pieces there
+        are, and where that number changes the ShapeEnv has a guard of its own."""
+        if isinstance(value, (torch.SymInt, torch.SymBool, torch.SymFloat)):
+            return _compile(self.expr(value), self.symbols)
+        if isinstance(value, torch.Tensor) and piece:
+            return _const(None)
+        if isinstance(value, (list, tuple)):
+            items = [self.evaluator(v, True) for v in value]
+            if any(i is None for i in items):
+                return None
+            return lambda env: tuple(i(env) for i in items)
+        if isinstance(value, (bool, int, float)):
+            return _const(value)
+        return None
+
+
+def _const(v):
+    return lambda env: v
+
+
+def to_dim(expr, symbols: dict):
+    """A sympy integer expression of the ShapeEnv's symbols as an IR dim (int or SymDim);
+    ``ValueError`` names the part with no IR form (Max, Min, a symbol that is no input size)."""
+    if expr.is_Integer:
+        return int(expr)
+    if expr.is_Symbol:
+        if expr not in symbols:
+            raise ValueError(str(expr))
+        return SymDim.symbol(symbols[expr])
+    kind = type(expr).__name__
+    args = expr.args
+    if kind == "Add":
+        total = 0
+        for a in args:
+            total = total + to_dim(a, symbols)
+        return total
+    if kind == "Mul":
+        prod = 1
+        for a in args:
+            prod = prod * to_dim(a, symbols)
+        return prod
+    if kind in ("Pow", "PowByNatural") and args[1].is_Integer and int(args[1]) >= 0:
+        base, prod = to_dim(args[0], symbols), 1
+        for _ in range(int(args[1])):
+            prod = prod * base
+        return prod
+    if kind in ("FloorDiv", "CleanDiv", "CeilDiv", "Mod", "PythonMod") and args[1].is_Integer and int(args[1]) > 0:
+        num, d = to_dim(args[0], symbols), int(args[1])
+        if kind == "CeilDiv":
+            num = num + (d - 1)
+        if isinstance(num, int):
+            q = num // d
+        else:
+            q = SymDim.floordiv(num, d)
+        return num - d * q if kind in ("Mod", "PythonMod") else q
+    raise ValueError(str(expr))
+
+
+def _compile(expr, symbols: dict) -> Callable[[dict], object]:
+    """A fast Python evaluator ``env -> value`` of a sympy expression of the symbols."""
+    if expr is sympy.true or expr is sympy.false:
+        v = bool(expr)
+        return lambda env: v
+    if expr.is_Integer:
+        v = int(expr)
+        return lambda env: v
+    if expr.is_Number:
+        v = float(expr)
+        return lambda env: v
+    if expr.is_Symbol:
+        if expr not in symbols:
+            raise ReplayUnavailable(f"the expression reads '{expr}', which is not an input size")
+        name = symbols[expr]
+        return lambda env: env[name]
+    fn = _OPS.get(type(expr).__name__)
+    if fn is None:
+        raise ReplayUnavailable(f"no evaluator for {type(expr).__name__} in {expr}")
+    parts = [_compile(a, symbols) for a in expr.args]
+    return lambda env: fn(*(p(env) for p in parts))
+
+
+def _fold(op):
+    def apply(*xs):
+        acc = xs[0]
+        for x in xs[1:]:
+            acc = op(acc, x)
+        return acc
+    return apply
+
+
+def _int(x):
+    return int(x) if float(x).is_integer() else x
+
+
+_OPS = {
+    "Add": _fold(operator.add), "Mul": _fold(operator.mul),
+    "Pow": lambda a, b: _int(a ** b), "PowByNatural": operator.pow, "FloatPow": lambda a, b: float(a) ** float(b),
+    "FloorDiv": operator.floordiv, "CleanDiv": operator.floordiv, "CeilDiv": lambda a, b: -(-a // b),
+    "Mod": operator.mod, "PythonMod": operator.mod,
+    "IntTrueDiv": lambda a, b: a / b, "FloatTrueDiv": lambda a, b: a / b, "ToFloat": float,
+    "TruncToInt": lambda a: int(math.trunc(a)), "FloorToInt": lambda a: math.floor(a),
+    "CeilToInt": lambda a: math.ceil(a), "RoundToInt": lambda a: round(a), "TruncToFloat": lambda a: float(math.trunc(a)),
+    "Max": _fold(max), "Min": _fold(min),
+    "Equality": operator.eq, "Unequality": operator.ne, "StrictLessThan": operator.lt, "LessThan": operator.le,
+    "StrictGreaterThan": operator.gt, "GreaterThan": operator.ge,
+    "And": lambda *xs: all(xs), "Or": lambda *xs: any(xs), "Not": operator.not_,
+    "OpaqueUnaryFn_sqrt": math.sqrt, "OpaqueUnaryFn_exp": math.exp, "OpaqueUnaryFn_log": math.log,
+    "OpaqueUnaryFn_log2": math.log2,
+}

@@ -1,0 +1,117 @@
+"""Symbolic shapes from one fake replay (FakeTensorMode + ShapeEnv): exact shape expressions,
+a handful of real runs instead of dozens, and the probe fitting as the fallback. Real tract runs."""
+import math
+
+import numpy as np
+import sympy
+import torch
+import torch.nn as nn
+
+import fx2nnef
+from fx2nnef.fx_tracer.fake_replay import to_dim
+from fx2nnef.ir import SymDim
+from fx2nnef.targets.tract_runner import run_tract_many
+from harness import FnModule
+
+_FALLBACK = "dynamic shapes were fitted from probe runs"
+
+
+def _run_sizes(model, r, name, make, sizes):
+    """Run the asset at each size and compare with eager; returns the output shapes."""
+    ins = [make(n) for n in sizes]
+    got = run_tract_many(r.path, [[x.numpy()] for x in ins])
+    shapes = []
+    for x, g in zip(ins, got):
+        with torch.no_grad():
+            e = model(x).numpy()
+        assert g[0].shape == e.shape, (name, x.shape, g[0].shape, e.shape)
+        np.testing.assert_allclose(g[0], e, atol=1e-4, rtol=5e-4)
+        shapes.append(g[0].shape)
+    return shapes
+
+
+def test_strided_convs_shapes_from_one_replay(tmp_path):
+    """Two strided convs: the length is an exact floor division from the replay, with a few runs."""
+    model = nn.Sequential(nn.Conv1d(1, 4, 10, stride=5), nn.ReLU(), nn.Conv1d(4, 4, 3, stride=2)).eval()
+    r = fx2nnef.export(model, (torch.randn(1, 1, 400),), tmp_path / "m.nnef.tgz", input_names=["x"],
+                       target=fx2nnef.TractNNEF(dynamic_axes={"x": {2: "T"}}))
+    assert r.check.ok and not any(_FALLBACK in n for n in r.notes)
+    assert r.timings["graph_runs"] <= 12 and r.timings["eager_runs"] <= 12
+    length = r.graph.outputs[0].shape[2]
+    for t in range(20, 2000, 37):
+        assert length.evaluate({"T": t}) == ((t - 10) // 5 + 1 - 3) // 2 + 1
+    assert r.ranges["T"].lo == 20  # below, the second conv has fewer than 3 inputs: torch refuses
+    sizes = [20, 21, 29, 30, 401, 1003]
+    _run_sizes(model, r, "T", lambda n: torch.randn(1, 1, n), sizes)
+
+
+def test_tiny_llama_dynamic_batch_and_length_with_few_runs(tmp_path):
+    from fx2nnef.examples.tiny_llm import example_input_ids, tiny_llama
+    lm = tiny_llama("eager")
+
+    class Wrapped(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lm = lm
+
+        def forward(self, ids, mask):
+            return self.lm(input_ids=ids, attention_mask=mask, use_cache=False).logits
+
+    model = Wrapped().eval()
+    ids = torch.cat([example_input_ids(8), example_input_ids(8, seed=1)])
+    dyn = {"ids": {0: "B", 1: "S"}, "mask": {0: "B", 1: "S"}}
+    r = fx2nnef.export(model, (ids, torch.ones_like(ids)), tmp_path / "llama.nnef.tgz", input_names=["ids", "mask"],
+                       target=fx2nnef.TractNNEF(dynamic_axes=dyn))
+    assert r.check.ok and not r.ranges and not any(_FALLBACK in n for n in r.notes)
+    assert r.timings["graph_runs"] <= 7 and r.timings["eager_runs"] <= 8, r.timings
+    sets = [(b, s) for b, s in ((1, 1), (1, 5), (3, 2), (2, 13))]
+    ins = [torch.cat([example_input_ids(s, seed=i) for i in range(b)]) for b, s in sets]
+    got = run_tract_many(r.path, [[i.numpy(), np.ones(i.shape, dtype=np.int64)] for i in ins])
+    for i, g in zip(ins, got):
+        with torch.no_grad():
+            np.testing.assert_allclose(g[0], model(i, torch.ones_like(i)).numpy(), atol=1e-4, rtol=5e-4)
+
+
+def test_fallback_to_probes_is_said(tmp_path):
+    """`math.sqrt(S)` makes the ShapeEnv fix S: the export falls back to probe fitting, says so,
+    and is still right at other sizes."""
+    model = FnModule(lambda x: x * math.sqrt(x.shape[1]))
+    r = fx2nnef.export(model, (torch.randn(2, 6),), tmp_path / "m.nnef.tgz", input_names=["x"],
+                       target=fx2nnef.TractNNEF(dynamic_axes={"x": {1: "S"}}))
+    assert any(_FALLBACK in n and "sqrt" in n for n in r.notes)
+    assert "fitted from probe runs" in str(r)
+    _run_sizes(model, r, "S", lambda n: torch.randn(2, n), [1, 3, 6, 17])
+
+
+def test_piece_count_change_is_named_with_its_line(tmp_path):
+    """split(2) of S=6: shapes change with the number of pieces; the refusal names the line."""
+    def fn(x):
+        return torch.cat([p * i for i, p in enumerate(x.split(2, dim=1))], 1)
+    try:
+        fx2nnef.export(FnModule(fn), (torch.randn(2, 6),), tmp_path / "m.nnef.tgz", input_names=["x"],
+                       target=fx2nnef.TractNNEF(dynamic_axes={"x": {1: "S"}}))
+    except fx2nnef.GuardError as exc:
+        assert "split(...) gives 3 tensors" in str(exc) and "test_symbolic_shapes.py:" in str(exc)
+    else:
+        raise AssertionError("split(2) of a dynamic S must be refused")
+
+
+def test_sympy_to_dims():
+    from torch.utils._sympy.functions import CeilDiv, FloorDiv, Max, Mod
+    s, t = sympy.symbols("s0 s1", integer=True, positive=True)
+    names = {s: "S", t: "T"}
+    S, T = SymDim.symbol("S"), SymDim.symbol("T")
+    assert to_dim(2 * s * t + 3, names) == 2 * S * T + 3
+    assert to_dim(sympy.Integer(7), names) == 7
+    env = {"S": 0, "T": 0}
+    for a in range(1, 30):
+        env["S"] = a
+        assert to_dim(FloorDiv(s - 3, 4) + 1, names).evaluate(env) == (a - 3) // 4 + 1
+        assert to_dim(CeilDiv(s, 3), names).evaluate(env) == -(-a // 3)
+        assert to_dim(Mod(s, 4), names).evaluate(env) == a % 4
+    for bad in (Max(s, 4), FloorDiv(s, t), sympy.Symbol("u0")):
+        try:
+            to_dim(bad, names)
+        except ValueError:
+            continue
+        raise AssertionError(f"{bad} has no IR form and must be refused")
