@@ -506,9 +506,10 @@ def trace_model(model: torch.nn.Module, args: tuple, kwargs: dict, flat_names: l
     if len(flat) != len(flat_names):
         raise TraceError(f"expected {len(flat_names)} input names for {len(flat)} input tensors")
     tracer = CustomTracer(leaf_types, leaf_names, forced)
-    values = {}
-    for name, (_, t) in zip(flat_names, flat):
-        values[name] = t.detach().clone()
+    # the tracer runs the forward on ``values``, which in-place updates of the inputs change; the
+    # example inputs handed back are the inputs as given
+    originals = {name: t.detach().clone() for name, (_, t) in zip(flat_names, flat)}
+    values = {name: t.clone() for name, t in originals.items()}
     tracer.placeholder_values = values
     keys = [k for k, _ in flat]
     holder: dict = {}
@@ -540,7 +541,7 @@ def trace_model(model: torch.nn.Module, args: tuple, kwargs: dict, flat_names: l
         raise TraceError(f"outputs {not_traced} do not depend on any traced value")
     gm = fx.GraphModule(root, graph, class_name=type(model).__name__)
     names = list(output_names) if output_names else outs
-    return TraceResult(gm, list(flat_names), names, tracer.guards, [values[n] for n in flat_names],
+    return TraceResult(gm, list(flat_names), names, tracer.guards, [originals[n] for n in flat_names],
                        list(tracer.control_flow_notes), list(tracer.decisions))
 
 
