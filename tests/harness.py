@@ -87,3 +87,43 @@ def randint(low, high, *shape, dtype=torch.int64, seed: int = 0) -> torch.Tensor
 
 def randbool(*shape, seed: int = 0) -> torch.Tensor:
     return torch.rand(*shape, generator=seeded(seed)) > 0.5
+
+
+def export_and_run_with_kv_cache(model, full: torch.Tensor, tmp_path: Path, steps: Sequence[tuple]) -> "fx2nnef.ExportResult":
+    """Export a transformers causal LM taking a ``DynamicCache`` (input ids of length S after a past
+    of length P, both dynamic), then run the asset in tract at each ``(S, P)`` of ``steps`` and
+    compare every output (logits, then each layer's keys and values) with the model at the
+    default tolerance level. ``full``: ``[1, >= max(P + S)]`` token ids the steps are cut from."""
+    import numpy as np
+    from transformers import DynamicCache
+
+    from fx2nnef.targets.tolerance import compare_outputs, format_diffs
+    from fx2nnef.targets.tract_runner import run_tract
+
+    with torch.no_grad():
+        layers = model(full, use_cache=True).past_key_values.layers
+
+    def past(p):
+        return [(layer.keys[:, :, :p].clone(), layer.values[:, :, :p].clone()) for layer in layers]
+
+    dyn = {"input_ids": {1: "S"}}
+    for i in range(len(layers)):
+        dyn[f"past_key_values_{i}_key"] = {2: "P"}
+        dyn[f"past_key_values_{i}_value"] = {2: "P"}
+    out = tmp_path / "kv.nnef.tgz"
+    r = fx2nnef.export(model, (full[:, 5:8],), out,
+                       kwargs={"past_key_values": DynamicCache(ddp_cache_data=past(5)), "use_cache": True},
+                       target=fx2nnef.TractNNEF(dynamic_axes=dyn))
+    assert r.check.ok and r.symbols == ["S", "P"] and len(r.output_names) == 1 + 2 * len(layers)
+    for s, p in steps:
+        cache = past(p)
+        ids = full[:, p:p + s]
+        with torch.no_grad():
+            expected = model(ids, past_key_values=DynamicCache(ddp_cache_data=cache), use_cache=True)
+        want = [expected.logits.numpy()] + [t.numpy() for layer in expected.past_key_values.layers
+                                            for t in (layer.keys, layer.values)]
+        got = run_tract(out, [ids.numpy()] + [t.numpy() for kv in cache for t in kv])
+        diffs = compare_outputs(None, want, got, "approximate")
+        assert all(d.ok for d in diffs), f"S={s}, P={p}:\n" + format_diffs(diffs)
+        assert np.isfinite(got[0]).all()
+    return r

@@ -5,14 +5,12 @@ transformers 5.23 routes tokens to experts by sorting them, counting them per ex
 "grouped_mm"), or by gathering each token's expert weights ("batched_mm"); both export, as
 shape-static graphs. The op cases check those lowerings and the scatters on their own.
 """
-import numpy as np
 import pytest
 import torch
 import transformers as T
 
 import fx2nnef
-from fx2nnef.targets.tract_runner import run_tract
-from harness import OpCase, check_op, randint, randn, run_case
+from harness import OpCase, check_op, export_and_run_with_kv_cache, randint, randn, run_case
 
 MOE = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
            vocab_size=128, max_position_embeddings=128, num_experts_per_tok=2)
@@ -102,33 +100,8 @@ def test_dbrx_dynamic_batch_and_sequence(tmp_path):
 
 def test_moe_with_kv_cache(tmp_path):
     """One asset serves the prompt (P=0), a prompt after a past, and decoding (S=1)."""
-    from transformers import DynamicCache
-
-    model = tiny("qwen2_moe", use_cache=True)
-    full = ids(1, 12, seed=7)
-    with torch.no_grad():
-        layers = model(full, use_cache=True).past_key_values.layers
-
-    def past(p):
-        return [(l.keys[:, :, :p].clone(), l.values[:, :, :p].clone()) for l in layers]
-
-    dyn = {"input_ids": {1: "S"}}
-    for i in range(len(layers)):
-        dyn[f"past_key_values_{i}_key"] = {2: "P"}
-        dyn[f"past_key_values_{i}_value"] = {2: "P"}
-    out = tmp_path / "kv.nnef.tgz"
-    r = fx2nnef.export(model, (full[:, 5:8],), out, kwargs={"past_key_values": DynamicCache(ddp_cache_data=past(5)),
-                                                             "use_cache": True},
-                       target=fx2nnef.TractNNEF(dynamic_axes=dyn))
-    assert r.check.ok and r.symbols == ["S", "P"]
-    for s, p in [(1, 8), (4, 0), (1, 11)]:
-        cache = past(p)
-        x = full[:, p:p + s]
-        with torch.no_grad():
-            expected = model(x, past_key_values=DynamicCache(ddp_cache_data=cache), use_cache=True)
-        got = run_tract(out, [x.numpy()] + [t.numpy() for kv in cache for t in kv])
-        np.testing.assert_allclose(got[0], expected.logits.numpy(), atol=1e-4, rtol=5e-4)
-        np.testing.assert_allclose(got[-1], expected.past_key_values.layers[-1].values.numpy(), atol=1e-4, rtol=5e-4)
+    export_and_run_with_kv_cache(tiny("qwen2_moe", use_cache=True), ids(1, 12, seed=7), tmp_path,
+                                 [(1, 8), (4, 0), (1, 11)])
 
 
 # ---- the ops on their own ---------------------------------------------------------------------------------------

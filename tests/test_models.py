@@ -7,7 +7,7 @@ import torch.nn as nn
 import fx2nnef
 from fx2nnef.examples.tiny_llm import example_input_ids, tiny_llama
 from fx2nnef.targets.tract_runner import run_tract
-from harness import randn
+from harness import export_and_run_with_kv_cache, randn
 
 
 class MLP(nn.Module):
@@ -156,33 +156,8 @@ def test_tiny_llama_dynamic_batch_from_batch_one(tmp_path):
 def test_tiny_llama_with_kv_cache(tmp_path):
     """A DynamicCache given as input: past keys/values become inputs, the new cache outputs;
     one asset serves prompt (P=0) and decoding (S=1) steps."""
-    from transformers import DynamicCache
-
-    model = tiny_llama("sdpa", use_cache=True)
-    full = example_input_ids(12, seed=7)
-    with torch.no_grad():
-        layers = model(full, use_cache=True).past_key_values.layers
-
-    def past(p):
-        return [(l.keys[:, :, :p].clone(), l.values[:, :, :p].clone()) for l in layers]
-
-    dyn = {"input_ids": {1: "S"}}
-    for i in range(len(layers)):
-        dyn[f"past_key_values_{i}_key"] = {2: "P"}
-        dyn[f"past_key_values_{i}_value"] = {2: "P"}
-    out = tmp_path / "kv.nnef.tgz"
-    r = fx2nnef.export(model, (full[:, 5:8],), out, kwargs={"past_key_values": DynamicCache(ddp_cache_data=past(5)),
-                                                             "use_cache": True},
-                       target=fx2nnef.TractNNEF(dynamic_axes=dyn))
-    assert r.check.ok and r.symbols == ["S", "P"] and len(r.output_names) == 5
-    for s, p in [(1, 8), (4, 0)]:
-        cache = past(p)
-        ids = full[:, p:p + s]
-        with torch.no_grad():
-            expected = model(ids, past_key_values=DynamicCache(ddp_cache_data=cache), use_cache=True)
-        got = run_tract(out, [ids.numpy()] + [t.numpy() for kv in cache for t in kv])
-        np.testing.assert_allclose(got[0], expected.logits.numpy(), atol=1e-5, rtol=1e-4)
-        np.testing.assert_allclose(got[1], expected.past_key_values.layers[0].keys.numpy(), atol=1e-5, rtol=1e-4)
+    export_and_run_with_kv_cache(tiny_llama("sdpa", use_cache=True), example_input_ids(12, seed=7), tmp_path,
+                                 [(1, 8), (4, 0)])
 
 
 def test_tiny_llama_float16(tmp_path):
