@@ -165,3 +165,12 @@ def test_tiny_llama_float16(tmp_path):
                        target=fx2nnef.TractNNEF(dynamic_axes={"input_ids": {1: "S"}}))
     assert r.check.ok and r.max_abs_diff < 5e-3
     assert "'f16'" in r.nnef_text or "f16" in r.nnef_text
+
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+def test_tiny_llama_bfloat16(attn, tmp_path):
+    """bf16 values run in f32 in tract (no bf16 there): torch rounds every op to bf16, so the check
+    is at tract's "very" level."""
+    r = fx2nnef.export(tiny_llama(attn).to(torch.bfloat16), (example_input_ids(8),), tmp_path / "bf16.nnef.tgz",
+                       target=fx2nnef.TractNNEF(dynamic_axes={"input_ids": {1: "S"}}, check_io_tolerance="very"))
+    assert r.check.ok and len(r.check.cases) == 3

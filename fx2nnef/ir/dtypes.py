@@ -32,6 +32,10 @@ class DType(enum.Enum):
 
     @property
     def numpy_name(self) -> str:
+        """The numpy dtype holding this type's values; bf16 values are held (and written) as
+        float32, exactly, since numpy has no bfloat16."""
+        if self is DType.BF16:
+            return "float32"
         return "bool" if self is DType.BOOL else _NUMPY_NAMES[self]
 
     @classmethod
@@ -46,6 +50,6 @@ class DType(enum.Enum):
 
 
 _NUMPY_NAMES = {
-    DType.F16: "float16", DType.BF16: "bfloat16", DType.F32: "float32", DType.F64: "float64",
+    DType.F16: "float16", DType.F32: "float32", DType.F64: "float64",
     DType.I8: "int8", DType.I16: "int16", DType.I32: "int32", DType.I64: "int64", DType.U8: "uint8",
 }
