@@ -153,7 +153,7 @@ def run_child(size: str, mode: str, layers: int | None, out_dir: Path) -> dict:
 
 def describe(r: dict) -> str:
     floor = r["forward"] + r["plain_write"]
-    stages = ", ".join(f"{k} {v:.2f}" for k, v in r["timings"].items())
+    stages = ", ".join(f"{k} {v}" if isinstance(v, int) else f"{k} {v:.2f}" for k, v in r["timings"].items())
     return (f"{r['size']:>5} {r['mode']:<7} L={r['layers']:<2} {r['params'] / 1e6:6.1f} M params "
             f"{r['weight_bytes'] / 2**20:7.0f} MiB | export {r['export']:6.2f} s = {r['export'] / floor:5.2f}x floor "
             f"(forward {r['forward']:.2f} + write {r['plain_write']:.2f}) | stages: {stages} | "
