@@ -1,12 +1,10 @@
 """KhronosNNEF: standard NNEF only, validated by the Khronos parser, run by nnef_tools."""
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 
 from ..errors import InvalidArgumentError
 from .base import InferenceTarget
-from .child import asset_folder
 from .khronos_runner import run_khronos_many, validate_khronos
 from .tolerance import resolve_tolerance
 
@@ -40,8 +38,7 @@ class KhronosNNEF(InferenceTarget):
 
     def validate(self, asset: Path) -> None:
         """The Khronos parser and shape inference accept the asset (folder or archive)."""
-        with tempfile.TemporaryDirectory(prefix="fx2nnef_khr_") as tmp:
-            validate_khronos(asset_folder(Path(asset), Path(tmp)))
+        validate_khronos(asset)
 
     def run(self, asset: Path, input_sets: list) -> list:
         return run_khronos_many(asset, input_sets)
