@@ -62,3 +62,28 @@ def test_tract(case, tmp_path):
 @pytest.mark.parametrize("case", [c for c in CASES if c.khronos], ids=str)
 def test_khronos(case, tmp_path):
     run_case(case, tmp_path, "khronos")
+
+
+# comparisons of two tensors of symbolic shape take tract's workaround (an opaque zero on one side):
+# infinities, NaN and integers at the ends of their range must compare as in torch
+SPECIAL = torch.tensor([[1.0, float("inf"), float("nan"), -float("inf"), 2.0, float("inf")]])
+SPECIAL_OTHER = torch.tensor([[1.0, float("inf"), float("nan"), 3.0, -float("inf"), -float("inf")]])
+HUGE = torch.tensor([[2 ** 62, -2 ** 62, 7, -(2 ** 63), 2 ** 63 - 1, 0]])
+DYNAMIC_COMPARE = [
+    OpCase("isnan_dynamic", torch.isnan, [SPECIAL], dynamic_axes={"x0": {1: "S"}}),
+    OpCase("eq_inf_dynamic", torch.eq, [SPECIAL, SPECIAL_OTHER], dynamic_axes={"x0": {1: "S"}, "x1": {1: "S"}}),
+    OpCase("ge_inf_dynamic", torch.ge, [SPECIAL, SPECIAL_OTHER], dynamic_axes={"x0": {1: "S"}, "x1": {1: "S"}}),
+    OpCase("isclose_nan_dynamic", lambda x, y: torch.isclose(x, y, equal_nan=True), [SPECIAL, SPECIAL_OTHER],
+           dynamic_axes={"x0": {1: "S"}, "x1": {1: "S"}}),
+    OpCase("gt_i64_extremes_dynamic", lambda x: x[:, :, None] > -x[:, None, :], [HUGE], dynamic_axes={"x0": {1: "S"}}),
+    OpCase("range_mask_f32_dynamic", lambda x: torch.where(
+        torch.arange(x.shape[1], dtype=torch.float32)[:, None] >= torch.arange(x.shape[1], dtype=torch.float32),
+        x[:, :, None], 0.0), [F32[0]], dynamic_axes={"x0": {1: "S"}}),
+    OpCase("where_int_numbers", lambda x: torch.where(x > 0, 1, 0), [F32]),
+    OpCase("where_bool_numbers", lambda x: torch.where(x > 0, True, False), [F32], khronos=False),
+]
+
+
+@pytest.mark.parametrize("case", DYNAMIC_COMPARE, ids=str)
+def test_compare_special_values(case, tmp_path):
+    run_case(case, tmp_path, "tract")

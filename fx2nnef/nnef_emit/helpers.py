@@ -112,8 +112,10 @@ def result_dtype(*xs) -> DType:
     """torch's type promotion on Values and Python numbers (enough for elementwise ops)."""
     tensors = [x for x in xs if isinstance(x, Value)]
     order = [DType.BOOL, DType.U8, DType.I8, DType.I16, DType.I32, DType.I64, DType.F16, DType.BF16, DType.F32, DType.F64]
-    if not tensors:
-        return DType.F32
+    if not tensors:  # numbers only (torch.where(c, 1, 0)): torch's default dtype of their kind
+        if any(isinstance(x, float) for x in xs):
+            return DType.F32
+        return DType.BOOL if all(isinstance(x, bool) for x in xs) else DType.I64
     best = max((t.dtype for t in tensors if t.rank != 0), key=order.index, default=None)
     if best is None:
         best = max((t.dtype for t in tensors), key=order.index)

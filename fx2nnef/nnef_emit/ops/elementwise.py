@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 from ...ir import DType, Value
 from ..context import EmitContext
-from ..helpers import broadcast_operands, cast, result_dtype, scalar_operand
+from ..helpers import opaque, broadcast_operands, cast, result_dtype, scalar_operand
 from ..registry import REGISTRY, register
 from .activation import broadcast_shape, ew, select
 from .division import float_quotient
@@ -303,17 +303,16 @@ def compare(ctx: EmitContext, nnef_op: str, a, b):
 def compare_tract(ctx: EmitContext, nnef_op: str, a, b):
     """NOTE: tract 0.23.9 mis-optimizes ``select`` on a comparison of two tensors whose shapes
     are symbolic (e.g. ``ge(range[:, None], range[None, :])``: "Undetermined symbol" at run
-    time). Comparing their difference with 0 gives the same mask and runs. tract refuses
-    comparisons of bools: they are compared as u8."""
+    time). Adding an opaque zero to one side (helpers.opaque) keeps every value, inf and NaN
+    included (comparing the difference with 0 did not: ``inf - inf`` is NaN, integers wrap),
+    and the mask runs. tract refuses comparisons of bools: they are compared as u8."""
     if any(isinstance(v, Value) and v.dtype.is_bool for v in (a, b)):
         a, b = cast(ctx, a, DType.U8), cast(ctx, b, DType.U8)
     symbolic = all(isinstance(v, Value) and not v.is_constant and v.shape is not None and not v.is_static
                    for v in (a, b))
-    shape = broadcast_shape(a, b)
-    if not symbolic or a.dtype is DType.U8:
-        return ctx.op(nnef_op, a, b, out_dtype=DType.BOOL, out_shape=shape)
-    diff = ctx.op("sub", a, b, out_dtype=a.dtype, out_shape=shape)
-    return ctx.op(nnef_op, diff, scalar_operand(ctx, 0, a.dtype), out_dtype=DType.BOOL, out_shape=shape)
+    if symbolic and a.dtype is not DType.U8:
+        a = opaque(ctx, a)
+    return ctx.op(nnef_op, a, b, out_dtype=DType.BOOL, out_shape=broadcast_shape(a, b))
 
 
 # logic and bitwise ----------------------------------------------------------------------------
