@@ -62,7 +62,7 @@ def test_an_export_for_a_variant_uses_its_override_and_the_rest_of_tract(tmp_pat
         @REGISTRY.register(torch.tanh, target=VARIANT)
         def tanh_by_exp(ctx, input):
             """tanh(x) = (e - 1) / (e + 1) with e = exp(2x) (a stand-in for a target's own form)."""
-            from fx2nnef.nnef_emit.ops.activation import ew, un
+            from fx2nnef.nnef_emit.helpers import ew, un
 
             e = un(ctx, "exp", ew(ctx, "mul", input, 2.0))
             return ew(ctx, "div", ew(ctx, "sub", e, 1.0), ew(ctx, "add", e, 1.0))

@@ -1,7 +1,7 @@
 """Activations and composite elementwise math: softmax, GELU family, clamps, shrinks, dropout, erf, fmod, ...
 
-The first section holds small builders (broadcasting binary ops with result shapes, select,
-casts to float, per-channel views) that reduce.py and norm.py use too.
+The first section holds a per-channel view builder that norm.py uses too; the element-wise
+builders (``ew``, ``compare``, ``un``, ``select``, ``to_float``) are in ``nnef_emit.helpers``.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from ...ir import DType, Value, op_key
 from ..context import EmitContext
-from ..helpers import axis, broadcast_operands, cast, opaque, rank, result_dtype, unsqueeze_to
+from ..helpers import axis, cast, compare, ew, rank, result_dtype, select, to_float, un
 from ..registry import register
 
 SQRT1_2 = 0.7071067811865476
@@ -24,79 +24,6 @@ ERF_P = 0.3275911
 ERF_COEFS = (1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592)
 SELU_ALPHA = 1.6732632423543772
 SELU_SCALE = 1.0507009873554805
-
-
-# builders ------------------------------------------------------------------------------
-def broadcast_shape(*operands) -> Optional[tuple]:
-    """Result shape of an elementwise op whose tensor operands already have the same rank."""
-    shapes = [v.shape for v in operands if isinstance(v, Value)]
-    if not shapes or any(s is None for s in shapes):
-        return None
-    out = list(shapes[0])
-    for s in shapes[1:]:
-        out = [d if o == 1 else o for o, d in zip(out, s)]
-    return tuple(out)
-
-
-def ew(ctx: EmitContext, op: str, a, b, out_dtype: Optional[DType] = None) -> Value:
-    """Binary NNEF op ``op(a, b)`` on Values or Python numbers, broadcast as torch does.
-
-    The operands are taken in the dtype of the first tensor (numbers follow it); the result
-    has ``out_dtype`` (default: that dtype).
-    """
-    dtype = next(v.dtype for v in (a, b) if isinstance(v, Value))
-    a, b = broadcast_operands(ctx, a, b, dtype)
-    if op in _MASK_FOLDED and not dtype.is_float and isinstance(a, Value) and isinstance(b, Value):
-        a, b = _opaque_carrier(ctx, a, b), _opaque_carrier(ctx, b, a)
-    return ctx.op(op, a, b, out_dtype=out_dtype or dtype, out_shape=broadcast_shape(a, b))
-
-
-# NOTE: tract 0.23.9's pass FoldUniformMask replaces an operand of an integer `mul`/`div` or a bool
-# `and` that it knows to be uniform (`ones_like(x)`, a `tile` of a constant, a mask built from a
-# range, even `x & 0`) by a constant of shape [1, ..., 1], then folds the op away: when that operand
-# alone gave the result its size on some dim, the load fails ("Trying to substitute a 2,S,I64 by
-# 1,1,I64") or, on a dynamic dim, the result silently has size 1 there (`ones(S) * c`). The operand
-# that gives the size is made opaque (helpers.opaque). A `tile` of the other operand does not help:
-# tract drops a broadcast that feeds a binary op.
-_MASK_FOLDED = ("mul", "div", "and")
-
-
-def _opaque_carrier(ctx: EmitContext, x: Value, other: Value) -> Value:
-    """``x``, made opaque to tract's uniform-value folding when it alone gives the result its
-    size on some dim (``other`` has 1 there)."""
-    if x.is_constant or x.shape is None or other.shape is None or len(x.shape) != len(other.shape) \
-            or any(x is v for v in ctx.graph_inputs):
-        return x
-    if not any(o == 1 and not (isinstance(d, int) and d == 1) for d, o in zip(x.shape, other.shape)
-               if isinstance(o, int)):
-        return x
-    return opaque(ctx, x)
-
-
-def compare(ctx: EmitContext, op: str, a, b) -> Value:
-    """Comparison ``op`` (gt, lt, eq, ne, ...) giving a bool tensor."""
-    return ew(ctx, op, a, b, out_dtype=DType.BOOL)
-
-
-def un(ctx: EmitContext, op: str, x: Value, **attrs) -> Value:
-    """Unary NNEF op keeping the shape and dtype of ``x``."""
-    return ctx.op(op, x, out_dtype=x.dtype, out_shape=x.shape, **attrs)
-
-
-def select(ctx: EmitContext, cond: Value, a, b) -> Value:
-    """``select(cond, a, b)`` with every tensor operand at the same rank."""
-    dtype = next((v.dtype for v in (a, b) if isinstance(v, Value)), DType.F32)
-    # NOTE: tract's select does not adapt a float literal to f16: numbers become typed constants
-    a, b = (cast(ctx, v, dtype) if isinstance(v, Value) else ctx.const(np.array(v, dtype=dtype.numpy_name), dtype)
-            for v in (a, b))
-    r = max(rank(v) for v in (cond, a, b) if isinstance(v, Value))
-    cond, a, b = (unsqueeze_to(ctx, v, r) if isinstance(v, Value) else v for v in (cond, a, b))
-    return ctx.op("select", cond, a, b, out_dtype=dtype, out_shape=broadcast_shape(cond, a, b))
-
-
-def to_float(ctx: EmitContext, x: Value) -> Value:
-    """``x`` as a float tensor (integers and bools become f32, as torch promotes them)."""
-    return x if x.dtype.is_float else cast(ctx, x, DType.F32)
 
 
 def channel_view(ctx: EmitContext, v: Value, r: int, dtype: DType) -> Value:

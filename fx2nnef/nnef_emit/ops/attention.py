@@ -20,8 +20,8 @@ from ...ir import DType, Value
 from ..context import EmitContext
 from ..helpers import broadcast_operands, cast, rank, result_dtype, unsqueeze_to
 from ..registry import register
-from .creation import constant, filled
-from .misc import repeat_axis
+from .creation import filled
+from .shape import repeat_axis
 
 
 def lowest(dtype: DType) -> float:
@@ -34,7 +34,7 @@ def causal_keep(ctx: EmitContext, n_queries, n_keys) -> Value:
     """Bool ``[L, T]``, True where query i may see key j (j <= i: torch's top-left alignment)."""
     if not isinstance(n_queries, int) or not isinstance(n_keys, int):
         ctx.fail("is_causal over dynamic lengths needs the tract target")
-    return constant(ctx, np.tri(n_queries, n_keys, dtype=bool), DType.BOOL, name="causal")
+    return ctx.const(np.tri(n_queries, n_keys, dtype=bool), DType.BOOL, name="causal")
 
 
 @register("nnef.causal_keep", target="tract")
@@ -45,7 +45,7 @@ def causal_keep_tract(ctx: EmitContext, n_queries, n_keys) -> Value:
     before softmax and matmul (run-time error "Undetermined symbol in expression"); trilu is fine.
     """
     everything = filled(ctx, [n_queries, n_keys], True, DType.BOOL)
-    return ctx.op("tract_core_trilu", everything, k=constant(ctx, 0, DType.I64), upper=False,
+    return ctx.op("tract_core_trilu", everything, k=ctx.const(0, DType.I64), upper=False,
                   out_dtype=DType.BOOL, out_shape=(n_queries, n_keys))
 
 
@@ -54,7 +54,7 @@ def zero_empty_rows(ctx: EmitContext, out: Value, mask: Value) -> Value:
     keep = mask if mask.dtype.is_bool else ctx.op("ge", mask, lowest(mask.dtype), out_dtype=DType.BOOL,
                                                   out_shape=mask.shape)
     rows = ctx.op("any_reduce", keep, axes=[rank(mask) - 1], out_shape=tuple(mask.shape[:-1]) + (1,))
-    zero = constant(ctx, 0, out.dtype, name="zero")
+    zero = ctx.const(0, out.dtype, name="zero")
     return ctx.op("select", unsqueeze_to(ctx, rows, rank(out)), out, zero, out_dtype=out.dtype, out_shape=out.shape)
 
 
@@ -74,7 +74,7 @@ def apply_mask(ctx: EmitContext, scores: Value, keep) -> Value:
         return scores
     if not keep.dtype.is_bool:
         return ctx.op("add", *broadcast_operands(ctx, scores, cast(ctx, keep, scores.dtype)), out_shape=scores.shape)
-    floor = constant(ctx, lowest(scores.dtype), scores.dtype, name="masked")
+    floor = ctx.const(lowest(scores.dtype), scores.dtype, name="masked")
     return ctx.op("select", unsqueeze_to(ctx, keep, rank(scores)), scores, floor, out_dtype=scores.dtype,
                   out_shape=scores.shape)
 

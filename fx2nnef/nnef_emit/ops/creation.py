@@ -36,14 +36,6 @@ def scalar_dtype(x) -> DType:
     return DType.I64 if isinstance(x, (int, SymDim)) else DType.F32
 
 
-def constant(ctx: EmitContext, data, dtype: DType, name: str = "const") -> Value:
-    """A constant of ``dtype`` that keeps rank 0 (``ctx.const`` stores a 0-d array as shape [1])."""
-    array = np.array(data, dtype=dtype.numpy_name)
-    value = Value(name, dtype, tuple(array.shape), array)
-    ctx.variable(value)
-    return value
-
-
 def filled(ctx: EmitContext, sizes: list, fill_value, dtype: DType) -> Value:
     """A tensor of shape ``sizes`` holding ``fill_value`` (a Python number, a dynamic size or a 0-d Value)."""
     r = len(sizes)
@@ -52,7 +44,7 @@ def filled(ctx: EmitContext, sizes: list, fill_value, dtype: DType) -> Value:
     if isinstance(fill_value, Value):
         base = unsqueeze_to(ctx, cast(ctx, fill_value, dtype), r)
     else:
-        base = constant(ctx, np.full([1] * r, fill_value), dtype, name="fill")
+        base = ctx.const(np.full([1] * r, fill_value), dtype, name="fill")
     if r == 0:
         return base
     y = ctx.op("tile", base, repeats=sizes, out_dtype=dtype, out_shape=tuple(sizes))
@@ -62,7 +54,7 @@ def filled(ctx: EmitContext, sizes: list, fill_value, dtype: DType) -> Value:
 def dim_tensor(ctx: EmitContext, d, dtype: DType) -> Value:
     """A 1-element tensor ``[d]`` for an int or a dynamic size (built with a range ``d..d+1``)."""
     if not isinstance(d, SymDim):
-        return constant(ctx, [d], dtype)
+        return ctx.const([d], dtype)
     return ctx.call("nnef.range", d, d + 1, 1, dtype, (1,))
 
 
@@ -159,7 +151,7 @@ def tensor_from_data(ctx: EmitContext, data, dtype: DType) -> Value:
         return ctx.op("squeeze", dim_tensor(ctx, data, dtype), axes=[0], out_dtype=dtype, out_shape=())
     items = list(data) if isinstance(data, (list, tuple)) else [data]
     if not _dynamic_items(items):
-        return constant(ctx, data, dtype)
+        return ctx.const(data, dtype)
     if not all(isinstance(d, (int, float, SymDim)) for d in items):
         ctx.fail("torch.tensor of tensors, or of nested lists holding dynamic sizes, is not supported")
     parts = [dim_tensor(ctx, d, dtype) for d in items]

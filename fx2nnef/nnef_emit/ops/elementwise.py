@@ -1,4 +1,5 @@
-"""Elementwise math, comparisons, logic and bitwise ops: tables of trivial ops and one generic converter each.
+"""Elementwise math, comparisons, logic and bitwise ops: tables of trivial ops and one generic converter each;
+the isnan/isinf family, hypot and isclose.
 
 NOTE: facts about tract 0.23.9 integer arithmetic that the converters below work around:
 - ``mul(x, x)`` is rewritten to ``square``, which saturates on i8/u8 and is refused on i16/i32/i64
@@ -21,9 +22,8 @@ import torch.nn.functional as F
 
 from ...ir import DType, Value
 from ..context import EmitContext
-from ..helpers import opaque, broadcast_operands, cast, result_dtype, scalar_operand
+from ..helpers import broadcast_operands, broadcast_shape, cast, ew, opaque, result_dtype, scalar_operand, select
 from ..registry import REGISTRY, register
-from .activation import broadcast_shape, ew, select
 from .division import float_quotient
 
 # op -> NNEF unary op on floats (integer and bool inputs are computed in f32, as torch promotes them)
@@ -172,20 +172,10 @@ def round_(ctx: EmitContext, input: Value, *, decimals: int = 0):
     wide = DType.F32 if input.dtype in (DType.F16, DType.BF16) else input.dtype
     x, scale = cast(ctx, input, wide), float(10.0 ** abs(decimals))
     if decimals > 0:
-        y = float_quotient(ctx, ctx.call("nnef.round_even", _ew(ctx, "mul", x, scale)), _const(ctx, scale, wide), wide)
+        y = float_quotient(ctx, ctx.call("nnef.round_even", ew(ctx, "mul", x, scale)), ctx.const(scale, wide), wide)
     else:
-        y = _ew(ctx, "mul", ctx.call("nnef.round_even", float_quotient(ctx, x, _const(ctx, scale, wide), wide)), scale)
+        y = ew(ctx, "mul", ctx.call("nnef.round_even", float_quotient(ctx, x, ctx.const(scale, wide), wide)), scale)
     return cast(ctx, y, input.dtype)
-
-
-def _const(ctx: EmitContext, v: float, dtype: DType) -> Value:
-    return ctx.const(np.array(v, dtype=dtype.numpy_name), dtype)
-
-
-def _ew(ctx: EmitContext, op: str, a, b, dtype=None) -> Value:
-    if dtype is not None and not isinstance(a, Value):
-        a = scalar_operand(ctx, a, dtype)
-    return ew(ctx, op, a, b)
 
 
 # binary arithmetic ---------------------------------------------------------------------------
@@ -223,7 +213,7 @@ def pow_(ctx: EmitContext, input, exponent):
         a, b = cast(ctx, input, dtype), cast(ctx, exponent, dtype)
         a, b = broadcast_operands(ctx, a, b, dtype)
         return ctx.op("pow", a, b, out_dtype=dtype, out_shape=broadcast_shape(a, b))
-    base = cast(ctx, input, dtype) if isinstance(input, Value) else _const(ctx, input, dtype)
+    base = cast(ctx, input, dtype) if isinstance(input, Value) else ctx.const(input, dtype)
     if not isinstance(exponent, Value):
         return _int_pow_const(ctx, base, int(exponent), dtype)
     return _int_pow_tensor(ctx, base, cast(ctx, exponent, dtype), dtype)
@@ -241,7 +231,7 @@ def _int_pow_const(ctx: EmitContext, base: Value, k: int, dtype: DType) -> Value
         if k:
             power = int_mul(ctx, power, power, dtype)
     if result is None:  # k == 0: ones of the base's shape
-        result = _ew(ctx, "add", _ew(ctx, "sub", base, base), 1)
+        result = ew(ctx, "add", ew(ctx, "sub", base, base), 1)
     return result
 
 
@@ -249,8 +239,8 @@ def _int_pow_tensor(ctx: EmitContext, base: Value, e: Value, dtype: DType) -> Va
     """``base ** e`` for an integer tensor ``e``, bit by bit; a negative ``e`` follows torch
     (1 for base 1, +-1 for base -1, else 0)."""
     sel = select
-    e_pos = _ew(ctx, "max", e, 0, dtype)
-    ones = _ew(ctx, "add", _ew(ctx, "sub", e, e, dtype), 1, dtype)
+    e_pos = ew(ctx, "max", e, 0)
+    ones = ew(ctx, "add", ew(ctx, "sub", e, e), 1)
     result, power = ones, base
     # NOTE: tract 0.23.9 takes minutes (exponential constant folding) on a chain of i64 products of
     # a constant: the powers of a constant base are computed here instead
@@ -262,8 +252,8 @@ def _int_pow_tensor(ctx: EmitContext, base: Value, e: Value, dtype: DType) -> Va
                 powers.append(ctx.const(p, dtype))
                 p = p * p
     for i in range(_BITS[dtype]):
-        half = _ew(ctx, "div", e_pos, 2, dtype)
-        bit = _ew(ctx, "sub", e_pos, int_mul(ctx, half, 2, dtype), dtype)
+        half = ew(ctx, "div", e_pos, 2)
+        bit = ew(ctx, "sub", e_pos, int_mul(ctx, half, 2, dtype))
         taken = ctx.call("nnef.compare", "ne", *broadcast_operands(ctx, bit, 0, dtype))
         if powers is not None:
             result = int_mul(ctx, result, sel(ctx, taken, powers[i], ones), dtype)
@@ -275,11 +265,11 @@ def _int_pow_tensor(ctx: EmitContext, base: Value, e: Value, dtype: DType) -> Va
         return result
     # negative exponents: base 1 -> 1, base -1 -> (-1)^e, anything else -> 0
     odd = ctx.call("nnef.compare", "ne", *broadcast_operands(
-        ctx, _ew(ctx, "sub", e, int_mul(ctx, _ew(ctx, "div", e, 2, dtype), 2, dtype), dtype), 0, dtype))
-    minus_one = sel(ctx, odd, _ew(ctx, "sub", _ew(ctx, "sub", ones, ones, dtype), 1, dtype), ones)
+        ctx, ew(ctx, "sub", e, int_mul(ctx, ew(ctx, "div", e, 2), 2, dtype)), 0, dtype))
+    minus_one = sel(ctx, odd, ew(ctx, "sub", ew(ctx, "sub", ones, ones), 1), ones)
     is_one = ctx.call("nnef.compare", "eq", *broadcast_operands(ctx, base, 1, dtype))
     is_minus_one = ctx.call("nnef.compare", "eq", *broadcast_operands(ctx, base, -1, dtype))
-    negative = sel(ctx, is_one, ones, sel(ctx, is_minus_one, minus_one, _ew(ctx, "sub", ones, ones, dtype)))
+    negative = sel(ctx, is_one, ones, sel(ctx, is_minus_one, minus_one, ew(ctx, "sub", ones, ones)))
     return sel(ctx, ctx.call("nnef.compare", "lt", *broadcast_operands(ctx, e, 0, dtype)), negative, result)
 
 
@@ -359,8 +349,8 @@ def _shift(direction: str):
         dtype = result_dtype(input, other)
         if not dtype.is_int:
             ctx.fail(f"bitwise_{direction}_shift is defined on integer tensors only")
-        a = cast(ctx, input, dtype) if isinstance(input, Value) else _const(ctx, input, dtype)
-        b = cast(ctx, other, dtype) if isinstance(other, Value) else _const(ctx, other, dtype)
+        a = cast(ctx, input, dtype) if isinstance(input, Value) else ctx.const(input, dtype)
+        b = cast(ctx, other, dtype) if isinstance(other, Value) else ctx.const(other, dtype)
         return ctx.call("nnef.shift", direction, *broadcast_operands(ctx, a, b, dtype))
 
     convert.__name__ = f"shift_{direction}"
@@ -382,8 +372,8 @@ def shift_tract(ctx: EmitContext, direction: str, a: Value, b: Value):
     outside = cmp("ge", b, _BITS[dtype])
     if dtype is not DType.U8:
         outside = ew(ctx, "or", outside, cmp("lt", b, 0))
-    zero = _ew(ctx, "sub", a, a, dtype)
-    fill = zero if direction == "left" or dtype is DType.U8 else select(ctx, cmp("lt", a, 0), _ew(ctx, "sub", zero, 1, dtype), zero)
+    zero = ew(ctx, "sub", a, a)
+    fill = zero if direction == "left" or dtype is DType.U8 else select(ctx, cmp("lt", a, 0), ew(ctx, "sub", zero, 1), zero)
     return select(ctx, outside, fill, y)
 
 
@@ -425,3 +415,78 @@ REGISTRY.add(operator.rshift, _shift("right"))
 for _op, _nnef in OPERATORS.items():
     REGISTRY.add(_op, _binary(_nnef, promote_div=_op is operator.truediv) if _nnef in BINARY.values() else _compare(_nnef))
 
+
+# ---- isnan / isinf / isfinite --------------------------------------------------------------------------------------
+def _largest(dtype: DType) -> float:
+    """The largest finite value of a float dtype (f32's for the wider ones, as literals are read as f32)."""
+    return float(np.finfo(np.float16 if dtype is DType.F16 else np.float32).max)
+
+
+@register(torch.isnan, "Tensor.isnan")
+def isnan(ctx: EmitContext, input: Value):
+    """isnan(Tensor self) -> Tensor"""
+    return ctx.call("nnef.compare", "ne", input, input)
+
+
+# name -> (NNEF comparison, compare |x| rather than x, sign of the bound, result for integers)
+CLASSIFIERS = {
+    "isinf": ("gt", True, 1, False), "isfinite": ("le", True, 1, True),
+    "isposinf": ("gt", False, 1, False), "isneginf": ("lt", False, -1, False),
+}
+
+
+def _classifier(name: str, op: str, magnitude: bool, sign: int, int_result: bool):
+    """Compare x (or |x|) with the largest finite value: NaN compares False, inf beyond it."""
+    def convert(ctx: EmitContext, input: Value):
+        if not input.dtype.is_float:
+            return ctx.call("nnef.compare", "eq" if int_result else "ne", input, input)
+        x = ctx.op("abs", input, out_shape=input.shape) if magnitude else input
+        return ctx.op(op, x, sign * _largest(input.dtype), out_dtype=DType.BOOL, out_shape=input.shape)
+
+    convert.__name__, convert.__doc__ = name, f"{name}(Tensor self) -> Tensor"
+    return convert
+
+
+for _name, _rule in CLASSIFIERS.items():
+    register(getattr(torch, _name), f"Tensor.{_name}")(_classifier(_name, *_rule))
+
+
+# ---- hypot / isclose -------------------------------------------------------------------------------------------
+@register(torch.hypot, "Tensor.hypot")
+def hypot(ctx: EmitContext, input, other):
+    """hypot(Tensor self, Tensor other) -> Tensor (sqrt(a^2 + b^2) in f64: no overflow, rounded once)"""
+    dtype = result_dtype(input, other)
+    if not dtype.is_float:
+        ctx.fail("hypot is defined on float tensors only (torch refuses integers)")
+    a, b = (cast(ctx, v, DType.F64) if isinstance(v, Value) else float(v) for v in (input, other))
+    total = ew(ctx, "add", ew(ctx, "mul", a, a), ew(ctx, "mul", b, b)) if isinstance(a, Value) else \
+        ew(ctx, "add", ew(ctx, "mul", b, b), a * a)
+    return cast(ctx, ctx.op("sqrt", total, out_shape=total.shape), dtype)
+
+
+@register(torch.isclose, "Tensor.isclose")
+def isclose(ctx: EmitContext, input: Value, other, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False):
+    """isclose(Tensor self, Tensor other, float rtol=1e-05, float atol=1e-08, bool equal_nan=False) -> Tensor
+
+    torch's steps: ``a == b``, or (``|a - b|`` finite and ``<= atol + |rtol * b|``), the latter
+    in f32 for integer and bool tensors.
+    """
+    dtype = result_dtype(input, other)
+    a, b = cast(ctx, input, dtype), cast(ctx, other, dtype)
+    if not isinstance(b, Value):
+        b = ctx.const(np.array(b, dtype=dtype.numpy_name), dtype)
+    close = ctx.call("nnef.compare", "eq", *broadcast_operands(ctx, a, b, dtype))
+    if equal_nan and dtype.is_float:
+        both_nan = ew(ctx, "and", ctx.call("nnef.compare", "ne", a, a), ctx.call("nnef.compare", "ne", b, b))
+        close = ew(ctx, "or", close, both_nan)
+    if rtol == 0 and atol == 0:
+        return close
+    if not dtype.is_float:
+        a, b, dtype = cast(ctx, a, DType.F32), cast(ctx, b, DType.F32), DType.F32
+    scaled = ew(ctx, "mul", b, float(rtol))
+    allowed = ew(ctx, "add", ctx.op("abs", scaled, out_shape=scaled.shape), float(atol))
+    diff = ew(ctx, "sub", a, b)
+    actual = ctx.op("abs", diff, out_shape=diff.shape)
+    within = ctx.call("nnef.compare", "le", *broadcast_operands(ctx, actual, allowed, dtype))
+    finite = ctx.call("nnef.compare", "le", actual, _largest(dtype))
+    return ew(ctx, "or", close, ew(ctx, "and", within, finite))

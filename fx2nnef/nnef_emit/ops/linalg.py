@@ -1,14 +1,15 @@
-"""Matrix products: linear, matmul, mm, bmm, addmm, baddbmm."""
+"""Matrix products: linear, matmul, mm, bmm, addmm, baddbmm, einsum, outer."""
 from __future__ import annotations
 
+import string
 from typing import Optional
 
 import torch
 import torch.nn.functional as F
 
-from ...ir import Value
-from ..context import EmitContext, stored_transposed
-from ..helpers import broadcast_operands, cast, dims_list, rank, tiled_from, unsqueeze_to
+from ...ir import DType, Value, product
+from ..context import TRACT_DATUM, EmitContext, stored_transposed
+from ..helpers import broadcast_operands, cast, dims_list, rank, result_dtype, tiled_from, unsqueeze_to
 from ..registry import register
 
 
@@ -131,3 +132,128 @@ def addmm(ctx: EmitContext, input, mat1: Value, mat2: Value, out_dtype=None, *, 
         c = input if beta == 1 else ctx.op("mul", input, float(beta), out_shape=input.shape)
         y = ctx.op("add", *broadcast_operands(ctx, y, c))
     return y
+
+
+# ---- einsum -------------------------------------------------------------------------------------------------------
+def parse_einsum(ctx: EmitContext, equation: str, operands: list) -> tuple:
+    """Operand and output subscripts with ``...`` spelt out and the implicit output made explicit."""
+    equation = equation.replace(" ", "")
+    lhs, arrow, out = equation.partition("->")
+    terms = lhs.split(",")
+    if len(terms) != len(operands):
+        ctx.fail(f"einsum '{equation}' names {len(terms)} operands, got {len(operands)}")
+    free = [c for c in string.ascii_letters if c not in equation]
+    n_ell = max((rank(t) - len(s.replace("...", "")) for s, t in zip(terms, operands) if "..." in s), default=0)
+    ell = "".join(free[:n_ell])
+    terms = [s.replace("...", ell[n_ell - (rank(t) - len(s.replace("...", ""))):]) for s, t in zip(terms, operands)]
+    if not arrow:
+        letters = "".join(terms)
+        out = ell + "".join(sorted(c for c in set(letters) if letters.count(c) == 1 and c not in ell))
+    return terms, out.replace("...", ell)
+
+
+def _operand_list(operands: tuple) -> list:
+    """``einsum(eq, a, b)`` and ``einsum(eq, [a, b])`` alike."""
+    return list(operands[0]) if len(operands) == 1 and isinstance(operands[0], (list, tuple)) else list(operands)
+
+
+def _sizes(terms: list, operands: list) -> dict:
+    return {c: d for s, t in zip(terms, operands) for c, d in zip(s, t.shape)}
+
+
+def _sum_out(ctx: EmitContext, x: Value, subs: str, keep: str) -> tuple:
+    """Sum ``x`` over the letters of ``subs`` not in ``keep``."""
+    gone = [i for i, c in enumerate(subs) if c not in keep]
+    if not gone:
+        return x, subs
+    kept = tuple(d for i, d in enumerate(x.shape) if i not in gone)
+    summed = ctx.op("sum_reduce", x, axes=gone, out_shape=tuple(1 if i in gone else d for i, d in enumerate(x.shape)))
+    return ctx.op("squeeze", summed, axes=gone, out_shape=kept), "".join(c for c in subs if c in keep)
+
+
+def _permute(ctx: EmitContext, x: Value, subs: str, order: str) -> Value:
+    if subs == order:
+        return x
+    perm = [subs.index(c) for c in order]
+    return ctx.op("transpose", x, axes=perm, out_shape=tuple(x.shape[i] for i in perm))
+
+
+def _regroup(ctx: EmitContext, x: Value, lead: int, dims: tuple) -> Value:
+    """``x`` with its axes after the first ``lead`` ones reshaped to ``dims``."""
+    shape = tuple(x.shape[:lead]) + tuple(dims)
+    if tuple(x.shape[lead:]) == tuple(dims):
+        return x
+    if rank(x) == lead:
+        return ctx.op("unsqueeze", x, axes=list(range(lead, len(shape))), out_shape=shape)
+    if not dims:
+        return ctx.op("squeeze", x, axes=list(range(lead, rank(x))), out_shape=shape)
+    return ctx.op("reshape", x, shape=list(dims), axis_start=lead, axis_count=rank(x) - lead, out_shape=shape)
+
+
+def _contract(ctx: EmitContext, a: Value, sa: str, b: Value, sb: str, keep: str, size: dict) -> tuple:
+    """Contract two operands with one batched matmul; returns the result and its subscripts."""
+    a, sa = _sum_out(ctx, a, sa, keep + sb)
+    b, sb = _sum_out(ctx, b, sb, keep + sa)
+    batch = "".join(c for c in sa if c in sb and c in keep)
+    inner = "".join(c for c in sa if c in sb and c not in keep)
+    left, right = "".join(c for c in sa if c not in sb), "".join(c for c in sb if c not in sa)
+    merged = {g: product(size[c] for c in g) for g in (left, inner, right)}
+    a = _regroup(ctx, _permute(ctx, a, sa, batch + left + inner), len(batch), (merged[left], merged[inner]))
+    b = _regroup(ctx, _permute(ctx, b, sb, batch + inner + right), len(batch), (merged[inner], merged[right]))
+    lead = tuple(size[c] for c in batch)
+    y = ctx.op("matmul", a, b, transposeA=False, transposeB=False, out_shape=lead + (merged[left], merged[right]))
+    return _regroup(ctx, y, len(batch), tuple(size[c] for c in left + right)), batch + left + right
+
+
+@register(torch.einsum)
+def einsum(ctx: EmitContext, equation: str, *operands):
+    """einsum(str equation, Tensor[] tensors) -> Tensor (standard ops: transpose, reshape, sum_reduce, matmul)"""
+    operands = _operand_list(operands)
+    terms, out = parse_einsum(ctx, equation, operands)
+    if any(len(set(s)) != len(s) for s in terms):
+        ctx.fail(f"einsum '{equation}' takes a diagonal (a letter repeated in one operand); only tract supports it")
+    size = _sizes(terms, operands)
+    y, subs = _sum_out(ctx, operands[0], terms[0], out + "".join(terms[1:]))
+    for i in range(1, len(operands)):
+        y, subs = _contract(ctx, y, subs, operands[i], terms[i], out + "".join(terms[i + 1:]), size)
+    return _permute(ctx, y, subs, out)
+
+
+@register(torch.einsum, target="tract")
+def einsum_tract(ctx: EmitContext, equation: str, *operands):
+    """einsum(str equation, Tensor[] tensors) -> Tensor (one tract_core_einsum)"""
+    operands = _operand_list(operands)
+    terms, out = parse_einsum(ctx, equation, operands)
+    size = _sizes(terms, operands)
+    dtype = result_dtype(*operands)
+    operands = [cast(ctx, t, dtype) for t in operands]
+    if len(operands) > 1:
+        # NOTE: tract 0.23.9 gives zeros for a repeated letter next to another operand ('ii,i->i');
+        # each diagonal is taken alone first ('ii->i' is right)
+        for k, s in enumerate(terms):
+            if len(set(s)) != len(s):
+                once = "".join(dict.fromkeys(s))
+                operands[k] = _tract_einsum(ctx, [operands[k]], s + "->" + once, dtype, tuple(size[c] for c in once))
+                terms[k] = once
+    if out:
+        return _tract_einsum(ctx, operands, ",".join(terms) + "->" + out, dtype, tuple(size[c] for c in out))
+    # NOTE: tract 0.23.9 returns its input unchanged for a full reduction ('ij->'): keep one letter, then sum it
+    keep = next((c for t in terms for c in t), None)
+    if keep is None:
+        ctx.fail(f"einsum '{equation}' of scalars only: multiply them instead")
+    y = _tract_einsum(ctx, operands, ",".join(terms) + "->" + keep, dtype, (size[keep],))
+    y = ctx.op("sum_reduce", y, axes=[0], out_shape=(1,), out_dtype=dtype)
+    return ctx.op("squeeze", y, axes=[0], out_shape=(), out_dtype=dtype)
+
+
+def _tract_einsum(ctx: EmitContext, operands: list, expr: str, dtype: DType, shape: tuple) -> Value:
+    return ctx.op("tract_core_einsum", operands, expr=expr, acc=TRACT_DATUM[dtype], out_dtype=dtype, out_shape=shape)
+
+
+@register(torch.outer, "Tensor.outer", torch.ger, "Tensor.ger")
+def outer(ctx: EmitContext, input: Value, vec2: Value):
+    """outer(Tensor self, Tensor vec2) -> Tensor"""
+    dtype = result_dtype(input, vec2)
+    a = ctx.op("unsqueeze", cast(ctx, input, dtype), axes=[1], out_shape=(input.shape[0], 1))
+    b = ctx.op("unsqueeze", cast(ctx, vec2, dtype), axes=[0], out_shape=(1, vec2.shape[0]))
+    return ctx.op("mul", a, b, out_dtype=dtype, out_shape=(input.shape[0], vec2.shape[0]))

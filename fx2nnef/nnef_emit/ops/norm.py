@@ -12,9 +12,9 @@ import torch.nn.functional as F
 
 from ...ir import DType, Value
 from ..context import EmitContext
-from ..helpers import cast, rank
+from ..helpers import cast, ew, rank, un
 from ..registry import register
-from .activation import channel_view, ew, un
+from .activation import channel_view
 from .reduce import reduce, reduce_axes, variance, vector_norm
 
 MACHINE_EPS = {DType.F16: 2.0 ** -10, DType.BF16: 2.0 ** -7, DType.F32: 2.0 ** -23, DType.F64: 2.0 ** -52}

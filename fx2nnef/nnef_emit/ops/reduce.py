@@ -1,4 +1,5 @@
-"""Reductions: sum, mean, max/min (with indices), arg-reductions, prod, var/std, norms, all/any, logsumexp, cumsum.
+"""Reductions: sum, mean, max/min (with indices), arg-reductions, prod, var/std, norms, all/any, logsumexp;
+running ops along an axis: cumsum, diff.
 
 NNEF reductions keep the reduced axes (as size 1); a ``squeeze`` follows unless ``keepdim``.
 ``dim=None`` and ``dim=[]`` both mean every axis.
@@ -13,9 +14,8 @@ import torch
 
 from ...ir import DType, SymDim, Value, product, simplify
 from ..context import TRACT_DATUM, EmitContext
-from ..helpers import axes, cast, rank
+from ..helpers import axes, axis, cast, compare, ew, rank, result_dtype, select, to_float, un
 from ..registry import register
-from .activation import compare, ew, select, to_float, un
 from .shape import concat, expand_to, full_like_value, reshape_to, slice_axis
 
 
@@ -517,3 +517,19 @@ def kthvalue(ctx: EmitContext, input: Value, k: int, dim: int = -1, keepdim: boo
     values, indices = (slice_axis(ctx, v, a, simplify(k - 1), k) for v in (values, indices))
     return (squeeze_unless(ctx, cast(ctx, values, input.dtype), values.shape, [a], keepdim),
             squeeze_unless(ctx, indices, indices.shape, [a], keepdim))
+
+
+# ---- diff -----------------------------------------------------------------------------------------------------------
+@register(torch.diff, "Tensor.diff")
+def diff(ctx: EmitContext, input: Value, n: int = 1, dim: int = -1, prepend=None, append=None):
+    """diff(Tensor self, int n=1, int dim=-1, Tensor? prepend=None, Tensor? append=None) -> Tensor"""
+    ax = axis(dim, rank(input))
+    dtype = result_dtype(input, prepend, append) if prepend is not None or append is not None else input.dtype
+    x = concat(ctx, [cast(ctx, v, dtype) for v in (prepend, input, append) if v is not None], ax)
+    for _ in range(n):
+        length = x.shape[ax]
+        later = slice_axis(ctx, x, ax, 1, length)
+        earlier = slice_axis(ctx, x, ax, 0, length - 1)
+        op = "ne" if dtype.is_bool else "sub"
+        x = ctx.op(op, later, earlier, out_shape=later.shape, out_dtype=dtype)
+    return x

@@ -1,4 +1,4 @@
-"""Shape and layout ops: reshape, transpose, squeeze, expand, concat, split, casts, flip, roll.
+"""Shape and layout ops: reshape, transpose, squeeze, expand, concat, split, casts, flip, roll, repeat_interleave.
 
 Sizes may be ints or :class:`SymDim` expressions; they are written into NNEF attributes as
 they are. tract rejects ``split`` and negative slice bounds, and aborts on a slice with a
@@ -14,7 +14,7 @@ import torch
 from ...errors import EmitError
 from ...ir import DType, SymDim, Value, product, simplify
 from ..context import EmitContext
-from ..helpers import axes, axis, cast, dims_list, opaque, producer, rank, result_dtype, tiled_from, unsqueeze_to
+from ..helpers import axes, axis, cast, dims_list, ew, opaque, producer, rank, result_dtype, tiled_from, unsqueeze_to
 from ..registry import register
 
 # ---------------------------------------------------------------------------------------
@@ -741,7 +741,6 @@ def _roll_axis(ctx: EmitContext, x: Value, ax: int, shift: int) -> Value:
 def _roll_dynamic(ctx: EmitContext, x: Value, ax: int, shift: int) -> Value:
     """Roll on a dynamic axis of size n: a gather at ``(i - shift) mod n``, right for any n
     (the shift may exceed n: 2 on a size of 1 leaves the tensor as it is)."""
-    from .activation import ew
     from .creation import dim_tensor
 
     n = x.shape[ax]
@@ -766,3 +765,60 @@ def roll(ctx: EmitContext, input: Value, shifts, dims=()):
     for shift, d in zip(shifts, dims):
         x = _roll_axis(ctx, x, axis(d, rank(input)), shift)
     return x
+
+
+# ---- repeat_interleave ---------------------------------------------------------------------------------------------
+def repeat_axis(ctx: EmitContext, x: Value, ax: int, repeats) -> Value:
+    """Each item along ``ax`` repeated ``repeats`` times in a row: unsqueeze, tile, merge the two axes."""
+    shape = tuple(x.shape)
+    tiled_shape = shape[:ax + 1] + (repeats,) + shape[ax + 1:]
+    y = ctx.op("unsqueeze", x, axes=[ax + 1], out_shape=shape[:ax + 1] + (1,) + shape[ax + 1:])
+    reps = [1] * len(tiled_shape)
+    reps[ax + 1] = repeats
+    y = ctx.op("tile", y, repeats=reps, out_shape=tiled_shape)
+    return ctx.op("reshape", y, shape=[-1], axis_start=ax, axis_count=2,
+                  out_shape=shape[:ax] + (shape[ax] * repeats,) + shape[ax + 1:])
+
+
+
+def _count(ctx: EmitContext, repeats) -> int:
+    """An integer repeat count, from a Python int or a constant tensor whose items are all equal."""
+    if isinstance(repeats, Value) and repeats.is_constant and np.unique(repeats.data).size == 1:
+        return int(repeats.data.reshape(-1)[0])
+    if not isinstance(repeats, (int, SymDim)):
+        ctx.fail("repeat_interleave supports one repeat count for every item, not per-item counts")
+    return repeats
+
+
+@register(torch.repeat_interleave, "Tensor.repeat_interleave")
+def repeat_interleave(ctx: EmitContext, input: Value = None, repeats=None, dim=None, *, output_size=None):
+    """repeat_interleave(Tensor self, Tensor|SymInt repeats, int? dim=None, *, SymInt? output_size=None) -> Tensor"""
+    if input is None or repeats is None:
+        ctx.fail("repeat_interleave(repeats) alone gives indices whose count depends on the data; pass the input tensor")
+    n = _count(ctx, repeats)
+    if dim is None:
+        input = ctx.op("reshape", input, shape=[-1], out_shape=(product(input.shape),))
+        dim = 0
+    return ctx.call("nnef.repeat_axis", input, axis(dim, rank(input)), n)
+
+
+@register("nnef.repeat_axis")
+def repeat_axis_rule(ctx: EmitContext, x: Value, ax: int, repeats) -> Value:
+    """Each item along ``ax`` repeated ``repeats`` times in a row."""
+    return repeat_axis(ctx, x, ax, repeats)
+
+
+@register("nnef.repeat_axis", target="tract")
+def repeat_axis_tract(ctx: EmitContext, x: Value, ax: int, repeats) -> Value:
+    """NOTE: tract 0.23.9 cannot load a matmul with a constant whose other operand is the reshaped
+    tile of ``repeat_axis`` ("Incompatible reshape for shape [1, 1, 2, 2] and Reshape(0, [15],
+    [5, 3])", or "Trying to substitute a 5,3,3,S,2 by 5,1,3,S,2 ... EinSum"): a gather at
+    ``i // repeats`` gives the same tensor."""
+    n = x.shape[ax]
+    total = n * repeats
+    if isinstance(total, int):
+        index = ctx.const(np.repeat(np.arange(n, dtype=np.int64), repeats), DType.I64)
+    else:
+        index = ew(ctx, "div", ctx.call("nnef.range", 0, total, 1, DType.I64, (total,)), repeats)
+    shape = tuple(x.shape[:ax]) + (total,) + tuple(x.shape[ax + 1:])
+    return ctx.call("nnef.gather", x, index, ax, shape)
