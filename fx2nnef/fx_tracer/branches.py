@@ -20,6 +20,7 @@ import torch.fx as fx
 
 from ..errors import TraceError
 from .control_flow import ScanCall
+from .structures import has_tensor
 from .tracer import GuardRecord, TraceResult
 
 MAX_PATHS = 8
@@ -146,7 +147,7 @@ class _Merger:
             return False
         mine = fx.node.map_arg((n.args, n.kwargs), lambda a: self._env[a])
         theirs = fx.node.map_arg((m.args, m.kwargs), lambda a: self.maps[0][a])
-        return not _has_tensor((mine, theirs)) and _same_value(mine, theirs)
+        return not has_tensor((mine, theirs)) and _same_value(mine, theirs)
 
     def _attr(self, k: int, gm, target: str) -> str:
         obj = _fetch(gm, target)
@@ -234,16 +235,6 @@ def _same_loop(a, b) -> bool:
         return False
     fields = ("kind", "label", "dim", "reverse", "n_carry", "check")
     return all(getattr(a, f) == getattr(b, f) for f in fields) and a.body.code == b.body.code
-
-
-def _has_tensor(obj) -> bool:
-    if isinstance(obj, torch.Tensor):
-        return True
-    if isinstance(obj, (list, tuple)):
-        return any(_has_tensor(x) for x in obj)
-    if isinstance(obj, dict):
-        return any(_has_tensor(x) for x in obj.values())
-    return False
 
 
 def _mismatch(yes: list, no: list) -> str:

@@ -17,6 +17,17 @@ def _is_tensor_like(x) -> bool:
     return isinstance(x, torch.Tensor) or is_proxy(x)
 
 
+def has_tensor(obj) -> bool:
+    """Whether a value, or any item of the tuples, lists and dicts it nests, is a torch tensor."""
+    if isinstance(obj, torch.Tensor):
+        return True
+    if isinstance(obj, (list, tuple)):
+        return any(has_tensor(x) for x in obj)
+    if isinstance(obj, dict):
+        return any(has_tensor(x) for x in obj.values())
+    return False
+
+
 def _cache_layers(obj):
     """(keys, values) pairs of a transformers cache object, or None if obj is not one."""
     layers = getattr(obj, "layers", None)

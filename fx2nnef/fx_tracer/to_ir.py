@@ -18,6 +18,7 @@ from ..errors import TraceError
 from ..ir import DType, Graph, Node, SymDim, Value, flat_values, method_key, op_key
 from .control_flow import SLOT_FUNCTIONS, ScanCall
 from .probe import Analysis, Unfit
+from .structures import has_tensor
 from .torch_data import torch_data
 
 _TORCH_TO_IR = {
@@ -175,7 +176,7 @@ class _Builder:
             return self.graph.new_value(n.name, ir_dtype(value.dtype), self._shape(n))
         if n.op == "call_function" and isinstance(n.target, ScanCall):
             return self._loop(n, value)
-        if not _has_tensor(value):
+        if not has_tensor(value):
             return self._scalar(n)
         if n.op == "call_function" and n.target is operator.getitem and isinstance(self.env.get(n.args[0]), tuple):
             return self.env[n.args[0]][n.args[1]]
@@ -284,15 +285,6 @@ _FLOAT_SCALAR_OPS = {
     math.sqrt: torch.sqrt, math.exp: torch.exp, math.log: torch.log, math.log2: torch.log2,
     math.log10: torch.log10, math.sin: torch.sin, math.cos: torch.cos, math.tanh: torch.tanh,
 }
-
-
-def _has_tensor(value) -> bool:
-    if isinstance(value, torch.Tensor):
-        return True
-    if isinstance(value, (list, tuple)):
-        return any(_has_tensor(v) for v in value)
-    return False
-
 
 
 def _plain(x) -> Any:

@@ -246,8 +246,10 @@ def _opaque_carrier(ctx: EmitContext, x: Value, other: Value) -> Value:
 
 
 def compare(ctx: EmitContext, op: str, a, b) -> Value:
-    """Comparison ``op`` (gt, lt, eq, ne, ...) giving a bool tensor."""
-    return ew(ctx, op, a, b, out_dtype=DType.BOOL)
+    """Comparison ``op`` (gt, lt, eq, ne, ...) giving a bool tensor, through the target's
+    ``nnef.compare`` rule (the operands are taken in the dtype of the first tensor)."""
+    dtype = next(v.dtype for v in (a, b) if isinstance(v, Value))
+    return ctx.call("nnef.compare", op, *broadcast_operands(ctx, a, b, dtype))
 
 
 def un(ctx: EmitContext, op: str, x: Value, **attrs) -> Value:
