@@ -20,7 +20,7 @@ from ..ir import CheckCase, Graph, Value
 from . import structures
 from .branches import trace_branches
 from .control_flow import loop_options, run_eagerly
-from .data_dep import check_number_reads, number_reads
+from .data_dep import check_number_reads, complex_values_note, number_reads
 from .padded import check_padded
 from .passes import cleanup_slices, complex_to_real, masked_updates, remove_dead_code, remove_inplace
 from .probe import RUNS, analyze, inputs_at
@@ -272,7 +272,9 @@ def _trace_once(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_nam
         remove_inplace(trace.gm)
         masked_updates(trace.gm)
         cleanup_slices(trace.gm)
-        complex_to_real(trace.gm)
+        complex_note = complex_values_note(trace.gm)
+        if complex_to_real(trace.gm) and complex_note:
+            trace.control_flow.append(complex_note)
         check_padded(trace.gm)
         return trace
 

@@ -343,3 +343,20 @@ def sizes_from_shape_tensors(tracer, kind: str, target, args: tuple) -> tuple:
         first = 1 if kind == "call_method" or target in (torch.narrow, torch.reshape, torch.split, torch.tile) else 0
         return tuple(args[:first]) + tuple(sizes(a) for a in args[first:])
     return args
+
+
+def complex_values_note(gm: fx.GraphModule) -> str:
+    """How the complex values of a trace are exported (for the reports), or "" when there is none."""
+    ops, where = [], None
+    for n in gm.graph.nodes:
+        v = n.meta.get("value")
+        if isinstance(v, torch.Tensor) and v.is_complex() and n.op in ("call_function", "call_method"):
+            name = n.target if isinstance(n.target, str) else getattr(n.target, "__name__", str(n.target))
+            if name not in ops:
+                ops.append(name)
+            where = where or n.meta.get("source")
+    if not ops:
+        return ""
+    shown = ", ".join(ops[:6]) + (", ..." if len(ops) > 6 else "")
+    return (f"complex tensors from {where or 'an unknown line'} ({shown}): lowered as pairs of real tensors "
+            "(real, imaginary), NNEF having no complex type")
