@@ -20,9 +20,9 @@ import fx2nnef
 from fx2nnef.errors import InvalidArgumentError, TraceError
 from fx2nnef.targets.khronos_runner import run_khronos_many
 from fx2nnef.targets.tolerance import compare_outputs
-from harness import FnModule, check_op, randn
-
-from test_control_flow import _run_more
+from fx2nnef.fx_tracer.control_flow import run_eagerly
+from fx2nnef.targets.tract_runner import run_tract_many
+from harness import FnModule, randn
 
 DYN0 = {"x0": {0: "N"}}
 
@@ -40,15 +40,23 @@ def _khronos(model, inputs, tmp_path, **kw):
     return fx2nnef.export(model, tuple(inputs), tmp_path / "k", target=tgt, input_names=names, **kw)
 
 
-def _khronos_more(r, model, input_sets):
-    """Run a Khronos asset in the nnef_tools interpreter on more inputs and compare with eager."""
-    got = run_khronos_many(r.path, [[t.numpy() for t in ins] for ins in input_sets])
+def _compare(model, input_sets, got):
     for ins, outs in zip(input_sets, got):
-        with torch.no_grad():
-            exp = model(*ins)
+        with torch.no_grad():  # torch refuses a Python decision in a loop body: run the loops as Python
+            exp = run_eagerly(lambda: model(*ins))
         exp = [exp] if isinstance(exp, torch.Tensor) else list(exp)
         diffs = compare_outputs(None, [e.numpy() for e in exp], outs, "approximate")
         assert all(d.ok for d in diffs), diffs
+
+
+def _run_more(r, model, input_sets):
+    """Run a tract asset on more inputs (other sizes, other outcomes) and compare with eager."""
+    _compare(model, input_sets, run_tract_many(r.path, [[t.numpy() for t in ins] for ins in input_sets]))
+
+
+def _khronos_more(r, model, input_sets):
+    """Run a Khronos asset in the nnef_tools interpreter on more inputs and compare with eager."""
+    _compare(model, input_sets, run_khronos_many(r.path, [[t.numpy() for t in ins] for ins in input_sets]))
 
 
 # numbers read from tensor data ---------------------------------------------------------------------
@@ -59,9 +67,9 @@ def _khronos_more(r, model, input_sets):
     (lambda x, n: x * float(n), torch.tensor(2.5), r"constant argument of mul\(\) (.|\n)*read with float\(\)"),
     (lambda x, n: x - n.item(), torch.tensor(0.5), r"constant argument of sub\(\) (.|\n)*read with item\(\)"),
     (lambda x, n: x.reshape(int(n), -1), torch.tensor(2), r"reshape\(\) size (.|\n)*read with int\(\)"),
-    (lambda x, n: torch.zeros(int(n), 3) + x[:1], torch.tensor(2), r"zeros\(\) size (.|\n)*read with int\(\)"),
+    (lambda x, n: torch.zeros(int(n), 3) + x[:1], torch.tensor(2), r"a constant tensor at (.|\n)*read with int\(\)"),
     (lambda x, n: x + torch.tensor(n.tolist()), torch.tensor([1.0, 2.0, 3.0]),
-     r"constant argument of tensor\(\) (.|\n)*read with tolist\(\)"),
+     r"a constant tensor at (.|\n)*read with tolist\(\)"),
 ], ids=["int_slice", "index_slice", "int_arith", "float_mul", "item_float", "int_reshape", "int_factory", "tolist"])
 def test_number_from_data_in_the_graph_is_refused(fn, n, what, tmp_path):
     """The number would be baked: refused with the line it lands on and the line it was read at."""
@@ -147,7 +155,7 @@ def test_scan_mean_over_a_dynamic_axis_of_a_carry(fn, tmp_path):
     x = randn(5, 4)
     r = _export(fn, [x], tmp_path, {"x0": {1: "N"}})
     assert r.check.ok and len(r.check.cases) >= 3 and r.nnef_op_counts.get("tract_core_scan") == 1, r.check
-    _run_more(r, FnModule(fn), [[randn(3, 9, seed=1)], [randn(6, 2, seed=2)]])
+    _run_more(r, FnModule(fn), [[randn(5, 9, seed=1)], [randn(5, 2, seed=2)]])
 
 
 # while loops for standard NNEF ----------------------------------------------------------------------

@@ -291,10 +291,12 @@ def _number_in_graph(read: "NumberRead", node: fx.Node) -> str:
     from .data_sizes import _SIZED_FUNCTIONS, _SIZED_METHODS  # data_sizes imports this module
     import operator
 
-    src = node.meta.get("source")
+    src = node.meta.get("source") or next((u.meta.get("source") for u in node.users if u.meta.get("source")), None)
     at = f" at {src}: `{src.code}`" if src is not None else ""
     name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", str(node.target))
-    if node.op == "call_function" and node.target is operator.getitem:
+    if node.op == "get_attr":
+        what = "a constant tensor"
+    elif node.op == "call_function" and node.target is operator.getitem:
         what = "a slice bound or index"
     elif node.target in _SIZED_METHODS or node.target in _SIZED_FUNCTIONS:
         what = f"a {name}() size"
