@@ -385,7 +385,8 @@ class _Strided(torch.nn.Module):
 class _Complex(torch.nn.Module):
     def forward(self, x):
         z = torch.view_as_complex(x.reshape(x.shape[0], -1, 2))
-        return torch.view_as_real(z * torch.polar(torch.ones(2), torch.tensor([0.5, 1.0]))).reshape(x.shape)
+        angles = x[:, ::2] * 0.3
+        return torch.view_as_real(z * torch.polar(torch.ones_like(angles), angles)).reshape(x.shape)
 
 
 class AllConstructs(torch.nn.Module):

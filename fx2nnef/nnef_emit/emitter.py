@@ -181,7 +181,7 @@ class FragmentBody:
 
 
 def emit_fragment(graph: Graph, target: str, name: str, *, registry: Registry = REGISTRY,
-                  loop_body: bool = False) -> FragmentBody:
+                  loop_body: int = 0) -> FragmentBody:
     """Lower ``graph`` as NNEF fragment ``name``: its inputs are the first parameters, its
     constants (weights) the following ones, its outputs the results.
 

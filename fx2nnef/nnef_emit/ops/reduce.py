@@ -66,13 +66,22 @@ def divide_by_count(ctx: EmitContext, total: Value, x: Value, axes_: list, minus
     other operand gets a region of interest, which flows back to the loop's carries, and the
     carry leaving the body then has another fact than the one entering it ("inconsistent fact:
     body input 0 is N,F32 🬳 N"); loading fails. ``recip`` of the size hides it, and sum times
-    recip is how tract computes ``mean_reduce`` itself.
+    recip is how tract computes ``mean_reduce`` itself. In the body of a scan inside a scan, tract
+    cannot evaluate a symbol at all ("Undetermined symbol in expression", also through
+    ``tract_core_shape_of``): there the count is a sum of ones shaped like ``x``.
     """
-    count = element_count(ctx, x, axes_, total.dtype, minus)
     if not _dynamic_count_in_loop(ctx, x, axes_):
-        return ew(ctx, "div", total, count)
-    inverse = ctx.op("recip", count, out_dtype=total.dtype, out_shape=())
-    return ew(ctx, "mul", total, inverse)
+        return ew(ctx, "div", total, element_count(ctx, x, axes_, total.dtype, minus))
+    if ctx.loop_body == 1:
+        count = element_count(ctx, x, axes_, total.dtype)
+    else:
+        nan = ctx.op("tract_core_is_nan", to_float(ctx, x), out_dtype=DType.BOOL, out_shape=x.shape)
+        ones = ctx.op("tract_core_cast", ctx.op("or", nan, ctx.op("not", nan, out_shape=x.shape), out_shape=x.shape),
+                      to=TRACT_DATUM[total.dtype], out_dtype=total.dtype, out_shape=x.shape)
+        count = reduce(ctx, "sum_reduce", ones, axes_)
+    if minus:
+        count = ew(ctx, "sub", count, float(minus))
+    return ew(ctx, "mul", total, ctx.op("recip", count, out_dtype=total.dtype, out_shape=count.shape))
 
 
 def element_count(ctx: EmitContext, x: Value, axes_: list, dtype: DType, minus: float = 0):
