@@ -127,6 +127,15 @@ def test_bound_from_a_shape_tensor_exports(fn, dyn, other, tmp_path):
     _run_more(r, FnModule(fn), [[t] for t in other])
 
 
+def test_int_of_a_shape_tensor_says_what_to_do(tmp_path):
+    """int() of such a tensor is a plain number (Python makes it one): the guard says how to keep it symbolic."""
+    from fx2nnef.errors import GuardError
+
+    with pytest.raises(GuardError, match=r"int\(\) of a tensor computed from sizes is a plain number; compute with "
+                                         r"the sizes themselves .* at .*test_control_flow_more.py:\d+"):
+        _export(lambda x: x[:, : int(torch.tensor(x.shape[1]) // 2)], [randn(4, 6)], tmp_path, {"x0": {1: "M"}})
+
+
 # a mean over a dynamic axis in a scan body ------------------------------------------------------------
 def _mean_of_carry(x):
     def step(c, xt):

@@ -280,10 +280,11 @@ def _trace_once(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_nam
 
     with number_reads() as reads:
         trace = trace_branches(one_path) if branches == "select" else one_path(None)
-    if branches == "select":  # the example's path alone is the baseline
-        check_number_reads(lambda: one_path({}), one_path({}).gm, _first_reads(reads))
-    else:
-        check_number_reads(lambda: one_path(None), trace.gm, _first_reads(reads))
+    read = _first_reads(reads)
+    if read and branches == "select":  # the example's path alone is the baseline
+        check_number_reads(lambda: one_path({}), one_path({}).gm, read)
+    elif read:
+        check_number_reads(lambda: one_path(None), trace.gm, read)
     if ref is None and dyn:
         ref = _reference(model, args, kwargs, names, dyn, trace.example_inputs)
     analysis = analyze(trace.gm, trace.example_inputs, names, dyn, trace.guards, ref)

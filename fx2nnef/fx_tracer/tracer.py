@@ -227,7 +227,11 @@ class CustomTracer(fx.Tracer):
             self.guards[-1].decision = index
             self.decisions.append(self.guards[-1])
             return result
-        self._record_guard(proxy, op, result, None)
+        text = None
+        if op in _NUMBER_READS and isinstance(proxy.value, torch.Tensor) and not self._on_data(proxy):
+            text = (f"{op}(%{proxy.node.name}) -> {result!r}: {op}() of a tensor computed from sizes is a plain "
+                    "number; compute with the sizes themselves (x.shape[1] // 2) or keep the tensor to stay symbolic")
+        self._record_guard(proxy, op, result, text)
         if op in _NUMBER_READS and not self._checking and self._on_data(proxy):
             result = read_number(self, op, result, self.guards[-1])
         return result
