@@ -15,7 +15,16 @@ recorders below:
 - ``while_loop``: a scan over a budget of ``n`` steps whose body is
   ``carry = where(cond(carry) & step, body(carry), carry)``; ``n`` is the user's
   ``max_loop_iterations`` or, without it, a size the loop reads that bounds the trip count
-  on the example (checked at the other sizes by the probes).
+  on the example (checked at the other sizes by the probes), or its trip count when the condition
+  reads no model input at all (``i < 3``). For a target with no loop op (standard NNEF) a while
+  loop is traced step by step instead: like Python when its condition does not follow the data
+  (a counter then becomes constants), else ``max_loop_iterations`` steps that keep the carries
+  once the condition is false.
+- a Python decision on a value that differs at every step of a loop (``if xt.sum() > 0:`` in a
+  scan, while or vmap body) cannot be taken once for every step: it is refused with its line,
+  or with ``branches="select"`` the body is traced both ways and its results merged with select.
+  torch itself refuses such a body (torch.compile, functorch); :func:`run_eagerly` runs the
+  model's loops as Python for the references then.
 
 The piece-by-piece recorder observes modules with hooks, which ``torch.compile`` cannot run
 through; there :class:`EagerRunner` runs the same calls as plain Python.

@@ -343,7 +343,8 @@ def sizes_from_shape_tensors(tracer, kind: str, target, args: tuple) -> tuple:
                 return type(obj)(sizes(x) for x in obj)
             return as_number(obj)
         first = 1 if kind == "call_method" or target in (torch.narrow, torch.reshape, torch.split, torch.tile) else 0
-        return tuple(args[:first]) + tuple(sizes(a) for a in args[first:])
+        last = len(args) - 1 if target in ("new_full", torch.full) else len(args)  # the fill value is no size
+        return tuple(args[:first]) + tuple(sizes(a) for a in args[first:last]) + tuple(args[last:])
     return args
 
 
