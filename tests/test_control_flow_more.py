@@ -24,6 +24,8 @@ from fx2nnef.fx_tracer.control_flow import run_eagerly
 from fx2nnef.targets.tract_runner import run_tract_many
 from harness import FnModule, randn
 
+from test_control_flow import HopWhile
+
 DYN0 = {"x0": {0: "N"}}
 
 
@@ -203,8 +205,8 @@ class IntCounterWhile(torch.nn.Module):
         return while_loop(lambda x, n: x.abs().amax() >= 1.0, lambda x, n: (x / 2, n + 1), (x, n))
 
 
-@pytest.mark.parametrize("model,x", [(CountedWhile(), randn(5, 3)), (ConstantWhile(), randn(5, 3))],
-                         ids=["counted_by_size", "constant_count"])
+@pytest.mark.parametrize("model,x", [(CountedWhile(), randn(5, 3)), (ConstantWhile(), randn(5, 3)),
+                                     (HopWhile(), randn(5, 3))], ids=["counted_by_size", "constant_count", "hop"])
 def test_while_with_an_int_counter_khronos(model, x, tmp_path):
     """Unrolled while tracing: the counter's values are constants, no integer op is left."""
     r = _khronos(model, [x], tmp_path)
