@@ -91,7 +91,8 @@ def export(model: torch.nn.Module, args=(), path=None, *, kwargs: Optional[dict]
         from .piece_by_piece import export_with_fallback
 
         return export_with_fallback(model, args, path, kwargs=kwargs, target=target, input_names=input_names,
-                                    output_names=output_names, branches=branches)
+                                    output_names=output_names, branches=branches,
+                                    max_loop_iterations=max_loop_iterations)
     timings: dict = {}
     with eval_mode(model):
         with _timed(timings, "trace"):

@@ -54,7 +54,8 @@ def cmd_export(ns) -> int:
     result = export(model, args, ns.out, kwargs=kwargs, target=_target(ns),
                     input_names=ns.input_names.split(",") if ns.input_names else None,
                     output_names=ns.output_names.split(",") if ns.output_names else None,
-                    fallback="piece_by_piece" if ns.fallback else None)
+                    fallback="piece_by_piece" if ns.fallback else None,
+                    max_loop_iterations=ns.max_loop_iterations, branches=ns.branches)
     print(result)
     return 0
 
@@ -86,7 +87,8 @@ def cmd_diagnose(ns) -> int:
         if not sep:
             raise InvalidArgumentError(f"--strategy takes MODULE_PATH_OR_CLASS=STRATEGY, got {item!r}")
         strategies[key] = value
-    report = diagnose(model, inputs=[(args, kwargs)], target=_target(ns), strategies=strategies)
+    report = diagnose(model, inputs=[(args, kwargs)], target=_target(ns), strategies=strategies,
+                      max_loop_iterations=ns.max_loop_iterations, branches=ns.branches)
     print(report)
     if ns.html:
         Path(ns.html).write_text(report.to_html())
@@ -146,6 +148,13 @@ def _add_target_options(p):
                    help="how float parameters are written (tract): native, f16, or q4_0 for Linear/Embedding weights")
 
 
+def _add_trace_options(p):
+    p.add_argument("--max-loop-iterations", type=int, metavar="N",
+                   help="steps of every while_loop whose trip count no size bounds (the extra ones keep the carries)")
+    p.add_argument("--branches", choices=["select"],
+                   help="select: a Python `if` on tensor data exported both ways, merged with select")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fx2nnef", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -156,6 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output-names")
     p.add_argument("--fallback", action="store_true", help="fall back to piece-by-piece export")
     _add_target_options(p)
+    _add_trace_options(p)
     p.set_defaults(func=cmd_export)
     p = sub.add_parser("demo", help="export a tiny built-in Llama (no download) and check it in tract")
     p.add_argument("--out")
@@ -168,6 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--strategy", action="append", metavar="MODULE=STRATEGY",
                    help="e.g. LlamaDecoderLayer=ALWAYS or model.layers.0=LOCAL (NONE, ONLY_IF_FAILING, ALWAYS, LOCAL)")
     _add_target_options(p)
+    _add_trace_options(p)
     p.set_defaults(func=cmd_diagnose)
     _add_llm_parser(sub)
     p = sub.add_parser("ops", help="print (or --write) the supported-op page")

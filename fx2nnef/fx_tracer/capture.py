@@ -19,7 +19,8 @@ from ..errors import GuardError, InvalidArgumentError, TraceError
 from ..ir import CheckCase, Graph, Value
 from . import structures
 from .branches import trace_branches
-from .control_flow import loop_options
+from .control_flow import loop_options, run_eagerly
+from .data_dep import check_number_reads, complex_values_note, number_reads
 from .padded import check_padded
 from .passes import cleanup_slices, complex_to_real, masked_updates, remove_dead_code, remove_inplace
 from .probe import RUNS, analyze, inputs_at
@@ -93,7 +94,8 @@ class ModelRunner:
         tensors = [torch.from_numpy(np.array(x)).to(e.dtype) for x, e in zip(inputs, self.examples)]
         a, k = _with_flat(self.args, self.kwargs, tensors)
         with torch.no_grad():
-            out = torch.func.functional_call(self.model, overrides, a, k, strict=False, tie_weights=True)
+            out = run_eagerly(lambda: torch.func.functional_call(self.model, overrides, a, k, strict=False,
+                                                                 tie_weights=True))
         return [to_numpy(t) for _, t in structures.flatten(out, "")]
 
 
@@ -208,7 +210,7 @@ def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_na
         target.pre_trace(model, args, kwargs)
     leaf_types = tuple(leaf_modules)
     notes: list = []
-    with loop_options(max_loop_iterations):
+    with loop_options(max_loop_iterations, unroll_while=getattr(target, "name", "") == "khronos"):
         gm, analysis, trace = _trace_and_probe(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names,
                                                notes, ref, branches)
     remove_dead_code(gm)
@@ -242,7 +244,7 @@ def _run_model(model, args, kwargs, flat_inputs: list):
     a, k = _with_flat(args, kwargs, [t.clone() for t in flat_inputs])
     RUNS.eager += 1
     with torch.no_grad():
-        return model(*a, **k)
+        return run_eagerly(lambda: model(*a, **k))
 
 
 def _reference(model, args, kwargs, names, dyn, example, known: Optional[tuple] = None):
@@ -270,15 +272,28 @@ def _trace_once(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_nam
         remove_inplace(trace.gm)
         masked_updates(trace.gm)
         cleanup_slices(trace.gm)
-        complex_to_real(trace.gm)
+        complex_note = complex_values_note(trace.gm)
+        if complex_to_real(trace.gm) and complex_note:
+            trace.control_flow.append(complex_note)
         check_padded(trace.gm)
         return trace
 
-    trace = trace_branches(one_path) if branches == "select" else one_path(None)
+    with number_reads() as reads:
+        trace = trace_branches(one_path) if branches == "select" else one_path(None)
+    read = _first_reads(reads)
+    if read and branches == "select":  # the example's path alone is the baseline
+        check_number_reads(lambda: one_path({}), one_path({}).gm, read)
+    elif read:
+        check_number_reads(lambda: one_path(None), trace.gm, read)
     if ref is None and dyn:
         ref = _reference(model, args, kwargs, names, dyn, trace.example_inputs)
     analysis = analyze(trace.gm, trace.example_inputs, names, dyn, trace.guards, ref)
     return trace, analysis
+
+
+def _first_reads(reads) -> list:
+    """The numbers read from tensor data by the first trace of a :func:`number_reads` scope."""
+    return next(iter(reads.by_tracer.values()), [])
 
 
 def _wider(a: dict, b: dict) -> bool:

@@ -15,7 +15,16 @@ recorders below:
 - ``while_loop``: a scan over a budget of ``n`` steps whose body is
   ``carry = where(cond(carry) & step, body(carry), carry)``; ``n`` is the user's
   ``max_loop_iterations`` or, without it, a size the loop reads that bounds the trip count
-  on the example (checked at the other sizes by the probes).
+  on the example (checked at the other sizes by the probes), or its trip count when the condition
+  reads no model input at all (``i < 3``). For a target with no loop op (standard NNEF) a while
+  loop is traced step by step instead: like Python when its condition does not follow the data
+  (a counter then becomes constants), else ``max_loop_iterations`` steps that keep the carries
+  once the condition is false.
+- a Python decision on a value that differs at every step of a loop (``if xt.sum() > 0:`` in a
+  scan, while or vmap body) cannot be taken once for every step: it is refused with its line,
+  or with ``branches="select"`` the body is traced both ways and its results merged with select.
+  torch itself refuses such a body (torch.compile, functorch); :func:`run_eagerly` runs the
+  model's loops as Python for the references then.
 
 The piece-by-piece recorder observes modules with hooks, which ``torch.compile`` cannot run
 through; there :class:`EagerRunner` runs the same calls as plain Python.
@@ -41,17 +50,27 @@ _MAX_LOOP = contextvars.ContextVar("fx2nnef_max_loop_iterations", default=None)
 _RUNAWAY = 100_000
 
 
-@contextlib.contextmanager
-def loop_options(max_loop_iterations: Optional[int]):
-    """Scope the ``max_loop_iterations`` export option over a trace."""
+_UNROLL_WHILE = contextvars.ContextVar("fx2nnef_unroll_while", default=False)
+
+
+def check_max_loop_iterations(max_loop_iterations) -> None:
     if max_loop_iterations is not None and (isinstance(max_loop_iterations, bool)
                                             or not isinstance(max_loop_iterations, int) or max_loop_iterations < 1):
         raise InvalidArgumentError(f"max_loop_iterations must be a positive int, got {max_loop_iterations!r}")
+
+
+@contextlib.contextmanager
+def loop_options(max_loop_iterations: Optional[int], unroll_while: bool = False):
+    """Scope the ``max_loop_iterations`` export option over a trace; ``unroll_while`` for a target
+    with no loop op (standard NNEF): a while_loop is traced step by step (see ``Recorder.while_loop``)."""
+    check_max_loop_iterations(max_loop_iterations)
     token = _MAX_LOOP.set(max_loop_iterations)
+    token2 = _UNROLL_WHILE.set(unroll_while)
     try:
         yield
     finally:
         _MAX_LOOP.reset(token)
+        _UNROLL_WHILE.reset(token2)
 
 
 def carry_slot(init: torch.Tensor) -> torch.Tensor:
@@ -134,6 +153,7 @@ class Recorder:
     def __init__(self, tracer):
         self.tracer = tracer
         self.notes: list = []  # how each construct was converted, for the reports
+        self._constant_trips = None  # set by _budget for a while loop of a constant trip count
 
     # cond -------------------------------------------------------------------------------
     def cond(self, pred, true_fn, false_fn, operands=()):
@@ -228,7 +248,7 @@ class Recorder:
             scan_slots = [tracer.create_proxy("call_function", scanned_slot, (x, dim), {}) for x in xs]
         for s in carry_slots + scan_slots:
             s.node.meta["loop_slot"] = True
-        outs = list(flat_fn(*carry_slots, *scan_slots, *additional))
+        outs = self._trace_body(flat_fn, carry_slots + scan_slots + list(additional), kind, where)
         check_out = None
         if kind == "while":
             outs, check_out = outs[:-1], outs[-1]
@@ -259,11 +279,95 @@ class Recorder:
         else:
             steps = xs[0].value.shape[0] if isinstance(xs[0], fx.Proxy) else xs[0].shape[0]
             bound = (f"max_loop_iterations={_MAX_LOOP.get()}" if _MAX_LOOP.get() is not None
+                     else f"its constant trip count ({steps})" if self._constant_trips is not None
                      else f"a size the loop reads ({steps} at the example)")
+            self._constant_trips = None
             self.notes.append(f"while_loop at {where}: a scan of {bound} steps whose extra steps keep the carries "
                               "(select on the condition)")
         n = len(result.value)
         return [tracer.create_proxy("call_function", operator.getitem, (result, i), {}) for i in range(n)]
+
+    def _trace_body(self, flat_fn, args: list, kind: str, where: str) -> list:
+        """The body's results; with ``branches="select"``, a Python decision on data in the body is
+        traced both ways (up to :data:`MAX_BODY_PATHS` paths) and the results merged with select."""
+        tracer = self.tracer
+        if tracer.forced is None:
+            return list(flat_fn(*args))  # a decision on data in the body is refused (decide_in_body)
+        paths: list = []  # (forced outcomes, decisions met as (condition, outcome), results)
+        failed: dict = {}
+        todo = [()]
+        while todo:
+            forced = todo.pop(0)
+            frame = _BodyFrame(forced)
+            tracer.body_frames.append(frame)
+            try:
+                outs = list(flat_fn(*args))
+            except TraceError as exc:
+                if not forced:
+                    raise
+                failed[forced] = str(exc).splitlines()[0]
+                continue
+            finally:
+                tracer.body_frames.pop()
+            outcomes = tuple(o for _, o, _ in frame.met)
+            paths.append((outcomes, frame.met, outs))
+            for k in range(len(forced), len(outcomes)):
+                todo.append(outcomes[:k] + (not outcomes[k],))
+            if len(paths) + len(todo) > MAX_BODY_PATHS:
+                raise TraceError(f"{kind} at {where}: its body takes more than {MAX_BODY_PATHS} paths through Python "
+                                 "decisions on tensor data; write the inner ones as torch.where(...) or torch.cond(...)")
+        if len(paths) == 1:
+            return paths[0][2]
+        merged = self._merge_body(paths, failed, (), kind, where)
+        self.notes.append(f"{kind} at {where}: {sum(len(m) for _, m, _ in paths[:1])} Python decision(s) on tensor "
+                          f"data in its body traced both ways ({len(paths)} paths), results merged with select "
+                          "(branches='select')")
+        return merged
+
+    def _merge_body(self, paths: list, failed: dict, prefix: tuple, kind: str, where: str) -> list:
+        members = [p for p in paths if p[0][:len(prefix)] == prefix]
+        outcomes, met, outs = members[0]
+        depth = len(prefix)
+        if depth == len(outcomes):
+            return outs
+        cond, _, source = met[depth]
+        sides = {}
+        for b in (True, False):
+            if any(p[0][:depth + 1] == prefix + (b,) for p in paths):
+                sides[b] = self._merge_body(paths, failed, prefix + (b,), kind, where)
+        at = f" at {source}: `{source.code}`" if source is not None else ""
+        if len(sides) == 1:
+            why = failed.get(prefix + (not outcomes[depth],), "it was not traced")
+            raise TraceError(f"{kind} at {where}: the Python decision on tensor data{at} in its body cannot be "
+                             f"exported both ways, the other outcome fails ({why}); write it with torch.where(...)")
+        yes, no = sides[True], sides[False]
+        if len(yes) != len(no):
+            raise TraceError(f"{kind} at {where}: the two outcomes of the decision{at} in its body give {len(yes)} "
+                             f"and {len(no)} results")
+        cond = self._predicate(cond)
+        merged = []
+        for i, (t, f) in enumerate(zip(yes, no)):
+            if t is f:
+                merged.append(t)
+                continue
+            tv, fv = _value(t), _value(f)
+            if not isinstance(tv, torch.Tensor) or not isinstance(fv, torch.Tensor) or tv.shape != fv.shape \
+                    or tv.dtype != fv.dtype:
+                raise TraceError(
+                    f"{kind} at {where}: result {i} of its body differs between the two outcomes of the decision{at} "
+                    f"({_describe(tv)} and {_describe(fv)}); select needs equal shapes and dtypes")
+            merged.append(self.tracer.create_proxy("call_function", torch.where,
+                                                   (cond, self._as_node(t), self._as_node(f)), {}))
+        return merged
+
+    def _predicate(self, cond):
+        """A traced condition as a rank-0 bool."""
+        v = _value(cond)
+        if v.dim() != 0:
+            cond = self.tracer.create_proxy("call_method", "reshape", (cond, ()), {})
+        if v.dtype != torch.bool:
+            cond = self.tracer.create_proxy("call_method", "bool", (cond,), {})
+        return cond
 
     def _as_node(self, o):
         """A body result as a traced value (a constant becomes a node of its own)."""
@@ -339,6 +443,10 @@ class Recorder:
         if trips > _RUNAWAY:
             raise TraceError(f"the while_loop at {where} did not end within {_RUNAWAY} iterations on the example inputs")
         size = self._bounding_size(sizes, trips)
+        if size is None and self._constant_condition(call, init, outer):
+            # the condition follows neither data nor sizes (``i < 3``): the trip count is a constant
+            self._constant_trips = trips
+            return torch.ones(max(trips, 1), dtype=torch.bool)
         if size is None:
             raise TraceError(
                 f"the while_loop at {where} runs {trips} iterations on the example inputs, a number no size that the "
@@ -346,6 +454,52 @@ class Recorder:
                 "loop then runs N steps whose extra steps leave the carries unchanged (N must bound the trip count)")
         ones = getattr(torch.ones, "__wrapped_factory__", torch.ones)  # torch.ones is patched while tracing
         return self.tracer.create_proxy("call_function", ones, (size,), {"dtype": torch.bool})
+
+    def _constant_condition(self, call: ScanCall, init: list, outer: list) -> bool:
+        """Whether a while loop's condition reads only carries and outer values that depend on no
+        model input (neither data nor sizes), through the carries' updates: its trip count is fixed."""
+        from .data_dep import depends_on_data
+
+        g = call.body.graph
+        slots = [n for n in g.nodes if n.op == "placeholder"]
+        outs = list([n for n in g.nodes if n.op == "output"][0].args[0])
+        memo: dict = {}
+
+        def reads(node) -> set:
+            if node in memo:
+                return memo[node]
+            found, stack, seen = set(), [node], set()
+            while stack:
+                n = stack.pop()
+                if n in seen:
+                    continue
+                seen.add(n)
+                if n.op == "placeholder":
+                    found.add(slots.index(n))
+                stack.extend(n.all_input_nodes)
+            memo[node] = found
+            return found
+
+        n_carry = call.n_carry
+        needed, todo = set(), [outs[-1]]
+        while todo:
+            for i in reads(todo.pop()):
+                if i not in needed:
+                    needed.add(i)
+                    if i < n_carry:
+                        todo.append(outs[i])
+        input_memo: dict = {}
+        for i in needed:
+            if i < n_carry:
+                value = init[i]
+            elif i == n_carry:
+                continue  # the step flag
+            else:
+                value = outer[i - n_carry - 1]
+            if isinstance(value, fx.Proxy) and depends_on_data(value.node, input_memo, lambda n: n.op == "placeholder",
+                                                               lambda n: False):
+                return False
+        return True
 
     def _bounding_size(self, sizes: list, trips: int):
         """Among the sizes the loop reads (``i < x.size(0)``), the one equal to ``trips``, else the
@@ -365,6 +519,8 @@ class Recorder:
         where = _where_text()
         flat, spec = pytree.tree_flatten(tuple(carried_inputs))
         n = len(flat)
+        if _UNROLL_WHILE.get():
+            return _while_unrolled(self, cond_fn, body_fn, carried_inputs, tuple(additional_inputs), where)
 
         def step(*args):
             carry = pytree.tree_unflatten(list(args[:n]), spec)
@@ -386,6 +542,105 @@ class Recorder:
 
         outs = self.loop(step, flat, [], tuple(additional_inputs), 0, False, "while", where)
         return pytree.tree_unflatten(list(outs), spec)
+
+
+MAX_BODY_PATHS = 8
+
+
+class _BodyFrame:
+    """The Python decisions on tensor data met while tracing one path of a loop body."""
+
+    def __init__(self, forced: tuple):
+        self.forced = forced
+        self.met: list = []  # (condition proxy, outcome, source)
+
+
+def _describe(v) -> str:
+    return f"{tuple(v.shape)} {v.dtype}" if isinstance(v, torch.Tensor) else type(v).__name__
+
+
+def decide_in_body(tracer, proxy, op: str, result):
+    """A Python decision (``bool``) or number (``int``, ``float``, ``item()``...) taken on a value that
+    differs at every step of a loop being recorded. The body is traced once, for every step, so the
+    example's first step would decide for all: with ``branches="select"`` a ``bool`` is traced both
+    ways (see ``Recorder._trace_body``); anything else is refused with the line."""
+    loc = user_frame_location()
+    at = f" at {loc}: `{loc.code}`" if loc else ""
+    frames = tracer.body_frames
+    if op == "bool" and frames:
+        frame = frames[-1]
+        k = len(frame.met)
+        outcome = frame.forced[k] if k < len(frame.forced) else bool(result)
+        frame.met.append((proxy, outcome, loc))
+        return outcome
+    what = "a Python decision (`if`, `and`, `while`)" if op == "bool" else f"{op}() (a Python number)"
+    fix = ("write it as torch.where(cond, a, b) or torch.cond(cond, f, g, operands), or export with "
+           "branches='select' (both outcomes traced and merged with select in the body)") if op == "bool" else \
+        "keep the value a tensor (compute with it, or mask with torch.where) instead of a Python number"
+    raise TraceError(
+        f"{what} on tensor data{at} inside a loop body (scan, while_loop or vmap): the body is traced once "
+        "for every step, so the example's first step would decide for all steps; " + fix)
+
+
+def _carry_list(carry) -> list:
+    return list(carry) if isinstance(carry, (list, tuple)) else [carry]
+
+
+def _on_data(tracer, x) -> bool:
+    from .data_dep import depends_on_data
+    from .proxy import CustomProxy
+
+    return isinstance(x, CustomProxy) and depends_on_data(x.node, tracer._data_memo)
+
+
+def _while_unrolled(self, cond_fn, body_fn, carried_inputs, extra: tuple, where: str):
+    """A while_loop traced step by step, for a target with no loop op (standard NNEF, whose
+    graph is static). A condition that does not follow the data (``i < 3``, ``i < x.size(0)``) is
+    decided like Python (a counter then becomes constants); one that does runs
+    ``max_loop_iterations`` steps whose extra steps keep the carries (select on the condition)."""
+    tracer = self.tracer
+    carry = list(carried_inputs)
+    pred = cond_fn(*carry, *extra)
+    if not _on_data(tracer, pred):
+        steps = 0
+        while bool(pred):
+            carry = _carry_list(body_fn(*carry, *extra))
+            steps += 1
+            if steps > _RUNAWAY:
+                raise TraceError(f"the while_loop at {where} did not end within {_RUNAWAY} iterations")
+            pred = cond_fn(*carry, *extra)
+        self.notes.append(f"while_loop at {where}: unrolled, {steps} step(s) (its condition does not follow the "
+                          "data; standard NNEF has no loop)")
+        return tuple(carry)
+    limit = _MAX_LOOP.get()
+    if limit is None:
+        raise TraceError(
+            f"the while_loop at {where} ends on a condition computed from tensor data; standard NNEF has no loop, "
+            "so it is unrolled: give export(..., max_loop_iterations=N) (N steps, the extra ones leave the carries "
+            "unchanged; N must bound the trip count), or export for tract")
+    for _ in range(limit):
+        go = self._predicate(pred)
+        new = _carry_list(body_fn(*carry, *extra))
+        if len(new) != len(carry):
+            raise TraceError(f"while_loop at {where}: body_fn returns {len(new)} values for {len(carry)} carries")
+        carry = [self.tracer.create_proxy("call_function", torch.where, (go, self._as_node(b), a), {})
+                 for b, a in zip(new, carry)]
+        pred = cond_fn(*carry, *extra)
+    if bool(_value(pred)):
+        raise TraceError(f"the while_loop at {where} needs more than max_loop_iterations={limit} iterations on "
+                         "these inputs; raise it")
+    for i, c in enumerate(carry):
+        v = _value(c)
+        if isinstance(v, torch.Tensor) and not v.dtype.is_floating_point and v.dtype != torch.bool \
+                and _on_data(tracer, c):
+            raise TraceError(
+                f"the while_loop at {where} carries an integer tensor (carry {i}, {v.dtype}) that follows the data: "
+                "standard NNEF has no integer arithmetic. Carry it as a float tensor (e.g. a counter made with "
+                "torch.zeros(()) and compared as a float), or export for tract (tract_core_scan)")
+    self.notes.append(f"while_loop at {where}: unrolled, max_loop_iterations={limit} steps whose extra steps keep "
+                      "the carries (select on the condition; standard NNEF has no loop)")
+    return tuple(carry)
+
 
 
 def _hoist_placeholders(g: fx.Graph) -> None:
@@ -462,6 +717,30 @@ def eager_control_flow():
     """Run cond / scan / while_loop as plain Python while the model is observed with hooks."""
     with _installed(EagerRunner()):
         yield
+
+
+def refused_control_flow(exc: BaseException) -> bool:
+    """Whether torch refused to run a scan / while_loop / cond / vmap eagerly because its function
+    takes a Python decision on tensor data (torch.compile and functorch cannot run one)."""
+    text = str(exc)
+    return type(exc).__name__ == "UncapturedHigherOrderOpError" or (
+        isinstance(exc, RuntimeError) and "vmap" in text and "data-dependent control flow" in text)
+
+
+def run_eagerly(call):
+    """``call()`` (a run of the user's model); when torch refuses a control-flow construct of it
+    (:func:`refused_control_flow`), run again with cond / scan / while_loop / vmap as plain Python,
+    which is what they mean (the export then takes the decisions inside the loop bodies with
+    ``branches="select"``, or refuses them with the line)."""
+    try:
+        return call()
+    except Exception as exc:  # noqa: BLE001 - re-raised unless torch refused its own control flow
+        if not refused_control_flow(exc):
+            raise
+    from .vmap import eager_vmap
+
+    with eager_control_flow(), eager_vmap():
+        return call()
 
 
 @contextlib.contextmanager

@@ -1,9 +1,14 @@
 """Which nodes of a trace depend on input data (not only on input shapes)."""
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import dataclasses
+
 import torch
 import torch.fx as fx
 
+from ..errors import TraceError
 from .padded import padded_nonzero
 
 _SHAPE_QUERIES = {"size", "dim", "numel", "nelement", "ndimension"}
@@ -55,6 +60,12 @@ def in_loop_body(node: fx.Node, memo: dict) -> bool:
     return depends_on_data(node, memo, _is_slot, _is_loop)
 
 
+def on_slot_data(node: fx.Node, memo: dict) -> bool:
+    """Whether ``node``'s value follows the data of a loop slot (a carry or a scanned slice): it
+    differs from step to step, while the body is traced once (sizes of a slot do not differ)."""
+    return depends_on_data(node, memo, _is_slot, lambda n: is_shape_query(n) or _is_loop(n))
+
+
 def depends_on_data(node: fx.Node, memo: dict, is_source=_is_source, is_barrier=is_shape_query) -> bool:
     """Whether ``node`` depends on input data, for a graph still being recorded (``memo`` caches;
     ``is_source`` says which nodes are data, ``is_barrier`` which nodes stop the dependence)."""
@@ -79,3 +90,276 @@ def depends_on_data(node: fx.Node, memo: dict, is_source=_is_source, is_barrier=
         memo[n] = any(memo[a] for a in n.all_input_nodes)
         stack.pop()
     return memo[node]
+
+
+# numbers read from tensor data ---------------------------------------------------------------------
+# ``int(t)``, ``float(t)``, ``operator.index(t)``, ``t.item()`` and ``t.tolist()`` of a traced tensor
+# give the example's number, a plain Python value the trace cannot follow (``int()`` makes
+# ``__int__``'s result a plain int, so it cannot even be marked like ``item()``). Where that number
+# goes is found by tracing again with it changed: a graph that changes only in its constants took the
+# number as a size, slice bound, index or constant (refused: the export would hold for the example's
+# value only); a graph that changes its ops took a decision or a loop count on it (kept as a baked
+# guard, said in its note).
+
+_READS: contextvars.ContextVar = contextvars.ContextVar("fx2nnef_number_reads", default=None)
+
+
+@dataclasses.dataclass
+class NumberRead:
+    """A number read from tensor data while tracing: ``op`` of the traced value at ``source``."""
+
+    op: str  # int | index | float | item | tolist
+    value: object
+    guard: object  # the tracer's GuardRecord of this read
+
+    @property
+    def source(self):
+        return self.guard.source
+
+
+class _Reads:
+    """The reads of the traces run in its scope; ``perturb`` the indices whose value is changed."""
+
+    def __init__(self, perturb: frozenset = frozenset()):
+        self.perturb = perturb
+        self.by_tracer: dict = {}  # id(tracer) -> [NumberRead], in the order of the traces
+        self._tracers: list = []  # kept alive so that their ids stay unique
+
+
+@contextlib.contextmanager
+def number_reads(perturb: frozenset = frozenset()):
+    """Collect the numbers read from tensor data by the traces run in this scope (and change those
+    numbered in ``perturb`` in each)."""
+    state = _Reads(perturb)
+    token = _READS.set(state)
+    try:
+        yield state
+    finally:
+        _READS.reset(token)
+
+
+def read_number(tracer, op: str, value, guard):
+    """Called by the tracer for each number read from tensor data (its guard just recorded):
+    the value to hand to the model (the example's, or a changed one)."""
+    state = _READS.get()
+    if state is None:
+        return value
+    if id(tracer) not in state.by_tracer:
+        state.by_tracer[id(tracer)] = []
+        state._tracers.append(tracer)
+    reads = state.by_tracer[id(tracer)]
+    reads.append(NumberRead(op, value, guard))
+    if len(reads) - 1 in state.perturb:
+        return _changed(value)
+    return value
+
+
+def _changed(value):
+    """Another number of the same kind (never equal to ``value``)."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return value + 1
+    if isinstance(value, float):
+        return value + 0.5 + abs(value) * 0.25
+    if isinstance(value, (list, tuple)):
+        return type(value)(_changed(v) for v in value)
+    return value
+
+
+def _loop_bodies(x: fx.Node, y: fx.Node):
+    from .control_flow import ScanCall  # control_flow's users import this module
+
+    if isinstance(x.target, ScanCall) and isinstance(y.target, ScanCall):
+        fields = ("kind", "label", "dim", "reverse", "n_carry", "check")
+        if all(getattr(x.target, f) == getattr(y.target, f) for f in fields):
+            return x.target.body, y.target.body
+    return None
+
+
+def _literals(obj, out: list) -> None:
+    """The non-node leaves of a node's arguments, in order."""
+    if isinstance(obj, fx.Node):
+        out.append(("node",))
+    elif isinstance(obj, (list, tuple)):
+        out.append((type(obj).__name__, len(obj)))
+        for x in obj:
+            _literals(x, out)
+    elif isinstance(obj, dict):
+        out.append(("dict", tuple(obj)))
+        for x in obj.values():
+            _literals(x, out)
+    elif isinstance(obj, slice):
+        out.append(("slice",))
+        for x in (obj.start, obj.stop, obj.step):
+            _literals(x, out)
+    else:
+        out.append(obj)
+
+
+def _node_refs(obj, index: dict) -> list:
+    refs: list = []
+    fx.node.map_arg(obj, lambda n: refs.append(index[n]) or n)
+    return refs
+
+
+def graph_difference(a: fx.GraphModule, b: fx.GraphModule):
+    """``None`` when ``a`` and ``b`` record the same computation, else ``(kind, node of b)``: kind
+    "ops" when the ops or their wiring differ, "values" when only constant arguments or constant
+    tensors do."""
+    na, nb = list(a.graph.nodes), list(b.graph.nodes)
+    if len(na) != len(nb):
+        return "ops", nb[min(len(na), len(nb)) - 1] if nb else None
+    ia = {n: i for i, n in enumerate(na)}
+    ib = {n: i for i, n in enumerate(nb)}
+    values = None
+    for x, y in zip(na, nb):
+        loops = _loop_bodies(x, y)
+        if loops is not None:  # each trace records its own loop: compare the bodies
+            inner = graph_difference(*loops)
+            if inner is not None and inner[0] == "ops":
+                return "ops", y
+            if inner is not None and values is None:
+                values = y
+        elif x.op != y.op or (x.target != y.target and not (x.op == y.op == "get_attr")):
+            return "ops", y
+        if _node_refs((x.args, x.kwargs), ia) != _node_refs((y.args, y.kwargs), ib):
+            return "ops", y
+        la: list = []
+        lb: list = []
+        _literals((x.args, x.kwargs), la)
+        _literals((y.args, y.kwargs), lb)
+        same = len(la) == len(lb) and all(_same_literal(p, q) for p, q in zip(la, lb))
+        if x.op == "get_attr":
+            same = _same_literal(_fetch(a, x.target), _fetch(b, y.target))
+        if not same and values is None:
+            values = y
+    return None if values is None else ("values", values)
+
+
+def _same_literal(p, q) -> bool:
+    if isinstance(p, torch.Tensor) or isinstance(q, torch.Tensor):
+        return isinstance(p, torch.Tensor) and isinstance(q, torch.Tensor) and p.shape == q.shape \
+            and p.dtype == q.dtype and bool(torch.equal(p, q))
+    if type(p) is not type(q):
+        return False
+    try:
+        return bool(p == q)
+    except Exception:  # noqa: BLE001 - values that do not compare are different
+        return False
+
+
+def _fetch(root, target: str):
+    obj = root
+    for atom in target.split("."):
+        obj = getattr(obj, atom)
+    return obj
+
+
+def check_number_reads(trace_again, baseline: fx.GraphModule, reads: list) -> None:
+    """Trace again with the numbers read from tensor data changed (``trace_again()`` traces once,
+    in a :func:`number_reads` scope set here) and compare with ``baseline``: raise when a number
+    became a size, bound, index or constant of the graph; note a decision taken on it."""
+    if not reads:
+        return
+
+    def difference(perturb):
+        with number_reads(frozenset(perturb)):
+            try:
+                other = trace_again()
+            except Exception as exc:  # noqa: BLE001 - the model refuses the changed number
+                return "fails", f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        return graph_difference(baseline, other.gm)
+
+    if difference(range(len(reads))) is None:
+        return
+    for i, read in enumerate(reads):
+        found = difference([i]) if len(reads) > 1 else difference([0])
+        if found is None:
+            continue
+        kind, where = found
+        if kind == "values":
+            raise TraceError(_number_in_graph(read, where))
+        what = "changes the ops the trace records (a decision or a loop count taken on it)" if kind == "ops" \
+            else f"makes the model fail when it changes ({where})"
+        note = (f"the number read with {read.op}() {what}: the export holds for the example's value "
+                f"({read.value!r}) only")
+        read.guard.branch_note = "; ".join(x for x in (read.guard.branch_note, note) if x)
+
+
+def _number_in_graph(read: "NumberRead", node: fx.Node) -> str:
+    from .data_sizes import _SIZED_FUNCTIONS, _SIZED_METHODS  # data_sizes imports this module
+    import operator
+
+    src = node.meta.get("source") or next((u.meta.get("source") for u in node.users if u.meta.get("source")), None)
+    at = f" at {src}: `{src.code}`" if src is not None else ""
+    name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", str(node.target))
+    if node.op == "get_attr":
+        what = "a constant tensor"
+    elif node.op == "call_function" and node.target is operator.getitem:
+        what = "a slice bound or index"
+    elif node.target in _SIZED_METHODS or node.target in _SIZED_FUNCTIONS:
+        what = f"a {name}() size"
+    else:
+        what = f"a constant argument of {name}()"
+    origin = read.source
+    read_at = f" at {origin}: `{origin.code}`" if origin is not None else ""
+    return (f"{what}{at} comes from tensor content (read with {read.op}(){read_at}, {read.value!r} on the example): "
+            "the export would hold for the example's value only, and a shape that follows data has no NNEF "
+            "form. Keep the number a tensor instead: compute with it (x * t, not x * float(t)), mask with it "
+            "(torch.where(torch.arange(x.size(0)) < n, x, 0) for a bound), pick data-chosen rows with a tensor "
+            "index (x[t] or torch.index_select), or make the bound an input size (a dynamic axis).")
+
+
+def sizes_from_shape_tensors(tracer, kind: str, target, args: tuple) -> tuple:
+    """``args`` with each 0-d integer tensor computed from sizes only (``torch.tensor(x.shape[1]) // 2``)
+    that is used as a slice bound, or as a size of a call taking sizes, read as a traced number
+    (``item()``): it is a shape expression, which the graph keeps symbolic."""
+    import operator
+
+    from .data_sizes import _SIZED_FUNCTIONS, _SIZED_METHODS  # data_sizes imports this module
+
+    def as_number(obj):
+        value = getattr(obj, "value", None) if isinstance(obj, fx.Proxy) else None
+        if isinstance(value, torch.Tensor) and value.dim() == 0 and not value.dtype.is_floating_point \
+                and not value.dtype.is_complex and value.dtype != torch.bool \
+                and not depends_on_data(obj.node, tracer._data_memo):
+            return tracer.create_proxy("call_method", "item", (obj,), {})
+        return obj
+
+    def in_slices(obj):
+        if isinstance(obj, slice):
+            return slice(as_number(obj.start), as_number(obj.stop), as_number(obj.step))
+        if isinstance(obj, tuple):
+            return tuple(in_slices(x) for x in obj)
+        return obj
+
+    if kind == "call_function" and target is operator.getitem and len(args) == 2:
+        return (args[0], in_slices(args[1]))
+    if (kind == "call_method" and target in _SIZED_METHODS and target not in ("index_select", "select")) or \
+            (kind == "call_function" and target in _SIZED_FUNCTIONS and target is not torch.select):
+        def sizes(obj):
+            if isinstance(obj, (list, tuple)) and not isinstance(obj, fx.Proxy):
+                return type(obj)(sizes(x) for x in obj)
+            return as_number(obj)
+        first = 1 if kind == "call_method" or target in (torch.narrow, torch.reshape, torch.split, torch.tile) else 0
+        last = len(args) - 1 if target in ("new_full", torch.full) else len(args)  # the fill value is no size
+        return tuple(args[:first]) + tuple(sizes(a) for a in args[first:last]) + tuple(args[last:])
+    return args
+
+
+def complex_values_note(gm: fx.GraphModule) -> str:
+    """How the complex values of a trace are exported (for the reports), or "" when there is none."""
+    ops, where = [], None
+    for n in gm.graph.nodes:
+        v = n.meta.get("value")
+        if isinstance(v, torch.Tensor) and v.is_complex() and n.op in ("call_function", "call_method"):
+            name = n.target if isinstance(n.target, str) else getattr(n.target, "__name__", str(n.target))
+            if name not in ops:
+                ops.append(name)
+            where = where or n.meta.get("source")
+    if not ops:
+        return ""
+    shown = ", ".join(ops[:6]) + (", ..." if len(ops) > 6 else "")
+    return (f"complex tensors from {where or 'an unknown line'} ({shown}): lowered as pairs of real tensors "
+            "(real, imaginary), NNEF having no complex type")

@@ -2,7 +2,7 @@
 
 ``t.item()`` / ``t.tolist()`` on a traced tensor give the example's number, a decision on data
 (a "baked" guard). (``int(t)`` cannot be marked: Python makes ``__int__``'s result a plain int;
-it stays a baked guard on the result.) Used as a slice bound, a size or an index (``x[:n]``,
+``data_dep.check_number_reads`` finds where such a number goes by tracing again.) Used as a slice bound, a size or an index (``x[:n]``,
 ``x.narrow(0, 0, n)``, ``x.view(n, -1)``, ``x[n]``) that number would make the export right for
 the example's data only, and a shape that follows data has no NNEF form. Such numbers are
 :class:`DataInt` (an ``int`` that remembers where it was read, through arithmetic), and

@@ -20,8 +20,8 @@ from ..errors import TraceError
 from ..ir import SourceLoc
 from . import structures
 from .proxy import _DATA_TENSOR_METHODS, _STATIC_TENSOR_METHODS, CustomAttribute, CustomProxy, SizeTuple
-from .control_flow import control_flow_patches
-from .data_dep import depends_on_data, in_loop_body
+from .control_flow import control_flow_patches, decide_in_body
+from .data_dep import depends_on_data, in_loop_body, on_slot_data, read_number, sizes_from_shape_tensors
 from .data_sizes import DataInt, check_no_data_sizes, mark_data_number
 from .padded import mark_padded, masked_index_add, padded_call, padded_nonzero, wrapped_indices
 from .source import user_frame_location
@@ -108,6 +108,8 @@ class CustomTracer(fx.Tracer):
         self.decisions: list[GuardRecord] = []
         self._data_memo: dict = {}
         self._slot_memo: dict = {}
+        self._slot_data_memo: dict = {}
+        self.body_frames: list = []  # decisions on data met in the loop bodies being recorded (control_flow)
         self._checking = False
         self.proxy_buffer_attributes = True  # buffers are traced values: self.pos_ids[:, :s].expand(b, -1)
         self.leaf_types = tuple(leaf_types)
@@ -131,6 +133,7 @@ class CustomTracer(fx.Tracer):
                 loc = user_frame_location()
                 self.control_flow_notes.append(f"as_strided at {loc or 'an unknown line'}: {how}")
                 return proxy
+            args = sizes_from_shape_tensors(self, kind, target, args)
             check_no_data_sizes(kind, target, args, kwargs)
             padded = padded_call(kind, target, args, kwargs)
             if padded is not None:  # a data-sized index list becomes every coordinate
@@ -197,9 +200,14 @@ class CustomTracer(fx.Tracer):
             if name == "item" and self.forced is not None and self._on_data(root):
                 return self.create_proxy("call_method", "reshape", (root, ()), {})
             if name in _DATA_TENSOR_METHODS:
+                if on_slot_data(root.node, self._slot_data_memo):
+                    decide_in_body(self, root, name, None)  # refused: a number that differs at every step
                 result = getattr(v, name)(*_unwrap(args), **_unwrap(kwargs))
                 self._record_guard(root, name, result, f"{name}() of a traced tensor")
-                return mark_data_number(result, self.guards[-1].source) if self._on_data(root) else result
+                if not self._on_data(root):
+                    return result
+                result = read_number(self, name, result, self.guards[-1])
+                return mark_data_number(result, self.guards[-1].source)
         return self.create_proxy("call_method", name, (root,) + tuple(args), kwargs)
 
     def size_tuple(self, proxy: CustomProxy) -> SizeTuple:
@@ -209,6 +217,8 @@ class CustomTracer(fx.Tracer):
     # guards ---------------------------------------------------------------------------
     def guard(self, proxy: CustomProxy, fn: Callable, op: str):
         result = fn(proxy.value)
+        if op != "len" and not self._checking and on_slot_data(proxy.node, self._slot_data_memo):
+            return decide_in_body(self, proxy, op, result)  # a loop body is traced once, for every step
         if op == "bool" and self.forced is not None and not self._checking and self._on_data(proxy) \
                 and not in_loop_body(proxy.node, self._slot_memo):  # a loop body is traced once, for every step
             index = len(self.decisions)
@@ -217,7 +227,13 @@ class CustomTracer(fx.Tracer):
             self.guards[-1].decision = index
             self.decisions.append(self.guards[-1])
             return result
-        self._record_guard(proxy, op, result, None)
+        text = None
+        if op in _NUMBER_READS and isinstance(proxy.value, torch.Tensor) and not self._on_data(proxy):
+            text = (f"{op}(%{proxy.node.name}) -> {result!r}: {op}() of a tensor computed from sizes is a plain "
+                    "number; compute with the sizes themselves (x.shape[1] // 2) or keep the tensor to stay symbolic")
+        self._record_guard(proxy, op, result, text)
+        if op in _NUMBER_READS and not self._checking and self._on_data(proxy):
+            result = read_number(self, op, result, self.guards[-1])
         return result
 
     def _on_data(self, proxy: CustomProxy) -> bool:
@@ -285,6 +301,9 @@ class CustomTracer(fx.Tracer):
         self.tensor_attrs[t] = qualname
         setattr(self.root, qualname, t.detach().clone())
 
+
+# Python conversions of a traced value that hand the model a number (checked by data_dep.check_number_reads)
+_NUMBER_READS = {"int", "index", "float"}
 
 # ops returning a number of tensors that a size decides
 _SPLITTING = {"split", "chunk", "unbind", "tensor_split", "split_with_sizes", "hsplit", "vsplit", "dsplit",

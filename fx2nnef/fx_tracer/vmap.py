@@ -89,3 +89,43 @@ def vmap_patch(recorder):
         yield
     finally:
         apis.vmap_impl = orig
+
+
+def vmap_as_loop(func, in_dims, out_dims, args: tuple, kwargs: dict):
+    """``torch.vmap(func, in_dims, out_dims)(*args, **kwargs)`` run as a Python loop over the mapped
+    dim (functorch refuses a Python decision on the data of a mapped value; a loop does not)."""
+    leaves, spec = pytree.tree_flatten(args)
+    dims = _per_leaf(in_dims, args)
+    mapped = [(i, d % leaves[i].dim()) for i, d in enumerate(dims) if d is not None]
+    if not mapped:
+        raise TraceError("vmap: no argument is mapped (every in_dim is None)")
+    steps = leaves[mapped[0][0]].shape[mapped[0][1]]
+    results, out_spec = [], None
+    for k in range(steps):
+        new = list(leaves)
+        for i, d in mapped:
+            new[i] = leaves[i].select(d, k)
+        flat, out_spec = pytree.tree_flatten(func(*pytree.tree_unflatten(new, spec), **kwargs))
+        results.append(flat)
+    outs = pytree.tree_leaves(out_dims) if not isinstance(out_dims, int) else [out_dims] * len(results[0])
+    stacked = [torch.stack([r[j] for r in results], 0 if d is None else d) for j, d in enumerate(outs)]
+    return pytree.tree_unflatten(stacked, out_spec)
+
+
+@contextlib.contextmanager
+def eager_vmap():
+    """Run every ``torch.vmap`` call as a Python loop (:func:`vmap_as_loop`)."""
+    apis = sys.modules.get("torch._functorch.apis")
+    if apis is None or not hasattr(apis, "vmap_impl"):
+        yield
+        return
+    orig = apis.vmap_impl
+
+    def vmap_impl(func, in_dims, out_dims, randomness, chunk_size, *args, **kwargs):
+        return vmap_as_loop(func, in_dims, out_dims, args, kwargs)
+
+    apis.vmap_impl = vmap_impl
+    try:
+        yield
+    finally:
+        apis.vmap_impl = orig

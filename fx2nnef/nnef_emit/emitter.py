@@ -180,7 +180,8 @@ class FragmentBody:
     texts: dict = dataclasses.field(default_factory=dict)  # generated fragments the body calls: name -> text
 
 
-def emit_fragment(graph: Graph, target: str, name: str, *, registry: Registry = REGISTRY) -> FragmentBody:
+def emit_fragment(graph: Graph, target: str, name: str, *, registry: Registry = REGISTRY,
+                  loop_body: int = 0) -> FragmentBody:
     """Lower ``graph`` as NNEF fragment ``name``: its inputs are the first parameters, its
     constants (weights) the following ones, its outputs the results.
 
@@ -188,6 +189,7 @@ def emit_fragment(graph: Graph, target: str, name: str, *, registry: Registry = 
     ``variable`` inside fragments, and each call can pass its own weights.
     """
     ctx = _context_for(graph, target, registry)
+    ctx.loop_body = loop_body
     lower_nodes(ctx, graph)
     results = _bind_outputs(ctx, graph)
     weights = [(label, value) for label, (value, _) in ctx.variables.items()]

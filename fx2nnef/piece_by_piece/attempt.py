@@ -93,6 +93,7 @@ class Exporter:
     target: object
     registry: Registry
     branches: Optional[str] = None  # export option: "select" merges both outcomes of decisions on data
+    max_loop_iterations: Optional[int] = None  # export option: the steps of a while_loop no size bounds
 
     def attempt(self, module: torch.nn.Module, class_name: str, calls: list, names: list, dyn: dict,
                 spec: dict, output_names: Optional[list] = None) -> Attempt:
@@ -135,7 +136,8 @@ class Exporter:
         try:
             cap = capture(module, call.args, call.kwargs, target=target, input_names=names,
                           output_names=output_names, leaf_modules=registered_module_classes(builtin_only=True),
-                          leaf_names=tuple(spec), branches=self.branches)
+                          leaf_names=tuple(spec), branches=self.branches,
+                          max_loop_iterations=self.max_loop_iterations)
         except Exception as exc:  # noqa: BLE001 - any failure of the user's code or the tracer
             prefix = f"custom op '{where}': " if where else ""
             raise StepFailure("trace", prefix + _reason(exc), user_location(exc)) from exc

@@ -20,6 +20,7 @@ import torch
 from ..errors import InvalidArgumentError
 from ..fx_tracer import structures
 from ..fx_tracer.capture import default_input_names
+from ..fx_tracer.control_flow import check_max_loop_iterations
 from ..fx_tracer.probe import inputs_at
 from ..ir import op_key
 from ..nnef_emit import REGISTRY
@@ -69,11 +70,11 @@ class Diagnoser:
     def __init__(self, recording: Recording, target: InferenceTarget, strategies: Optional[dict] = None,
                  registry: Optional[Registry] = None, eager: bool = True,
                  root_names: Optional[list] = None, root_output_names: Optional[list] = None,
-                 branches: Optional[str] = None):
+                 branches: Optional[str] = None, max_loop_iterations: Optional[int] = None):
         self.recording = recording
         self.target = target
         self.registry = registry or REGISTRY
-        self.exporter = Exporter(target, self.registry, branches)
+        self.exporter = Exporter(target, self.registry, branches, max_loop_iterations)
         self.eager = eager
         self.root_names, self.root_output_names = root_names, root_output_names
         strategies = check_strategies(strategies)
@@ -290,7 +291,7 @@ def _other_size(n: int) -> int:
 def diagnose(model: torch.nn.Module, inputs, target: Optional[InferenceTarget] = None, *,
              strategies: Optional[dict] = None, registry: Optional[Registry] = None,
              input_names: Optional[list] = None, output_names: Optional[list] = None,
-             branches: Optional[str] = None) -> Report:
+             branches: Optional[str] = None, max_loop_iterations: Optional[int] = None) -> Report:
     """Export every submodule of ``model`` on its own and report, one row per submodule.
 
     Args:
@@ -302,14 +303,18 @@ def diagnose(model: torch.nn.Module, inputs, target: Optional[InferenceTarget] =
         registry: op registry to lower with (e.g. ``REGISTRY.child()`` with extra rules).
         branches: ``"select"`` exports both outcomes of Python decisions on tensor data, as
             :func:`fx2nnef.export` does; a module's notes say which decisions were merged.
+        max_loop_iterations: the steps of every while_loop whose trip count no size bounds,
+            as :func:`fx2nnef.export` takes it.
     """
     t0 = time.perf_counter()
+    check_max_loop_iterations(max_loop_iterations)
     target = target if target is not None else TractNNEF()
     if not isinstance(model, torch.nn.Module):
         raise InvalidArgumentError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     with eval_mode(model):
         names, recording = prepare(model, normalize_inputs(inputs), target, input_names)
         diag = Diagnoser(recording, target, strategies, registry, eager=True, root_names=names,
-                         root_output_names=output_names, branches=branches)
+                         root_output_names=output_names, branches=branches,
+                         max_loop_iterations=max_loop_iterations)
         diag.visit(recording.root)
     return diag.report(time.perf_counter() - t0)

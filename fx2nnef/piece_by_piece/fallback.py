@@ -37,7 +37,8 @@ class PieceByPieceError(Fx2NnefError):
 def export_with_fallback(model: torch.nn.Module, args=(), path=None, *, kwargs: Optional[dict] = None,
                          target: Optional[InferenceTarget] = None, input_names: Optional[list] = None,
                          output_names: Optional[list] = None, strategies: Optional[dict] = None,
-                         registry: Optional[Registry] = None, branches: Optional[str] = None):
+                         registry: Optional[Registry] = None, branches: Optional[str] = None,
+                         max_loop_iterations: Optional[int] = None):
     """Export ``model(*args, **kwargs)`` to ``path``, encapsulating failing pieces as custom ops.
 
     Returns an :class:`fx2nnef.ExportResult` whose notes name the custom ops; raises
@@ -53,7 +54,8 @@ def export_with_fallback(model: torch.nn.Module, args=(), path=None, *, kwargs: 
     with eval_mode(model):
         names, recording = prepare(model, [(tuple(args), dict(kwargs or {}))], target, input_names)
         diag = Diagnoser(recording, target, strategies, registry, eager=False, root_names=names,
-                         root_output_names=output_names, branches=branches)
+                         root_output_names=output_names, branches=branches,
+                         max_loop_iterations=max_loop_iterations)
         root = diag.visit(recording.root)
     report = diag.report(time.perf_counter() - t0)
     attempt = root.attempt

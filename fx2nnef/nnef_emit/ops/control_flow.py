@@ -20,7 +20,7 @@ def _body_fragment(ctx: EmitContext, body: Graph, kind: str):
     from ..emitter import emit_fragment  # the emitter imports the op families
 
     placeholder = "__fx2nnef_loop_body__"
-    frag = emit_fragment(body, ctx.target, placeholder, registry=ctx.registry)
+    frag = emit_fragment(body, ctx.target, placeholder, registry=ctx.registry, loop_body=ctx.loop_body + 1)
     # named after its text: unique across the graphs of one asset (custom ops), shared when equal
     name = f"{kind}_body_" + hashlib.sha1(frag.text.encode()).hexdigest()[:10]
     ctx.define_fragment(name, frag.text.replace(placeholder, name, 1), frag.fragments, frag.texts)

@@ -47,8 +47,41 @@ def reduce(ctx: EmitContext, op: str, x: Value, axes_: list, keepdim: bool = Tru
     """NNEF reduction ``op`` of ``x`` over ``axes_``."""
     if not axes_:
         return x
+    if op == "mean_reduce" and _dynamic_count_in_loop(ctx, x, axes_):
+        total = reduce(ctx, "sum_reduce", x, axes_, True, out_dtype)
+        return squeeze_unless(ctx, divide_by_count(ctx, total, x, axes_), x.shape, axes_, keepdim)
     y = ctx.op(op, x, axes=axes_, out_dtype=out_dtype or x.dtype, out_shape=reduced_shape(x.shape, axes_, True))
     return squeeze_unless(ctx, y, x.shape, axes_, keepdim)
+
+
+def _dynamic_count_in_loop(ctx: EmitContext, x: Value, axes_: list) -> bool:
+    return ctx.loop_body and x.shape is not None and not isinstance(product(x.shape[a] for a in axes_), int)
+
+
+def divide_by_count(ctx: EmitContext, total: Value, x: Value, axes_: list, minus: float = 0) -> Value:
+    """``total`` divided by the number of elements of ``x`` over ``axes_`` (minus ``minus``).
+
+    NOTE: in a tract_core_scan body (tract 0.23.9), a Mul or Div by a value tract knows to be a
+    size (a cast of a symbol, which ``mean_reduce`` also divides by) is taken for a mask: its
+    other operand gets a region of interest, which flows back to the loop's carries, and the
+    carry leaving the body then has another fact than the one entering it ("inconsistent fact:
+    body input 0 is N,F32 🬳 N"); loading fails. ``recip`` of the size hides it, and sum times
+    recip is how tract computes ``mean_reduce`` itself. In the body of a scan inside a scan, tract
+    cannot evaluate a symbol at all ("Undetermined symbol in expression", also through
+    ``tract_core_shape_of``): there the count is a sum of ones shaped like ``x``.
+    """
+    if not _dynamic_count_in_loop(ctx, x, axes_):
+        return ew(ctx, "div", total, element_count(ctx, x, axes_, total.dtype, minus))
+    if ctx.loop_body == 1:
+        count = element_count(ctx, x, axes_, total.dtype)
+    else:
+        nan = ctx.op("tract_core_is_nan", to_float(ctx, x), out_dtype=DType.BOOL, out_shape=x.shape)
+        ones = ctx.op("tract_core_cast", ctx.op("or", nan, ctx.op("not", nan, out_shape=x.shape), out_shape=x.shape),
+                      to=TRACT_DATUM[total.dtype], out_dtype=total.dtype, out_shape=x.shape)
+        count = reduce(ctx, "sum_reduce", ones, axes_)
+    if minus:
+        count = ew(ctx, "sub", count, float(minus))
+    return ew(ctx, "mul", total, ctx.op("recip", count, out_dtype=total.dtype, out_shape=count.shape))
 
 
 def element_count(ctx: EmitContext, x: Value, axes_: list, dtype: DType, minus: float = 0):
@@ -224,7 +257,7 @@ def variance(ctx: EmitContext, x: Value, axes_: list, correction: float = 1) -> 
     if correction == 0:
         return reduce(ctx, "mean_reduce", ew(ctx, "mul", d, d), axes_), m, d
     total = reduce(ctx, "sum_reduce", ew(ctx, "mul", d, d), axes_)
-    return ew(ctx, "div", total, element_count(ctx, x, axes_, x.dtype, correction)), m, d
+    return divide_by_count(ctx, total, x, axes_, correction), m, d
 
 
 def _var_args(dim, unbiased, correction):
