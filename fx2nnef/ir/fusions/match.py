@@ -155,6 +155,18 @@ def through_noop_casts(graph: Graph, v: Value) -> tuple:
     return v, casts
 
 
+def cast_root(v):
+    """``v`` before any casts to its own dtype and shape (``x.float()`` of an f32 ``x`` is ``x``)."""
+    while isinstance(v, Value) and v.producer is not None and v.producer.kind in CASTS \
+            and len(v.producer.outputs) == 1 and _pure_cast(v.producer):
+        src = next(v.producer.inputs(), None)
+        if src is None or src.dtype is not v.dtype or not shapes_equal(src.shape, v.shape) \
+                or v.producer.args[0] is not src:
+            break
+        v = src
+    return v
+
+
 def _pure_cast(node: Node) -> bool:
     """A cast call that neither copies to another device nor changes the memory format."""
     if node.kind == "Tensor.contiguous":

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Optional
 
 from ..graph import Graph, Node
-from .match import (ADD, DIV, MUL, arg, binary_operands, broadcasts_into, fused_node, is_float, made_by,
+from .match import (ADD, DIV, MUL, arg, cast_root, drop_unused, binary_operands, broadcasts_into, fused_node, is_float, made_by,
                     norm_axis, number, only_kwargs, replace, same_dtype, shapes_equal, static, through_noop_casts,
                     used_once)
 
@@ -39,7 +39,10 @@ def fuse_rms_norm(graph: Graph) -> int:
         scale, more = _scale(graph, out, axis)
         if scale is not None:
             removed, out = removed + more, more[-1].outputs[0]
+        squared = removed[0].args[0]
         replace(graph, removed, fused_node(KIND, (x,), {"axis": axis, "eps": eps, "scale": scale}, out, node))
+        if squared is not x:
+            drop_unused(graph, [squared])
         gone.update(map(id, removed))
         count += 1
     return count
@@ -92,17 +95,19 @@ def _match(graph: Graph, node: Node) -> Optional[tuple]:
 
 
 def _squares(v, x) -> bool:
-    """Whether ``v`` is ``x`` squared (pow 2, x * x, square)."""
+    """Whether ``v`` is ``x`` squared (pow 2, x * x, square), ``x`` possibly through other casts
+    to its own dtype (Gemma's ``x.float()`` of an f32 ``x``)."""
+    x = cast_root(x)
     node = made_by(v, POW)
     if node is not None:
-        return only_kwargs(node, {"input", "exponent"}) and arg(node, 0, "input") is x \
+        return only_kwargs(node, {"input", "exponent"}) and cast_root(arg(node, 0, "input")) is x \
             and number(arg(node, 1, "exponent")) == 2.0
     node = made_by(v, MUL)
     if node is not None:
         ops = binary_operands(node)
-        return ops is not None and ops[0] is x and ops[1] is x
+        return ops is not None and ops[0] is ops[1] and cast_root(ops[0]) is x
     node = made_by(v, SQUARE)
-    return node is not None and not node.kwargs and tuple(node.args) == (x,)
+    return node is not None and not node.kwargs and len(node.args) == 1 and cast_root(node.args[0]) is x
 
 
 def _scale(graph: Graph, out, axis: int) -> tuple:
