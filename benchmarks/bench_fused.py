@@ -6,16 +6,22 @@ The random Llama of ``bench_llm.py`` (160M: hidden 1024, 8 layers, 16 heads, 8 k
 32000) is saved to a temporary folder and exported once per variant (``--fused``; "none" is the
 default export). Each asset is timed in tract, in a child process on one thread, for prompt
 processing (S=128, P=0) and one decoding step (S=1 after P=128), exactly as ``bench_llm.py``
-times it. The variants are timed in turn, ``--rounds`` times over (the machine's load drifts);
-each figure is the lowest of the per-round medians, with the ratio to "none". ``--check`` also
-runs the export-time checks in tract (slower; the test suite checks the fused ops on small models).
+times it. The variants are timed in turn, ``--rounds`` times over (the machine's load drifts),
+``--runs`` runs each time; printed per variant: the fastest run and the median of all runs, with
+their ratios to "none" (on a shared machine the fastest run is the steadier figure). ``--check``
+also runs the export-time checks in tract (slower; the test suite checks the fused ops on small
+models).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import statistics
+import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 from pathlib import Path
 
@@ -23,7 +29,7 @@ if __package__ in (None, ""):  # run as a script: use this checkout's fx2nnef an
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_llm import SIZES, save_random_llama, tract_latency  # noqa: E402
+from bench_llm import PAST, PROMPT, SIZES, save_random_llama  # noqa: E402
 
 VARIANTS = ("none", "rms_norm", "rope", "sdpa", "all")
 
@@ -35,6 +41,29 @@ def export_variant(folder: Path, out: Path, variant: str, check: bool) -> dict:
     r = export_causal_lm(folder, out, check=check, generate=0, overwrite=True,
                          fused=() if variant == "none" else variant)
     return {"export_s": round(time.perf_counter() - t0, 1), "fused": r.manifest.get("fused", {})}
+
+
+def tract_times(asset: Path, runs: int) -> dict:
+    """``{"prompt_ms": [...], "decode_ms": [...]}``: every run of the asset in tract, in a child
+    process on one thread (as ``bench_llm.tract_latency``, which keeps only the median)."""
+    code = textwrap.dedent(f"""
+        import json, sys, time, numpy as np
+        sys.path.insert(0, {str(Path(__file__).resolve().parents[1] / 'fx2nnef' / 'llm')!r})
+        from _generate_child import TractCausalLM
+        lm = TractCausalLM.load({str(asset)!r})
+        ids = np.random.default_rng(0).integers(0, 200, (1, {PROMPT + 1}))
+        def times(fn):
+            fn(); ts = []
+            for _ in range({runs}):
+                t = time.perf_counter(); fn(); ts.append(round(1000 * (time.perf_counter() - t), 3))
+            return ts
+        _, past = lm.step(ids[:, :{PAST}], lm.empty_cache())
+        print(json.dumps({{"prompt_ms": times(lambda: lm.step(ids[:, :{PROMPT}], lm.empty_cache())),
+                          "decode_ms": times(lambda: lm.step(ids[:, {PAST}:{PAST + 1}], past))}}))
+    """)
+    env = {**os.environ, "RAYON_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def main(argv=None) -> int:
@@ -55,18 +84,24 @@ def main(argv=None) -> int:
             print(f"exported {v}: {facts[v]['fused'] or 'no fused ops'} in {facts[v]['export_s']} s", flush=True)
         for r in range(ns.rounds):
             for v in variants:
-                t = tract_latency(tmp / v / "model.nnef.tgz", ns.runs)
-                facts[v]["prompt_ms"].append(t["prompt_ms"])
-                facts[v]["decode_ms"].append(t["decode_ms"])
-                print(f"round {r + 1} {v}: prompt {t['prompt_ms']} ms, decode {t['decode_ms']} ms", flush=True)
-    base = {k: min(facts[variants[0]][k]) for k in ("prompt_ms", "decode_ms")}
-    print(f"\n{ns.size} Llama in tract, 1 thread, lowest of {ns.rounds} medians of {ns.runs} runs "
-          f"(ratio to {variants[0]}):")
-    print(f"{'variant':10} {'prompt S=128':>22} {'decode S=1, P=128':>22}")
+                t = tract_times(tmp / v / "model.nnef.tgz", ns.runs)
+                for k in ("prompt_ms", "decode_ms"):
+                    facts[v][k] += t[k]
+                print(f"round {r + 1} {v}: prompt {statistics.median(t['prompt_ms'])} ms, "
+                      f"decode {statistics.median(t['decode_ms'])} ms (medians)", flush=True)
+    keys = ("prompt_ms", "decode_ms")
+    best = {v: {k: min(facts[v][k]) for k in keys} for v in variants}
+    median = {v: {k: statistics.median(facts[v][k]) for k in keys} for v in variants}
+    base = variants[0]
+    print(f"\n{ns.size} Llama in tract, 1 thread, {ns.rounds} rounds x {ns.runs} runs: fastest run / median "
+          f"(ratio to {base})")
+    print(f"{'variant':10} {'prompt S=128':>36} {'decode S=1, P=128':>36}")
     for v in variants:
-        cells = [f"{min(facts[v][k]):9.2f} ms ({min(facts[v][k]) / base[k]:.3f}x)" for k in ("prompt_ms", "decode_ms")]
-        print(f"{v:10} {cells[0]:>22} {cells[1]:>22}")
-    print(json.dumps({"size": ns.size, "runs": ns.runs, "rounds": ns.rounds, "variants": facts}))
+        cells = [f"{best[v][k]:8.2f} ({best[v][k] / best[base][k]:.2f}x) / {median[v][k]:8.2f} "
+                 f"({median[v][k] / median[base][k]:.2f}x)" for k in keys]
+        print(f"{v:10} {cells[0]:>36} {cells[1]:>36}")
+    print(json.dumps({"size": ns.size, "runs": ns.runs, "rounds": ns.rounds, "fastest": best, "median": median,
+                      "fused": {v: facts[v]["fused"] for v in variants}}))
     return 0
 
 
