@@ -253,6 +253,12 @@ def test_llm_f16_with_fused_ops(tmp_path):
     assert text.count("= tract_core_rms_norm(") == 5 and "datum_type = 'f16'" in text
 
 
+def test_llm_batch_symbol_and_last_logits_with_fused_ops(tmp_path):
+    model, expected = _family("qwen2")
+    r = export_causal_lm(model, tmp_path / "out", fused="all", batch_symbol=True, last_logits_only=True)
+    assert r.manifest["fused"] == expected and r.checks["decode"]["S"] == 1
+
+
 def test_llm_default_export_is_unchanged_by_the_option_plumbing(tmp_path):
     from fx2nnef.examples.tiny_llm import tiny_llama
 
@@ -262,3 +268,17 @@ def test_llm_default_export_is_unchanged_by_the_option_plumbing(tmp_path):
     strip = lambda t: "\n".join(l for l in t.splitlines() if "properties =" not in l)  # noqa: E731
     assert strip(_graph_text(plain.asset)) == strip(_graph_text(none.asset))
     assert "tract_transformers" not in _graph_text(plain.asset) and "fused" not in plain.manifest
+
+
+def test_cli_llm_fused_from_a_saved_folder(tmp_path, capsys):
+    from fx2nnef.cli import main as cli_main
+    from fx2nnef.examples.tiny_llm import tiny_llama
+
+    tiny_llama("sdpa").save_pretrained(tmp_path / "src")
+    out = tmp_path / "out"
+    assert cli_main(["llm", str(tmp_path / "src"), str(out), "--generate", "2", "--fused", "rope,sdpa"]) == 0
+    text = _graph_text(out / "model.nnef.tgz")
+    assert text.count("= tract_transformers_apply_rope(") == 4 and text.count("= tract_transformers_sdpa(") == 2
+    assert "rms_norm(" not in text
+    assert cli_main(["llm", str(tmp_path / "src"), str(tmp_path / "bad"), "--fused", "flash"]) == 1
+    assert "unknown fused op(s) 'flash'" in capsys.readouterr().err

@@ -105,6 +105,7 @@ def export_causal_lm(model_or_dir, out_dir, *, dtype: Optional[str] = None, weig
     one is replaced only with ``overwrite=True``.
     """
     out_dir = Path(out_dir)
+    fused = resolve_fusions(fused)
     if out_dir.exists() and not overwrite:
         raise InvalidArgumentError(f"{str(out_dir)!r} exists: remove it or pass overwrite=True")
     source_dir = None
@@ -135,7 +136,7 @@ def export_causal_lm(model_or_dir, out_dir, *, dtype: Optional[str] = None, weig
                                out_dir.with_name(out_dir.name + ".debug"))
         timings["export"] = time.perf_counter() - t0
         if fused:
-            manifest["fused"] = fused_counts(result.graph, resolve_fusions(fused))
+            manifest["fused"] = fused_counts(result.graph, fused)
         weights_written = getattr(result, "weights", [])
         manifest["weight_bytes"] = {"native": sum(w.native_bytes for w in weights_written),
                                     "stored": sum(w.stored_bytes for w in weights_written)}
