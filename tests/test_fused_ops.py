@@ -253,6 +253,13 @@ def test_llm_f16_with_fused_ops(tmp_path):
     assert text.count("= tract_core_rms_norm(") == 5 and "datum_type = 'f16'" in text
 
 
+def test_llm_f16_weights_with_fused_ops(tmp_path):
+    """f16-stored norm weights reach tract_core_scaled_rms_norm through a cast; checked against the rounded weights."""
+    model, expected = _family("mistral")
+    r = export_causal_lm(model, tmp_path / "out", weights="f16", fused="all", generate=3)
+    assert r.manifest["fused"] == expected and r.manifest["weights"] == "f16"
+
+
 def test_llm_batch_symbol_and_last_logits_with_fused_ops(tmp_path):
     model, expected = _family("qwen2")
     r = export_causal_lm(model, tmp_path / "out", fused="all", batch_symbol=True, last_logits_only=True)
