@@ -116,7 +116,8 @@ def cmd_llm(ns) -> int:
 
     result = export_causal_lm(ns.model_dir, ns.out_dir, dtype=ns.dtype, weights=ns.weights,
                               last_logits_only=ns.last_logits_only, batch_symbol=ns.batch_symbol,
-                              generate=0 if ns.no_check else ns.generate, check=not ns.no_check, overwrite=ns.overwrite)
+                              generate=0 if ns.no_check else ns.generate, check=not ns.no_check, overwrite=ns.overwrite,
+                              **({"fused": ns.fused} if ns.fused else {}))
     print(result)
     return 0
 
@@ -134,6 +135,8 @@ def _add_llm_parser(sub) -> None:
     p.add_argument("--batch-symbol", action="store_true", help="a symbol B for the batch axis instead of 1")
     p.add_argument("--no-check", action="store_true", help="skip the checks in tract")
     p.add_argument("--overwrite", action="store_true", help="replace OUT_DIR if it exists")
+    p.add_argument("--fused", metavar="NAMES", help="tract fused ops where the pattern matches exactly: "
+                   "comma-separated among rms_norm, rope, sdpa, or all (default: none)")
     p.set_defaults(func=cmd_llm)
 
 

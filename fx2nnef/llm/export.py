@@ -18,6 +18,7 @@ import torch
 
 from ..api import export
 from ..errors import CheckIOError, InvalidArgumentError
+from ..ir.fusions import fused_counts, resolve_fusions
 from ..targets import TractNNEF
 from ..targets.result import ExportResult
 from ..targets.tolerance import compare_outputs, format_diffs
@@ -86,7 +87,7 @@ def load_causal_lm(source: Union[str, os.PathLike], dtype: Optional[torch.dtype]
 def export_causal_lm(model_or_dir, out_dir, *, dtype: Optional[str] = None, weights: Optional[str] = None,
                      last_logits_only: bool = False, batch_symbol: bool = False, generate: int = 0,
                      check: bool = True, overwrite: bool = False, seed: int = 0,
-                     timeout: float = 600.0) -> LLMExportResult:
+                     timeout: float = 600.0, fused=()) -> LLMExportResult:
     """Export a causal LM to ``out_dir/model.nnef.tgz`` with the KV-cache I/O contract of tract LLM assets.
 
     ``model_or_dir``: a transformers causal LM (``nn.Module``) or a local folder written by
@@ -96,13 +97,15 @@ def export_causal_lm(model_or_dir, out_dir, *, dtype: Optional[str] = None, weig
     a symbol ``B`` for the batch axis instead of 1. ``generate``: the number of greedy tokens
     the asset must produce exactly as ``model.generate(do_sample=False)``. ``check``: run the
     export's own size checks and the three modes (prompt, prompt with past, decode) in tract
-    against transformers with a ``DynamicCache``.
+    against transformers with a ``DynamicCache``. ``fused``: tract fused ops to use where the
+    model's pattern matches exactly, as ``TractNNEF(fused=...)`` ("rms_norm", "rope", "sdpa" or "all").
 
     A module given in another float type than ``dtype`` is copied, not converted in place.
     ``out_dir`` is written atomically (a temporary sibling renamed at the end); an existing
     one is replaced only with ``overwrite=True``.
     """
     out_dir = Path(out_dir)
+    fused = resolve_fusions(fused)
     if out_dir.exists() and not overwrite:
         raise InvalidArgumentError(f"{str(out_dir)!r} exists: remove it or pass overwrite=True")
     source_dir = None
@@ -116,6 +119,8 @@ def export_causal_lm(model_or_dir, out_dir, *, dtype: Optional[str] = None, weig
         # the caller's module is left as it was
         model = (copy.deepcopy(model) if source_dir is None else model).to(torch_dtype)
     target_kwargs = _weights_option(weights)
+    if fused:
+        target_kwargs["fused"] = fused
     timings = {}
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     stage = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
@@ -130,6 +135,8 @@ def export_causal_lm(model_or_dir, out_dir, *, dtype: Optional[str] = None, weig
                                _properties(manifest), target_kwargs, timeout, seed,
                                out_dir.with_name(out_dir.name + ".debug"))
         timings["export"] = time.perf_counter() - t0
+        if fused:
+            manifest["fused"] = fused_counts(result.graph, fused)
         weights_written = getattr(result, "weights", [])
         manifest["weight_bytes"] = {"native": sum(w.native_bytes for w in weights_written),
                                     "stored": sum(w.stored_bytes for w in weights_written)}

@@ -8,6 +8,7 @@ from typing import Optional
 
 from ..errors import InvalidArgumentError
 from ..ir import WEIGHT_FORMATS, Graph
+from ..ir.fusions import fuse, fused_counts, resolve_fusions
 from ..nnef_emit.emitter import properties_fragment
 from .base import InferenceTarget
 from .tolerance import resolve_tolerance
@@ -40,6 +41,11 @@ class TractNNEF(InferenceTarget):
             parameter became and why.
         asserts: extra assertions on the symbols, e.g. ``["S+P < 128", "tg: S==1"]``, written as
             ``extension tract_assert`` (tract checks them at load, not at run time).
+        fused: tract fused ops to rewrite exact patterns into: names among ``"rms_norm"``
+            (``tract_core_rms_norm`` / ``tract_core_scaled_rms_norm``), ``"rope"``
+            (``tract_transformers_apply_rope``), ``"sdpa"`` (``tract_transformers_sdpa``), or
+            ``"all"``; default none. A pattern that does not match exactly stays as it is
+            (see ``fx2nnef.ir.fusions``); the graph's ``fx2nnef_fused`` property counts the rewrites.
     """
 
     name = "tract"
@@ -50,7 +56,7 @@ class TractNNEF(InferenceTarget):
                  dynamic_axes: Optional[dict] = None, check_io_tolerance="approximate",
                  specific_properties: Optional[dict] = None, dump_identity_properties: bool = False,
                  with_transformers: Optional[bool] = None, timeout: float = 600.0, weights: str = "native",
-                 asserts: Sequence[str] = ()):
+                 asserts: Sequence[str] = (), fused=()):
         if weights not in WEIGHT_FORMATS:
             raise InvalidArgumentError(f"weights must be one of {', '.join(map(repr, WEIGHT_FORMATS))}, got {weights!r} "
                                        "(see TractNNEF's docstring)")
@@ -67,6 +73,7 @@ class TractNNEF(InferenceTarget):
         self.with_transformers = with_transformers
         self.timeout = timeout
         self.asserts = list(asserts)
+        self.fused = resolve_fusions(fused)
         for a in self.asserts:
             if not isinstance(a, str) or not _ASSERT.match(a):
                 raise InvalidArgumentError(f"asserts must be strings such as 'S+P < 128' or 'tg: S==1', got {a!r}")
@@ -85,6 +92,11 @@ class TractNNEF(InferenceTarget):
         props.update({k: str(v) for k, v in self.specific_properties.items()})
         return props
 
+    def post_trace(self, graph: Graph) -> None:
+        """Rewrite the patterns of the ``fused`` ops (none by default)."""
+        if self.fused:
+            fuse(graph, self.fused)
+
     def specific_asserts(self, graph: Graph) -> list:
         return list(self.asserts)
 
@@ -92,6 +104,8 @@ class TractNNEF(InferenceTarget):
         """The ``tract_core_properties`` fragment, as tract itself writes it."""
         props = self.properties()
         props.update(_weight_properties(graph, self.weights))
+        if self.fused:
+            props["fx2nnef_fused"] = ",".join(f"{k}:{n}" for k, n in fused_counts(graph, self.fused).items())
         return {"tract_core_properties": properties_fragment(props)}
 
     def run(self, asset: Path, input_sets: list) -> list:
