@@ -5,9 +5,8 @@ from typing import Optional
 
 from ...ir import DType, Value
 from ..context import TRACT_DATUM, EmitContext
-from ..helpers import cast, rank, unsqueeze_to
+from ..helpers import cast, rank, select, unsqueeze_to
 from ..registry import register
-from .activation import select
 from .attention import lowest
 from .attention import zero_empty_rows as zero_rows_without_keys
 
