@@ -8,6 +8,7 @@ from typing import Optional
 
 from ..errors import InvalidArgumentError
 from ..ir import WEIGHT_FORMATS, Graph
+from ..ir.precision import F32_REGIONS, apply_f32_regions, resolve_regions
 from ..nnef_emit.emitter import properties_fragment
 from .base import InferenceTarget
 from .tolerance import resolve_tolerance
@@ -50,7 +51,12 @@ class TractNNEF(InferenceTarget):
                  dynamic_axes: Optional[dict] = None, check_io_tolerance="approximate",
                  specific_properties: Optional[dict] = None, dump_identity_properties: bool = False,
                  with_transformers: Optional[bool] = None, timeout: float = 600.0, weights: str = "native",
-                 asserts: Sequence[str] = ()):
+                 asserts: Sequence[str] = (), force_f32: Sequence[str] = ()):
+        try:
+            self.force_f32 = resolve_regions(force_f32)
+        except ValueError as exc:
+            raise InvalidArgumentError(f"{exc} (see TractNNEF's docstring)") from None
+        self.f32_regions_found: dict = {}
         if weights not in WEIGHT_FORMATS:
             raise InvalidArgumentError(f"weights must be one of {', '.join(map(repr, WEIGHT_FORMATS))}, got {weights!r} "
                                        "(see TractNNEF's docstring)")
@@ -85,6 +91,18 @@ class TractNNEF(InferenceTarget):
         props.update({k: str(v) for k, v in self.specific_properties.items()})
         return props
 
+    def post_trace(self, graph: Graph) -> None:
+        """Apply ``force_f32``: the regions asked for computed in float32."""
+        if not self.force_f32:
+            return
+        self.f32_regions_found = apply_f32_regions(graph, self.force_f32)
+        missing = [k for k, n in self.f32_regions_found.items() if n == 0]
+        if missing:
+            raise InvalidArgumentError(
+                f"force_f32={list(self.force_f32)}: no {' and no '.join(missing)} found in the graph "
+                f"(kinds: {', '.join(F32_REGIONS)}; see TractNNEF's docstring); drop "
+                f"{'it' if len(missing) == 1 else 'them'} from force_f32")
+
     def specific_asserts(self, graph: Graph) -> list:
         return list(self.asserts)
 
@@ -92,6 +110,8 @@ class TractNNEF(InferenceTarget):
         """The ``tract_core_properties`` fragment, as tract itself writes it."""
         props = self.properties()
         props.update(_weight_properties(graph, self.weights))
+        if self.f32_regions_found:
+            props["fx2nnef_force_f32"] = ",".join(f"{k}:{n}" for k, n in self.f32_regions_found.items())
         return {"tract_core_properties": properties_fragment(props)}
 
     def run(self, asset: Path, input_sets: list) -> list:
