@@ -89,15 +89,15 @@ class ModelRunner:
             if param is None:
                 raise TraceError(f"constant {v.name} is stored as {v.source.stored_format} but is not a parameter "
                                  "of the model, so the reference outputs cannot use its stored values")
-            out[v.source.parameter_path] = torch.from_numpy(np.array(v.data)).to(param.dtype)
+            # a bf16 parameter's stored values go to the float32 copy as they are, not rounded to bf16
+            dtype = torch.float32 if self.reference is not None and param.dtype == torch.bfloat16 else param.dtype
+            out[v.source.parameter_path] = torch.from_numpy(np.array(v.data)).to(dtype)
         return out
 
     def run(self, inputs: list, overrides: dict) -> list:
         """Flat numpy outputs of the model on the flat numpy ``inputs``, ``overrides`` replacing
         parameters (the model itself is not changed)."""
         model, examples = self.reference or (self.model, self.examples)
-        if self.reference is not None:
-            overrides = {k: v.to(torch.float32) if v.dtype == torch.bfloat16 else v for k, v in overrides.items()}
         tensors = [torch.from_numpy(np.array(x)).to(e.dtype) for x, e in zip(inputs, examples)]
         a, k = _with_flat(self.args, self.kwargs, tensors)
         with torch.no_grad():
