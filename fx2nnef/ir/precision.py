@@ -255,7 +255,8 @@ def _insert_cast(graph: Graph, value: Value, dtype: DType, before: Node = None, 
     out = graph.new_value(f"{value.name}_{dtype.value}", dtype, value.shape)
     anchor = before if before is not None else after
     node = Node("Tensor.to", (value,), {"dtype": dtype}, [out], module_path=anchor.module_path,
-                module_type=anchor.module_type, source=anchor.source, name=out.name)
+                module_type=anchor.module_type, source=anchor.source, name=out.name,
+                meta={"force_f32": "in" if before is not None else "out"})
     graph.add_node(node)
     graph.nodes.pop()
     index = next(i for i, n in enumerate(graph.nodes) if n is anchor)
