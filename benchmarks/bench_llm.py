@@ -4,7 +4,8 @@
 
 The model is built from a config, saved with ``save_pretrained`` to a temporary folder and
 exported from there once per variant as the CLI does (checks on, ``--generate 4``): ``f32``,
-``f16`` (``--dtype f16``), ``q4_0`` (f32 compute, ``--weights q4_0``), ``f16_q4_0``. Per
+``f16`` (``--dtype f16``), ``q4_0`` (f32 compute, ``--weights q4_0``), ``f16_q4_0``,
+``f16_f32attn`` / ``f16_f32all`` (f16 with ``force_f32`` attention / all). Per
 variant: export wall time, peak RSS growth of the export call, asset size (and its ratio to
 the f32 asset), and the latency of prompt processing (S=128, P=0) and decoding (S=1 after
 P=128) in tract (one child process, one thread, caches fed back) against torch eager on one
@@ -123,7 +124,10 @@ def tract_latency(asset: Path, runs: int) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-VARIANTS = {"f32": ("f32", None), "f16": ("f16", None), "q4_0": ("f32", "q4_0"), "f16_q4_0": ("f16", "q4_0")}
+# variant -> (dtype, weights, force_f32)
+VARIANTS = {"f32": ("f32", None, ()), "f16": ("f16", None, ()), "q4_0": ("f32", "q4_0", ()),
+            "f16_q4_0": ("f16", "q4_0", ()), "f16_f32attn": ("f16", None, ("attention",)),
+            "f16_f32all": ("f16", None, ("all",))}
 
 
 def tract_profile(asset: Path, top: int = 8) -> str:
@@ -175,12 +179,12 @@ def main() -> None:
         weight_bytes = save_random_llama(ns.size, src)
         print(f"size {ns.size}: {weight_bytes / 2**20:.1f} MiB of f32 weights; {PROMPT=} {PAST=}; 1 thread", flush=True)
         for variant in variants:
-            dtype, weights = VARIANTS[variant]
+            dtype, weights, force_f32 = VARIANTS[variant]
             out = Path(temp) / f"out_{variant}"
             _reset_peak()
             before = _resident_kib()
             t = time.perf_counter()
-            result = export_causal_lm(src, out, dtype=dtype, weights=weights, generate=ns.generate)
+            result = export_causal_lm(src, out, dtype=dtype, weights=weights, generate=ns.generate, force_f32=force_f32)
             wall = time.perf_counter() - t
             peak = max(_resident_kib("VmHWM") - before, 0)  # VmHWM is reset by _reset_peak
             asset = out / "model.nnef.tgz"
