@@ -9,7 +9,7 @@ exported from there once per variant as the CLI does (checks on, ``--generate 4`
 variant: export wall time, peak RSS growth of the export call, asset size (and its ratio to
 the f32 asset), and the latency of prompt processing (S=128, P=0) and decoding (S=1 after
 P=128) in tract (one child process, one thread, caches fed back) against torch eager on one
-thread (f32 for the f32 and q4_0 variants, f16 for the f16 ones). ``--profile`` also prints
+thread, in ``--rounds`` rounds alternating the two engines (f32 for the f32 and q4_0 variants, f16 for the f16 ones). ``--profile`` also prints
 the ops that take the most time in tract at both sizes (``Runnable.profile_json``).
 """
 from __future__ import annotations
@@ -88,17 +88,21 @@ def torch_latency(folder: Path, dtype: str, runs: int) -> dict:
             cache = DynamicCache(ddp_cache_data=[(l.keys, l.values) for l in past.layers])
             model(ids[:, PAST:PAST + 1], past_key_values=cache, use_cache=True)
 
-        return {"prompt_ms": _median_ms(prompt, runs), "decode_ms": _median_ms(decode, runs)}
+        return {"prompt_ms": _times_ms(prompt, runs), "decode_ms": _times_ms(decode, runs)}
 
 
-def _median_ms(fn, runs: int) -> float:
+def _times_ms(fn, runs: int) -> list:
     fn()
     times = []
     for _ in range(runs):
         t = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t)
-    return round(1000 * sorted(times)[len(times) // 2], 3)
+    return [round(1000 * t, 3) for t in times]
+
+
+def _median(values: list) -> float:
+    return sorted(values)[len(values) // 2]
 
 
 def tract_latency(asset: Path, runs: int) -> dict:
@@ -113,7 +117,7 @@ def tract_latency(asset: Path, runs: int) -> dict:
             fn(); ts = []
             for _ in range({runs}):
                 t = time.perf_counter(); fn(); ts.append(time.perf_counter() - t)
-            return round(1000 * sorted(ts)[len(ts) // 2], 3)
+            return [round(1000 * t, 3) for t in ts]
         _, past = lm.step(ids[:, :{PAST}], lm.empty_cache())
         out = {{"prompt_ms": med(lambda: lm.step(ids[:, :{PROMPT}], lm.empty_cache())),
                "decode_ms": med(lambda: lm.step(ids[:, {PAST}:{PAST + 1}], past))}}
@@ -163,7 +167,8 @@ def main() -> None:
     parser.add_argument("--size", default="20m", choices=list(SIZES))
     parser.add_argument("--variants", default="f32,f16,q4_0", help=f"comma-separated, from {', '.join(VARIANTS)}")
     parser.add_argument("--generate", type=int, default=4)
-    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--runs", type=int, default=10, help="timed runs per round")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds alternating tract and torch")
     parser.add_argument("--no-latency", action="store_true")
     parser.add_argument("--profile", action="store_true", help="print the costliest tract ops of each asset")
     ns = parser.parse_args()
@@ -173,7 +178,7 @@ def main() -> None:
         parser.error(f"unknown variants {unknown}; choose from {', '.join(VARIANTS)}")
     from fx2nnef.llm import export_causal_lm
 
-    rows, torch_ms = [], {}
+    rows = []
     with tempfile.TemporaryDirectory(prefix="bench_llm_") as temp:
         src = Path(temp) / "src"
         weight_bytes = save_random_llama(ns.size, src)
@@ -193,10 +198,16 @@ def main() -> None:
                    "checks": {k: v for k, v in result.checks.items() if k != "generate"},
                    "generate_equal": result.checks.get("generate", {}).get("equal")}
             if not ns.no_latency:
-                row["tract"] = tract_latency(asset, ns.runs)
-                if dtype not in torch_ms:
-                    torch_ms[dtype] = torch_latency(src, dtype, ns.runs)
-                row["torch"] = torch_ms[dtype]
+                # alternate the engines over rounds: on a shared machine the load drifts
+                times = {"tract": {"prompt_ms": [], "decode_ms": []}, "torch": {"prompt_ms": [], "decode_ms": []}}
+                for _ in range(ns.rounds):
+                    for engine, got in (("tract", tract_latency(asset, ns.runs)),
+                                        ("torch", torch_latency(src, dtype, ns.runs))):
+                        for key, values in got.items():
+                            times[engine][key] += values
+                for engine in times:
+                    row[engine] = {k: _median(v) for k, v in times[engine].items()}
+                    row[engine + "_min"] = {k: min(v) for k, v in times[engine].items()}
             if ns.profile:
                 row["profile"] = tract_profile(asset)
             rows.append(row)
@@ -206,13 +217,14 @@ def main() -> None:
             shutil.rmtree(out, ignore_errors=True)
     f32_size = next((r["asset_mib"] for r in rows if r["variant"] == "f32"), None)
     print()
-    print("| variant | export s | asset MiB | x f32 | prompt S=128 tract / torch ms | decode S=1 P=128 tract / torch ms | generate |")
+    print("Latency: median (min) over all runs, tract / torch eager, ms")
+    print("| variant | export s | asset MiB | x f32 | prompt S=128 tract / torch | decode S=1 P=128 tract / torch | generate |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
         ratio = f"{r['asset_mib'] / f32_size:.2f}" if f32_size else "-"
-        lat = ("-", "-") if ns.no_latency else (
-            f"{r['tract']['prompt_ms']:.1f} / {r['torch']['prompt_ms']:.1f}",
-            f"{r['tract']['decode_ms']:.2f} / {r['torch']['decode_ms']:.2f}")
+        lat = ("-", "-") if ns.no_latency else tuple(
+            f"{r['tract'][k]:.1f} ({r['tract_min'][k]:.1f}) / {r['torch'][k]:.1f} ({r['torch_min'][k]:.1f})"
+            for k in ("prompt_ms", "decode_ms"))
         print(f"| {r['variant']} | {r['export_s']} | {r['asset_mib']} | {ratio} | {lat[0]} | {lat[1]} | {r['generate_equal']} |")
 
 
