@@ -112,6 +112,18 @@ def test_force_f32_each_option(family, tmp_path):
     assert next(model.parameters()).dtype == torch.float32
 
 
+def test_force_f32_attention_through_baddbmm_and_dropout_module(tmp_path):
+    """Bloom: scores from ``alibi.baddbmm(q, k)``, probabilities through an ``nn.Dropout`` submodule, then bmm."""
+    torch.manual_seed(0)
+    model = _randomize_norms(T.BloomForCausalLM(T.BloomConfig(hidden_size=64, n_layer=2, n_head=4, vocab_size=256,
+                                                             initializer_range=0.1)).eval())
+    r = export_causal_lm(model, tmp_path / "out", dtype="f16", force_f32=["attention"])
+    assert {"prompt", "prompt_with_past", "decode"} <= set(r.checks)
+    _assert_regions_in_f32(r.export.graph, "attention")
+    products = [n for n in r.export.graph.nodes if n.kind in ("Tensor.baddbmm", "torch.bmm")]
+    assert len(products) == 4 and all(n.outputs[0].dtype is DType.F32 for n in products)
+
+
 def test_force_f32_linear_reads_stored_weights(tmp_path):
     """f32 accumulation keeps the weights as stored: no f32 copy in the asset (f16 and Q4_0)."""
     model = _llama()

@@ -10,7 +10,8 @@ Region kinds:
 - ``norms``: each call of a module whose class name ends in ``Norm`` (``LlamaRMSNorm``,
   ``LayerNorm``, ...) and each ``layer_norm`` / ``rms_norm`` / ``group_norm`` call.
 - ``attention``: each ``scaled_dot_product_attention``, and in eager attention the nodes from the
-  scores product (Q K^T) through the softmax to the product with V, in one module.
+  scores product (Q K^T) through the softmax to the product with V, in one module (and its
+  submodules, such as a dropout).
 - ``linear``: each product with a weight (``F.linear``; ``mm``/``addmm``/``matmul`` with a
   parameter as right operand): the activation is cast to float32 and the weight is read as
   stored (float16 or Q4_0), so the product accumulates and is written in float32, then rounded
@@ -130,7 +131,7 @@ def _product_before(softmax: Node):
         ins = _activations(node)
         if not ins:
             return None
-        producers = [v.producer for v in ins if v.producer.module_path == softmax.module_path]
+        producers = [v.producer for v in ins if _within(v.producer, softmax.module_path)]
         # the scores are the operand whose history holds a product; a mask comes from elsewhere
         chain = [p for p in producers if p.kind in PRODUCT_KINDS or _activations(p)]
         if not chain:
@@ -145,7 +146,7 @@ def _product_after(softmax: Node):
     """The product (with V) that reads the softmax's probabilities, through casts and dropout."""
     value = softmax.outputs[0]
     for _ in range(_MAX_SCORE_STEPS):
-        users = [u for u in value.uses if u.module_path == softmax.module_path]
+        users = [u for u in value.uses if _within(u, softmax.module_path)]
         if len(users) != 1:
             return None
         user = users[0]
@@ -157,12 +158,17 @@ def _product_after(softmax: Node):
     return None
 
 
+def _within(node: Node, module_path: str) -> bool:
+    """Whether ``node`` runs in the module ``module_path`` or one of its submodules (a dropout)."""
+    return node.module_path == module_path or node.module_path.startswith(module_path + ".")
+
+
 def _descendants(start: Node, module_path: str) -> set:
     seen, todo = {id(start)}, [start]
     while todo:
         for out in todo.pop().outputs:
             for user in out.uses:
-                if user.module_path == module_path and id(user) not in seen:
+                if _within(user, module_path) and id(user) not in seen:
                     seen.add(id(user))
                     todo.append(user)
     return seen
@@ -173,7 +179,7 @@ def _ancestors(end: Node, module_path: str) -> set:
     while todo:
         for v in todo.pop().inputs():
             p = v.producer
-            if p is not None and p.module_path == module_path and id(p) not in seen:
+            if p is not None and _within(p, module_path) and id(p) not in seen:
                 seen.add(id(p))
                 todo.append(p)
     return seen
