@@ -117,7 +117,7 @@ def cmd_llm(ns) -> int:
     result = export_causal_lm(ns.model_dir, ns.out_dir, dtype=ns.dtype, weights=ns.weights,
                               last_logits_only=ns.last_logits_only, batch_symbol=ns.batch_symbol,
                               generate=0 if ns.no_check else ns.generate, check=not ns.no_check, overwrite=ns.overwrite,
-                              **({"fused": ns.fused} if ns.fused else {}))
+                              force_f32=ns.force_f32 or (), **({"fused": ns.fused} if ns.fused else {}))
     print(result)
     return 0
 
@@ -130,6 +130,8 @@ def _add_llm_parser(sub) -> None:
     p.add_argument("out_dir")
     p.add_argument("--dtype", choices=["f32", "f16"], help="float type of the asset (default: the model's; bf16 -> f32)")
     p.add_argument("--weights", choices=list(WEIGHT_FORMATS), help="how float parameters are stored (TractNNEF(weights=...))")
+    p.add_argument("--force-f32", metavar="PARTS", help="with --dtype f16: parts computed in f32, comma-separated "
+                   "from norms, attention, linear, or all (TractNNEF(force_f32=...))")
     p.add_argument("--generate", type=int, default=4, metavar="N", help="greedy tokens checked against transformers (0: none)")
     p.add_argument("--last-logits-only", action="store_true", help="logits of the last position only")
     p.add_argument("--batch-symbol", action="store_true", help="a symbol B for the batch axis instead of 1")

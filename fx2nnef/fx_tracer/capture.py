@@ -59,10 +59,15 @@ class Capture:
 
 
 class ModelRunner:
-    """Runs the eager model on flat inputs, optionally with some parameters replaced."""
+    """Runs the eager model on flat inputs, optionally with some parameters replaced.
+
+    A model holding bfloat16 tensors is run as a float32 copy (``reference``): the asset computes
+    in float32 (tract has no bfloat16), and a bfloat16 run rounds at every op, far beyond the
+    default check level."""
 
     def __init__(self, model: torch.nn.Module, args: tuple, kwargs: dict, examples: list):
         self.model, self.args, self.kwargs, self.examples = model, args, kwargs, examples
+        self.reference = _f32_reference(model, examples)
 
     def _parameter(self, path: Optional[str]) -> Optional[torch.nn.Parameter]:
         try:
@@ -85,16 +90,19 @@ class ModelRunner:
             if param is None:
                 raise TraceError(f"constant {v.name} is stored as {v.source.stored_format} but is not a parameter "
                                  "of the model, so the reference outputs cannot use its stored values")
-            out[v.source.parameter_path] = torch.from_numpy(np.array(v.data)).to(param.dtype)
+            # a bf16 parameter's stored values go to the float32 copy as they are, not rounded to bf16
+            dtype = torch.float32 if self.reference is not None and param.dtype == torch.bfloat16 else param.dtype
+            out[v.source.parameter_path] = torch.from_numpy(np.array(v.data)).to(dtype)
         return out
 
     def run(self, inputs: list, overrides: dict) -> list:
         """Flat numpy outputs of the model on the flat numpy ``inputs``, ``overrides`` replacing
         parameters (the model itself is not changed)."""
-        tensors = [torch.from_numpy(np.array(x)).to(e.dtype) for x, e in zip(inputs, self.examples)]
+        model, examples = self.reference or (self.model, self.examples)
+        tensors = [torch.from_numpy(np.array(x)).to(e.dtype) for x, e in zip(inputs, examples)]
         a, k = _with_flat(self.args, self.kwargs, tensors)
         with torch.no_grad():
-            out = run_eagerly(lambda: torch.func.functional_call(self.model, overrides, a, k, strict=False,
+            out = run_eagerly(lambda: torch.func.functional_call(model, overrides, a, k, strict=False,
                                                                  tie_weights=True))
         return [to_numpy(t) for _, t in structures.flatten(out, "")]
 
@@ -169,6 +177,21 @@ def validate_dynamic_axes(dynamic_axes: dict, names: list, tensors: list, output
     return out
 
 
+def _f32_reference(model: torch.nn.Module, examples: list) -> Optional[tuple]:
+    """``(float32 copy of model, examples with bfloat16 ones as float32)`` when the model or an
+    example holds bfloat16 values, else None."""
+    tensors = list(model.parameters()) + list(model.buffers()) + list(examples)
+    if not any(isinstance(t, torch.Tensor) and t.dtype == torch.bfloat16 for t in tensors):
+        return None
+    import copy
+
+    upcast = copy.deepcopy(model)
+    for t in list(upcast.parameters()) + list(upcast.buffers()):
+        if t.dtype == torch.bfloat16:
+            t.data = t.data.to(torch.float32)
+    return upcast, [t.to(torch.float32) if t.dtype == torch.bfloat16 else t for t in examples]
+
+
 def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_names: Optional[list] = None,
             output_names: Optional[list] = None, leaf_modules: tuple = (), leaf_names: tuple = (),
             max_loop_iterations: Optional[int] = None, branches: Optional[str] = None,
@@ -223,8 +246,12 @@ def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_na
     if analysis.shapes_from.startswith("probes ("):
         notes.append("dynamic shapes were fitted from probe runs: " + analysis.shapes_from[len("probes ("):-1])
     runs = {"graph_runs": RUNS.graph, "eager_runs": RUNS.eager}
+    runner = ModelRunner(model, args, kwargs, tensors)
+    if runner.reference is not None:  # expected outputs of the float32 copy
+        cases = [(label, ins, runner.run(ins, {})) for label, ins, _ in cases]
+        notes.append("bfloat16 model: written and checked in float32 (the reference is a float32 copy of the model)")
     return Capture(graph, names, tensors, cases, list(trace.control_flow) + notes, list(trace.control_flow),
-                   ModelRunner(model, args, kwargs, tensors), runs)
+                   runner, runs)
 
 
 def _ident(name: str) -> str:

@@ -87,7 +87,7 @@ def load_causal_lm(source: Union[str, os.PathLike], dtype: Optional[torch.dtype]
 def export_causal_lm(model_or_dir, out_dir, *, dtype: Optional[str] = None, weights: Optional[str] = None,
                      last_logits_only: bool = False, batch_symbol: bool = False, generate: int = 0,
                      check: bool = True, overwrite: bool = False, seed: int = 0,
-                     timeout: float = 600.0, fused=()) -> LLMExportResult:
+                     timeout: float = 600.0, fused=(), force_f32=()) -> LLMExportResult:
     """Export a causal LM to ``out_dir/model.nnef.tgz`` with the KV-cache I/O contract of tract LLM assets.
 
     ``model_or_dir``: a transformers causal LM (``nn.Module``) or a local folder written by
@@ -99,6 +99,8 @@ def export_causal_lm(model_or_dir, out_dir, *, dtype: Optional[str] = None, weig
     export's own size checks and the three modes (prompt, prompt with past, decode) in tract
     against transformers with a ``DynamicCache``. ``fused``: tract fused ops to use where the
     model's pattern matches exactly, as ``TractNNEF(fused=...)`` ("rms_norm", "rope", "sdpa" or "all").
+    ``force_f32``: in an f16 export, the parts computed in f32 (``"norms"``, ``"attention"``,
+    ``"linear"`` or ``"all"``; see ``TractNNEF(force_f32=...)``).
 
     A module given in another float type than ``dtype`` is copied, not converted in place.
     ``out_dir`` is written atomically (a temporary sibling renamed at the end); an existing
@@ -119,6 +121,9 @@ def export_causal_lm(model_or_dir, out_dir, *, dtype: Optional[str] = None, weig
         # the caller's module is left as it was
         model = (copy.deepcopy(model) if source_dir is None else model).to(torch_dtype)
     target_kwargs = _weights_option(weights)
+    force_f32 = _force_f32_option(force_f32, torch_dtype)
+    if force_f32:
+        target_kwargs["force_f32"] = force_f32
     if fused:
         target_kwargs["fused"] = fused
     timings = {}
@@ -130,6 +135,7 @@ def export_causal_lm(model_or_dir, out_dir, *, dtype: Optional[str] = None, weig
         wrapper = FlatCacheLM(model, layout, last_logits_only)
         dtype_name = {torch.float32: "f32", torch.float16: "f16"}[torch_dtype]
         manifest = _manifest(model, layout, dtype_name, weights, last_logits_only, batch_symbol, generate, check)
+        manifest["force_f32"] = list(force_f32)
         t0 = time.perf_counter()
         result = _export_asset(wrapper, layout, stage / ASSET_NAME, torch_dtype, batch_symbol, check,
                                _properties(manifest), target_kwargs, timeout, seed,
@@ -208,6 +214,20 @@ def _weights_option(weights: Optional[str]) -> dict:
         raise InvalidArgumentError(f"weights={weights!r} needs a TractNNEF with weight formats, which this "
                                    "fx2nnef build lacks; export with the default weights")
     return {"weights": weights}
+
+
+def _force_f32_option(force_f32, torch_dtype: torch.dtype) -> tuple:
+    """``force_f32`` checked: known parts, and only for an f16 export (an f32 one has nothing to widen)."""
+    from ..ir.precision import resolve_regions
+
+    try:
+        parts = resolve_regions(force_f32 or ())
+    except ValueError as exc:
+        raise InvalidArgumentError(str(exc)) from None
+    if parts and torch_dtype is not torch.float16:
+        raise InvalidArgumentError(f"force_f32={list(parts)} applies to f16 exports only; pass dtype='f16' "
+                                   "(this export computes in f32 everywhere already)")
+    return parts
 
 
 def _manifest(model, layout: CacheLayout, dtype: str, weights, last_logits_only: bool, batch_symbol: bool,

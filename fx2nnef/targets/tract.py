@@ -9,6 +9,7 @@ from typing import Optional
 from ..errors import InvalidArgumentError
 from ..ir import WEIGHT_FORMATS, Graph
 from ..ir.fusions import fuse, fused_counts, resolve_fusions
+from ..ir.precision import F32_REGIONS, apply_f32_regions, resolve_regions
 from ..nnef_emit.emitter import properties_fragment
 from .base import InferenceTarget
 from .tolerance import resolve_tolerance
@@ -56,7 +57,12 @@ class TractNNEF(InferenceTarget):
                  dynamic_axes: Optional[dict] = None, check_io_tolerance="approximate",
                  specific_properties: Optional[dict] = None, dump_identity_properties: bool = False,
                  with_transformers: Optional[bool] = None, timeout: float = 600.0, weights: str = "native",
-                 asserts: Sequence[str] = (), fused=()):
+                 asserts: Sequence[str] = (), fused=(), force_f32: Sequence[str] = ()):
+        try:
+            self.force_f32 = resolve_regions(force_f32)
+        except ValueError as exc:
+            raise InvalidArgumentError(f"{exc} (see TractNNEF's docstring)") from None
+        self.f32_regions_found: dict = {}
         if weights not in WEIGHT_FORMATS:
             raise InvalidArgumentError(f"weights must be one of {', '.join(map(repr, WEIGHT_FORMATS))}, got {weights!r} "
                                        "(see TractNNEF's docstring)")
@@ -93,7 +99,16 @@ class TractNNEF(InferenceTarget):
         return props
 
     def post_trace(self, graph: Graph) -> None:
-        """Rewrite the patterns of the ``fused`` ops (none by default)."""
+        """Apply ``force_f32`` (the regions asked for computed in float32), then rewrite the
+        patterns of the ``fused`` ops (none by default)."""
+        if self.force_f32:
+            self.f32_regions_found = apply_f32_regions(graph, self.force_f32)
+            missing = [k for k, n in self.f32_regions_found.items() if n == 0]
+            if missing:
+                raise InvalidArgumentError(
+                    f"force_f32={list(self.force_f32)}: no {' and no '.join(missing)} found in the graph "
+                    f"(kinds: {', '.join(F32_REGIONS)}; see TractNNEF's docstring); drop "
+                    f"{'it' if len(missing) == 1 else 'them'} from force_f32")
         if self.fused:
             fuse(graph, self.fused)
 
@@ -106,6 +121,8 @@ class TractNNEF(InferenceTarget):
         props.update(_weight_properties(graph, self.weights))
         if self.fused:
             props["fx2nnef_fused"] = ",".join(f"{k}:{n}" for k, n in fused_counts(graph, self.fused).items())
+        if self.f32_regions_found:
+            props["fx2nnef_force_f32"] = ",".join(f"{k}:{n}" for k, n in self.f32_regions_found.items())
         return {"tract_core_properties": properties_fragment(props)}
 
     def run(self, asset: Path, input_sets: list) -> list:
