@@ -68,6 +68,14 @@ def test_moe_family_dynamic_batch_and_sequence(family, tmp_path):
     assert "tract_core_topk" in r.nnef_text  # routed, not a dense model by accident
 
 
+def test_moe_float16(tmp_path):
+    """Expert outputs are kept with a select on a zero of their own dtype (an f32 zero next to f16
+    products did not load in tract)."""
+    r = fx2nnef.export(tiny("mixtral").half(), (ids(2, 7),), tmp_path / "m.nnef.tgz",
+                       target=fx2nnef.TractNNEF(dynamic_axes={"input_ids": {0: "B", 1: "S"}}, check_io_tolerance="very"))
+    assert r.check.ok and len(r.check.cases) == 3
+
+
 @pytest.mark.slow
 def test_moe_batched_mm_experts(tmp_path):
     """The gather-based experts of transformers ("batched_mm") export as they are."""

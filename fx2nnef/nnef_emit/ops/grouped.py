@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from ...errors import EmitError
 from ...ir import DType, Value
 from ..context import EmitContext
-from ..helpers import cast, rank
+from ..helpers import cast, rank, select
 from ..registry import register
 from .linalg import _matmul
 
@@ -113,7 +113,7 @@ def _group_mask(ctx: EmitContext, offs: Value, length) -> Value:
 
 def _own_group(ctx: EmitContext, products: Value, mask: Value) -> Value:
     """Sum over groups (axis 0) of ``products`` where ``mask`` holds, zero elsewhere."""
-    kept = ctx.op("select", mask, products, 0.0, out_dtype=products.dtype, out_shape=products.shape)
+    kept = select(ctx, mask, products, 0.0)  # a zero of the products' dtype (f16 too)
     summed = ctx.op("sum_reduce", kept, axes=[0], out_shape=(1,) + tuple(products.shape[1:]), out_dtype=products.dtype)
     return ctx.op("squeeze", summed, axes=[0], out_shape=tuple(products.shape[1:]), out_dtype=products.dtype)
 
@@ -145,8 +145,7 @@ def _grouped_mm(ctx: EmitContext, input: Value, mat2: Value, offs: Optional[Valu
     elif ra == 2 and rb == 2:  # the inner axis in groups: one product per group
         mask = _unsqueeze(ctx, _group_mask(ctx, offs, input.shape[1]), 1)
         a = _unsqueeze(ctx, input, 0)
-        kept = ctx.op("select", mask, a, 0.0, out_dtype=input.dtype,
-                      out_shape=(offs.shape[0],) + tuple(input.shape))
+        kept = select(ctx, mask, a, 0.0)
         y = _matmul(ctx, kept, _unsqueeze(ctx, mat2, 0))
     else:
         raise EmitError(f"torch._grouped_mm takes 2-D or 3-D operands, got {ra}-D and {rb}-D")
