@@ -72,6 +72,8 @@ def replay(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, b
         symbols[sym] = name
         sizes[name] = shape_env.create_symintnode(sym, hint=hint)
     mode = FakeTensorMode(shape_env=shape_env, allow_non_fake_inputs=True)
+    # the dispatch cache rebuilds every symbolic output from its entry: twice slower than no cache
+    mode.cache_enabled = False
     runner = _Runner(gm, shape_env, symbols)
     with mode, torch.no_grad():
         inputs = []
@@ -111,6 +113,45 @@ def replay(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, b
     return Replay(dims, varies, checks, guard_values)
 
 
+def shapes_at(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, env: dict, record) -> dict:
+    """``node -> record(value)`` of every node of ``gm`` run on fake inputs of the concrete sizes
+    ``env`` (no data, no ShapeEnv): the shapes a real run there would give, at the cost of a
+    replay. Raise :class:`ReplayUnavailable` when a node cannot run without data."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    runner = _Recorder(gm, record)
+    with mode, torch.no_grad():
+        inputs = []
+        for name, t in zip(names, example):
+            shape = list(t.shape)
+            for axis, sym_name in dynamic_axes.get(name, {}).items():
+                shape[axis] = env[sym_name]
+            inputs.append(torch.empty(shape, dtype=t.dtype))
+        try:
+            runner.run(*inputs)
+        except Exception as exc:  # noqa: BLE001 - the caller then runs the graph on data
+            first = str(exc).strip().split("\n")[0][:200]
+            raise ReplayUnavailable(f"the fake run failed{_at(runner.current)}: {type(exc).__name__}: {first}") from None
+    return runner.records
+
+
+class _Recorder(fx.Interpreter):
+    """Runs the graph keeping each node's record only (values are freed once read)."""
+
+    def __init__(self, gm, record):
+        super().__init__(gm, garbage_collect_values=True)
+        self.record = record
+        self.records: dict = {}
+        self.current: Optional[fx.Node] = None
+
+    def run_node(self, n):
+        self.current = n
+        out = super().run_node(n)
+        self.records[n] = self.record(out)
+        return out
+
+
 def _at(node: Optional[fx.Node]) -> str:
     if node is None:
         return ""
@@ -134,7 +175,12 @@ class _SymbolSource(Source):
 
 
 class _Runner(fx.Interpreter):
-    """Runs the graph and notes which node each new ShapeEnv guard came from."""
+    """Runs the graph and notes which node each new ShapeEnv guard came from.
+
+    A call whose inputs have the same symbolic metadata (shapes, strides, dtypes) and the same
+    other arguments as an earlier call gives the same fake result: the repeated layers of a
+    model are then replayed once (torch's symbolic shape functions cost about a millisecond a
+    node). The guards of the repeated call are those of the first, already recorded."""
 
     def __init__(self, gm, shape_env, symbols):
         super().__init__(gm, garbage_collect_values=False)
@@ -142,9 +188,18 @@ class _Runner(fx.Interpreter):
         self.current: Optional[fx.Node] = None
         self.guards: list = []  # (sympy expr, node)
         self.fixed_at: dict = {}  # symbol -> the node where the ShapeEnv replaced it
+        # an in-place call changes a value other nodes may share: no reuse in such a graph
+        self.memo: Optional[dict] = None if any(_in_place(n) for n in gm.graph.nodes) else {}
 
     def run_node(self, n):
         self.current = n
+        key = None
+        if self.memo is not None and n.op in ("call_function", "call_method"):
+            with self._set_current_node(n):
+                args, kwargs = self.fetch_args_kwargs_from_env(n)
+            key = _memo_key(n.op, n.target, args, kwargs)
+            if key is not None and key in self.memo:
+                return self.memo[key]
         before = len(self.shape_env.guards)
         out = super().run_node(n)
         self.guards.extend((g.expr, n) for g in self.shape_env.guards[before:])
@@ -152,7 +207,60 @@ class _Runner(fx.Interpreter):
             for sym in self.symbols:
                 if sym not in self.fixed_at and self.shape_env.replacements.get(sym, sym) != sym:
                     self.fixed_at[sym] = n
+        if key is not None:
+            self.memo[key] = out
         return out
+
+
+_OPERATOR_IN_PLACE = {getattr(operator, n) for n in dir(operator)
+                      if n.startswith("i") and (n[1:] in dir(operator) or n[1:] + "_" in dir(operator))}
+
+
+def _in_place(n: fx.Node) -> bool:
+    if n.op not in ("call_function", "call_method"):
+        return False
+    if "out" in n.kwargs or n.target in _OPERATOR_IN_PLACE:
+        return True
+    if n.op == "call_function" and getattr(n.target, "__module__", None) in ("_operator", "operator"):
+        return False  # operator.and_ is no in-place call
+    name = n.target if isinstance(n.target, str) else getattr(n.target, "__name__", "")
+    return name.endswith("_") and not name.endswith("__")
+
+
+class _NoKey(Exception):
+    pass
+
+
+def _memo_key(op: str, target, args, kwargs):
+    """A hashable description of a call by everything a fake kernel reads (None: not reusable)."""
+    try:
+        return op, target, _key_of(args), _key_of(tuple(sorted(kwargs.items())))
+    except (_NoKey, TypeError):
+        return None
+
+
+def _key_of(x):
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    if isinstance(x, torch.Tensor):
+        # a real tensor (a parameter) is made fake without its data; a fake one holding a
+        # constant (torch.tensor in the graph) may be computed on: its data may matter
+        if (isinstance(x, FakeTensor) and x.constant is not None) or x.layout != torch.strided:
+            raise _NoKey
+        return ("T", x.dtype, x.device, x.layout, x.requires_grad, _key_of(tuple(x.shape)),
+                _key_of(x.stride()), _key_of(x.storage_offset()))
+    if isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return (type(x).__name__, x.node.expr)
+    if isinstance(x, (tuple, list)):
+        return (type(x).__name__,) + tuple(_key_of(v) for v in x)
+    if isinstance(x, dict):
+        return ("dict",) + tuple((k, _key_of(v)) for k, v in x.items())
+    if isinstance(x, slice):
+        return ("slice", _key_of(x.start), _key_of(x.stop), _key_of(x.step))
+    if x is None or x is Ellipsis or isinstance(x, (bool, int, float, str, torch.dtype, torch.device, torch.layout,
+                                                     torch.memory_format)):
+        return (type(x).__name__, x)
+    raise _NoKey
 
 
 def _equalities(shape_env, guards: list) -> dict:

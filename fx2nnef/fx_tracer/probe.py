@@ -19,7 +19,7 @@ import torch.fx as fx
 from ..ir import Guard, SymDim, SymRange, fit_polynomial
 from ..ir.dims import fit_floor_division
 from .data_dep import data_dependence, is_shape_query
-from .fake_replay import VARIES, Replay, ReplayUnavailable, replay
+from .fake_replay import VARIES, Replay, ReplayUnavailable, replay, shapes_at
 from .tracer import GuardRecord
 
 
@@ -54,6 +54,7 @@ class Analysis:
     good_envs: list = dataclasses.field(default_factory=list)  # sizes where the graph reproduces the model
     shapes_from: str = ""  # "fake replay", or "probes (why the replay could not be used)"
     graph_bounded: bool = True  # a range ends where the graph (not the model) stops being right
+    io_envs: list = dataclasses.field(default_factory=list)  # check_io sizes chosen with the replay
 
 
 class _Recorder(fx.Interpreter):
@@ -167,6 +168,7 @@ class RunCount:
     def reset(self):
         self.graph = 0
         self.eager = 0
+        self.fake = 0  # fake runs at concrete sizes (shapes only, no data)
 
 
 RUNS = RunCount()
@@ -373,7 +375,9 @@ def guard_flip_sizes(gm, example, names, dynamic_axes, guards, base_env, data_de
 
 def _signature(rep: Replay, guards: list, data_dep: set):
     """``env -> tuple``: every decision on sizes at ``env`` (torch's, from the fake replay, and the
-    tracer's on shapes); a probe is worth its cost only where this changes."""
+    tracer's on shapes); a probe is worth its cost only where this changes. The function's
+    ``traced(signature)`` gives the tracer's part: where it equals the example's, the graph takes
+    the model's own Python path and only torch's kernels decide otherwise."""
     evals = []
     for g in guards:
         if g.node in data_dep:
@@ -382,10 +386,12 @@ def _signature(rep: Replay, guards: list, data_dep: set):
         if ev is None:
             raise ReplayUnavailable(f"the decision {g.text} has no symbolic form")
         evals.append((g, ev))
+    count = len(rep.checks)
 
     def signature(env):
         return (tuple(_decide(c.holds, env) for c in rep.checks)
                 + tuple(_decide(lambda e: _guard_holds(g, ev(e)), env) for g, ev in evals))
+    signature.traced = lambda sig: sig[count:]
     return signature
 
 
@@ -401,12 +407,27 @@ def _env_key(env: dict) -> tuple:
 
 
 def _symbolic_envs(signature, base_env: dict, max_flips: int = 4) -> tuple:
-    """``(single, multi, lazy)`` probe sizes: where a decision flips and the size before, one symbol moved
-    at a time (the nearest ``max_flips`` on each side, up to a few times the example), and two checks, below
-    and above the example, at sizes where no decision differs (all symbols moved together).
-    ``lazy`` maps the size before a flip to the flip: it is probed only if the flip is not good."""
+    """``(single, multi, lazy, kernel_only, io_envs)`` probe sizes: where a decision flips and the
+    size before, one symbol moved at a time (the nearest ``max_flips`` on each side, up to a few
+    times the example), and one check at sizes where no decision differs, every symbol moved (below
+    the example where it can, the cheaper side, else just above).
+
+    ``lazy`` maps the size before a flip to the flip: it is probed only if the flip is not good.
+    ``kernel_only`` holds the keys of flip sizes where the tracer's decisions are the example's: only
+    torch's kernels decide otherwise there, and they run in the graph as in the model, so the graph
+    gives the model's values; what needs checking there is the shapes, which a fake run tells.
+    ``io_envs``: sizes for check_io, where no decision differs, below and above the example (the
+    check first, whose model outputs are then known)."""
     base = signature(base_env)
-    single, below, above, lazy = [], {}, {}, {}
+    traced = signature.traced(base)
+    single, lazy, kernel_only, check, below, above = [], {}, set(), {}, {}, {}
+
+    def add_flip(env):
+        if env not in single:
+            single.append(env)
+            if signature.traced(signature(env)) == traced:
+                kernel_only.add(_env_key(env))
+
     for s, v in base_env.items():
         top = max(v + 16, min(max(3 * v, 32), 1024))
         same = []
@@ -416,11 +437,10 @@ def _symbolic_envs(signature, base_env: dict, max_flips: int = 4) -> tuple:
                 cur = signature({**base_env, s: n})
                 if cur != prev and hits < max_flips:
                     # the flip, and the size before it: the range would end at the last good size
-                    if {**base_env, s: n} not in single:
-                        single.append({**base_env, s: n})
+                    add_flip({**base_env, s: n})
                     before = {**base_env, s: n + step}
                     if n + step != v and before not in single:
-                        single.append(before)
+                        add_flip(before)
                         lazy[_env_key(before)] = n
                     hits += 1
                 if cur == base:
@@ -429,24 +449,36 @@ def _symbolic_envs(signature, base_env: dict, max_flips: int = 4) -> tuple:
         low = [n for n in same if n < v]
         if any(n >= 2 for n in low):
             low = [n for n in low if n >= 2]  # a size of 1 broadcasts: a check there says little
-        if low:
-            below[s] = min(low, key=lambda n: (abs(n - v // 2), n))
         high = [n for n in same if n > v]
+        if low:
+            below[s] = check[s] = min(low, key=lambda n: (abs(n - v // 2), n))
         if high:
             above[s] = min(high, key=lambda n: (abs(n - (v + 3)), n))
+            check.setdefault(s, min(high, key=lambda n: (abs(n - (v + 1)), n)))
     multi = []
-    for moved in (below, above):
-        if not moved:
-            continue
-        env = {**base_env, **moved}
+    io_envs = []
+    if check:
+        env = {**base_env, **check}
         if len(base_env) > 1 and signature(env) != base:
-            for s, n in moved.items():  # together they change a decision: check them one by one
-                single.append({**base_env, s: n})
-                lazy.pop(_env_key(single[-1]), None)
-        elif env not in single:
-            (single if len(base_env) == 1 else multi).append(env)
+            for s, n in check.items():  # together they change a decision: check them one by one
+                one = {**base_env, s: n}
+                if one in single:
+                    kernel_only.discard(_env_key(one))
+                else:
+                    single.append(one)
+                lazy.pop(_env_key(one), None)
+        else:
+            io_envs.append(env)
+            if env in single:
+                kernel_only.discard(_env_key(env))
+            else:
+                (single if len(base_env) == 1 else multi).append(env)
         lazy.pop(_env_key(env), None)
-    return single, multi, lazy
+    for moved in (below, above):
+        env = {**base_env, **moved}
+        if moved and env not in io_envs and signature(env) == base:
+            io_envs.append(env)
+    return single, multi, lazy, kernel_only, io_envs
 
 
 def _form_at(form, env):
@@ -594,12 +626,14 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
     single = []
     multi = []
     lazy: dict = {}  # size before a flip (env key) -> the flip size: probed only if the flip is not good
+    kernel_only: set = set()  # env keys where a fake run checks the shapes, no real run
+    io_envs: list = []
     data_dep0 = data_dependence(gm)
     signature = None
     if symbols and rep is not None:
         signature = _signature(rep, guards, data_dep0)
         _check_base_shapes(rep, base_records, base_env)
-        single, multi, lazy = _symbolic_envs(signature, base_env)
+        single, multi, lazy, kernel_only, io_envs = _symbolic_envs(signature, base_env)
     elif symbols:
         for env in below_probe_envs(base_env) + probe_envs(base_env) + far_probe_envs(base_env):
             if env not in single and env not in multi:
@@ -616,6 +650,17 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
     errors: list = []
 
     def probe(env):
+        if _env_key(env) in kernel_only:
+            try:
+                records = shapes_at(gm, example, names, dynamic_axes, env, _record)
+            except ReplayUnavailable:  # a node needs data, or the sizes are refused: run for real
+                records = None
+            if records is not None:
+                RUNS.fake += 1
+                wrong = _shape_mismatch(rep, records, env)
+                if wrong is not None:
+                    raise ReplayUnavailable(f"at {_env_text(env)}, {wrong}")
+                return "good"
         inputs = inputs_at(example, names, dynamic_axes, env)
         values, err, records = _run(gm, inputs, keep)
         expected = None
@@ -754,7 +799,8 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
     return Analysis(symbols, base_env, base_values, sym, constant, data_dep, ir_guards, failures,
                     [base_env] + single + multi, kept, good_envs,
                     "fake replay" if rep is not None else "probes" if symbols else "",
-                    graph_bounded or (rep is None and any(r.lo is not None or r.hi is not None for r in kept.values())))
+                    graph_bounded or (rep is None and any(r.lo is not None or r.hi is not None for r in kept.values())),
+                    [e for e in io_envs if all(ranges[s].contains(e[s]) for s in symbols)])
 
 
 def _static(rec):
