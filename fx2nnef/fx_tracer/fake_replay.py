@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import operator
+from fractions import Fraction
 from typing import Callable, Optional
 
 import sympy
@@ -211,6 +212,14 @@ class _Runner(fx.Interpreter):
             self.memo[key] = out
         return out
 
+    def call_function(self, target, args, kwargs):
+        alt = _symbolic_function(target, args)
+        return alt(*args, **kwargs) if alt is not None else super().call_function(target, args, kwargs)
+
+    def call_method(self, target, args, kwargs):
+        alt = _SYMBOLIC_METHODS.get(target) if args and isinstance(args[0], torch.Tensor) else None
+        return alt(*args, **kwargs) if alt is not None else super().call_method(target, args, kwargs)
+
 
 _OPERATOR_IN_PLACE = {getattr(operator, n) for n in dir(operator)
                       if n.startswith("i") and (n[1:] in dir(operator) or n[1:] + "_" in dir(operator))}
@@ -225,6 +234,107 @@ def _in_place(n: fx.Node) -> bool:
         return False  # operator.and_ is no in-place call
     name = n.target if isinstance(n.target, str) else getattr(n.target, "__name__", "")
     return name.endswith("_") and not name.endswith("__")
+
+
+# Calls whose torch implementation fixes a symbol or needs concrete sizes (C++ kernels reading
+# sizes as ints), replayed by an equivalent of the same output shapes and dtypes. Only shapes
+# come out of the replay; every real or fake run at concrete sizes uses torch's own call.
+
+def _symbolic_function(target, args):
+    try:
+        alt = _SYMBOLIC_FUNCTIONS.get(target)
+    except TypeError:  # an unhashable callable
+        return None
+    if alt is None:
+        return None
+    if target in _MATH and not any(isinstance(a, (torch.SymInt, torch.SymFloat)) for a in args):
+        return None  # math on plain numbers
+    return alt
+
+
+def _spatial_sizes(input, size, scale_factor):
+    dims = input.dim() - 2
+    if size is not None:
+        return list(size) if isinstance(size, (list, tuple)) else [size] * dims
+    scales = list(scale_factor) if isinstance(scale_factor, (list, tuple)) else [scale_factor] * dims
+    out = []
+    for n, scale in zip(input.shape[2:], scales):
+        if isinstance(n, int):
+            out.append(math.floor(float(n) * scale))
+            continue
+        # torch computes floor(float(n) * scale): exact, and equal to (n * p) // q, for a scale p/q
+        # with a small power-of-two denominator (2.0, 0.5, 1.5); other scales are not replayed
+        frac = Fraction(scale)
+        if frac.denominator > 1024 or frac <= 0:
+            raise ValueError(f"the scale factor {scale} of a dynamic size has no exact integer form")
+        out.append((n * frac.numerator) // frac.denominator)
+    return out
+
+
+def _interpolate(input, size=None, scale_factor=None, mode="nearest", align_corners=None,
+                 recompute_scale_factor=None, antialias=False):
+    sizes = _spatial_sizes(input, size, scale_factor)
+    return input.new_empty([input.shape[0], input.shape[1], *sizes])
+
+
+def _one(v):
+    return v[0] if isinstance(v, (list, tuple)) else v
+
+
+def _max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
+    """max_pool1d as max_pool2d of a height-1 input (torch's 1-d kernel reads sizes as ints)."""
+    k = _one(kernel_size)
+    st = _one(stride) if stride is not None and stride != [] and stride != () else k
+    out = torch.nn.functional.max_pool2d(input.unsqueeze(-2), (1, k), (1, st), (0, _one(padding)),
+                                         (1, _one(dilation)), ceil_mode=ceil_mode, return_indices=return_indices)
+    if return_indices:
+        return out[0].squeeze(-2), out[1].squeeze(-2)
+    return out.squeeze(-2)
+
+
+def _max_pool1d_with_indices(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+                             return_indices=True):
+    return _max_pool1d(input, kernel_size, stride, padding, dilation, ceil_mode, True)
+
+
+def _baddbmm(input, batch1, batch2, *, beta=1, alpha=1):
+    """baddbmm's shape: torch's kernel expands ``input`` with concrete sizes."""
+    return torch.bmm(batch1, batch2) + input
+
+
+def _tensor_split(input, indices_or_sections, dim=0):
+    """tensor_split into n sections of a dynamic size S: section i has (S + n - 1 - i) // n items
+    (torch's kernel decides on S % n at the example size)."""
+    n = indices_or_sections
+    size = input.shape[dim]
+    if isinstance(n, torch.Tensor) or not isinstance(n, int) or isinstance(size, int):
+        return torch.tensor_split(input, n, dim)
+    pieces, start = [], 0
+    for i in range(n):
+        length = (size + (n - 1 - i)) // n
+        pieces.append(input.narrow(dim, start, length))
+        start = start + length
+    return tuple(pieces)
+
+
+def _math(name):
+    fn = getattr(torch, f"_sym_{name}")
+    return lambda x: fn(torch.sym_float(x) if isinstance(x, torch.SymInt) else x)
+
+
+_MATH = {getattr(math, n): _math(n) for n in ("sqrt", "cos", "sin", "tan", "cosh", "sinh", "tanh", "acos", "asin",
+                                              "atan", "log2")}
+_SYMBOLIC_FUNCTIONS = {
+    torch.nn.functional.interpolate: _interpolate,
+    torch.nn.functional.max_pool1d: _max_pool1d,
+    torch.max_pool1d: _max_pool1d,
+    torch.nn.functional.max_pool1d_with_indices: _max_pool1d_with_indices,
+    torch.max_pool1d_with_indices: _max_pool1d_with_indices,
+    torch.baddbmm: _baddbmm,
+    torch.tensor_split: _tensor_split,
+    **_MATH,
+}
+_SYMBOLIC_METHODS = {"baddbmm": _baddbmm, "tensor_split": _tensor_split}
 
 
 class _NoKey(Exception):

@@ -407,7 +407,7 @@ def _env_key(env: dict) -> tuple:
 
 
 def _symbolic_envs(signature, base_env: dict, max_flips: int = 4) -> tuple:
-    """``(single, multi, lazy, kernel_only, io_envs)`` probe sizes: where a decision flips and the
+    """``(single, multi, lazy, kernel_only, io_envs, checks)`` probe sizes: where a decision flips and the
     size before, one symbol moved at a time (the nearest ``max_flips`` on each side, up to a few
     times the example), and one check at sizes where no decision differs, every symbol moved (below
     the example where it can, the cheaper side, else just above).
@@ -417,10 +417,10 @@ def _symbolic_envs(signature, base_env: dict, max_flips: int = 4) -> tuple:
     torch's kernels decide otherwise there, and they run in the graph as in the model, so the graph
     gives the model's values; what needs checking there is the shapes, which a fake run tells.
     ``io_envs``: sizes for check_io, where no decision differs, below and above the example (the
-    check first, whose model outputs are then known)."""
+    check first, whose model outputs are then known). ``checks``: the keys of the check sizes."""
     base = signature(base_env)
     traced = signature.traced(base)
-    single, lazy, kernel_only, check, below, above = [], {}, set(), {}, {}, {}
+    single, lazy, kernel_only, check, below, above, checks = [], {}, set(), {}, {}, {}, set()
 
     def add_flip(env):
         if env not in single:
@@ -432,10 +432,13 @@ def _symbolic_envs(signature, base_env: dict, max_flips: int = 4) -> tuple:
         top = max(v + 16, min(max(3 * v, 32), 1024))
         same = []
         for step, side in ((1, range(v - 1, 0, -1)), (-1, range(v + 1, top + 1))):
-            prev, hits = base, 0
+            prev, hits, seen = base, 0, set()
             for n in side:
                 cur = signature({**base_env, s: n})
-                if cur != prev and hits < max_flips:
+                # a flip between the same two outcomes as a nearer one (S odd, then even, then
+                # odd again) is not probed again: the flips further away stay within reach
+                if cur != prev and hits < max_flips and (prev, cur) not in seen:
+                    seen.add((prev, cur))
                     # the flip, and the size before it: the range would end at the last good size
                     add_flip({**base_env, s: n})
                     before = {**base_env, s: n + step}
@@ -446,6 +449,8 @@ def _symbolic_envs(signature, base_env: dict, max_flips: int = 4) -> tuple:
                 if cur == base:
                     same.append(n)
                 prev = cur
+        if v > 1 and {**base_env, s: 1} not in single and signature({**base_env, s: 1}) != base:
+            add_flip({**base_env, s: 1})  # the smallest size, past the flips counted (often refused)
         low = [n for n in same if n < v]
         if any(n >= 2 for n in low):
             low = [n for n in low if n >= 2]  # a size of 1 broadcasts: a check there says little
@@ -462,6 +467,7 @@ def _symbolic_envs(signature, base_env: dict, max_flips: int = 4) -> tuple:
         if len(base_env) > 1 and signature(env) != base:
             for s, n in check.items():  # together they change a decision: check them one by one
                 one = {**base_env, s: n}
+                checks.add(_env_key(one))
                 if one in single:
                     kernel_only.discard(_env_key(one))
                 else:
@@ -469,16 +475,19 @@ def _symbolic_envs(signature, base_env: dict, max_flips: int = 4) -> tuple:
                 lazy.pop(_env_key(one), None)
         else:
             io_envs.append(env)
+            checks.add(_env_key(env))
             if env in single:
                 kernel_only.discard(_env_key(env))
             else:
                 (single if len(base_env) == 1 else multi).append(env)
         lazy.pop(_env_key(env), None)
-    for moved in (below, above):
+    for side, moved in ((-1, below), (1, above)):
+        # the check_io sizes go to both sides of the example: the check, and the side it misses
         env = {**base_env, **moved}
-        if moved and env not in io_envs and signature(env) == base:
+        covered = any((n - base_env[s]) * side > 0 for e in io_envs for s, n in e.items())
+        if moved and not covered and signature(env) == base:
             io_envs.append(env)
-    return single, multi, lazy, kernel_only, io_envs
+    return single, multi, lazy, kernel_only, io_envs, checks
 
 
 def _form_at(form, env):
@@ -501,8 +510,11 @@ def _agrees(form, record, env) -> bool:
     if kind == "seq":
         # a sequence of pieces may be shorter or longer here (chunk(2) of S=1 has one piece):
         # the pieces the graph reads are checked at their own getitem nodes
+        # (split(S // 2) of S=5 has a third piece of 1 the graph never reads)
         pieces = any(r[0] == "tensor" for r in record[1])
-        return (isinstance(form, tuple) and (pieces or len(form) == len(record[1]))
+        if pieces:
+            return isinstance(form, tuple)
+        return (isinstance(form, tuple) and len(form) == len(record[1])
                 and all(_agrees(f, r, env) for f, r in zip(form, record[1])))
     return True
 
@@ -628,12 +640,16 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
     lazy: dict = {}  # size before a flip (env key) -> the flip size: probed only if the flip is not good
     kernel_only: set = set()  # env keys where a fake run checks the shapes, no real run
     io_envs: list = []
+    checks: set = set()  # env keys of the checks (no decision differs there)
+    flip_keys: set = set()
+    shape_bound: dict = {}  # symbol -> sizes below the example where the replay's shapes stop holding
     data_dep0 = data_dependence(gm)
     signature = None
     if symbols and rep is not None:
         signature = _signature(rep, guards, data_dep0)
         _check_base_shapes(rep, base_records, base_env)
-        single, multi, lazy, kernel_only, io_envs = _symbolic_envs(signature, base_env)
+        single, multi, lazy, kernel_only, io_envs, checks = _symbolic_envs(signature, base_env)
+        flip_keys = {_env_key(e) for e in single} - checks
     elif symbols:
         for env in below_probe_envs(base_env) + probe_envs(base_env) + far_probe_envs(base_env):
             if env not in single and env not in multi:
@@ -649,6 +665,18 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
     refused: list = []
     errors: list = []
 
+    def _shapes_change(env, wrong):
+        """The replay's expressions hold on one side of a decision only. Below the example, at a
+        size where a decision flips (``x[:, :4]`` has S items below S=4), that bounds the range;
+        anywhere else (tensor_split(4) of S: sizes by S % 4) the fitted probes may find a form
+        valid for every size."""
+        moved = _moved(env, base_env)
+        key = _env_key(env)
+        if len(moved) == 1 and env[moved[0]] < base_env[moved[0]] and key not in checks and key in flip_keys:
+            shape_bound.setdefault(moved[0], set()).add(env[moved[0]])
+            return ("bad", [], wrong)
+        raise ReplayUnavailable(f"at {_env_text(env)}, {wrong}")
+
     def probe(env):
         if _env_key(env) in kernel_only:
             try:
@@ -659,7 +687,7 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
                 RUNS.fake += 1
                 wrong = _shape_mismatch(rep, records, env)
                 if wrong is not None:
-                    raise ReplayUnavailable(f"at {_env_text(env)}, {wrong}")
+                    return _shapes_change(env, wrong)
                 return "good"
         inputs = inputs_at(example, names, dynamic_axes, env)
         values, err, records = _run(gm, inputs, keep)
@@ -681,9 +709,7 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
         if rep is not None:
             wrong = _shape_mismatch(rep, records, env)
             if wrong is not None:
-                # the replay's expressions hold on one side of a decision only (tensor_split(4)
-                # of S: sizes by S % 4); fitted probes may find one valid for every size
-                raise ReplayUnavailable(f"at {_env_text(env)}, {wrong}")
+                return _shapes_change(env, wrong)
         if expected is not None:
             mismatch = _outputs_match(gm, values, expected)
             if mismatch is None and flips:
@@ -793,6 +819,12 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
             if g.branch_note:
                 note += f"; {g.branch_note}"
         ir_guards.append(Guard(g.text, kind, g.source, g.expected, status, note))
+    for s, sizes in shape_bound.items():
+        r = ranges[s]
+        for n in sizes:
+            if r.lo is not None and n < r.lo:
+                why = r.why.replace(f"the graph differs from the model at {s}={n}", f"shapes change otherwise below {s}={r.lo}")
+                r = ranges[s] = SymRange(s, r.lo, r.hi, r.step, r.rest, why)
     kept = {s: r for s, r in ranges.items() if r.bounded}
     graph_bounded = any(r == "bad" and not ranges[s].contains(n)
                         for s in symbols for n, r in results[s].items())
