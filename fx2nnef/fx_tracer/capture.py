@@ -391,10 +391,11 @@ def _note_ranges(analysis, notes):
 
 def _check_envs(analysis) -> list:
     """Sizes for check_io besides the example: one below and one above it, inside the range
-    and among the sizes where the probes saw the graph reproduce the model."""
+    and, with fitted shapes, among the sizes where the probes saw the graph reproduce the model
+    (with the replay's shapes, the model may run there for the first time)."""
     base = analysis.base_env
     if analysis.shapes_from == "fake replay":
-        return list(analysis.io_envs)  # chosen where no decision differs, the real check first
+        return list(analysis.io_envs)  # chosen where no decision differs, below and above
     envs = []
     for side in (-1, 1):
         env = {}

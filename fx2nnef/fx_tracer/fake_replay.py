@@ -15,7 +15,9 @@ size, an expression the IR cannot hold); the caller then falls back to probe fit
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import logging
 import math
 import operator
 from fractions import Fraction
@@ -76,7 +78,7 @@ def replay(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, b
     # the dispatch cache rebuilds every symbolic output from its entry: twice slower than no cache
     mode.cache_enabled = False
     runner = _Runner(gm, shape_env, symbols)
-    with mode, torch.no_grad():
+    with _quiet(), mode, torch.no_grad():
         inputs = []
         for name, t in zip(names, example):
             shape = list(t.shape)
@@ -122,7 +124,7 @@ def shapes_at(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict
 
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     runner = _Recorder(gm, record)
-    with mode, torch.no_grad():
+    with _quiet(), mode, torch.no_grad():
         inputs = []
         for name, t in zip(names, example):
             shape = list(t.shape)
@@ -135,6 +137,19 @@ def shapes_at(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict
             first = str(exc).strip().split("\n")[0][:200]
             raise ReplayUnavailable(f"the fake run failed{_at(runner.current)}: {type(exc).__name__}: {first}") from None
     return runner.records
+
+
+@contextlib.contextmanager
+def _quiet():
+    """torch logs a traceback for every fake kernel that raises; here a failure is an answer
+    (the caller falls back or runs on data), not an error to print."""
+    logger = logging.getLogger("torch._subclasses.fake_tensor")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 class _Recorder(fx.Interpreter):

@@ -416,8 +416,8 @@ def _symbolic_envs(signature, base_env: dict, max_flips: int = 4) -> tuple:
     ``kernel_only`` holds the keys of flip sizes where the tracer's decisions are the example's: only
     torch's kernels decide otherwise there, and they run in the graph as in the model, so the graph
     gives the model's values; what needs checking there is the shapes, which a fake run tells.
-    ``io_envs``: sizes for check_io, where no decision differs, below and above the example (the
-    check first, whose model outputs are then known). ``checks``: the keys of the check sizes."""
+    ``io_envs``: sizes for check_io, where no decision differs, below and above the example.
+    ``checks``: the keys of the check sizes."""
     base = signature(base_env)
     traced = signature.traced(base)
     single, lazy, kernel_only, check, below, above, checks = [], {}, set(), {}, {}, {}, set()
@@ -474,18 +474,17 @@ def _symbolic_envs(signature, base_env: dict, max_flips: int = 4) -> tuple:
                     single.append(one)
                 lazy.pop(_env_key(one), None)
         else:
-            io_envs.append(env)
             checks.add(_env_key(env))
             if env in single:
                 kernel_only.discard(_env_key(env))
             else:
                 (single if len(base_env) == 1 else multi).append(env)
         lazy.pop(_env_key(env), None)
-    for side, moved in ((-1, below), (1, above)):
-        # the check_io sizes go to both sides of the example: the check, and the side it misses
+    for moved in (below, above):
+        # check_io runs below and above the example (below, the check's sizes when every symbol
+        # has a size below: the model's outputs there are known)
         env = {**base_env, **moved}
-        covered = any((n - base_env[s]) * side > 0 for e in io_envs for s, n in e.items())
-        if moved and not covered and signature(env) == base:
+        if moved and signature(env) == base:
             io_envs.append(env)
     return single, multi, lazy, kernel_only, io_envs, checks
 
