@@ -421,6 +421,7 @@ def _symbolic_envs(signature, base_env: dict, max_flips: int = 4) -> tuple:
     base = signature(base_env)
     traced = signature.traced(base)
     single, lazy, kernel_only, check, below, above, checks = [], {}, set(), {}, {}, {}, set()
+    near: dict = {-1: {}, 1: {}}  # side -> symbol -> nearest flip, for check_io when no size there is alike
 
     def add_flip(env):
         if env not in single:
@@ -460,6 +461,13 @@ def _symbolic_envs(signature, base_env: dict, max_flips: int = 4) -> tuple:
         if high:
             above[s] = min(high, key=lambda n: (abs(n - (v + 3)), n))
             check.setdefault(s, min(high, key=lambda n: (abs(n - (v + 1)), n)))
+        # no size on one side where every decision is the example's (B=2: only B=1 below):
+        # check_io runs at the nearest probed size there (left out if outside the range)
+        moved = [e[s] for e in single if _moved(e, base_env) == [s]]
+        if not low and any(n < v for n in moved):
+            near[-1].setdefault(s, max(n for n in moved if n < v))
+        if not high and any(n > v for n in moved):
+            near[1].setdefault(s, min(n for n in moved if n > v))
     multi = []
     io_envs = []
     if check:
@@ -480,12 +488,15 @@ def _symbolic_envs(signature, base_env: dict, max_flips: int = 4) -> tuple:
             else:
                 (single if len(base_env) == 1 else multi).append(env)
         lazy.pop(_env_key(env), None)
-    for moved in (below, above):
+    for side, moved in ((-1, below), (1, above)):
         # check_io runs below and above the example (below, the check's sizes when every symbol
         # has a size below: the model's outputs there are known)
         env = {**base_env, **moved}
         if moved and signature(env) == base:
             io_envs.append(env)
+        elif near[side]:
+            s, n = next(iter(near[side].items()))
+            io_envs.append({**base_env, s: n})
     return single, multi, lazy, kernel_only, io_envs, checks
 
 
