@@ -256,6 +256,12 @@ def _in_place(n: fx.Node) -> bool:
 # come out of the replay; every real or fake run at concrete sizes uses torch's own call.
 
 def _symbolic_function(target, args):
+    from .control_flow import ScanCall
+
+    if isinstance(target, ScanCall):
+        return lambda *a, **k: _scan(target, *a, **k)
+    if not _SYMBOLIC_FUNCTIONS:
+        _SYMBOLIC_FUNCTIONS.update(_symbolic_functions())
     try:
         alt = _SYMBOLIC_FUNCTIONS.get(target)
     except TypeError:  # an unhashable callable
@@ -332,6 +338,68 @@ def _tensor_split(input, indices_or_sections, dim=0):
     return tuple(pieces)
 
 
+def _scan(call, init, xs, full, carry_slots=(), scan_slots=(), body_outs=()):
+    """A loop of ``xs[0].shape[dim]`` steps (a range over a symbol fixes it): one step gives the
+    carries' and each step output's shapes; the stacked outputs have the steps at ``dim``."""
+    steps = xs[0].shape[call.dim]
+    outs = list(_Body(call.body).run(*init, *[x.select(call.dim, 0) for x in xs], *full))
+    if call.check:
+        outs = outs[:-1]
+    carry, ys = outs[: call.n_carry], outs[call.n_carry:]
+    stacked = []
+    for y in ys:
+        shape = list(y.shape)
+        shape.insert(call.dim if call.dim >= 0 else call.dim + y.dim() + 1, steps)
+        stacked.append(y.new_empty(shape))
+    return tuple(carry) + tuple(stacked)
+
+
+class _Body(fx.Interpreter):
+    """A loop body, its calls replayed as the graph's (a loop in a loop)."""
+
+    def call_function(self, target, args, kwargs):
+        alt = _symbolic_function(target, args)
+        return alt(*args, **kwargs) if alt is not None else super().call_function(target, args, kwargs)
+
+    def call_method(self, target, args, kwargs):
+        alt = _SYMBOLIC_METHODS.get(target) if args and isinstance(args[0], torch.Tensor) else None
+        return alt(*args, **kwargs) if alt is not None else super().call_method(target, args, kwargs)
+
+
+def _setitem_functional(x, index, value):
+    """``x[index] = value`` on a copy has x's shape (torch's slice copy fixes the symbols)."""
+    return x.clone()
+
+
+def _padded_nonzero(cond, as_tuple=False):
+    """Every coordinate of ``cond``'s shape: ``numel`` rows (no data needed, unlike nonzero)."""
+    n = cond.numel()
+    if as_tuple:
+        return tuple(cond.new_empty((n,), dtype=torch.long) for _ in range(cond.dim()))
+    return cond.new_empty((n, cond.dim()), dtype=torch.long)
+
+
+def _grouped_mm(mat_a, mat_b, offs=None, bias=None, out_dtype=None):
+    """The shape of grouped_mm (torch's fake kernel accepts bfloat16 and aligned strides only,
+    the CPU kernel float32 and any layout too)."""
+    if mat_a.dim() == 2:
+        shape = [offs.shape[0], mat_a.shape[0], mat_b.shape[1]] if mat_b.dim() == 2 else [mat_a.shape[0], mat_b.shape[-1]]
+    else:
+        shape = [mat_a.shape[1], mat_b.shape[1]] if mat_b.dim() == 2 else [mat_a.shape[0], mat_a.shape[1], mat_b.shape[-1]]
+    return mat_a.new_empty(shape, dtype=out_dtype or mat_a.dtype)
+
+
+def _symbolic_functions() -> dict:
+    from .padded import padded_nonzero
+    from .tracer import setitem_functional
+
+    out = {setitem_functional: _setitem_functional, padded_nonzero: _padded_nonzero}
+    for fn in (getattr(torch, "_grouped_mm", None), getattr(torch.nn.functional, "grouped_mm", None)):
+        if fn is not None:
+            out[fn] = _grouped_mm
+    return {**_BASE_FUNCTIONS, **out}
+
+
 def _math(name):
     fn = getattr(torch, f"_sym_{name}")
     return lambda x: fn(torch.sym_float(x) if isinstance(x, torch.SymInt) else x)
@@ -339,7 +407,8 @@ def _math(name):
 
 _MATH = {getattr(math, n): _math(n) for n in ("sqrt", "cos", "sin", "tan", "cosh", "sinh", "tanh", "acos", "asin",
                                               "atan", "log2")}
-_SYMBOLIC_FUNCTIONS = {
+_SYMBOLIC_FUNCTIONS: dict = {}  # filled on first use (the tracer's own functions import this module's users)
+_BASE_FUNCTIONS = {
     torch.nn.functional.interpolate: _interpolate,
     torch.nn.functional.max_pool1d: _max_pool1d,
     torch.max_pool1d: _max_pool1d,
