@@ -457,7 +457,9 @@ def _symbolic_envs(signature, base_env: dict, max_flips: int = 4) -> tuple:
             low = [n for n in low if n >= 2]  # a size of 1 broadcasts: a check there says little
         high = [n for n in same if n > v]
         if low:
-            below[s] = check[s] = min(low, key=lambda n: (abs(n - v // 2), n))
+            # about half the example, an odd distance from it: the sizes run then also tell a
+            # model that accepts every k-th size only from one that accepts all (see _symbol_range)
+            below[s] = check[s] = min(low, key=lambda n: (abs(n - v // 2) + 2 * ((v - n + 1) % 2), n))
         if high:
             above[s] = min(high, key=lambda n: (abs(n - (v + 3)), n))
             check.setdefault(s, min(high, key=lambda n: (abs(n - (v + 1)), n)))
