@@ -8,7 +8,7 @@ attention_mask)`` of length 32 and return the logits) and exports it to ``.nnef.
 ``check_io=False``. Printed per run: ``result.timings``, the export wall time divided by the
 floor (one eager forward, the fastest of three, plus writing the weight bytes with a plain
 file write, both measured in the same child; ``graph_runs`` and ``eager_runs`` count the real
-forward passes of the capture), the peak RSS growth of the export call divided by the weight bytes
+forward passes of the capture, ``fake_runs`` its shape-only runs on fake tensors), the peak RSS growth of the export call divided by the weight bytes
 (``ru_maxrss`` after the call minus the resident size before it, the peak being reset just
 before the call), and the asset size. Each size also runs with half its layers, and the
 per-layer growth of export time and peak RSS is printed (issue 7: both grow linearly with the
