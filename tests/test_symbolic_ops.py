@@ -100,3 +100,29 @@ def test_tensor_split_at_indices_bounds_where_shapes_change(tmp_path):
 def test_clamped_slice_bounds_where_shapes_change(tmp_path):
     r = _export(lambda x: x[:, :4] * 2, (2, 6), 1, tmp_path, [4, 5, 12], lo=4)
     assert "shapes change otherwise below S=4" in str(r.ranges["S"])
+
+
+def _assign_inner(x):
+    y = x.clone()
+    y[:, 1: x.shape[1] - 1] = x[:, 1: x.shape[1] - 1] * 3
+    return y
+
+
+def test_item_assignment_on_dynamic_slice(tmp_path):
+    """``y[:, 1:S-1] = v``: torch's slice copy fixes S; replayed as the shape of y. At S=1 the
+    slice is empty, not of size -1: the range starts at 2."""
+    _export(_assign_inner, (2, 6), 1, tmp_path, [2, 3, 11], lo=2)
+
+
+def test_scan_over_dynamic_axis(tmp_path):
+    """scan over S steps (a range over a symbol fixes it): replayed as one step, stacked S times."""
+    from torch._higher_order_ops.scan import scan
+
+    def fn(x):
+        def step(c, xt):
+            n = c + xt
+            return n, n * 2
+        c, ys = scan(step, torch.zeros(x.shape[1]), x)
+        return ys + c
+    r = _export(fn, (6, 4), 0, tmp_path, [2, 9])
+    assert r.nnef_op_counts.get("tract_core_scan") == 1
