@@ -10,7 +10,7 @@ import dataclasses
 import inspect
 import keyword
 import re
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 import torch
@@ -37,11 +37,20 @@ class Capture:
     graph: Graph
     input_names: list
     example_inputs: list  # torch tensors
-    reference: list  # (label, inputs, expected outputs) as numpy, for checks
+    cases: "Callable[[], list]"  # () -> (label, inputs, expected outputs) as numpy, for checks; built on demand
     notes: list
     control_flow: list = dataclasses.field(default_factory=list)  # how cond/scan/while_loop were converted
     runner: Optional["ModelRunner"] = None
     runs: dict = dataclasses.field(default_factory=dict)  # graph_runs, eager_runs: real forward passes of the capture
+    _reference: Optional[list] = None
+
+    @property
+    def reference(self) -> list:
+        """``(label, inputs, expected outputs)`` of each check case; the model runs at the check
+        sizes it was not probed at only when this is first read (never without check_io)."""
+        if self._reference is None:
+            self._reference = self.cases()
+        return self._reference
 
     def check_cases(self, stored: Sequence[Value] = ()):
         """The check cases: each case's inputs with the model's outputs for them. With ``stored``
@@ -238,11 +247,14 @@ def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_na
                                                notes, ref, branches)
     remove_dead_code(gm)
     graph = build_ir(gm, analysis, names, out_names)
-    cases = [("example", [to_numpy(t) for t in tensors], [to_numpy(t) for _, t in ref_flat])]
-    for env in _check_envs(analysis) if analysis.symbols else []:
-        case = _case(ref, names, tensors, dyn, env)
-        if case is not None:
-            cases.append(case)
+
+    def cases():
+        out = [("example", [to_numpy(t) for t in tensors], [to_numpy(t) for _, t in ref_flat])]
+        for env in _check_envs(analysis) if analysis.symbols else []:
+            case = _case(ref, names, tensors, dyn, env)
+            if case is not None:
+                out.append(case)
+        return out
     if analysis.shapes_from.startswith("probes ("):
         notes.append("dynamic shapes were fitted from probe runs: " + analysis.shapes_from[len("probes ("):-1])
     runs = {"graph_runs": RUNS.graph, "eager_runs": RUNS.eager}
@@ -250,6 +262,8 @@ def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_na
     if runner.reference is not None:  # expected outputs of the float32 copy
         cases = [(label, ins, runner.run(ins, {})) for label, ins, _ in cases]
         notes.append("bfloat16 model: written and checked in float32 (the reference is a float32 copy of the model)")
+    if RUNS.fake:
+        runs["fake_runs"] = RUNS.fake
     return Capture(graph, names, tensors, cases, list(trace.control_flow) + notes, list(trace.control_flow),
                    runner, runs)
 
@@ -419,8 +433,11 @@ def _note_ranges(analysis, notes):
 
 def _check_envs(analysis) -> list:
     """Sizes for check_io besides the example: one below and one above it, inside the range
-    and among the sizes where the probes saw the graph reproduce the model."""
+    and, with fitted shapes, among the sizes where the probes saw the graph reproduce the model
+    (with the replay's shapes, the model may run there for the first time)."""
     base = analysis.base_env
+    if analysis.shapes_from == "fake replay":
+        return list(analysis.io_envs)  # chosen where no decision differs, below and above
     envs = []
     for side in (-1, 1):
         env = {}

@@ -15,9 +15,12 @@ size, an expression the IR cannot hold); the caller then falls back to probe fit
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import logging
 import math
 import operator
+from fractions import Fraction
 from typing import Callable, Optional
 
 import sympy
@@ -72,8 +75,10 @@ def replay(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, b
         symbols[sym] = name
         sizes[name] = shape_env.create_symintnode(sym, hint=hint)
     mode = FakeTensorMode(shape_env=shape_env, allow_non_fake_inputs=True)
+    # the dispatch cache rebuilds every symbolic output from its entry: twice slower than no cache
+    mode.cache_enabled = False
     runner = _Runner(gm, shape_env, symbols)
-    with mode, torch.no_grad():
+    with _quiet(), mode, torch.no_grad():
         inputs = []
         for name, t in zip(names, example):
             shape = list(t.shape)
@@ -111,6 +116,58 @@ def replay(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, b
     return Replay(dims, varies, checks, guard_values)
 
 
+def shapes_at(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, env: dict, record) -> dict:
+    """``node -> record(value)`` of every node of ``gm`` run on fake inputs of the concrete sizes
+    ``env`` (no data, no ShapeEnv): the shapes a real run there would give, at the cost of a
+    replay. Raise :class:`ReplayUnavailable` when a node cannot run without data."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    runner = _Recorder(gm, record)
+    with _quiet(), mode, torch.no_grad():
+        inputs = []
+        for name, t in zip(names, example):
+            shape = list(t.shape)
+            for axis, sym_name in dynamic_axes.get(name, {}).items():
+                shape[axis] = env[sym_name]
+            inputs.append(torch.empty(shape, dtype=t.dtype))
+        try:
+            runner.run(*inputs)
+        except Exception as exc:  # noqa: BLE001 - the caller then runs the graph on data
+            first = str(exc).strip().split("\n")[0][:200]
+            raise ReplayUnavailable(f"the fake run failed{_at(runner.current)}: {type(exc).__name__}: {first}") from None
+    return runner.records
+
+
+@contextlib.contextmanager
+def _quiet():
+    """torch logs a traceback for every fake kernel that raises; here a failure is an answer
+    (the caller falls back or runs on data), not an error to print."""
+    logger = logging.getLogger("torch._subclasses.fake_tensor")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+class _Recorder(fx.Interpreter):
+    """Runs the graph keeping each node's record only (values are freed once read)."""
+
+    def __init__(self, gm, record):
+        super().__init__(gm, garbage_collect_values=True)
+        self.record = record
+        self.records: dict = {}
+        self.current: Optional[fx.Node] = None
+
+    def run_node(self, n):
+        self.current = n
+        out = super().run_node(n)
+        self.records[n] = self.record(out)
+        return out
+
+
 def _at(node: Optional[fx.Node]) -> str:
     if node is None:
         return ""
@@ -134,7 +191,12 @@ class _SymbolSource(Source):
 
 
 class _Runner(fx.Interpreter):
-    """Runs the graph and notes which node each new ShapeEnv guard came from."""
+    """Runs the graph and notes which node each new ShapeEnv guard came from.
+
+    A call whose inputs have the same symbolic metadata (shapes, strides, dtypes) and the same
+    other arguments as an earlier call gives the same fake result: the repeated layers of a
+    model are then replayed once (torch's symbolic shape functions cost about a millisecond a
+    node). The guards of the repeated call are those of the first, already recorded."""
 
     def __init__(self, gm, shape_env, symbols):
         super().__init__(gm, garbage_collect_values=False)
@@ -142,9 +204,18 @@ class _Runner(fx.Interpreter):
         self.current: Optional[fx.Node] = None
         self.guards: list = []  # (sympy expr, node)
         self.fixed_at: dict = {}  # symbol -> the node where the ShapeEnv replaced it
+        # an in-place call changes a value other nodes may share: no reuse in such a graph
+        self.memo: Optional[dict] = None if any(_in_place(n) for n in gm.graph.nodes) else {}
 
     def run_node(self, n):
         self.current = n
+        key = None
+        if self.memo is not None and n.op in ("call_function", "call_method"):
+            with self._set_current_node(n):
+                args, kwargs = self.fetch_args_kwargs_from_env(n)
+            key = _memo_key(n.op, n.target, args, kwargs)
+            if key is not None and key in self.memo:
+                return self.memo[key]
         before = len(self.shape_env.guards)
         out = super().run_node(n)
         self.guards.extend((g.expr, n) for g in self.shape_env.guards[before:])
@@ -152,7 +223,238 @@ class _Runner(fx.Interpreter):
             for sym in self.symbols:
                 if sym not in self.fixed_at and self.shape_env.replacements.get(sym, sym) != sym:
                     self.fixed_at[sym] = n
+        if key is not None:
+            self.memo[key] = out
         return out
+
+    def call_function(self, target, args, kwargs):
+        alt = _symbolic_function(target, args)
+        return alt(*args, **kwargs) if alt is not None else super().call_function(target, args, kwargs)
+
+    def call_method(self, target, args, kwargs):
+        alt = _SYMBOLIC_METHODS.get(target) if args and isinstance(args[0], torch.Tensor) else None
+        return alt(*args, **kwargs) if alt is not None else super().call_method(target, args, kwargs)
+
+
+_OPERATOR_IN_PLACE = {getattr(operator, n) for n in dir(operator)
+                      if n.startswith("i") and (n[1:] in dir(operator) or n[1:] + "_" in dir(operator))}
+
+
+def _in_place(n: fx.Node) -> bool:
+    if n.op not in ("call_function", "call_method"):
+        return False
+    if "out" in n.kwargs or n.target in _OPERATOR_IN_PLACE:
+        return True
+    if n.op == "call_function" and getattr(n.target, "__module__", None) in ("_operator", "operator"):
+        return False  # operator.and_ is no in-place call
+    name = n.target if isinstance(n.target, str) else getattr(n.target, "__name__", "")
+    return name.endswith("_") and not name.endswith("__")
+
+
+# Calls whose torch implementation fixes a symbol or needs concrete sizes (C++ kernels reading
+# sizes as ints), replayed by an equivalent of the same output shapes and dtypes. Only shapes
+# come out of the replay; every real or fake run at concrete sizes uses torch's own call.
+
+def _symbolic_function(target, args):
+    from .control_flow import ScanCall
+
+    if isinstance(target, ScanCall):
+        return lambda *a, **k: _scan(target, *a, **k)
+    if not _SYMBOLIC_FUNCTIONS:
+        _SYMBOLIC_FUNCTIONS.update(_symbolic_functions())
+    try:
+        alt = _SYMBOLIC_FUNCTIONS.get(target)
+    except TypeError:  # an unhashable callable
+        return None
+    if alt is None:
+        return None
+    if target in _MATH and not any(isinstance(a, (torch.SymInt, torch.SymFloat)) for a in args):
+        return None  # math on plain numbers
+    return alt
+
+
+def _spatial_sizes(input, size, scale_factor):
+    dims = input.dim() - 2
+    if size is not None:
+        return list(size) if isinstance(size, (list, tuple)) else [size] * dims
+    scales = list(scale_factor) if isinstance(scale_factor, (list, tuple)) else [scale_factor] * dims
+    out = []
+    for n, scale in zip(input.shape[2:], scales):
+        if isinstance(n, int):
+            out.append(math.floor(float(n) * scale))
+            continue
+        # torch computes floor(float(n) * scale): exact, and equal to (n * p) // q, for a scale p/q
+        # with a small power-of-two denominator (2.0, 0.5, 1.5); other scales are not replayed
+        frac = Fraction(scale)
+        if frac.denominator > 1024 or frac <= 0:
+            raise ValueError(f"the scale factor {scale} of a dynamic size has no exact integer form")
+        out.append((n * frac.numerator) // frac.denominator)
+    return out
+
+
+def _interpolate(input, size=None, scale_factor=None, mode="nearest", align_corners=None,
+                 recompute_scale_factor=None, antialias=False):
+    sizes = _spatial_sizes(input, size, scale_factor)
+    return input.new_empty([input.shape[0], input.shape[1], *sizes])
+
+
+def _one(v):
+    return v[0] if isinstance(v, (list, tuple)) else v
+
+
+def _max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
+    """max_pool1d as max_pool2d of a height-1 input (torch's 1-d kernel reads sizes as ints)."""
+    k = _one(kernel_size)
+    st = _one(stride) if stride is not None and stride != [] and stride != () else k
+    out = torch.nn.functional.max_pool2d(input.unsqueeze(-2), (1, k), (1, st), (0, _one(padding)),
+                                         (1, _one(dilation)), ceil_mode=ceil_mode, return_indices=return_indices)
+    if return_indices:
+        return out[0].squeeze(-2), out[1].squeeze(-2)
+    return out.squeeze(-2)
+
+
+def _max_pool1d_with_indices(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+                             return_indices=True):
+    return _max_pool1d(input, kernel_size, stride, padding, dilation, ceil_mode, True)
+
+
+def _baddbmm(input, batch1, batch2, *, beta=1, alpha=1):
+    """baddbmm's shape: torch's kernel expands ``input`` with concrete sizes."""
+    return torch.bmm(batch1, batch2) + input
+
+
+def _tensor_split(input, indices_or_sections, dim=0):
+    """tensor_split into n sections of a dynamic size S: section i has (S + n - 1 - i) // n items
+    (torch's kernel decides on S % n at the example size)."""
+    n = indices_or_sections
+    size = input.shape[dim]
+    if isinstance(n, torch.Tensor) or not isinstance(n, int) or isinstance(size, int):
+        return torch.tensor_split(input, n, dim)
+    pieces, start = [], 0
+    for i in range(n):
+        length = (size + (n - 1 - i)) // n
+        pieces.append(input.narrow(dim, start, length))
+        start = start + length
+    return tuple(pieces)
+
+
+def _scan(call, init, xs, full, carry_slots=(), scan_slots=(), body_outs=()):
+    """A loop of ``xs[0].shape[dim]`` steps (a range over a symbol fixes it): one step gives the
+    carries' and each step output's shapes; the stacked outputs have the steps at ``dim``."""
+    steps = xs[0].shape[call.dim]
+    outs = list(_Body(call.body).run(*init, *[x.select(call.dim, 0) for x in xs], *full))
+    if call.check:
+        outs = outs[:-1]
+    carry, ys = outs[: call.n_carry], outs[call.n_carry:]
+    stacked = []
+    for y in ys:
+        shape = list(y.shape)
+        shape.insert(call.dim if call.dim >= 0 else call.dim + y.dim() + 1, steps)
+        stacked.append(y.new_empty(shape))
+    return tuple(carry) + tuple(stacked)
+
+
+class _Body(fx.Interpreter):
+    """A loop body, its calls replayed as the graph's (a loop in a loop)."""
+
+    def call_function(self, target, args, kwargs):
+        alt = _symbolic_function(target, args)
+        return alt(*args, **kwargs) if alt is not None else super().call_function(target, args, kwargs)
+
+    def call_method(self, target, args, kwargs):
+        alt = _SYMBOLIC_METHODS.get(target) if args and isinstance(args[0], torch.Tensor) else None
+        return alt(*args, **kwargs) if alt is not None else super().call_method(target, args, kwargs)
+
+
+def _setitem_functional(x, index, value):
+    """``x[index] = value`` on a copy has x's shape (torch's slice copy fixes the symbols)."""
+    return x.clone()
+
+
+def _padded_nonzero(cond, as_tuple=False):
+    """Every coordinate of ``cond``'s shape: ``numel`` rows (no data needed, unlike nonzero)."""
+    n = cond.numel()
+    if as_tuple:
+        return tuple(cond.new_empty((n,), dtype=torch.long) for _ in range(cond.dim()))
+    return cond.new_empty((n, cond.dim()), dtype=torch.long)
+
+
+def _grouped_mm(mat_a, mat_b, offs=None, bias=None, out_dtype=None):
+    """The shape of grouped_mm (torch's fake kernel accepts bfloat16 and aligned strides only,
+    the CPU kernel float32 and any layout too)."""
+    if mat_a.dim() == 2:
+        shape = [offs.shape[0], mat_a.shape[0], mat_b.shape[1]] if mat_b.dim() == 2 else [mat_a.shape[0], mat_b.shape[-1]]
+    else:
+        shape = [mat_a.shape[1], mat_b.shape[1]] if mat_b.dim() == 2 else [mat_a.shape[0], mat_a.shape[1], mat_b.shape[-1]]
+    return mat_a.new_empty(shape, dtype=out_dtype or mat_a.dtype)
+
+
+def _symbolic_functions() -> dict:
+    from .padded import padded_nonzero
+    from .tracer import setitem_functional
+
+    out = {setitem_functional: _setitem_functional, padded_nonzero: _padded_nonzero}
+    for fn in (getattr(torch, "_grouped_mm", None), getattr(torch.nn.functional, "grouped_mm", None)):
+        if fn is not None:
+            out[fn] = _grouped_mm
+    return {**_BASE_FUNCTIONS, **out}
+
+
+def _math(name):
+    fn = getattr(torch, f"_sym_{name}")
+    return lambda x: fn(torch.sym_float(x) if isinstance(x, torch.SymInt) else x)
+
+
+_MATH = {getattr(math, n): _math(n) for n in ("sqrt", "cos", "sin", "tan", "cosh", "sinh", "tanh", "acos", "asin",
+                                              "atan", "log2")}
+_SYMBOLIC_FUNCTIONS: dict = {}  # filled on first use (the tracer's own functions import this module's users)
+_BASE_FUNCTIONS = {
+    torch.nn.functional.interpolate: _interpolate,
+    torch.nn.functional.max_pool1d: _max_pool1d,
+    torch.max_pool1d: _max_pool1d,
+    torch.nn.functional.max_pool1d_with_indices: _max_pool1d_with_indices,
+    torch.max_pool1d_with_indices: _max_pool1d_with_indices,
+    torch.baddbmm: _baddbmm,
+    torch.tensor_split: _tensor_split,
+    **_MATH,
+}
+_SYMBOLIC_METHODS = {"baddbmm": _baddbmm, "tensor_split": _tensor_split}
+
+
+class _NoKey(Exception):
+    pass
+
+
+def _memo_key(op: str, target, args, kwargs):
+    """A hashable description of a call by everything a fake kernel reads (None: not reusable)."""
+    try:
+        return op, target, _key_of(args), _key_of(tuple(sorted(kwargs.items())))
+    except (_NoKey, TypeError):
+        return None
+
+
+def _key_of(x):
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    if isinstance(x, torch.Tensor):
+        # a real tensor (a parameter) is made fake without its data; a fake one holding a
+        # constant (torch.tensor in the graph) may be computed on: its data may matter
+        if (isinstance(x, FakeTensor) and x.constant is not None) or x.layout != torch.strided:
+            raise _NoKey
+        return ("T", x.dtype, x.device, x.layout, x.requires_grad, _key_of(tuple(x.shape)),
+                _key_of(x.stride()), _key_of(x.storage_offset()))
+    if isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return (type(x).__name__, x.node.expr)
+    if isinstance(x, (tuple, list)):
+        return (type(x).__name__,) + tuple(_key_of(v) for v in x)
+    if isinstance(x, dict):
+        return ("dict",) + tuple((k, _key_of(v)) for k, v in x.items())
+    if isinstance(x, slice):
+        return ("slice", _key_of(x.start), _key_of(x.stop), _key_of(x.step))
+    if x is None or x is Ellipsis or isinstance(x, (bool, int, float, str, torch.dtype, torch.device, torch.layout,
+                                                     torch.memory_format)):
+        return (type(x).__name__, x)
+    raise _NoKey
 
 
 def _equalities(shape_env, guards: list) -> dict:

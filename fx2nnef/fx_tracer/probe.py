@@ -19,7 +19,7 @@ import torch.fx as fx
 from ..ir import Guard, SymDim, SymRange, fit_polynomial
 from ..ir.dims import fit_floor_division
 from .data_dep import data_dependence, is_shape_query
-from .fake_replay import VARIES, Replay, ReplayUnavailable, replay
+from .fake_replay import VARIES, Replay, ReplayUnavailable, replay, shapes_at
 from .tracer import GuardRecord
 
 
@@ -54,6 +54,7 @@ class Analysis:
     good_envs: list = dataclasses.field(default_factory=list)  # sizes where the graph reproduces the model
     shapes_from: str = ""  # "fake replay", or "probes (why the replay could not be used)"
     graph_bounded: bool = True  # a range ends where the graph (not the model) stops being right
+    io_envs: list = dataclasses.field(default_factory=list)  # check_io sizes chosen with the replay
 
 
 class _Recorder(fx.Interpreter):
@@ -167,6 +168,7 @@ class RunCount:
     def reset(self):
         self.graph = 0
         self.eager = 0
+        self.fake = 0  # fake runs at concrete sizes (shapes only, no data)
 
 
 RUNS = RunCount()
@@ -373,7 +375,9 @@ def guard_flip_sizes(gm, example, names, dynamic_axes, guards, base_env, data_de
 
 def _signature(rep: Replay, guards: list, data_dep: set):
     """``env -> tuple``: every decision on sizes at ``env`` (torch's, from the fake replay, and the
-    tracer's on shapes); a probe is worth its cost only where this changes."""
+    tracer's on shapes); a probe is worth its cost only where this changes. The function's
+    ``traced(signature)`` gives the tracer's part: where it equals the example's, the graph takes
+    the model's own Python path and only torch's kernels decide otherwise."""
     evals = []
     for g in guards:
         if g.node in data_dep:
@@ -382,10 +386,12 @@ def _signature(rep: Replay, guards: list, data_dep: set):
         if ev is None:
             raise ReplayUnavailable(f"the decision {g.text} has no symbolic form")
         evals.append((g, ev))
+    count = len(rep.checks)
 
     def signature(env):
         return (tuple(_decide(c.holds, env) for c in rep.checks)
                 + tuple(_decide(lambda e: _guard_holds(g, ev(e)), env) for g, ev in evals))
+    signature.traced = lambda sig: sig[count:]
     return signature
 
 
@@ -401,52 +407,99 @@ def _env_key(env: dict) -> tuple:
 
 
 def _symbolic_envs(signature, base_env: dict, max_flips: int = 4) -> tuple:
-    """``(single, multi, lazy)`` probe sizes: where a decision flips and the size before, one symbol moved
-    at a time (the nearest ``max_flips`` on each side, up to a few times the example), and two checks, below
-    and above the example, at sizes where no decision differs (all symbols moved together).
-    ``lazy`` maps the size before a flip to the flip: it is probed only if the flip is not good."""
+    """``(single, multi, lazy, kernel_only, io_envs, checks)`` probe sizes: where a decision flips and the
+    size before, one symbol moved at a time (the nearest ``max_flips`` on each side, up to a few
+    times the example), and one check at sizes where no decision differs, every symbol moved (below
+    the example where it can, the cheaper side, else just above).
+
+    ``lazy`` maps the size before a flip to the flip: it is probed only if the flip is not good.
+    ``kernel_only`` holds the keys of flip sizes where the tracer's decisions are the example's: only
+    torch's kernels decide otherwise there, and they run in the graph as in the model, so the graph
+    gives the model's values; what needs checking there is the shapes, which a fake run tells.
+    ``io_envs``: sizes for check_io, where no decision differs, below and above the example.
+    ``checks``: the keys of the check sizes."""
     base = signature(base_env)
-    single, below, above, lazy = [], {}, {}, {}
+    traced = signature.traced(base)
+    single, lazy, kernel_only, check, below, above, checks = [], {}, set(), {}, {}, {}, set()
+    near: dict = {-1: {}, 1: {}}  # side -> symbol -> nearest flip, for check_io when no size there is alike
+
+    def add_flip(env):
+        if env not in single:
+            single.append(env)
+            if signature.traced(signature(env)) == traced:
+                kernel_only.add(_env_key(env))
+
     for s, v in base_env.items():
         top = max(v + 16, min(max(3 * v, 32), 1024))
         same = []
         for step, side in ((1, range(v - 1, 0, -1)), (-1, range(v + 1, top + 1))):
-            prev, hits = base, 0
+            prev, hits, seen = base, 0, set()
             for n in side:
                 cur = signature({**base_env, s: n})
-                if cur != prev and hits < max_flips:
+                # a flip between the same two outcomes as a nearer one (S odd, then even, then
+                # odd again) is not probed again: the flips further away stay within reach
+                if cur != prev and hits < max_flips and (prev, cur) not in seen:
+                    seen.add((prev, cur))
                     # the flip, and the size before it: the range would end at the last good size
-                    if {**base_env, s: n} not in single:
-                        single.append({**base_env, s: n})
+                    add_flip({**base_env, s: n})
                     before = {**base_env, s: n + step}
                     if n + step != v and before not in single:
-                        single.append(before)
+                        add_flip(before)
                         lazy[_env_key(before)] = n
                     hits += 1
                 if cur == base:
                     same.append(n)
                 prev = cur
+        if v > 1 and {**base_env, s: 1} not in single and signature({**base_env, s: 1}) != base:
+            add_flip({**base_env, s: 1})  # the smallest size, past the flips counted (often refused)
         low = [n for n in same if n < v]
         if any(n >= 2 for n in low):
             low = [n for n in low if n >= 2]  # a size of 1 broadcasts: a check there says little
-        if low:
-            below[s] = min(low, key=lambda n: (abs(n - v // 2), n))
         high = [n for n in same if n > v]
+        if low:
+            # about half the example, an odd distance from it: the sizes run then also tell a
+            # model that accepts every k-th size only from one that accepts all (see _symbol_range)
+            below[s] = check[s] = min(low, key=lambda n: (abs(n - v // 2) + 2 * ((v - n + 1) % 2), n))
         if high:
             above[s] = min(high, key=lambda n: (abs(n - (v + 3)), n))
+            check.setdefault(s, min(high, key=lambda n: (abs(n - (v + 1)), n)))
+        # no size on one side where every decision is the example's (B=2: only B=1 below):
+        # check_io runs at the nearest probed size there (left out if outside the range)
+        moved = [e[s] for e in single if _moved(e, base_env) == [s]]
+        if not low and any(n < v for n in moved):
+            near[-1].setdefault(s, max(n for n in moved if n < v))
+        if not high and any(n > v for n in moved):
+            near[1].setdefault(s, min(n for n in moved if n > v))
     multi = []
-    for moved in (below, above):
-        if not moved:
-            continue
-        env = {**base_env, **moved}
+    io_envs = []
+    if check:
+        env = {**base_env, **check}
         if len(base_env) > 1 and signature(env) != base:
-            for s, n in moved.items():  # together they change a decision: check them one by one
-                single.append({**base_env, s: n})
-                lazy.pop(_env_key(single[-1]), None)
-        elif env not in single:
-            (single if len(base_env) == 1 else multi).append(env)
+            for s, n in check.items():  # together they change a decision: check them one by one
+                one = {**base_env, s: n}
+                checks.add(_env_key(one))
+                if one in single:
+                    kernel_only.discard(_env_key(one))
+                else:
+                    single.append(one)
+                lazy.pop(_env_key(one), None)
+        else:
+            checks.add(_env_key(env))
+            if env in single:
+                kernel_only.discard(_env_key(env))
+            else:
+                (single if len(base_env) == 1 else multi).append(env)
         lazy.pop(_env_key(env), None)
-    return single, multi, lazy
+    for side, moved in ((-1, below), (1, above)):
+        # check_io runs below and above the example (below, the check's sizes when every symbol
+        # has a size below: the model's outputs there are known)
+        env = {**base_env, **moved}
+        if moved and signature(env) == base:
+            io_envs.append(env)
+        elif near[side]:
+            s, n = next(iter(near[side].items()))
+            io_envs.append({**base_env, s: n})
+    return single, multi, lazy, kernel_only, io_envs, checks
 
 
 def _form_at(form, env):
@@ -469,8 +522,11 @@ def _agrees(form, record, env) -> bool:
     if kind == "seq":
         # a sequence of pieces may be shorter or longer here (chunk(2) of S=1 has one piece):
         # the pieces the graph reads are checked at their own getitem nodes
+        # (split(S // 2) of S=5 has a third piece of 1 the graph never reads)
         pieces = any(r[0] == "tensor" for r in record[1])
-        return (isinstance(form, tuple) and (pieces or len(form) == len(record[1]))
+        if pieces:
+            return isinstance(form, tuple)
+        return (isinstance(form, tuple) and len(form) == len(record[1])
                 and all(_agrees(f, r, env) for f, r in zip(form, record[1])))
     return True
 
@@ -594,12 +650,18 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
     single = []
     multi = []
     lazy: dict = {}  # size before a flip (env key) -> the flip size: probed only if the flip is not good
+    kernel_only: set = set()  # env keys where a fake run checks the shapes, no real run
+    io_envs: list = []
+    checks: set = set()  # env keys of the checks (no decision differs there)
+    flip_keys: set = set()
+    shape_bound: dict = {}  # symbol -> sizes below the example where the replay's shapes stop holding
     data_dep0 = data_dependence(gm)
     signature = None
     if symbols and rep is not None:
         signature = _signature(rep, guards, data_dep0)
         _check_base_shapes(rep, base_records, base_env)
-        single, multi, lazy = _symbolic_envs(signature, base_env)
+        single, multi, lazy, kernel_only, io_envs, checks = _symbolic_envs(signature, base_env)
+        flip_keys = {_env_key(e) for e in single} - checks
     elif symbols:
         for env in below_probe_envs(base_env) + probe_envs(base_env) + far_probe_envs(base_env):
             if env not in single and env not in multi:
@@ -615,7 +677,30 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
     refused: list = []
     errors: list = []
 
+    def _shapes_change(env, wrong):
+        """The replay's expressions hold on one side of a decision only. Below the example, at a
+        size where a decision flips (``x[:, :4]`` has S items below S=4), that bounds the range;
+        anywhere else (tensor_split(4) of S: sizes by S % 4) the fitted probes may find a form
+        valid for every size."""
+        moved = _moved(env, base_env)
+        key = _env_key(env)
+        if len(moved) == 1 and env[moved[0]] < base_env[moved[0]] and key not in checks and key in flip_keys:
+            shape_bound.setdefault(moved[0], set()).add(env[moved[0]])
+            return ("bad", [], wrong)
+        raise ReplayUnavailable(f"at {_env_text(env)}, {wrong}")
+
     def probe(env):
+        if _env_key(env) in kernel_only:
+            try:
+                records = shapes_at(gm, example, names, dynamic_axes, env, _record)
+            except ReplayUnavailable:  # a node needs data, or the sizes are refused: run for real
+                records = None
+            if records is not None:
+                RUNS.fake += 1
+                wrong = _shape_mismatch(rep, records, env)
+                if wrong is not None:
+                    return _shapes_change(env, wrong)
+                return "good"
         inputs = inputs_at(example, names, dynamic_axes, env)
         values, err, records = _run(gm, inputs, keep)
         expected = None
@@ -636,9 +721,7 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
         if rep is not None:
             wrong = _shape_mismatch(rep, records, env)
             if wrong is not None:
-                # the replay's expressions hold on one side of a decision only (tensor_split(4)
-                # of S: sizes by S % 4); fitted probes may find one valid for every size
-                raise ReplayUnavailable(f"at {_env_text(env)}, {wrong}")
+                return _shapes_change(env, wrong)
         if expected is not None:
             mismatch = _outputs_match(gm, values, expected)
             if mismatch is None and flips:
@@ -748,13 +831,20 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
             if g.branch_note:
                 note += f"; {g.branch_note}"
         ir_guards.append(Guard(g.text, kind, g.source, g.expected, status, note))
+    for s, sizes in shape_bound.items():
+        r = ranges[s]
+        for n in sizes:
+            if r.lo is not None and n < r.lo:
+                why = r.why.replace(f"the graph differs from the model at {s}={n}", f"shapes change otherwise below {s}={r.lo}")
+                r = ranges[s] = SymRange(s, r.lo, r.hi, r.step, r.rest, why)
     kept = {s: r for s, r in ranges.items() if r.bounded}
     graph_bounded = any(r == "bad" and not ranges[s].contains(n)
                         for s in symbols for n, r in results[s].items())
     return Analysis(symbols, base_env, base_values, sym, constant, data_dep, ir_guards, failures,
                     [base_env] + single + multi, kept, good_envs,
                     "fake replay" if rep is not None else "probes" if symbols else "",
-                    graph_bounded or (rep is None and any(r.lo is not None or r.hi is not None for r in kept.values())))
+                    graph_bounded or (rep is None and any(r.lo is not None or r.hi is not None for r in kept.values())),
+                    [e for e in io_envs if all(ranges[s].contains(e[s]) for s in symbols)])
 
 
 def _static(rec):

@@ -1,0 +1,128 @@
+"""Ops on a dynamic dim that torch's own symbolic shapes cannot replay as they are (a C++ kernel
+reading sizes as ints, a Python float of a size, a decision on S % n): each stays on the one
+fake replay (no "fitted from probe runs" note, a few real runs), and the asset is right in tract
+at sizes of the dynamic dim other than the example's. Real tract runs."""
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import fx2nnef
+from fx2nnef.targets.tract_runner import run_tract_many
+from harness import FnModule
+
+_FALLBACK = "dynamic shapes were fitted from probe runs"
+
+
+def _export(fn, shape, axis, tmp_path, sizes, lo=None):
+    """Export ``fn`` of one input with ``axis`` dynamic, check it used the replay, and run the asset
+    in tract at ``sizes`` of that axis against eager PyTorch."""
+    model = FnModule(fn)
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(0))
+    r = fx2nnef.export(model, (x,), tmp_path / "m.nnef.tgz", input_names=["x"],
+                       target=fx2nnef.TractNNEF(dynamic_axes={"x": {axis: "S"}}))
+    assert r.check.ok
+    assert not any(_FALLBACK in n for n in r.notes), r.notes
+    assert r.timings["graph_runs"] <= 6 and r.timings["eager_runs"] <= 6, r.timings
+    if lo is None:
+        assert not r.ranges, r.ranges
+    else:
+        assert r.ranges["S"].lo == lo and r.ranges["S"].hi is None, r.ranges
+    ins = []
+    for n in sizes:
+        s = list(shape)
+        s[axis] = n
+        ins.append(torch.randn(s, generator=torch.Generator().manual_seed(n)))
+    got = run_tract_many(r.path, [[i.numpy()] for i in ins])
+    for i, g in zip(ins, got):
+        with torch.no_grad():
+            e = model(i).numpy()
+        assert g[0].shape == e.shape, (i.shape, g[0].shape, e.shape)
+        np.testing.assert_allclose(g[0], e, atol=1e-4, rtol=5e-4, err_msg=str(i.shape))
+    return r
+
+
+@pytest.mark.parametrize("kwargs", [dict(scale_factor=2, mode="nearest"),
+                                    dict(scale_factor=2, mode="linear", align_corners=False)],
+                         ids=["nearest", "linear"])
+def test_interpolate_scale_on_dynamic_axis(kwargs, tmp_path):
+    """torch's upsample kernel computes floor(S * scale) with concrete ints and fixes S."""
+    _export(lambda x: F.interpolate(x, **kwargs), (1, 3, 8), 2, tmp_path, [5, 13])
+
+
+def test_interpolate_size_from_dynamic_axis(tmp_path):
+    """A size computed from S: torch's C++ interpolate refuses symbolic sizes."""
+    _export(lambda x: F.interpolate(x, size=(x.shape[2] * 2,), mode="nearest"), (1, 3, 8), 2, tmp_path, [3, 11])
+
+
+def test_max_pool1d_on_dynamic_axis(tmp_path):
+    """torch's 1-d max pool reads sizes as ints; replayed as a 2-d pool. Odd sizes: floor division."""
+    _export(lambda x: F.max_pool1d(x, 3, stride=2), (1, 3, 9), 2, tmp_path, [4, 12, 17], lo=3)
+
+
+def test_sqrt_of_a_dynamic_size(tmp_path):
+    """math.sqrt(S) turns S into a Python float (torch fixes it); replayed as a symbolic sqrt."""
+    _export(lambda x: x * math.sqrt(x.shape[1]), (2, 6), 1, tmp_path, [1, 3, 17])
+
+
+def test_unbind_on_static_axis_of_dynamic_input(tmp_path):
+    _export(lambda x: sum(t * (i + 1) for i, t in enumerate(x.unbind(0))), (3, 5), 1, tmp_path, [2, 9])
+
+
+def test_baddbmm_with_broadcast_input(tmp_path):
+    """torch's baddbmm expands its first input with concrete sizes."""
+    bias = torch.randn(1, 1, 1, generator=torch.Generator().manual_seed(3))
+    _export(lambda x: torch.baddbmm(bias, x, x.transpose(1, 2), beta=0.5), (2, 5, 4), 1, tmp_path, [2, 9])
+
+
+def test_split_by_half_of_the_size(tmp_path):
+    """split(S // 2) of an odd S has a third piece the graph never reads: not a reason to leave
+    the replay. S=1 splits by 0, which torch refuses: the range starts at 2."""
+    _export(lambda x: x.split(x.shape[1] // 2, 1)[0] * 2, (2, 6), 1, tmp_path, [5, 7, 10], lo=2)
+
+
+def test_tensor_split_in_sections(tmp_path):
+    """tensor_split(2) of an odd S: the first piece has one more item, (S + 1) // 2."""
+    r = _export(lambda x: torch.cat([p * (i + 1) for i, p in enumerate(torch.tensor_split(x, 2, dim=1))], 1),
+                (2, 6), 1, tmp_path, [1, 5, 7, 10])
+    assert r.timings["graph_runs"] <= 3
+
+
+def test_tensor_split_at_indices_bounds_where_shapes_change(tmp_path):
+    """tensor_split at [1, 3]: the last piece is S - 3 from S=3 only (clamped below): the range
+    says so, from the replay and a few runs."""
+    r = _export(lambda x: torch.tensor_split(x, [1, 3], dim=1)[2] * 2, (2, 6), 1, tmp_path, [3, 4, 11], lo=3)
+    assert "shapes change otherwise below S=3" in str(r.ranges["S"])
+
+
+def test_clamped_slice_bounds_where_shapes_change(tmp_path):
+    r = _export(lambda x: x[:, :4] * 2, (2, 6), 1, tmp_path, [4, 5, 12], lo=4)
+    assert "shapes change otherwise below S=4" in str(r.ranges["S"])
+
+
+def _assign_inner(x):
+    y = x.clone()
+    y[:, 1: x.shape[1] - 1] = x[:, 1: x.shape[1] - 1] * 3
+    return y
+
+
+def test_item_assignment_on_dynamic_slice(tmp_path):
+    """``y[:, 1:S-1] = v``: torch's slice copy fixes S; replayed as the shape of y. At S=1 the
+    slice is empty, not of size -1: the range starts at 2."""
+    _export(_assign_inner, (2, 6), 1, tmp_path, [2, 3, 11], lo=2)
+
+
+def test_scan_over_dynamic_axis(tmp_path):
+    """scan over S steps (a range over a symbol fixes it): replayed as one step, stacked S times."""
+    from torch._higher_order_ops.scan import scan
+
+    def fn(x):
+        def step(c, xt):
+            n = c + xt
+            return n, n * 2
+        c, ys = scan(step, torch.zeros(x.shape[1]), x)
+        return ys + c
+    r = _export(fn, (6, 4), 0, tmp_path, [2, 9])
+    assert r.nnef_op_counts.get("tract_core_scan") == 1
