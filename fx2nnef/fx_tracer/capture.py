@@ -254,14 +254,15 @@ def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_na
             case = _case(ref, names, tensors, dyn, env)
             if case is not None:
                 out.append(case)
+        if runner.reference is not None:  # expected outputs of the float32 copy
+            out = [(label, ins, runner.run(ins, {})) for label, ins, _ in out]
         return out
+    runner = ModelRunner(model, args, kwargs, tensors)
+    if runner.reference is not None:
+        notes.append("bfloat16 model: written and checked in float32 (the reference is a float32 copy of the model)")
     if analysis.shapes_from.startswith("probes ("):
         notes.append("dynamic shapes were fitted from probe runs: " + analysis.shapes_from[len("probes ("):-1])
     runs = {"graph_runs": RUNS.graph, "eager_runs": RUNS.eager}
-    runner = ModelRunner(model, args, kwargs, tensors)
-    if runner.reference is not None:  # expected outputs of the float32 copy
-        cases = [(label, ins, runner.run(ins, {})) for label, ins, _ in cases]
-        notes.append("bfloat16 model: written and checked in float32 (the reference is a float32 copy of the model)")
     if RUNS.fake:
         runs["fake_runs"] = RUNS.fake
     return Capture(graph, names, tensors, cases, list(trace.control_flow) + notes, list(trace.control_flow),
