@@ -126,3 +126,29 @@ def test_scan_over_dynamic_axis(tmp_path):
         return ys + c
     r = _export(fn, (6, 4), 0, tmp_path, [2, 9])
     assert r.nnef_op_counts.get("tract_core_scan") == 1
+
+
+def _far_export(fn, tmp_path):
+    x = torch.randn(2, 10, generator=torch.Generator().manual_seed(0))
+    return fx2nnef.export(FnModule(fn), (x,), tmp_path / "m.nnef.tgz", input_names=["x"],
+                          target=fx2nnef.TractNNEF(dynamic_axes={"x": {1: "S"}}))
+
+
+def test_slice_end_past_a_dynamic_size(tmp_path):
+    """``x[:, 2:100]`` of S items: torch clamps the end (S - 2 items up to S=100, then 98), tract
+    refuses an end past the size. The decision S < 100, far above the sizes scanned one by one,
+    bounds the range, and the end is written as S there, so the asset runs below it."""
+    r = _far_export(lambda x: x[:, 2:100] * 2, tmp_path)
+    assert r.ranges["S"].hi == 99 and "S=100" in r.ranges["S"].why, r.ranges
+    assert "tract_assert S <= 99" in r.nnef_text
+    got = run_tract_many(r.path, [[np.ones((2, n), np.float32)] for n in (3, 60, 99)])
+    assert [g[0].shape for g in got] == [(2, 1), (2, 58), (2, 97)]
+
+
+def test_python_decision_far_above_the_example_bounds_the_range(tmp_path):
+    """A branch on a size far above the example (never probed) is not kept for every size."""
+    def fn(x):
+        return x * 2 if x.shape[1] > 500 else x + 1
+    r = _far_export(fn, tmp_path)
+    assert r.ranges["S"].hi == 500, r.ranges
+    assert "tract_assert S <= 500" in r.nnef_text

@@ -267,6 +267,8 @@ def _edge(sym: str, v: int, results: dict, up: bool) -> tuple:
     for n in sorted((n for n in results if beyond(n, v)), reverse=not up):
         if results[n] == "bad":
             return last, f"the graph differs from the model at {sym}={n}"
+        if results[n] == "unchecked":  # every size before it decides as the sizes checked
+            return n - 1 if up else n + 1, f"a decision on {sym} changes at {sym}={n}, beyond the sizes checked"
         if results[n] == "good":
             last = n
     refused = [n for n in results if beyond(n, last) and results[n] == "refused"]
@@ -294,7 +296,7 @@ def _symbol_range(sym: str, v: int, results: dict) -> SymRange:
     for n, r in results.items():
         if r == "good":
             k = math.gcd(k, n - v)
-    off_step = [r for n, r in results.items() if (n - v) % k] if k > 1 else []
+    off_step = [r for n, r in results.items() if (n - v) % k and r != "unchecked"] if k > 1 else []
     if off_step and all(r == "refused" for r in off_step):
         lo, hi, why = _bounds(sym, v, {n: r for n, r in results.items() if (n - v) % k == 0})
         off = sorted(n for n, r in results.items()
@@ -406,8 +408,32 @@ def _env_key(env: dict) -> tuple:
     return tuple(sorted(env.items()))
 
 
+def _far_flip(signature, base_env: dict, s: str, top: int, scanned: list, limit: int = 1 << 24) -> Optional[int]:
+    """The first size of ``s`` above ``top`` (the last size scanned one by one) where a decision
+    that held at every scanned size changes (``x[:, 2:100]`` decides ``S < 100``), found by
+    doubling then bisection; None when there is none up to ``limit``. Decisions that already
+    change within the scan (parities) are left out: the scan probed them."""
+    fixed = [i for i in range(len(scanned[0])) if all(sig[i] == scanned[0][i] for sig in scanned)]
+    if not fixed:
+        return None
+
+    def differs(n):
+        sig = signature({**base_env, s: n})
+        return any(sig[i] != scanned[0][i] for i in fixed)
+
+    lo, hi = top, 2 * top
+    while hi <= limit:
+        if differs(hi):
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                lo, hi = (lo, mid) if differs(mid) else (mid, hi)
+            return hi
+        lo, hi = hi, 2 * hi
+    return None
+
+
 def _symbolic_envs(signature, base_env: dict, max_flips: int = 4) -> tuple:
-    """``(single, multi, lazy, kernel_only, io_envs, checks)`` probe sizes: where a decision flips and the
+    """``(single, multi, lazy, kernel_only, io_envs, checks, far)`` probe sizes: where a decision flips and the
     size before, one symbol moved at a time (the nearest ``max_flips`` on each side, up to a few
     times the example), and one check at sizes where no decision differs, every symbol moved (below
     the example where it can, the cheaper side, else just above).
@@ -417,11 +443,13 @@ def _symbolic_envs(signature, base_env: dict, max_flips: int = 4) -> tuple:
     torch's kernels decide otherwise there, and they run in the graph as in the model, so the graph
     gives the model's values; what needs checking there is the shapes, which a fake run tells.
     ``io_envs``: sizes for check_io, where no decision differs, below and above the example.
-    ``checks``: the keys of the check sizes."""
+    ``checks``: the keys of the check sizes. ``far``: symbol -> a size far above the example
+    where a decision changes (:func:`_far_flip`); it is not run, it bounds the range."""
     base = signature(base_env)
     traced = signature.traced(base)
     single, lazy, kernel_only, check, below, above, checks = [], {}, set(), {}, {}, {}, set()
     near: dict = {-1: {}, 1: {}}  # side -> symbol -> nearest flip, for check_io when no size there is alike
+    far: dict = {}  # symbol -> the first size above the scanned ones where a decision changes
 
     def add_flip(env):
         if env not in single:
@@ -431,11 +459,12 @@ def _symbolic_envs(signature, base_env: dict, max_flips: int = 4) -> tuple:
 
     for s, v in base_env.items():
         top = max(v + 16, min(max(3 * v, 32), 1024))
-        same = []
+        same, scanned = [], [base]
         for step, side in ((1, range(v - 1, 0, -1)), (-1, range(v + 1, top + 1))):
             prev, hits, seen = base, 0, set()
             for n in side:
                 cur = signature({**base_env, s: n})
+                scanned.append(cur)
                 # a flip between the same two outcomes as a nearer one (S odd, then even, then
                 # odd again) is not probed again: the flips further away stay within reach
                 if cur != prev and hits < max_flips and (prev, cur) not in seen:
@@ -450,6 +479,9 @@ def _symbolic_envs(signature, base_env: dict, max_flips: int = 4) -> tuple:
                 if cur == base:
                     same.append(n)
                 prev = cur
+        n = _far_flip(signature, base_env, s, top, scanned)
+        if n is not None:
+            far[s] = n
         if v > 1 and {**base_env, s: 1} not in single and signature({**base_env, s: 1}) != base:
             add_flip({**base_env, s: 1})  # the smallest size, past the flips counted (often refused)
         low = [n for n in same if n < v]
@@ -499,7 +531,7 @@ def _symbolic_envs(signature, base_env: dict, max_flips: int = 4) -> tuple:
         elif near[side]:
             s, n = next(iter(near[side].items()))
             io_envs.append({**base_env, s: n})
-    return single, multi, lazy, kernel_only, io_envs, checks
+    return single, multi, lazy, kernel_only, io_envs, checks, far
 
 
 def _form_at(form, env):
@@ -654,13 +686,14 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
     io_envs: list = []
     checks: set = set()  # env keys of the checks (no decision differs there)
     flip_keys: set = set()
+    far: dict = {}
     shape_bound: dict = {}  # symbol -> sizes below the example where the replay's shapes stop holding
     data_dep0 = data_dependence(gm)
     signature = None
     if symbols and rep is not None:
         signature = _signature(rep, guards, data_dep0)
         _check_base_shapes(rep, base_records, base_env)
-        single, multi, lazy, kernel_only, io_envs, checks = _symbolic_envs(signature, base_env)
+        single, multi, lazy, kernel_only, io_envs, checks, far = _symbolic_envs(signature, base_env)
         flip_keys = {_env_key(e) for e in single} - checks
     elif symbols:
         for env in below_probe_envs(base_env) + probe_envs(base_env) + far_probe_envs(base_env):
@@ -750,6 +783,10 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
             bad_detail[(s, env[s])] = r
             r = "bad"
         results[s][env[s]] = "bad" if r == "error" else r
+    for s, n in far.items():
+        # every decision is the same from the scanned sizes up to n - 1; at n one changes, and
+        # what the model does there is not known: the export is valid below it
+        results[s].setdefault(n, "unchecked")
     ranges = {s: _symbol_range(s, base_env[s], results[s]) for s in symbols}
     for s in symbols:
         # a model accepting only every N-th size: look for a finer step and for the smallest

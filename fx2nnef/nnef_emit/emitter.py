@@ -113,6 +113,7 @@ def _context_for(graph: Graph, target: str, registry: Registry) -> EmitContext:
     reserved, and the inputs are named."""
     _check_lowerings(graph, target, registry)
     ctx = EmitContext(target, registry, graph.symbols)
+    ctx.ranges = dict(getattr(graph, "ranges", {}))
     ctx.graph_outputs = {id(v) for v in graph.outputs}
     ctx.graph_inputs = list(graph.inputs)
     for name in list(graph.output_names) + [v.name for v in graph.inputs]:

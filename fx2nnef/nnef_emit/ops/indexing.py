@@ -73,6 +73,20 @@ def _bounds(item: slice, n) -> tuple:
     return begin, end, step
 
 
+def _clamped_end(ctx: EmitContext, end, n):
+    """A slice end past a dynamic size ``n`` (``x[:, 2:100]`` of S items) as ``n`` when no valid
+    size exceeds ``end``: torch clamps the end to the size, tract refuses an end past it. The
+    range of the export (``S <= 99`` here: the fake replay decides ``S < 100``) makes it exact."""
+    if not isinstance(end, int) or not isinstance(n, SymDim) or len(n.symbols) != 1:
+        return end
+    (sym,) = n.symbols
+    r = ctx.ranges.get(sym) if isinstance(sym, str) else None
+    if r is None or r.hi is None:
+        return end
+    largest = max(n.evaluate({sym: v}) for v in (r.lo or 1, r.hi))
+    return n if largest <= end else end
+
+
 def _index_tensor(ctx: EmitContext, item, n) -> Value:
     """An integer index (tensor or list of ints) as an i64 tensor, negatives resolved when constant."""
     if isinstance(item, Value):
@@ -94,6 +108,7 @@ def _sliced(ctx: EmitContext, x: Value, items: list):
         n = x.shape[ax]
         if isinstance(item, slice):
             b, e, s = _bounds(item, n)
+            e = _clamped_end(ctx, e, n)
             if not (b == 0 and e == n and s == 1):
                 ranges.append((ax, b, e, s))
         elif isinstance(item, (int, SymDim)):
