@@ -375,6 +375,9 @@ def guard_flip_sizes(gm, example, names, dynamic_axes, guards, base_env, data_de
     return found
 
 
+_NUMBER_GUARDS = ("int", "len", "index", "float")
+
+
 def _signature(rep: Replay, guards: list, data_dep: set):
     """``env -> tuple``: every decision on sizes at ``env`` (torch's, from the fake replay, and the
     tracer's on shapes); a probe is worth its cost only where this changes. The function's
@@ -387,6 +390,11 @@ def _signature(rep: Replay, guards: list, data_dep: set):
         ev = rep.guard_values.get(g.node)
         if ev is None:
             raise ReplayUnavailable(f"the decision {g.text} has no symbolic form")
+        if g.op in _NUMBER_GUARDS:
+            # a size taken as a Python number (len(x)) differs at every other size, and what the
+            # code decides with it is out of sight (``if len(x) > 7`` changes at 8, not at the
+            # nearest sizes): only probes spread over many sizes tell where the graph holds
+            raise ReplayUnavailable(f"{g.text} reads a dynamic size as a Python number")
         evals.append((g, ev))
     count = len(rep.checks)
 
