@@ -49,6 +49,21 @@ class GuardRecord:
     branch_note: str = ""  # how the decision was merged, or why it could not be
 
 
+def _may_call_modules(kind, target) -> bool:
+    """Whether running ``target`` on concrete values may call an ``nn.Module`` (or read one's
+    attributes), so that torch.fx's patches of ``Module.__call__``/``__getattr__`` must be
+    reverted around it. Tensor methods and torch's, operator's and math's functions do not;
+    reverting costs a class attribute write each way (torch invalidates its type caches),
+    once per traced op."""
+    if kind == "call_method":
+        return False
+    if kind != "call_function":
+        return True
+    module = getattr(target, "__module__", None) or ""
+    return not (module.split(".")[0] in ("torch", "_operator", "operator", "math", "builtins")
+                and not module.startswith("torch.nn.modules"))
+
+
 def is_tracing() -> bool:
     """True while a torch.fx tracer (ours included) is running a forward."""
     return is_fx_symbolic_tracing()
@@ -169,7 +184,8 @@ class CustomTracer(fx.Tracer):
     def _concrete(self, kind, target, args, kwargs):
         a, k = _unwrap(args), _unwrap(kwargs)
         try:
-            with _maybe_revert_all_patches(), torch.no_grad():
+            with (_maybe_revert_all_patches() if _may_call_modules(kind, target) else contextlib.nullcontext()), \
+                    torch.no_grad():
                 if kind == "call_function":
                     return target(*a, **k)
                 if kind == "call_method":
