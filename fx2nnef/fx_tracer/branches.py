@@ -13,6 +13,7 @@ guards say which decisions were merged and which were not, and why.
 from __future__ import annotations
 
 import dataclasses
+import operator
 from typing import Callable
 
 import torch
@@ -20,7 +21,7 @@ import torch.fx as fx
 
 from ..errors import TraceError
 from .control_flow import ScanCall
-from .structures import has_tensor
+from .structures import has_tensor, same_value
 from .tracer import GuardRecord, TraceResult
 
 MAX_PATHS = 8
@@ -70,24 +71,6 @@ def _too_many(paths: list, limit: int) -> str:
     lines.append("Write the inner ones as torch.where(...) or torch.cond(...), or export without branches='select' "
                  "(each decision then keeps the example's outcome).")
     return "\n".join(lines)
-
-
-def _same_value(a, b) -> bool:
-    if a is b:
-        return True
-    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
-        return a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a, b))
-    try:
-        return type(a) is type(b) and bool(a == b)
-    except Exception:  # noqa: BLE001 - values that do not compare are different
-        return False
-
-
-def _fetch(root, target: str):
-    obj = root
-    for atom in target.split("."):
-        obj = getattr(obj, atom)
-    return obj
 
 
 class _Merger:
@@ -143,16 +126,17 @@ class _Merger:
     def _same(self, n: fx.Node, gm, m: fx.Node) -> bool:
         if n.op != m.op or not (n.target == m.target or _same_loop(n.target, m.target)):
             return False
-        if n.op == "get_attr" and not _same_value(_fetch(gm, n.target), _fetch(self.main.gm, m.target)):
+        if n.op == "get_attr" and not same_value(operator.attrgetter(n.target)(gm),
+                                                  operator.attrgetter(m.target)(self.main.gm)):
             return False
         mine = fx.node.map_arg((n.args, n.kwargs), lambda a: self._env[a])
         theirs = fx.node.map_arg((m.args, m.kwargs), lambda a: self.maps[0][a])
-        return not has_tensor((mine, theirs)) and _same_value(mine, theirs)
+        return not has_tensor((mine, theirs)) and same_value(mine, theirs)
 
     def _attr(self, k: int, gm, target: str) -> str:
-        obj = _fetch(gm, target)
+        obj = operator.attrgetter(target)(gm)
         try:
-            if _fetch(self.main.gm, target) is obj:
+            if operator.attrgetter(target)(self.main.gm) is obj:
                 return target
         except AttributeError:
             pass

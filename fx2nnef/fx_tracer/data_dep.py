@@ -4,12 +4,14 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import operator
 
 import torch
 import torch.fx as fx
 
 from ..errors import TraceError
 from .padded import padded_nonzero
+from .structures import same_value
 
 _SHAPE_QUERIES = {"size", "dim", "numel", "nelement", "ndimension"}
 # ops whose result depends only on the shape/dtype of their tensor arguments, not on their data
@@ -229,31 +231,12 @@ def graph_difference(a: fx.GraphModule, b: fx.GraphModule):
         lb: list = []
         _literals((x.args, x.kwargs), la)
         _literals((y.args, y.kwargs), lb)
-        same = len(la) == len(lb) and all(_same_literal(p, q) for p, q in zip(la, lb))
+        same = len(la) == len(lb) and all(same_value(p, q) for p, q in zip(la, lb))
         if x.op == "get_attr":
-            same = _same_literal(_fetch(a, x.target), _fetch(b, y.target))
+            same = same_value(operator.attrgetter(x.target)(a), operator.attrgetter(y.target)(b))
         if not same and values is None:
             values = y
     return None if values is None else ("values", values)
-
-
-def _same_literal(p, q) -> bool:
-    if isinstance(p, torch.Tensor) or isinstance(q, torch.Tensor):
-        return isinstance(p, torch.Tensor) and isinstance(q, torch.Tensor) and p.shape == q.shape \
-            and p.dtype == q.dtype and bool(torch.equal(p, q))
-    if type(p) is not type(q):
-        return False
-    try:
-        return bool(p == q)
-    except Exception:  # noqa: BLE001 - values that do not compare are different
-        return False
-
-
-def _fetch(root, target: str):
-    obj = root
-    for atom in target.split("."):
-        obj = getattr(obj, atom)
-    return obj
 
 
 def check_number_reads(trace_again, baseline: fx.GraphModule, reads: list) -> None:

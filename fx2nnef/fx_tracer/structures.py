@@ -28,6 +28,22 @@ def has_tensor(obj) -> bool:
     return False
 
 
+def same_value(a, b) -> bool:
+    """Whether two traced constants are equal: tensors of the same shape, dtype and items, or
+    Python values of the same type that compare equal."""
+    if a is b:
+        return True
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape \
+            and a.dtype == b.dtype and bool(torch.equal(a, b))
+    if type(a) is not type(b):
+        return False
+    try:
+        return bool(a == b)
+    except Exception:  # noqa: BLE001 - values that do not compare are different
+        return False
+
+
 def _cache_layers(obj):
     """(keys, values) pairs of a transformers cache object, or None if obj is not one."""
     layers = getattr(obj, "layers", None)

@@ -193,7 +193,7 @@ class CustomTracer(fx.Tracer):
                 if kind == "call_module":
                     return self.root.get_submodule(target)(*a, **k)
                 if kind == "get_attr":
-                    return _fetch_attr(self.root, target)
+                    return operator.attrgetter(target)(self.root)
         except TraceError:
             raise
         except Exception as exc:
@@ -339,13 +339,6 @@ def _each_tensor(obj, fn) -> None:
     elif isinstance(obj, dict):
         for x in obj.values():
             _each_tensor(x, fn)
-
-
-def _fetch_attr(root, target: str):
-    obj = root
-    for atom in target.split("."):
-        obj = getattr(obj, atom)
-    return obj
 
 
 def _input_versions(args) -> list:
