@@ -253,6 +253,14 @@ def test_llm_f16_with_fused_ops(tmp_path):
     assert text.count("= tract_core_rms_norm(") == 5 and "datum_type = 'f16'" in text
 
 
+def test_llm_f16_with_fused_ops_and_force_f32(tmp_path):
+    """force_f32 runs first (its regions computed in f32), then the fusions match inside them."""
+    model, expected = _family("llama_sdpa")
+    r = export_causal_lm(model, tmp_path / "out", dtype="f16", fused="all", force_f32="all", generate=3)
+    assert r.manifest["fused"] == expected and r.manifest["force_f32"] == ["norms", "attention", "linear"]
+    assert r.checks["generate"]["equal"]
+
+
 def test_llm_f16_weights_with_fused_ops(tmp_path):
     """f16-stored norm weights reach tract_core_scaled_rms_norm through a cast; checked against the rounded weights."""
     model, expected = _family("mistral")
