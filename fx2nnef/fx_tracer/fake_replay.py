@@ -79,18 +79,7 @@ def replay(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, b
     mode.cache_enabled = False
     runner = _Runner(gm, shape_env, symbols)
     with _quiet(), mode, torch.no_grad():
-        inputs = []
-        for name, t in zip(names, example):
-            shape = list(t.shape)
-            for axis, sym_name in dynamic_axes.get(name, {}).items():
-                shape[axis] = sizes[sym_name]
-            inputs.append(torch.empty(shape, dtype=t.dtype))
-        try:
-            runner.run(*inputs)
-        except Exception as exc:  # noqa: BLE001 - any failure means: use the probes
-            first = str(exc).strip().split("\n")[0][:200]
-            raise ReplayUnavailable(f"the fake replay failed{_at(runner.current)}: "
-                                    f"{type(exc).__name__}: {first}") from None
+        _run_fake(runner, names, example, dynamic_axes, sizes, "the fake replay")
     for sym, name in symbols.items():
         fixed = shape_env.replacements.get(sym)
         if fixed is not None and fixed != sym:
@@ -125,18 +114,25 @@ def shapes_at(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     runner = _Recorder(gm, record)
     with _quiet(), mode, torch.no_grad():
-        inputs = []
-        for name, t in zip(names, example):
-            shape = list(t.shape)
-            for axis, sym_name in dynamic_axes.get(name, {}).items():
-                shape[axis] = env[sym_name]
-            inputs.append(torch.empty(shape, dtype=t.dtype))
-        try:
-            runner.run(*inputs)
-        except Exception as exc:  # noqa: BLE001 - the caller then runs the graph on data
-            first = str(exc).strip().split("\n")[0][:200]
-            raise ReplayUnavailable(f"the fake run failed{_at(runner.current)}: {type(exc).__name__}: {first}") from None
+        _run_fake(runner, names, example, dynamic_axes, env, "the fake run")
     return runner.records
+
+
+def _run_fake(runner: fx.Interpreter, names: list, example: list, dynamic_axes: dict, sizes: dict, what: str) -> None:
+    """Run ``runner`` (inside a FakeTensorMode) on empty inputs shaped like ``example`` with the
+    dynamic axes at ``sizes`` (SymInts or ints). Any failure raises :class:`ReplayUnavailable`:
+    the caller then uses the probes, or runs the graph on data."""
+    inputs = []
+    for name, t in zip(names, example):
+        shape = list(t.shape)
+        for axis, sym_name in dynamic_axes.get(name, {}).items():
+            shape[axis] = sizes[sym_name]
+        inputs.append(torch.empty(shape, dtype=t.dtype))
+    try:
+        runner.run(*inputs)
+    except Exception as exc:  # noqa: BLE001 - a failure is an answer: this graph needs data or probes
+        first = str(exc).strip().split("\n")[0][:200]
+        raise ReplayUnavailable(f"{what} failed{_at(runner.current)}: {type(exc).__name__}: {first}") from None
 
 
 @contextlib.contextmanager

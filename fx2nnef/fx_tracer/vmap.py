@@ -72,9 +72,16 @@ def vmap_as_scan(recorder, func, in_dims, out_dims, args: tuple, kwargs: dict):
     return pytree.tree_unflatten(ys, out_spec["out"])
 
 
-@contextlib.contextmanager
 def vmap_patch(recorder):
     """Route every ``torch.vmap`` call made while tracing to :func:`vmap_as_scan`."""
+    return _vmap_routed_to(lambda func, in_dims, out_dims, args, kwargs:
+                           vmap_as_scan(recorder, func, in_dims, out_dims, args, kwargs))
+
+
+@contextlib.contextmanager
+def _vmap_routed_to(impl):
+    """Every ``torch.vmap(func, in_dims, out_dims)(*args, **kwargs)`` made inside the block calls
+    ``impl(func, in_dims, out_dims, args, kwargs)`` instead of functorch."""
     apis = sys.modules.get("torch._functorch.apis")
     if apis is None or not hasattr(apis, "vmap_impl"):
         yield
@@ -82,7 +89,7 @@ def vmap_patch(recorder):
     orig = apis.vmap_impl
 
     def vmap_impl(func, in_dims, out_dims, randomness, chunk_size, *args, **kwargs):
-        return vmap_as_scan(recorder, func, in_dims, out_dims, args, kwargs)
+        return impl(func, in_dims, out_dims, args, kwargs)
 
     apis.vmap_impl = vmap_impl
     try:
@@ -112,20 +119,6 @@ def vmap_as_loop(func, in_dims, out_dims, args: tuple, kwargs: dict):
     return pytree.tree_unflatten(stacked, out_spec)
 
 
-@contextlib.contextmanager
 def eager_vmap():
     """Run every ``torch.vmap`` call as a Python loop (:func:`vmap_as_loop`)."""
-    apis = sys.modules.get("torch._functorch.apis")
-    if apis is None or not hasattr(apis, "vmap_impl"):
-        yield
-        return
-    orig = apis.vmap_impl
-
-    def vmap_impl(func, in_dims, out_dims, randomness, chunk_size, *args, **kwargs):
-        return vmap_as_loop(func, in_dims, out_dims, args, kwargs)
-
-    apis.vmap_impl = vmap_impl
-    try:
-        yield
-    finally:
-        apis.vmap_impl = orig
+    return _vmap_routed_to(vmap_as_loop)
