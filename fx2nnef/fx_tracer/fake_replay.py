@@ -60,10 +60,10 @@ def replay(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, b
     """Replay ``gm`` once on fake inputs whose dynamic axes are symbols; raise
     :class:`ReplayUnavailable` when that cannot give exact shapes."""
     from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv
+    from torch.fx.experimental.symbolic_shapes import DimDynamic
 
-    shape_env = ShapeEnv(specialize_zero_one=False, duck_shape=False, allow_scalar_outputs=False,
-                         allow_dynamic_output_shape_ops=False)
+    shape_env = _shape_env_class()(specialize_zero_one=False, duck_shape=False, allow_scalar_outputs=False,
+                                   allow_dynamic_output_shape_ops=False)
     symbols = {}
     sizes = {}
     for name, v in base_env.items():
@@ -148,17 +148,47 @@ def _quiet():
         logger.setLevel(level)
 
 
-class _Recorder(fx.Interpreter):
+class _Reusing(fx.Interpreter):
+    """An interpreter that runs a call once per distinct input metadata.
+
+    On fake tensors, a call whose inputs have the same metadata (shapes, strides, dtypes) and
+    the same other arguments as an earlier call gives the same result: the repeated layers of a
+    model then run once (torch's fake kernels cost about a millisecond a node, its symbolic shape
+    functions more). A graph with an in-place call reuses nothing: such a call changes a value
+    other nodes may share."""
+
+    def __init__(self, gm, garbage_collect_values: bool):
+        super().__init__(gm, garbage_collect_values=garbage_collect_values)
+        self.current: Optional[fx.Node] = None
+        self.memo: Optional[dict] = None if any(_in_place(n) for n in gm.graph.nodes) else {}
+
+    def run_node(self, n):
+        self.current = n
+        key = None
+        if self.memo is not None and n.op in ("call_function", "call_method"):
+            with self._set_current_node(n):
+                args, kwargs = self.fetch_args_kwargs_from_env(n)
+            key = _memo_key(n.op, n.target, args, kwargs)
+            if key is not None and key in self.memo:
+                return self.memo[key]
+        out = self.run_fresh(n)
+        if key is not None:
+            self.memo[key] = out
+        return out
+
+    def run_fresh(self, n):
+        return super().run_node(n)
+
+
+class _Recorder(_Reusing):
     """Runs the graph keeping each node's record only (values are freed once read)."""
 
     def __init__(self, gm, record):
         super().__init__(gm, garbage_collect_values=True)
         self.record = record
         self.records: dict = {}
-        self.current: Optional[fx.Node] = None
 
     def run_node(self, n):
-        self.current = n
         out = super().run_node(n)
         self.records[n] = self.record(out)
         return out
@@ -169,6 +199,28 @@ def _at(node: Optional[fx.Node]) -> str:
         return ""
     src = node.meta.get("source")
     return f" at '{node.name}'" + (f" ({src})" if src else "")
+
+
+_SHAPE_ENV_CLASS: list = []
+
+
+def _shape_env_class():
+    """torch's ShapeEnv without the source locations of its guards and symbols.
+
+    ShapeEnv notes where each guard was taken by walking the stack past "uninteresting" files,
+    whose list imports torch.export, AOTAutograd and Inductor on first use: 0.3 s and about
+    40 MiB per process, for locations only torch's logs print. The replay knows each guard's
+    fx node (:class:`_Runner`), which the reports name instead."""
+    if not _SHAPE_ENV_CLASS:
+        from torch._guards import SLoc
+        from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+        class _ShapeEnv(ShapeEnv):
+            def _get_stack_summary(self, is_debug: bool = False, framework_loc=None):
+                return SLoc(framework_loc, None), ""
+
+        _SHAPE_ENV_CLASS.append(_ShapeEnv)
+    return _SHAPE_ENV_CLASS[0]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -186,41 +238,24 @@ class _SymbolSource(Source):
         return GuardSource.LOCAL
 
 
-class _Runner(fx.Interpreter):
-    """Runs the graph and notes which node each new ShapeEnv guard came from.
-
-    A call whose inputs have the same symbolic metadata (shapes, strides, dtypes) and the same
-    other arguments as an earlier call gives the same fake result: the repeated layers of a
-    model are then replayed once (torch's symbolic shape functions cost about a millisecond a
-    node). The guards of the repeated call are those of the first, already recorded."""
+class _Runner(_Reusing):
+    """Runs the graph and notes which node each new ShapeEnv guard came from (a repeated
+    call's guards are those of the first, already recorded)."""
 
     def __init__(self, gm, shape_env, symbols):
         super().__init__(gm, garbage_collect_values=False)
         self.shape_env, self.symbols = shape_env, symbols
-        self.current: Optional[fx.Node] = None
         self.guards: list = []  # (sympy expr, node)
         self.fixed_at: dict = {}  # symbol -> the node where the ShapeEnv replaced it
-        # an in-place call changes a value other nodes may share: no reuse in such a graph
-        self.memo: Optional[dict] = None if any(_in_place(n) for n in gm.graph.nodes) else {}
 
-    def run_node(self, n):
-        self.current = n
-        key = None
-        if self.memo is not None and n.op in ("call_function", "call_method"):
-            with self._set_current_node(n):
-                args, kwargs = self.fetch_args_kwargs_from_env(n)
-            key = _memo_key(n.op, n.target, args, kwargs)
-            if key is not None and key in self.memo:
-                return self.memo[key]
+    def run_fresh(self, n):
         before = len(self.shape_env.guards)
-        out = super().run_node(n)
+        out = super().run_fresh(n)
         self.guards.extend((g.expr, n) for g in self.shape_env.guards[before:])
         if len(self.fixed_at) < len(self.symbols):
             for sym in self.symbols:
                 if sym not in self.fixed_at and self.shape_env.replacements.get(sym, sym) != sym:
                     self.fixed_at[sym] = n
-        if key is not None:
-            self.memo[key] = out
         return out
 
     def call_function(self, target, args, kwargs):
@@ -429,6 +464,11 @@ def _memo_key(op: str, target, args, kwargs):
         return None
 
 
+def _ints_key(xs) -> tuple:
+    """The key of a sequence of sizes (ints, or SymInts of the replay)."""
+    return tuple(v if type(v) is int else _key_of(v) for v in xs)
+
+
 def _key_of(x):
     from torch._subclasses.fake_tensor import FakeTensor
 
@@ -437,8 +477,11 @@ def _key_of(x):
         # constant (torch.tensor in the graph) may be computed on: its data may matter
         if (isinstance(x, FakeTensor) and x.constant is not None) or x.layout != torch.strided:
             raise _NoKey
-        return ("T", x.dtype, x.device, x.layout, x.requires_grad, _key_of(tuple(x.shape)),
-                _key_of(x.stride()), _key_of(x.storage_offset()))
+        offset = x.storage_offset()
+        return ("T", x.dtype, x.device, x.requires_grad, _ints_key(x.shape), _ints_key(x.stride()),
+                offset if type(offset) is int else _key_of(offset))
+    if type(x) is int:
+        return ("int", x)
     if isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool)):
         return (type(x).__name__, x.node.expr)
     if isinstance(x, (tuple, list)):
