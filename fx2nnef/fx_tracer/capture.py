@@ -237,7 +237,9 @@ def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_na
         _ident(n or "output") for n, _ in ref_flat]
     dyn = validate_dynamic_axes(getattr(target, "dynamic_axes", {}) or {}, names, tensors, out_names)
     base_env = {sym: tensors[names.index(n)].shape[axis] for n, axes in dyn.items() for axis, sym in axes.items()}
-    ref = _reference(model, args, kwargs, names, dyn, tensors, (base_env, [t for _, t in ref_flat])) if dyn else None
+    # the model's outputs at the probed sizes are kept for check_io only
+    ref = _reference(model, args, kwargs, names, dyn, tensors, (base_env, [t for _, t in ref_flat]),
+                     keep=bool(getattr(target, "check_io", True))) if dyn else None
     if target is not None:
         target.pre_trace(model, args, kwargs)
     leaf_types = tuple(leaf_modules)
@@ -289,11 +291,11 @@ def _run_model(model, args, kwargs, flat_inputs: list):
         return run_eagerly(lambda: model(*a, **k))
 
 
-def _reference(model, args, kwargs, names, dyn, example, known: Optional[tuple] = None):
+def _reference(model, args, kwargs, names, dyn, example, known: Optional[tuple] = None, keep: bool = True):
     """``env -> flat eager outputs`` of the model at the sizes ``env`` (on ``inputs`` when given).
 
-    The outputs at each ``env`` are kept (a size checked by the probes is reused by check_io);
-    ``known`` is ``(env, outputs)`` already computed."""
+    With ``keep``, the outputs at each ``env`` are kept (a size checked by the probes is reused
+    by check_io); ``known`` is ``(env, outputs)`` already computed."""
     cache = {} if known is None else {tuple(sorted(known[0].items())): known[1]}
 
     def run(env, inputs=None):
@@ -302,7 +304,7 @@ def _reference(model, args, kwargs, names, dyn, example, known: Optional[tuple] 
             return cache[key]
         out = _run_model(model, args, kwargs, inputs if inputs is not None else inputs_at(example, names, dyn, env))
         flat = [t for _, t in structures.flatten(out, "")]
-        if inputs is None:
+        if inputs is None and keep:
             cache[key] = flat
         return flat
     return run
@@ -329,8 +331,25 @@ def _trace_once(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_nam
         check_number_reads(lambda: one_path(None), trace.gm, read)
     if ref is None and dyn:
         ref = _reference(model, args, kwargs, names, dyn, trace.example_inputs)
+    _drop_traced_data(trace.gm)
     analysis = analyze(trace.gm, trace.example_inputs, names, dyn, trace.guards, ref)
     return trace, analysis
+
+
+def _drop_traced_data(gm: fx.GraphModule) -> None:
+    """Replace the tensors the tracer kept in ``meta["value"]`` (every node's value at the
+    example) by data-less stand-ins of the same shape, dtype and strides: the passes that read
+    them are done, and the analysis runs the graph again. An LLM's logits alone would otherwise
+    be held once more for the rest of the export."""
+    def stand_in(v):
+        if isinstance(v, torch.Tensor) and v.device.type != "meta" and not isinstance(v, torch.nn.Parameter):
+            return torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device="meta")
+        if type(v) in (tuple, list):
+            return type(v)(stand_in(x) for x in v)
+        return v
+    for n in gm.graph.nodes:
+        if "value" in n.meta:
+            n.meta["value"] = stand_in(n.meta["value"])
 
 
 def _first_reads(reads) -> list:
