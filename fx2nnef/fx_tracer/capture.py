@@ -338,18 +338,12 @@ def _trace_once(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_nam
 
 def _drop_traced_data(gm: fx.GraphModule) -> None:
     """Replace the tensors the tracer kept in ``meta["value"]`` (every node's value at the
-    example) by data-less stand-ins of the same shape, dtype and strides: the passes that read
-    them are done, and the analysis runs the graph again. An LLM's logits alone would otherwise
-    be held once more for the rest of the export."""
-    def stand_in(v):
-        if isinstance(v, torch.Tensor) and v.device.type != "meta" and not isinstance(v, torch.nn.Parameter):
-            return torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device="meta")
-        if type(v) in (tuple, list):
-            return type(v)(stand_in(x) for x in v)
-        return v
+    example) by data-less stand-ins: the passes that read them are done, and the analysis runs
+    the graph again. An LLM's logits alone would otherwise be held once more for the rest of
+    the export."""
     for n in gm.graph.nodes:
         if "value" in n.meta:
-            n.meta["value"] = stand_in(n.meta["value"])
+            n.meta["value"] = structures.data_less(n.meta["value"])
 
 
 def _first_reads(reads) -> list:

@@ -19,6 +19,7 @@ import torch.fx as fx
 from ..ir import Guard, SymDim, SymRange, fit_polynomial
 from ..ir.dims import fit_floor_division
 from .data_dep import data_dependence, is_shape_query
+from .structures import data_less
 from .fake_replay import VARIES, Replay, ReplayUnavailable, replay, shapes_at
 from .tracer import GuardRecord
 
@@ -60,12 +61,14 @@ class Analysis:
 class _Recorder(fx.Interpreter):
     """Runs the graph keeping every node's value, or (``keep`` given) only the records of shapes
     and the values of the ``keep`` nodes: a probe at a large size then holds one forward's
-    live tensors at a time, not all of them."""
+    live tensors at a time, not all of them. ``light``: nodes (outside ``keep``) whose tensors
+    are kept as data-less stand-ins (shapes and dtypes only)."""
 
-    def __init__(self, gm, keep: Optional[set] = None):
-        super().__init__(gm, garbage_collect_values=keep is not None)
+    def __init__(self, gm, keep: Optional[set] = None, light: Optional[set] = None):
+        super().__init__(gm, garbage_collect_values=keep is not None or light is not None)
         self.current: Optional[fx.Node] = None
         self.keep = keep
+        self.light = light
         self.kept: dict = {}
         self.records: dict = {}
 
@@ -73,7 +76,10 @@ class _Recorder(fx.Interpreter):
         self.current = n
         with torch.no_grad():
             out = super().run_node(n)
-        if self.keep is not None:
+        if self.light is not None:
+            self.records[n] = _record(out)
+            self.kept[n] = data_less(out) if n in self.light and n not in self.keep else out
+        elif self.keep is not None:
             self.records[n] = _record(out)
             if n in self.keep:
                 self.kept[n] = out
@@ -174,18 +180,19 @@ class RunCount:
 RUNS = RunCount()
 
 
-def _run(gm, inputs, keep: Optional[set] = None) -> tuple:
-    """``(values, error, records)``: node values (all, or those of ``keep`` only), the first
-    error as ``(node, message)`` or None, and each node's shape record."""
+def _run(gm, inputs, keep: Optional[set] = None, light: Optional[set] = None) -> tuple:
+    """``(values, error, records)``: node values (all, or those of ``keep`` only; with ``light``,
+    all, those of ``light`` outside ``keep`` as data-less stand-ins), the first error as
+    ``(node, message)`` or None, and each node's shape record."""
     RUNS.graph += 1
-    rec = _Recorder(gm, keep)
+    rec = _Recorder(gm, keep if light is None else (keep or set()), light)
     err = None
     try:
         rec.run(*inputs)
     except Exception as exc:  # noqa: BLE001 - reported as a probe failure
         first_line = str(exc).strip().split("\n")[0]
         err = (rec.current, f"{type(exc).__name__}: {first_line}")
-    if keep is None:
+    if keep is None and light is None:
         return rec.env, err, {n: _record(v) for n, v in rec.env.items()}
     return rec.kept, err, rec.records
 
@@ -680,7 +687,11 @@ def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, 
         for axis, sym in dynamic_axes.get(name, {}).items():
             base_env[sym] = t.shape[axis]
     symbols = list(base_env)
-    base_values, err, base_records = _run(gm, example)
+    # the example's values are kept for the IR (constants, dtypes, Python numbers); a tensor
+    # computed from input data is never a constant: its shape and dtype are enough, except for
+    # the outputs (compared with the model) and what the tracer's decisions read
+    base_values, err, base_records = _run(gm, example, _output_nodes(gm) | {g.node for g in guards},
+                                          data_dependence(gm))
     if err is not None:
         node, msg = err
         raise RuntimeError(f"the traced graph does not re-run on the example inputs at '{node}': {msg}")

@@ -44,6 +44,18 @@ def same_value(a, b) -> bool:
         return False
 
 
+def data_less(value):
+    """``value`` with its tensors (inside plain tuples and lists too) replaced by data-less
+    stand-ins of the same shape, strides and dtype (meta tensors); anything else as it is."""
+    if isinstance(value, torch.Tensor):
+        if value.device.type == "meta" or isinstance(value, torch.nn.Parameter):
+            return value
+        return torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device="meta")
+    if type(value) in (tuple, list):
+        return type(value)(data_less(v) for v in value)
+    return value
+
+
 def _cache_layers(obj):
     """(keys, values) pairs of a transformers cache object, or None if obj is not one."""
     layers = getattr(obj, "layers", None)
