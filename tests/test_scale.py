@@ -164,6 +164,32 @@ def test_bfloat16_is_converted_piece_by_piece():
     np.testing.assert_array_equal(np.frombuffer(joined, np.float32).reshape(48, 64), t.t().float().numpy())
 
 
+def test_bfloat16_model_is_not_copied_without_checks(tmp_path, monkeypatch):
+    """The float32 copy that checks a bfloat16 model exists only for the checks: without
+    check_io none is made (it costs twice the weights); with it, it holds float32 copies of the
+    bfloat16 tensors only and shares the rest with the model."""
+    capture_module = sys.modules["fx2nnef.fx_tracer.capture"]
+    real = capture_module._f32_reference
+    copies = []
+
+    def counting(model, examples):
+        copies.append(real(model, examples))
+        return copies[-1]
+    monkeypatch.setattr(capture_module, "_f32_reference", counting)
+    model = mlp(torch.bfloat16)
+    model.register_buffer("steps", torch.arange(3))
+    x = randn(3, 16).to(torch.bfloat16)
+    fx2nnef.export(model, (x,), tmp_path / "a.nnef.tgz", target=fx2nnef.TractNNEF(check_io=False))
+    assert copies == []
+    result = fx2nnef.export(model, (x,), tmp_path / "b.nnef.tgz", target=fx2nnef.TractNNEF(check_io_tolerance="very"))
+    assert result.check.ok and len(copies) == 1
+    upcast, examples = copies[0]
+    assert upcast[0].weight.dtype == torch.float32 and examples[0].dtype == torch.float32
+    assert torch.equal(upcast[0].weight, model[0].weight.float())
+    assert upcast.steps is model.steps  # not bfloat16: shared, not copied
+    assert model[0].weight.dtype == torch.bfloat16
+
+
 def test_parameter_changed_after_trace_is_refused():
     w = torch.nn.Parameter(torch.zeros(4, 4))
     data = torch_data(w, "layer.weight")

@@ -76,7 +76,17 @@ class ModelRunner:
 
     def __init__(self, model: torch.nn.Module, args: tuple, kwargs: dict, examples: list):
         self.model, self.args, self.kwargs, self.examples = model, args, kwargs, examples
-        self.reference = _f32_reference(model, examples)
+        tensors = list(model.parameters()) + list(model.buffers()) + list(examples)
+        self.upcasts = any(isinstance(t, torch.Tensor) and t.dtype == torch.bfloat16 for t in tensors)
+        self._reference: Optional[tuple] = None
+
+    @property
+    def reference(self) -> Optional[tuple]:
+        """``(float32 copy of the model, float32 examples)`` for a model holding bfloat16 values
+        (made when first used: only the checks need it), else None."""
+        if self.upcasts and self._reference is None:
+            self._reference = _f32_reference(self.model, self.examples)
+        return self._reference
 
     def _parameter(self, path: Optional[str]) -> Optional[torch.nn.Parameter]:
         try:
@@ -100,7 +110,7 @@ class ModelRunner:
                 raise TraceError(f"constant {v.name} is stored as {v.source.stored_format} but is not a parameter "
                                  "of the model, so the reference outputs cannot use its stored values")
             # a bf16 parameter's stored values go to the float32 copy as they are, not rounded to bf16
-            dtype = torch.float32 if self.reference is not None and param.dtype == torch.bfloat16 else param.dtype
+            dtype = torch.float32 if self.upcasts and param.dtype == torch.bfloat16 else param.dtype
             out[v.source.parameter_path] = torch.from_numpy(np.array(v.data)).to(dtype)
         return out
 
@@ -186,18 +196,21 @@ def validate_dynamic_axes(dynamic_axes: dict, names: list, tensors: list, output
     return out
 
 
-def _f32_reference(model: torch.nn.Module, examples: list) -> Optional[tuple]:
-    """``(float32 copy of model, examples with bfloat16 ones as float32)`` when the model or an
-    example holds bfloat16 values, else None."""
-    tensors = list(model.parameters()) + list(model.buffers()) + list(examples)
-    if not any(isinstance(t, torch.Tensor) and t.dtype == torch.bfloat16 for t in tensors):
-        return None
+def _f32_reference(model: torch.nn.Module, examples: list) -> tuple:
+    """``(float32 copy of model, examples with bfloat16 ones as float32)``. Only the bfloat16
+    tensors are copied (to float32, straight from the model's own); the copy shares every other
+    parameter and buffer with the model."""
     import copy
 
-    upcast = copy.deepcopy(model)
-    for t in list(upcast.parameters()) + list(upcast.buffers()):
-        if t.dtype == torch.bfloat16:
-            t.data = t.data.to(torch.float32)
+    shared: dict = {}
+    for t in list(model.parameters()) + list(model.buffers()):
+        if t.dtype != torch.bfloat16:
+            shared[id(t)] = t
+        elif isinstance(t, torch.nn.Parameter):
+            shared[id(t)] = torch.nn.Parameter(t.detach().to(torch.float32), requires_grad=t.requires_grad)
+        else:
+            shared[id(t)] = t.to(torch.float32)
+    upcast = copy.deepcopy(model, shared)
     return upcast, [t.to(torch.float32) if t.dtype == torch.bfloat16 else t for t in examples]
 
 
@@ -256,11 +269,11 @@ def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_na
             case = _case(ref, names, tensors, dyn, env)
             if case is not None:
                 out.append(case)
-        if runner.reference is not None:  # expected outputs of the float32 copy
+        if runner.upcasts:  # expected outputs of the float32 copy
             out = [(label, ins, runner.run(ins, {})) for label, ins, _ in out]
         return out
     runner = ModelRunner(model, args, kwargs, tensors)
-    if runner.reference is not None:
+    if runner.upcasts:
         notes.append("bfloat16 model: written and checked in float32 (the reference is a float32 copy of the model)")
     if analysis.shapes_from.startswith("probes ("):
         notes.append("dynamic shapes were fitted from probe runs: " + analysis.shapes_from[len("probes ("):-1])
