@@ -251,8 +251,11 @@ def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_na
     dyn = validate_dynamic_axes(getattr(target, "dynamic_axes", {}) or {}, names, tensors, out_names)
     base_env = {sym: tensors[names.index(n)].shape[axis] for n, axes in dyn.items() for axis, sym in axes.items()}
     # the model's outputs at the probed sizes are kept for check_io only
+    checks = bool(getattr(target, "check_io", True))
     ref = _reference(model, args, kwargs, names, dyn, tensors, (base_env, [t for _, t in ref_flat]),
-                     keep=bool(getattr(target, "check_io", True))) if dyn else None
+                     keep=checks) if dyn else None
+    example_outputs = [t for _, t in ref_flat] if checks or dyn else None
+    del ref_flat  # without checks nor probes, not held through the trace (an LLM's logits)
     if target is not None:
         target.pre_trace(model, args, kwargs)
     leaf_types = tuple(leaf_modules)
@@ -264,7 +267,10 @@ def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_na
     graph = build_ir(gm, analysis, names, out_names)
 
     def cases():
-        out = [("example", [to_numpy(t) for t in tensors], [to_numpy(t) for _, t in ref_flat])]
+        expected = example_outputs
+        if expected is None:  # not kept: run the model again
+            expected = [t for _, t in structures.flatten(_run_model(model, args, kwargs, tensors), "")]
+        out = [("example", [to_numpy(t) for t in tensors], [to_numpy(t) for t in expected])]
         for env in _check_envs(analysis) if analysis.symbols else []:
             case = _case(ref, names, tensors, dyn, env)
             if case is not None:

@@ -689,9 +689,10 @@ def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, 
     symbols = list(base_env)
     # the example's values are kept for the IR (constants, dtypes, Python numbers); a tensor
     # computed from input data is never a constant: its shape and dtype are enough, except for
-    # the outputs (compared with the model) and what the tracer's decisions read
-    base_values, err, base_records = _run(gm, example, _output_nodes(gm) | {g.node for g in guards},
-                                          data_dependence(gm))
+    # the outputs while they are compared with the model
+    light = data_dependence(gm)
+    outputs = _output_nodes(gm)
+    base_values, err, base_records = _run(gm, example, outputs, light)
     if err is not None:
         node, msg = err
         raise RuntimeError(f"the traced graph does not re-run on the example inputs at '{node}': {msg}")
@@ -700,6 +701,8 @@ def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, 
         mismatch = _outputs_match(gm, base_values, reference(base_env))
         if mismatch is not None:
             base_failures.append(ProbeFailure(base_env, None, mismatch + " at the example sizes"))
+    for n in outputs & light:
+        base_values[n] = data_less(base_values[n])
     if not symbols:
         return _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, base_values,
                          base_records, base_failures, None)
