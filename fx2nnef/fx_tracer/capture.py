@@ -286,6 +286,8 @@ def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_na
     runs = {"graph_runs": RUNS.graph, "eager_runs": RUNS.eager}
     if RUNS.fake:
         runs["fake_runs"] = RUNS.fake
+    if RUNS.shapes:
+        runs["shapes"] = RUNS.shapes  # seconds of the trace spent on symbolic shapes
     return Capture(graph, names, tensors, cases, list(trace.control_flow) + notes, list(trace.control_flow),
                    runner, runs)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from typing import Optional
 
 import torch
@@ -175,6 +176,7 @@ class RunCount:
         self.graph = 0
         self.eager = 0
         self.fake = 0  # fake runs at concrete sizes (shapes only, no data)
+        self.shapes = 0.0  # seconds in the symbolic replay and the fake runs
 
 
 RUNS = RunCount()
@@ -707,7 +709,11 @@ def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, 
         return _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, base_values,
                          base_records, base_failures, None)
     try:
-        rep = replay(gm, example, names, dynamic_axes, base_env, [g.node for g in guards])
+        started = time.perf_counter()
+        try:
+            rep = replay(gm, example, names, dynamic_axes, base_env, [g.node for g in guards])
+        finally:
+            RUNS.shapes += time.perf_counter() - started
         return _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, base_values,
                          base_records, base_failures, rep)
     except ReplayUnavailable as exc:
@@ -771,7 +777,11 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
     def probe(env):
         if _env_key(env) in kernel_only:
             try:
-                records = shapes_at(gm, example, names, dynamic_axes, env, _record)
+                started = time.perf_counter()
+                try:
+                    records = shapes_at(gm, example, names, dynamic_axes, env, _record)
+                finally:
+                    RUNS.shapes += time.perf_counter() - started
             except ReplayUnavailable:  # a node needs data, or the sizes are refused: run for real
                 records = None
             if records is not None:
