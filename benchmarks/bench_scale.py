@@ -1,18 +1,21 @@
 """Export cost of random Llamas at real sizes, printed as figures (not a test).
 
     python benchmarks/bench_scale.py [--sizes l4h512,20m,160m,1b] [--modes static,dynamic] [--no-slope]
+                                     [--attention eager|sdpa]
 
 For each size and mode (static shapes, or dynamic batch B and sequence S), a fresh child
-process builds a random Llama (eager attention, wrapped to take ``(input_ids,
-attention_mask)`` of length 32 and return the logits) and exports it to ``.nnef.tgz`` with
-``check_io=False``. Printed per run: ``result.timings``, the export wall time divided by the
-floor (one eager forward, the fastest of three, plus writing the weight bytes with a plain
-file write, both measured in the same child; ``graph_runs`` and ``eager_runs`` count the real
-forward passes of the capture, ``fake_runs`` its shape-only runs on fake tensors), the peak RSS growth of the export call divided by the weight bytes
-(``ru_maxrss`` after the call minus the resident size before it, the peak being reset just
-before the call), and the asset size. Each size also runs with half its layers, and the
-per-layer growth of export time and peak RSS is printed (issue 7: both grow linearly with the
-layers); ``--no-slope`` skips those runs.
+process builds a random Llama (eager attention as in issue 7; ``--attention sdpa`` for
+transformers' default, whose Python decisions on ``S == 1`` cost real check runs), wrapped to
+take ``(input_ids, attention_mask)`` of length 32 and return the logits, and exports it to
+``.nnef.tgz`` with ``check_io=False``. Printed per run: ``result.timings`` (``graph_runs`` and
+``eager_runs`` count the real forward passes of the capture, ``fake_runs`` its shape-only runs
+on fake tensors, ``shapes`` the seconds of symbolic replay and fake runs), the export wall time
+divided by the floor (one eager forward, the fastest of three, plus writing the weight bytes
+with a plain file write, both measured in the same child), the peak RSS growth of the export
+call divided by the weight bytes (``ru_maxrss`` after the call minus the resident size before
+it, the peak being reset just before the call), and the asset size. Each size also runs with
+half its layers, and the per-layer growth of export time and peak RSS is printed (issue 7:
+both grow linearly with the layers); ``--no-slope`` skips those runs.
 
 The machine's other users change the figures by some percent; run a size twice to see the
 spread.
@@ -45,7 +48,7 @@ SIZES = {
 MODES = ("static", "dynamic")
 
 
-def build(size: str, layers: int | None = None):
+def build(size: str, layers: int | None = None, attention: str = "eager"):
     """A random Llama of ``size`` taking ``(input_ids, attention_mask)`` and returning logits."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -54,7 +57,7 @@ def build(size: str, layers: int | None = None):
     config = LlamaConfig(hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers or n_layers,
                          num_attention_heads=heads, num_key_value_heads=kv, vocab_size=32000,
                          max_position_embeddings=2048)
-    config._attn_implementation = "eager"
+    config._attn_implementation = attention
     torch.manual_seed(0)
     lm = LlamaForCausalLM(config).eval()
 
@@ -97,13 +100,13 @@ def _tensors(model) -> list:
     return out
 
 
-def child(size: str, mode: str, layers: int | None, out_dir: Path) -> dict:
+def child(size: str, mode: str, layers: int | None, out_dir: Path, attention: str = "eager") -> dict:
     """One measured export in this (fresh) process; returns the figures."""
     import torch
 
     import fx2nnef
 
-    model = build(size, layers)
+    model = build(size, layers, attention)
     vocab = model.lm.config.vocab_size
     ids = torch.randint(0, vocab, (BATCH, SEQ), generator=torch.Generator().manual_seed(0))
     mask = torch.ones_like(ids)
@@ -154,8 +157,9 @@ def _size_then_remove(asset: Path) -> int:
     return size
 
 
-def run_child(size: str, mode: str, layers: int | None, out_dir: Path) -> dict:
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", size, mode, str(layers or 0), str(out_dir)]
+def run_child(size: str, mode: str, layers: int | None, out_dir: Path, attention: str = "eager") -> dict:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", size, mode, str(layers or 0), str(out_dir),
+           "--attention", attention]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"{size} {mode} failed:\n{proc.stderr[-4000:]}")
@@ -178,11 +182,13 @@ def main():
     ap.add_argument("--modes", default="static,dynamic", help="comma-separated among " + ",".join(MODES))
     ap.add_argument("--no-slope", dest="slope", action="store_false",
                     help="skip the runs with half the layers (the per-layer slopes)")
+    ap.add_argument("--attention", default="eager", choices=("eager", "sdpa"),
+                    help="the Llama's attention implementation (default eager, as in issue 7)")
     ap.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     ns = ap.parse_args()
     if ns.child:
         size, mode, layers, out_dir = ns.child
-        print(json.dumps(child(size, mode, int(layers) or None, Path(out_dir))))
+        print(json.dumps(child(size, mode, int(layers) or None, Path(out_dir), ns.attention)))
         return
     sizes = [s.strip() for s in ns.sizes.split(",") if s.strip()]
     modes = [m.strip() for m in ns.modes.split(",") if m.strip()]
@@ -196,12 +202,12 @@ def main():
         for size in sizes:
             results = {}
             for mode in modes:
-                r = run_child(size, mode, None, Path(tmp))
+                r = run_child(size, mode, None, Path(tmp), ns.attention)
                 results[mode] = r
                 print(describe(r), flush=True)
                 if ns.slope:
                     half = max(1, SIZES[size][2] // 2)
-                    h = run_child(size, mode, half, Path(tmp))
+                    h = run_child(size, mode, half, Path(tmp), ns.attention)
                     print(describe(h), flush=True)
                     dl = r["layers"] - h["layers"]
                     if dl:
