@@ -67,6 +67,17 @@ def test_sqrt_of_a_dynamic_size(tmp_path):
     _export(lambda x: x * math.sqrt(x.shape[1]), (2, 6), 1, tmp_path, [1, 3, 17])
 
 
+@pytest.mark.parametrize("fn", [
+    lambda x: x * math.log(x.shape[1] + 1),  # log-n attention scaling (Qwen)
+    lambda x: x / math.log10(x.shape[1] + 2),
+    lambda x: x * math.log(x.shape[1], 3),
+], ids=["log", "log10", "log_base"])
+def test_logarithm_of_a_dynamic_size(tmp_path, fn):
+    """torch has a symbolic log2 only: natural, base-10 and any-base logarithms are replayed
+    through it (they used to fix S and send the export to probe fitting)."""
+    _export(fn, (2, 6), 1, tmp_path, [1, 3, 17])
+
+
 def test_unbind_on_static_axis_of_dynamic_input(tmp_path):
     _export(lambda x: sum(t * (i + 1) for i, t in enumerate(x.unbind(0))), (3, 5), 1, tmp_path, [2, 9])
 

@@ -436,8 +436,20 @@ def _math(name):
     return lambda x: fn(torch.sym_float(x) if isinstance(x, torch.SymInt) else x)
 
 
+def _log_by_log2(factor: float):
+    """A logarithm in another base as ``log2(x) * factor``, or ``log2(x) / log2(base)`` for
+    ``math.log(x, base)`` (torch has a symbolic log2 only)."""
+    log2 = _math("log2")
+
+    def log(x, base=None):
+        return log2(x) * factor if base is None else log2(x) / log2(base)
+    return log
+
+
 _MATH = {getattr(math, n): _math(n) for n in ("sqrt", "cos", "sin", "tan", "cosh", "sinh", "tanh", "acos", "asin",
                                               "atan", "log2")}
+_MATH[math.log] = _log_by_log2(math.log(2.0))
+_MATH[math.log10] = _log_by_log2(math.log10(2.0))
 _SYMBOLIC_FUNCTIONS: dict = {}  # filled on first use (the tracer's own functions import this module's users)
 _BASE_FUNCTIONS = {
     torch.nn.functional.interpolate: _interpolate,

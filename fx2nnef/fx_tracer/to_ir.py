@@ -111,6 +111,12 @@ class _Builder:
         args = tuple(self._f32_operand(n, a) for a in self.lookup(n.args))
         if not any(isinstance(a, Value) for a in args) or any(isinstance(a, Unrepresentable) for a in args):
             return None
+        if n.target is math.log and len(args) == 2:  # math.log(x, base) = log(x) / log(base)
+            x, base = (self._add_scalar_node(n, op_key(torch.log), (a,)) if isinstance(a, Value) else math.log(a)
+                       for a in args)
+            return self._add_scalar_node(n, op_key(operator.truediv), (x, base))
+        if len(args) != 1 and target not in _BINARY_SCALAR_OPS:
+            return None
         return self._add_scalar_node(n, op_key(target), args)
 
     def _f32_operand(self, n: fx.Node, a):
@@ -279,6 +285,7 @@ class _Builder:
 
 
 # Python arithmetic on sizes that yields a float, and the tensor op that computes it on a 0-d tensor
+_BINARY_SCALAR_OPS = {operator.add, operator.sub, operator.mul, operator.truediv, operator.pow}
 _FLOAT_SCALAR_OPS = {
     operator.add: operator.add, operator.sub: operator.sub, operator.mul: operator.mul,
     operator.truediv: operator.truediv, operator.pow: operator.pow, operator.neg: operator.neg,
