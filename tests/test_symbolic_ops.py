@@ -71,10 +71,13 @@ def test_sqrt_of_a_dynamic_size(tmp_path):
     lambda x: x * math.log(x.shape[1] + 1),  # log-n attention scaling (Qwen)
     lambda x: x / math.log10(x.shape[1] + 2),
     lambda x: x * math.log(x.shape[1], 3),
-], ids=["log", "log10", "log_base"])
-def test_logarithm_of_a_dynamic_size(tmp_path, fn):
-    """torch has a symbolic log2 only: natural, base-10 and any-base logarithms are replayed
-    through it (they used to fix S and send the export to probe fitting)."""
+    lambda x: x * math.exp(x.shape[1] / 8),
+    lambda x: x * math.pow(x.shape[1], 0.5) + math.pow(2, x.shape[1] / 4),
+], ids=["log", "log10", "log_base", "exp", "pow"])
+def test_math_of_a_dynamic_size(tmp_path, fn):
+    """torch has a symbolic log2 and powers only: logarithms, exp and math.pow of a size are
+    replayed through them (they fixed S and sent the export to probe fitting; math.pow and
+    math.log with a base were refused when lowered)."""
     _export(fn, (2, 6), 1, tmp_path, [1, 3, 17])
 
 

@@ -4,6 +4,7 @@ import math
 
 import numpy as np
 import sympy
+import pytest
 import torch
 import torch.nn as nn
 
@@ -73,14 +74,22 @@ def test_tiny_llama_dynamic_batch_and_length_with_few_runs(tmp_path):
 
 
 def test_fallback_to_probes_is_said(tmp_path):
-    """`math.exp(S / 8)` makes the ShapeEnv fix S (torch has no symbolic exp): the export falls
-    back to probe fitting, says so, and is still right at other sizes."""
-    model = FnModule(lambda x: x * math.exp(x.shape[1] / 8))
+    """`torch.tensor(S)` makes the ShapeEnv fix S (a tensor's data is not symbolic): the export
+    falls back to probe fitting, says so, and is still right at other sizes."""
+    model = FnModule(lambda x: x * torch.tensor(x.shape[1]) + math.exp(x.shape[1] / 8))
     r = fx2nnef.export(model, (torch.randn(2, 6),), tmp_path / "m.nnef.tgz", input_names=["x"],
                        target=fx2nnef.TractNNEF(dynamic_axes={"x": {1: "S"}}))
     assert any(_FALLBACK in n for n in r.notes), r.notes
     assert "fitted from probe runs" in str(r)
     _run_sizes(model, r, "S", lambda n: torch.randn(2, n), [1, 3, 6, 17])
+
+
+def test_python_number_of_a_size_the_graph_cannot_compute(tmp_path):
+    """math.lgamma(S) has no graph form: the error names the op that reads it and its line."""
+    with pytest.raises(fx2nnef.TraceError, match=r"reads 'lgamma' \(lgamma at .*test_symbolic_shapes.py:\d+\)"):
+        fx2nnef.export(FnModule(lambda x: x * math.lgamma(x.shape[1])), (torch.randn(2, 6),),
+                       tmp_path / "m.nnef.tgz", input_names=["x"], target=fx2nnef.TractNNEF(dynamic_axes={"x": {1: "S"}}))
+    assert not (tmp_path / "m.nnef.tgz").exists()
 
 
 def test_piece_count_change_is_named_with_its_line(tmp_path):

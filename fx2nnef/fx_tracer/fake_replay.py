@@ -448,6 +448,12 @@ def _log_by_log2(factor: float):
 
 _MATH = {getattr(math, n): _math(n) for n in ("sqrt", "cos", "sin", "tan", "cosh", "sinh", "tanh", "acos", "asin",
                                               "atan", "log2")}
+def _to_float(x):
+    return torch.sym_float(x) if isinstance(x, torch.SymInt) else x
+
+
+_MATH[math.exp] = lambda x: 2.0 ** (_to_float(x) * math.log2(math.e))
+_MATH[math.pow] = lambda x, y: _to_float(x) ** _to_float(y)
 _MATH[math.log] = _log_by_log2(math.log(2.0))
 _MATH[math.log10] = _log_by_log2(math.log10(2.0))
 _SYMBOLIC_FUNCTIONS: dict = {}  # filled on first use (the tracer's own functions import this module's users)

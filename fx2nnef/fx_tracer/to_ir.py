@@ -193,6 +193,7 @@ class _Builder:
             return self.env[n.args[0]][next(i for i, t in enumerate(base) if t is field)]
         args = self.lookup(n.args)
         kwargs = self.lookup(n.kwargs)
+        _refuse_unrepresentable(n, (args, kwargs))
         if n.op == "call_function":
             kind = op_key(n.target)
         elif n.op == "call_method":
@@ -285,11 +286,11 @@ class _Builder:
 
 
 # Python arithmetic on sizes that yields a float, and the tensor op that computes it on a 0-d tensor
-_BINARY_SCALAR_OPS = {operator.add, operator.sub, operator.mul, operator.truediv, operator.pow}
+_BINARY_SCALAR_OPS = {operator.add, operator.sub, operator.mul, operator.truediv, operator.pow, math.pow}
 _FLOAT_SCALAR_OPS = {
     operator.add: operator.add, operator.sub: operator.sub, operator.mul: operator.mul,
     operator.truediv: operator.truediv, operator.pow: operator.pow, operator.neg: operator.neg,
-    math.sqrt: torch.sqrt, math.exp: torch.exp, math.log: torch.log, math.log2: torch.log2,
+    math.pow: operator.pow, math.sqrt: torch.sqrt, math.exp: torch.exp, math.log: torch.log, math.log2: torch.log2,
     math.log10: torch.log10, math.sin: torch.sin, math.cos: torch.cos, math.tanh: torch.tanh,
 }
 
@@ -303,6 +304,46 @@ def _plain(x) -> Any:
     if isinstance(x, torch.Size):
         return tuple(x)
     return x
+
+
+def _refuse_unrepresentable(n: fx.Node, args) -> None:
+    """A TraceError when an op reads a Python number of the dynamic sizes that the graph cannot
+    compute (``math.lgamma(S)``): no converter could give it a meaning."""
+    found = []
+
+    def walk(x):
+        if isinstance(x, Unrepresentable):
+            found.append(x)
+        elif isinstance(x, (list, tuple)):
+            for v in x:
+                walk(v)
+        elif isinstance(x, dict):
+            for v in x.values():
+                walk(v)
+        elif isinstance(x, slice):
+            walk((x.start, x.stop, x.step))
+    walk(args)
+    if found:
+        bad = found[0].node
+        what = getattr(bad.target, "__name__", str(bad.target))
+        raise TraceError(
+            f"'{n.name}'{_where(n)} reads '{bad.name}' ({what}{_where(bad)}), a Python number computed from the "
+            f"dynamic sizes of {', '.join(_inputs_of(bad))} in a way the graph cannot compute. Compute it with "
+            "torch ops on a tensor holding the size (e.g. x.new_tensor(x.shape[1], dtype=torch.float32)), "
+            "or drop that dim from dynamic_axes")
+
+
+def _inputs_of(n: fx.Node) -> list:
+    out, todo, seen = [], [n], set()
+    while todo:
+        m = todo.pop()
+        if m in seen:
+            continue
+        seen.add(m)
+        if m.op == "placeholder":
+            out.append(m.name)
+        todo.extend(m.all_input_nodes)
+    return sorted(out) or ["the inputs"]
 
 
 def _where(n: fx.Node) -> str:
