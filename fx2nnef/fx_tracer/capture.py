@@ -410,14 +410,19 @@ def _trace_and_probe(model, args, kwargs, names, out_names, dyn, leaf_types, lea
     first_failures = analysis.failures
     bigger = {s: v + 2 for s, v in analysis.base_env.items()}
     retraced = None
+    # where the replay says the trace would take the example's decisions at those sizes, it would
+    # give this graph again: nothing to gain (two more analyses of a large model)
+    same = analysis.same_path is not None and analysis.same_path(bigger)
     try:
-        a2, k2 = _with_flat(args, kwargs, inputs_at(trace.example_inputs, names, dyn, bigger))
-        trace2, analysis2 = _trace_once(model, a2, k2, names, out_names, dyn, leaf_types, leaf_names, branches=branches)
-        if not analysis2.failures:
-            # the graph must also reproduce the example sizes: analyze at the user's inputs
-            analysis_back = analyze(trace2.gm, trace.example_inputs, names, dyn, trace2.guards, ref)
-            if not analysis_back.failures and (first_failures or _wider(analysis_back.ranges, analysis.ranges)):
-                retraced = (trace2, analysis_back)
+        if not same:
+            a2, k2 = _with_flat(args, kwargs, inputs_at(trace.example_inputs, names, dyn, bigger))
+            trace2, analysis2 = _trace_once(model, a2, k2, names, out_names, dyn, leaf_types, leaf_names,
+                                            branches=branches)
+            if not analysis2.failures:
+                # the graph must also reproduce the example sizes: analyze at the user's inputs
+                analysis_back = analyze(trace2.gm, trace.example_inputs, names, dyn, trace2.guards, ref)
+                if not analysis_back.failures and (first_failures or _wider(analysis_back.ranges, analysis.ranges)):
+                    retraced = (trace2, analysis_back)
     except Exception:  # noqa: BLE001 - fall through to the original report
         retraced = None
     if retraced is None:

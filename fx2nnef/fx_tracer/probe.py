@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 import torch.fx as fx
@@ -57,6 +57,9 @@ class Analysis:
     shapes_from: str = ""  # "fake replay", or "probes (why the replay could not be used)"
     graph_bounded: bool = True  # a range ends where the graph (not the model) stops being right
     io_envs: list = dataclasses.field(default_factory=list)  # check_io sizes chosen with the replay
+    # env -> whether the tracer's decisions there are the example's (a trace there gives this
+    # graph again); None when the probes, not the replay, gave the shapes
+    same_path: Optional[Callable[[dict], bool]] = None
 
 
 class _Recorder(fx.Interpreter):
@@ -933,11 +936,15 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
     kept = {s: r for s, r in ranges.items() if r.bounded}
     graph_bounded = any(r == "bad" and not ranges[s].contains(n)
                         for s in symbols for n, r in results[s].items())
+    same_path = None
+    if signature is not None:
+        traced_base = signature.traced(signature(base_env))
+        same_path = lambda env: signature.traced(signature(env)) == traced_base  # noqa: E731
     return Analysis(symbols, base_env, base_values, sym, constant, data_dep, ir_guards, failures,
                     [base_env] + single + multi, kept, good_envs,
                     "fake replay" if rep is not None else "probes" if symbols else "",
                     graph_bounded or (rep is None and any(r.lo is not None or r.hi is not None for r in kept.values())),
-                    [e for e in io_envs if all(ranges[s].contains(e[s]) for s in symbols)])
+                    [e for e in io_envs if all(ranges[s].contains(e[s]) for s in symbols)], same_path)
 
 
 def _static(rec):
