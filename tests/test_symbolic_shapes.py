@@ -84,6 +84,19 @@ def test_fallback_to_probes_is_said(tmp_path):
     _run_sizes(model, r, "S", lambda n: torch.randn(2, n), [1, 3, 6, 17])
 
 
+def test_bound_by_a_decision_is_not_traced_again(tmp_path):
+    """`x[:, :min(S, 4)]` is valid for S >= 4. A trace at larger sizes takes the same decision
+    there and gives the same graph: the replay says so, and the export does not trace and
+    analyze twice more (21 real runs before, 7 now)."""
+    model = FnModule(lambda x: x[:, : min(x.shape[1], 4)] * 2)
+    r = fx2nnef.export(model, (torch.randn(2, 6),), tmp_path / "m.nnef.tgz", input_names=["x"],
+                       target=fx2nnef.TractNNEF(dynamic_axes={"x": {1: "S"}}))
+    assert r.ranges["S"].lo == 4 and r.ranges["S"].hi is None, r.ranges
+    assert r.timings["graph_runs"] <= 8, r.timings
+    assert not any("traced again" in n for n in r.notes), r.notes
+    _run_sizes(model, r, "S", lambda n: torch.randn(2, n), [4, 5, 17])
+
+
 def test_python_number_of_a_size_the_graph_cannot_compute(tmp_path):
     """math.lgamma(S) has no graph form: the error names the op that reads it and its line."""
     with pytest.raises(fx2nnef.TraceError, match=r"reads 'lgamma' \(lgamma at .*test_symbolic_shapes.py:\d+\)"):
