@@ -193,7 +193,7 @@ class _Builder:
             return self.env[n.args[0]][next(i for i, t in enumerate(base) if t is field)]
         args = self.lookup(n.args)
         kwargs = self.lookup(n.kwargs)
-        _refuse_unrepresentable(n, (args, kwargs))
+        _refuse_unrepresentable(n, (args, kwargs), self.a.symbols)
         if n.op == "call_function":
             kind = op_key(n.target)
         elif n.op == "call_method":
@@ -306,44 +306,19 @@ def _plain(x) -> Any:
     return x
 
 
-def _refuse_unrepresentable(n: fx.Node, args) -> None:
+def _refuse_unrepresentable(n: fx.Node, args, symbols: list) -> None:
     """A TraceError when an op reads a Python number of the dynamic sizes that the graph cannot
     compute (``math.lgamma(S)``): no converter could give it a meaning."""
-    found = []
-
-    def walk(x):
-        if isinstance(x, Unrepresentable):
-            found.append(x)
-        elif isinstance(x, (list, tuple)):
-            for v in x:
-                walk(v)
-        elif isinstance(x, dict):
-            for v in x.values():
-                walk(v)
-        elif isinstance(x, slice):
-            walk((x.start, x.stop, x.step))
-    walk(args)
+    found: list = []
+    fx.node.map_aggregate(args, lambda x: found.append(x) if isinstance(x, Unrepresentable) else None)
     if found:
         bad = found[0].node
         what = getattr(bad.target, "__name__", str(bad.target))
         raise TraceError(
             f"'{n.name}'{_where(n)} reads '{bad.name}' ({what}{_where(bad)}), a Python number computed from the "
-            f"dynamic sizes of {', '.join(_inputs_of(bad))} in a way the graph cannot compute. Compute it with "
-            "torch ops on a tensor holding the size (e.g. x.new_tensor(x.shape[1], dtype=torch.float32)), "
-            "or drop that dim from dynamic_axes")
-
-
-def _inputs_of(n: fx.Node) -> list:
-    out, todo, seen = [], [n], set()
-    while todo:
-        m = todo.pop()
-        if m in seen:
-            continue
-        seen.add(m)
-        if m.op == "placeholder":
-            out.append(m.name)
-        todo.extend(m.all_input_nodes)
-    return sorted(out) or ["the inputs"]
+            f"dynamic sizes ({', '.join(symbols)}) in a way the graph cannot compute. Compute it with torch ops "
+            "on a tensor holding the size (e.g. x.new_tensor(x.shape[1], dtype=torch.float32)), or drop that "
+            "dim from dynamic_axes")
 
 
 def _where(n: fx.Node) -> str:
