@@ -365,6 +365,7 @@ def _drop_traced_data(gm: fx.GraphModule) -> None:
     for n in gm.graph.nodes:
         if "value" in n.meta:
             n.meta["value"] = structures.data_less(n.meta["value"])
+    structures.release_free_memory()
 
 
 def _first_reads(reads) -> list:

@@ -56,6 +56,19 @@ def data_less(value):
     return value
 
 
+def release_free_memory() -> None:
+    """Give the C heap's free pages back to the system. glibc keeps them otherwise, so the
+    allocations of a later step add to the process's peak instead of reusing them: called once
+    the trace's values are dropped."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: nothing to do
+        pass
+
+
 def _cache_layers(obj):
     """(keys, values) pairs of a transformers cache object, or None if obj is not one."""
     layers = getattr(obj, "layers", None)
