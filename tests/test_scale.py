@@ -99,6 +99,28 @@ def test_archives_are_byte_identical_and_levels_load(tmp_path):
     assert stored[4:8] == b"\x00\x00\x00\x00" and stored[3] & 0x08 == 0  # gzip mtime 0, no file name
 
 
+def test_stored_gzip_is_the_same_with_either_checksum_and_any_handle(tmp_path, monkeypatch):
+    """A .tgz at level 0 is written as stored deflate blocks, several per system call, with
+    ISA-L's CRC-32 when installed: Python's gzip reads it back (verifying the CRC), and the zlib
+    checksum or a handle without a file descriptor give the same bytes."""
+    import gzip
+    import io
+    import zlib
+
+    from fx2nnef.nnef_emit import archive
+
+    payload = np.random.default_rng(0).standard_normal(300_000).astype(np.float32).tobytes()  # 18 blocks and a bit
+    files = {"graph.nnef": b"version 1.0;\n", "w.dat": payload}
+    first = archive.write_asset(files, tmp_path / "a.tgz").read_bytes()
+    with tarfile.open(fileobj=io.BytesIO(gzip.decompress(first))) as tar:
+        assert tar.extractfile("w.dat").read() == payload
+    monkeypatch.setattr(archive, "_crc32", zlib.crc32)
+    assert archive.write_asset(files, tmp_path / "b.tgz").read_bytes() == first
+    buffer = io.BytesIO()
+    archive._write_tar(archive._checked_entries(files), buffer, 0, None)
+    assert buffer.getvalue() == first
+
+
 def test_check_failure_leaves_only_the_bundle(tmp_path):
     out = tmp_path / "m.nnef.tgz"
     with pytest.raises(fx2nnef.CheckIOError) as info:
