@@ -567,10 +567,22 @@ def trace_model(model: torch.nn.Module, args: tuple, kwargs: dict, flat_names: l
     not_traced = [n for n, node in zip(outs, _output_nodes(graph)) if not isinstance(node, fx.Node)]
     if not_traced:
         raise TraceError(f"outputs {not_traced} do not depend on any traced value")
-    gm = fx.GraphModule(root, graph, class_name=type(model).__name__)
+    gm = _graph_module_class()(root, graph, class_name=type(model).__name__)
     names = list(output_names) if output_names else outs
     return TraceResult(gm, list(flat_names), names, tracer.guards, [originals[n] for n in flat_names],
                        list(tracer.control_flow_notes), list(tracer.decisions))
+
+
+def _graph_module_class() -> type:
+    """torch's lazily compiled GraphModule when this torch has it: the analysis runs the graph
+    with an interpreter and the passes edit it, so the Python code of ``forward`` is generated
+    only if something calls or prints the module (each generation of a 1,000-node graph costs
+    about 30 ms, and the passes asked for two)."""
+    try:
+        from torch.fx._lazy_graph_module import _LazyGraphModule
+    except ImportError:  # a torch without it: compiled at once, as before
+        return fx.GraphModule
+    return _LazyGraphModule
 
 
 def _untraceable_message(exc: Exception) -> str:
