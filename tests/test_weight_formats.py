@@ -337,3 +337,67 @@ def test_llm_families(family, weights, tmp_path):
                        target=fx2nnef.TractNNEF(weights=weights, dynamic_axes={"input_ids": {1: "S"}}))
     assert r.check.ok and len(r.check.cases) == 3
     assert list(r.weight_formats.values()).count(weights) >= 10
+
+
+class ReadByParent(torch.nn.Module):
+    """Weights read outside their own module's forward: by the parent's code (``F.linear``), one
+    tied to another module, a transposed right operand of a matmul, and one also read through
+    ``.T`` (a constant folded from it)."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(40, 64)
+        self.proj = torch.nn.Linear(64, 64, bias=False)
+        self.side = torch.nn.Linear(64, 64, bias=False)
+        self.head = torch.nn.Linear(64, 40, bias=False)
+        self.head.weight = self.emb.weight  # tied
+        self.right = torch.nn.Parameter(torch.randn(64, 96) / 8)  # x @ right: stored transposed
+
+    def forward(self, ids):
+        h = torch.tanh(torch.nn.functional.linear(self.emb(ids), self.proj.weight))
+        h = torch.tanh(h @ self.side.weight.T + self.side(h))
+        return self.head(h) + (h @ self.right).sum(-1, keepdim=True)
+
+
+def test_checks_read_stored_values_wherever_a_parameter_is_read(tmp_path):
+    """The export's check runs the model with the stored (dequantized) values of each Q4_0 weight
+    wherever it is read (a parent's code, a tied module, a method call), decoded when used: the
+    check passes in tract, the parameters are left as they were, and the values a torch call
+    receives are exactly the asset's. A weight also read through a constant folded from it
+    (``w.T``, written from the original values) is kept as it is: quantizing it made the asset
+    use two different values for one parameter, and the check failed."""
+    from fx2nnef.fx_tracer.stored_values import stored_values
+
+    torch.manual_seed(0)
+    model = ReadByParent().eval()
+    before = {n: (p.data_ptr(), p.detach().clone()) for n, p in model.named_parameters()}
+    path = tmp_path / "parent.nnef.tgz"
+    r = fx2nnef.export(model, (torch.randint(0, 40, (2, 7)),), path,
+                       target=fx2nnef.TractNNEF(weights="q4_0", dynamic_axes={"ids": {1: "S"}}))
+    assert r.check.ok
+    assert r.weight_formats == {"emb.weight": "q4_0", "proj.weight": "q4_0", "side.weight": "f32", "right": "q4_0"}
+    assert "a constant computed from it" in {w.path: w.reason for w in r.weights}["side.weight"]
+    assert {w.path for w in r.weights if w.transposed} == {"right"}
+    for n, p in model.named_parameters():
+        assert p.data_ptr() == before[n][0] and torch.equal(p, before[n][1])
+    # the values torch calls receive are the asset's, bit for bit (decoded here from its files)
+    twin = _model_from_asset(model, path, r)
+    stored = [v for v in r.graph.constants() if v.source.stored_format is not None]
+    seen = []
+
+    class Spy(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if getattr(func, "__name__", "") == "linear":
+                seen.append(args[1].clone())
+            return func(*args, **(kwargs or {}))
+
+    ids = torch.randint(0, 40, (1, 5))
+    with torch.no_grad(), stored_values(model, stored), Spy():
+        got = model(ids)
+        assert model.proj.weight.shape == (64, 64)  # metadata reads answer as usual
+    with torch.no_grad():
+        expected = twin(ids)
+    assert [w.shape for w in seen] == [(64, 64), (64, 64), (40, 64)]
+    assert torch.equal(seen[0], twin.proj.weight) and torch.equal(seen[2], twin.head.weight)
+    assert not torch.equal(seen[0], model.proj.weight)  # really quantized
+    torch.testing.assert_close(got, expected)  # the same values (a transposed view may round otherwise)

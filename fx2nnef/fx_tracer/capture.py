@@ -6,6 +6,7 @@ other sizes when a decision was baked on a dynamic dim), and builds the IR.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import keyword
@@ -25,6 +26,7 @@ from .padded import check_padded
 from .passes import cleanup_slices, complex_to_real, masked_updates, remove_dead_code, remove_inplace
 from .probe import RUNS, analyze, inputs_at
 from .scalars import scalars_to_inputs
+from .stored_values import StoredValues, stored_values
 from .to_ir import build_ir, to_numpy
 from .torch_data import TorchData
 from .tracer import trace_model
@@ -101,30 +103,25 @@ class ModelRunner:
         return (param is not None and isinstance(source, TorchData) and param.shape == tensor.shape
                 and param.data_ptr() == tensor.data_ptr())
 
-    def overrides(self, stored: Sequence[Value]) -> dict:
-        """``{parameter path: tensor of the stored values}`` for ``stored`` constants."""
-        out = {}
+    def overrides(self, stored: Sequence[Value]) -> StoredValues:
+        """The stored values of the ``stored`` constants, for :meth:`run` (decoded when used)."""
+        model = (self.reference or (self.model,))[0]
         for v in stored:
-            param = self._parameter(v.source.parameter_path)
-            if param is None:
+            if self._parameter(v.source.parameter_path) is None:
                 raise TraceError(f"constant {v.name} is stored as {v.source.stored_format} but is not a parameter "
                                  "of the model, so the reference outputs cannot use its stored values")
-            # a bf16 parameter's stored values go to the float32 copy as they are, not rounded to bf16
-            dtype = torch.float32 if self.upcasts and param.dtype == torch.bfloat16 else param.dtype
-            out[v.source.parameter_path] = torch.from_numpy(np.array(v.data)).to(dtype)
-        return out
+        # a bf16 parameter's stored values go to the float32 copy as they are, not rounded to bf16
+        return stored_values(model, stored)
 
-    def run(self, inputs: list, overrides: dict) -> list:
-        """Flat numpy outputs of the model on the flat numpy ``inputs``, ``overrides`` replacing
-        parameters (the model itself is not changed)."""
+    def run(self, inputs: list, overrides: Optional[StoredValues] = None) -> list:
+        """Flat numpy outputs of the model on the flat numpy ``inputs``, with the stored values of
+        ``overrides`` (the model itself is not changed)."""
         model, examples = self.reference or (self.model, self.examples)
         tensors = [torch.from_numpy(np.array(x)).to(e.dtype) for x, e in zip(inputs, examples)]
         a, k = _with_flat(self.args, self.kwargs, tensors)
-        with torch.no_grad():
-            out = run_eagerly(lambda: torch.func.functional_call(model, overrides, a, k, strict=False,
-                                                                 tie_weights=True))
+        with torch.no_grad(), (overrides or contextlib.nullcontext()):
+            out = run_eagerly(lambda: model(*a, **k))
         return [to_numpy(t) for _, t in structures.flatten(out, "")]
-
 
 
 def default_input_names(model, args: tuple, kwargs: dict) -> list:
@@ -276,7 +273,7 @@ def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_na
             if case is not None:
                 out.append(case)
         if runner.upcasts:  # expected outputs of the float32 copy
-            out = [(label, ins, runner.run(ins, {})) for label, ins, _ in out]
+            out = [(label, ins, runner.run(ins)) for label, ins, _ in out]
         return out
     runner = ModelRunner(model, args, kwargs, tensors)
     if runner.upcasts:

@@ -76,7 +76,10 @@ class _Builder:
             return self.consts[n]
         if isinstance(value, torch.Tensor):
             name = n.target if n.op == "get_attr" else n.name
-            v = self.graph.add_constant(str(name), torch_data(value, str(name)))
+            data = torch_data(value, str(name))
+            if n.op != "get_attr":
+                data.derived_from = _read_attributes(n, self.a.values)
+            v = self.graph.add_constant(str(name), data)
         elif isinstance(value, (list, tuple)) and not isinstance(value, torch.Size):
             v = type(value)(self._constant_item(n, x, i) for i, x in enumerate(value)) if type(value) in (list, tuple) else tuple(self._constant_item(n, x, i) for i, x in enumerate(value))
         else:
@@ -331,3 +334,19 @@ def build_ir(gm: fx.GraphModule, analysis: Analysis, input_names: list, output_n
     graph.guards = list(analysis.guards)
     graph.ranges = dict(analysis.ranges)
     return graph
+
+
+def _read_attributes(n: fx.Node, values: dict) -> frozenset:
+    """The model attributes (``get_attr`` targets) whose values a constant-folded node was computed
+    from: through tensor-valued nodes only (a dtype, device or size read from a weight is not its
+    values)."""
+    seen, todo, found = {n}, list(n.all_input_nodes), set()
+    while todo:
+        m = todo.pop()
+        if m in seen or not isinstance(values.get(m), torch.Tensor):
+            continue
+        seen.add(m)
+        if m.op == "get_attr":
+            found.add(str(m.target))
+        todo.extend(m.all_input_nodes)
+    return frozenset(found)

@@ -28,6 +28,8 @@ class TensorData(abc.ABC):
     parameter_path: "str | None" = None
     # how it is written when not as plain ``dtype`` items ("f16", "q4_0"; see weight_data)
     stored_format: "str | None" = None
+    # the parameters it was computed from, for a constant folded from them (``w.T``)
+    derived_from: frozenset = frozenset()
 
     @property
     def size(self) -> int:

@@ -45,14 +45,22 @@ def quantize_q4_0(values: np.ndarray) -> np.ndarray:
     return out
 
 
-def dequantize_q4_0(blocks, shape: tuple) -> np.ndarray:
-    """The float32 values of Q4_0 ``blocks`` (bytes or ``uint8 [n, 18]``), shaped ``shape``."""
+def q4_0_codes(blocks) -> tuple:
+    """``(codes, scales)`` of Q4_0 ``blocks`` (bytes or ``uint8 [n, 18]``): ``int8 [n, 32]`` codes
+    minus 8 and ``float32 [n, 1]`` scales, whose product is the values (exactly: a float16 scale
+    times an integer below 16 is a float32)."""
     raw = np.frombuffer(blocks, dtype=np.uint8) if isinstance(blocks, (bytes, bytearray, memoryview)) else blocks
     raw = np.asarray(raw, dtype=np.uint8).reshape(-1, Q4_0_BLOCK_BYTES)
-    scale = raw[:, :2].copy().view("<f2").astype(np.float32)
+    scales = raw[:, :2].copy().view("<f2").astype(np.float32)
     packed = raw[:, 2:]
-    codes = np.concatenate([packed & 0x0F, packed >> 4], axis=1).astype(np.float32)
-    return ((codes - 8.0) * scale).reshape(shape)
+    codes = np.concatenate([packed & 0x0F, packed >> 4], axis=1).view(np.int8) - np.int8(8)
+    return codes, scales
+
+
+def dequantize_q4_0(blocks, shape: tuple) -> np.ndarray:
+    """The float32 values of Q4_0 ``blocks`` (bytes or ``uint8 [n, 18]``), shaped ``shape``."""
+    codes, scales = q4_0_codes(blocks)
+    return (codes.astype(np.float32) * scales).reshape(shape)
 
 
 def q4_0_size(shape: tuple) -> int:
@@ -131,6 +139,18 @@ class Q4_0Data(TensorData):
     def numpy(self) -> np.ndarray:
         values = dequantize_q4_0(quantize_q4_0(self._stored_values()), self.stored_shape)
         return np.ascontiguousarray(values.T if self.transposed else values).astype(self.dtype.numpy_name)
+
+    def codes(self) -> tuple:
+        """``(codes, scales)`` of the stored blocks (see :func:`q4_0_codes`), ``[n_blocks, 32]`` and
+        ``[n_blocks, 1]`` in the order of :attr:`stored_shape`: a quarter of the float32 bytes."""
+        n = q4_0_size(self.shape) // Q4_0_BLOCK_BYTES
+        codes, scales = np.empty((n, Q4_0_BLOCK_LEN), np.int8), np.empty((n, 1), np.float32)
+        at = 0
+        for piece in self.block_chunks():
+            c, d = q4_0_codes(piece)
+            codes[at:at + len(c)], scales[at:at + len(c)] = c, d
+            at += len(c)
+        return codes, scales
 
     def block_chunks(self, max_bytes: int = DEFAULT_CHUNK_BYTES) -> Iterator[memoryview]:
         """The Q4_0 blocks, row-major, quantized piece by piece (a transposed tensor is read whole

@@ -65,6 +65,13 @@ def apply_weight_format(graph: Graph, fmt: str,
     if fmt not in WEIGHT_FORMATS:
         raise ValueError(f"weight format must be one of {WEIGHT_FORMATS}, got {fmt!r}")
     outputs = {id(v) for v in graph.outputs}
+    # a parameter also read through a constant computed from it (``w.T`` folded) keeps its values:
+    # that constant is written as computed, from the original values, and the checks' reference
+    # reads the parameter's stored values everywhere
+    derived = {}
+    for value in graph.constants():
+        for path in value.source.derived_from:
+            derived.setdefault(path, value.name)
     choices = []
     for value in graph.constants():
         source = value.source
@@ -76,6 +83,8 @@ def apply_weight_format(graph: Graph, fmt: str,
         if fmt == "native" or (fmt == "f16" and value.dtype is DType.F16):
             continue
         reason = _refusal(value, fmt, id(value) in outputs)
+        if reason is None and source.parameter_path in derived:
+            reason = f"also read through {derived[source.parameter_path]}, a constant computed from it"
         if reason is None and eligible is not None and not eligible(value):
             reason = "not found among the model's parameters for the reference run"
         if reason is not None:

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from ..api import export
+from ..fx_tracer.stored_values import stored_values
 from ..errors import CheckIOError, InvalidArgumentError
 from ..ir.fusions import fused_counts, resolve_fusions
 from ..targets import TractNNEF
@@ -171,28 +172,15 @@ def export_causal_lm(model_or_dir, out_dir, *, dtype: Optional[str] = None, weig
 
 @contextlib.contextmanager
 def stored_weights(wrapper: torch.nn.Module, result: ExportResult):
-    """Within the block, parameters written in another format (f16, Q4_0) hold the values the
-    asset stores, so that the checks compare tract with the model the asset really holds;
-    the originals are put back on exit."""
+    """Within the block, torch calls that read a parameter written in another format (f16, Q4_0)
+    get the values the asset stores, so that the checks compare tract with the model the asset
+    really holds (decoded when read: no second copy of the weights is held; the parameters are
+    not changed)."""
     graph = result.graph
-    saved = []
-    try:
-        with torch.no_grad():
-            for v in graph.constants() if graph is not None else []:
-                path = getattr(v.source, "parameter_path", None)
-                if getattr(v.source, "stored_format", None) is None or not path:
-                    continue
-                param = wrapper.get_parameter(path)
-                values = torch.from_numpy(np.array(v.data)).to(param.dtype)
-                if values.shape != param.shape:
-                    raise InvalidArgumentError(f"stored values of {path} have shape {list(values.shape)}, the "
-                                               f"parameter {list(param.shape)}: the checks cannot use them")
-                saved.append((param, param.data))
-                param.data = values
+    stored = [v for v in (graph.constants() if graph is not None else [])
+              if getattr(v.source, "stored_format", None) is not None and getattr(v.source, "parameter_path", None)]
+    with stored_values(wrapper, stored):
         yield
-    finally:
-        for param, data in reversed(saved):
-            param.data = data
 
 
 def _resolve_dtype(dtype: Optional[str], model: torch.nn.Module) -> torch.dtype:

@@ -1,0 +1,92 @@
+"""The model's own parameters with the values an asset stores for them (float16, Q4_0).
+
+An asset that stores a weight in another format computes with other values than the model.
+The checks compare the engine with the model holding those values: :class:`StoredValues` is a
+torch function mode under which every torch call that receives such a parameter gets its
+stored values instead. Each parameter's values are decoded when a call uses them and dropped
+after it: what is held is the compact form (Q4_0 codes and scales: a quarter of the float32
+bytes; float16 values: half), never a second copy of the model. A parameter is found wherever
+it is read (a parent module's code, a tied weight, a method call on it), not only in its own
+module's ``forward``.
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_map
+
+from ..errors import InvalidArgumentError
+from ..ir.weight_data import F16Data, Q4_0Data
+
+# reading these from a parameter gives the same answer for its stored values: no decoding
+_METADATA = frozenset(("shape", "dtype", "device", "ndim", "requires_grad", "layout", "is_leaf", "grad",
+                       "grad_fn", "names", "is_cuda", "is_meta", "is_sparse", "is_quantized", "is_nested",
+                       "itemsize", "nbytes", "size", "dim", "numel", "nelement", "ndimension", "stride",
+                       "data_ptr", "element_size", "is_contiguous", "is_floating_point", "is_complex",
+                       "get_device", "storage_offset", "__len__", "__hash__", "__repr__", "__format__"))
+
+
+def _name(func) -> str:
+    owner = getattr(func, "__self__", None)
+    if getattr(func, "__name__", "") == "__get__" and owner is not None:
+        return getattr(owner, "__name__", "")  # a property of Tensor: its descriptor's name
+    return getattr(func, "__name__", "")
+
+
+def _decoder(value, dtype: torch.dtype) -> Callable[[], torch.Tensor]:
+    """A function giving the stored values of the constant ``value`` as a ``dtype`` tensor, from a
+    compact form."""
+    data = value.source
+    if isinstance(data, Q4_0Data):
+        codes, scales = (torch.from_numpy(a) for a in data.codes())
+        stored_shape, transposed = data.stored_shape, data.transposed
+
+        def decode() -> torch.Tensor:
+            # the engine's values in float32 (one tensor, multiplied in place), then the model's dtype
+            values = codes.to(torch.float32).mul_(scales).reshape(stored_shape)
+            return (values.mT if transposed else values).to(dtype)
+        return decode
+    if isinstance(data, F16Data):
+        half = torch.from_numpy(np.ascontiguousarray(data.numpy()))
+        return lambda: half.to(dtype)
+    values = torch.from_numpy(np.array(value.data)).to(dtype)  # another format: decoded once
+    return lambda: values
+
+
+class StoredValues(TorchFunctionMode):
+    """Within ``with``, torch calls read the stored values of the parameters of ``stored``
+    (``{parameter: decoder}``) instead of theirs; the parameters themselves are not changed."""
+
+    def __init__(self, stored: dict):
+        super().__init__()
+        self.stored = stored  # id(parameter) -> (parameter, decoder)
+
+    def __bool__(self) -> bool:
+        return bool(self.stored)
+
+    def _swap(self, x):
+        hit = self.stored.get(id(x)) if isinstance(x, torch.Tensor) else None
+        return hit[1]() if hit is not None and hit[0] is x else x
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if _name(func) not in _METADATA:
+            args, kwargs = tree_map(self._swap, (args, kwargs))
+        return func(*args, **kwargs)
+
+
+def stored_values(model: torch.nn.Module, stored: Sequence, dtype_of: Callable = lambda p: p.dtype) -> StoredValues:
+    """The :class:`StoredValues` of the constants ``stored`` (IR values whose source is a parameter
+    of ``model`` by its path), decoded to ``dtype_of(parameter)``."""
+    out = {}
+    for v in stored:
+        path = getattr(v.source, "parameter_path", None)
+        param = model.get_parameter(path)
+        if tuple(v.source.shape) != tuple(param.shape):
+            raise InvalidArgumentError(f"stored values of {path} have shape {list(v.source.shape)}, the parameter "
+                                       f"{list(param.shape)}: the checks cannot use them")
+        out[id(param)] = (param, _decoder(v, dtype_of(param)))
+    return StoredValues(out)
