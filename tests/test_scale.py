@@ -186,30 +186,42 @@ def test_bfloat16_is_converted_piece_by_piece():
     np.testing.assert_array_equal(np.frombuffer(joined, np.float32).reshape(48, 64), t.t().float().numpy())
 
 
-def test_bfloat16_model_is_not_copied_without_checks(tmp_path, monkeypatch):
-    """The float32 copy that checks a bfloat16 model exists only for the checks: without
-    check_io none is made (it costs twice the weights); with it, it holds float32 copies of the
-    bfloat16 tensors only and shares the rest with the model."""
-    capture_module = sys.modules["fx2nnef.fx_tracer.capture"]
-    real = capture_module._f32_reference
-    copies = []
+def test_bfloat16_model_is_checked_in_float32_without_a_copy(tmp_path):
+    """A bfloat16 model is checked against its float32 run (the asset computes in float32), made
+    by reading its bfloat16 parameters and buffers as float32 within the run: no float32 copy of
+    the model (it cost twice the weights), the model left as it was, and the same outputs as a
+    real float32 copy (also where the forward reads a weight's dtype)."""
+    from fx2nnef.fx_tracer.capture import ModelRunner
 
-    def counting(model, examples):
-        copies.append(real(model, examples))
-        return copies[-1]
-    monkeypatch.setattr(capture_module, "_f32_reference", counting)
-    model = mlp(torch.bfloat16)
-    model.register_buffer("steps", torch.arange(3))
+    class DtypeReader(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = mlp(torch.bfloat16)
+            self.register_buffer("steps", torch.arange(3))
+            self.register_buffer("shift", torch.linspace(-1, 1, 16).to(torch.bfloat16))
+
+        def forward(self, x):
+            # a tensor made in the weight's dtype: float32 in the float32 run
+            scale = torch.full((16,), 0.5, dtype=self.body[0].weight.dtype)
+            return self.body(x * scale + self.shift) * self.steps.sum()
+
+    model = DtypeReader()
     x = randn(3, 16).to(torch.bfloat16)
-    fx2nnef.export(model, (x,), tmp_path / "a.nnef.tgz", target=fx2nnef.TractNNEF(check_io=False))
-    assert copies == []
-    result = fx2nnef.export(model, (x,), tmp_path / "b.nnef.tgz", target=fx2nnef.TractNNEF(check_io_tolerance="very"))
-    assert result.check.ok and len(copies) == 1
-    upcast, examples = copies[0]
-    assert upcast[0].weight.dtype == torch.float32 and examples[0].dtype == torch.float32
-    assert torch.equal(upcast[0].weight, model[0].weight.float())
-    assert upcast.steps is model.steps  # not bfloat16: shared, not copied
-    assert model[0].weight.dtype == torch.bfloat16
+    result = fx2nnef.export(model, (x,), tmp_path / "b.nnef.tgz")
+    assert result.check.ok and any("bfloat16 tensors as float32" in n for n in result.notes)
+    assert model.body[0].weight.dtype == torch.bfloat16 and model.shift.dtype == torch.bfloat16
+    runner = ModelRunner(model, (x,), {}, [x])
+    reads = runner.overrides()
+    assert {id(t) for t, _, _ in reads.table.values()} == {id(t) for t in model.parameters()} | {id(model.shift)}
+    got = runner.run([x.float().numpy()])
+    import copy
+    twin = copy.deepcopy(model).float()
+    with torch.no_grad():
+        expected = twin(x.float())
+    np.testing.assert_allclose(got[0], expected.numpy(), rtol=1e-6, atol=1e-6)
+    with torch.no_grad():
+        bf16 = model(x).float().numpy()
+    assert np.abs(bf16 - expected.numpy()).max() > 1e-4  # a bfloat16 run is really another run
 
 
 def test_parameter_changed_after_trace_is_refused():

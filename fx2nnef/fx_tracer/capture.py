@@ -70,25 +70,17 @@ class Capture:
 
 
 class ModelRunner:
-    """Runs the eager model on flat inputs, optionally with some parameters replaced.
+    """Runs the eager model on flat inputs, optionally with the stored values of some parameters.
 
-    A model holding bfloat16 tensors is run as a float32 copy (``reference``): the asset computes
-    in float32 (tract has no bfloat16), and a bfloat16 run rounds at every op, far beyond the
-    default check level."""
+    A model holding bfloat16 tensors is run in float32: the asset computes in float32 (tract has
+    no bfloat16), and a bfloat16 run rounds at every op, far beyond the default check level. Its
+    bfloat16 parameters and buffers read as float32 within the run (:mod:`.stored_values`), the
+    examples are given in float32: no float32 copy of the model is made."""
 
     def __init__(self, model: torch.nn.Module, args: tuple, kwargs: dict, examples: list):
         self.model, self.args, self.kwargs, self.examples = model, args, kwargs, examples
         tensors = list(model.parameters()) + list(model.buffers()) + list(examples)
         self.upcasts = any(isinstance(t, torch.Tensor) and t.dtype == torch.bfloat16 for t in tensors)
-        self._reference: Optional[tuple] = None
-
-    @property
-    def reference(self) -> Optional[tuple]:
-        """``(float32 copy of the model, float32 examples)`` for a model holding bfloat16 values
-        (made when first used: only the checks need it), else None."""
-        if self.upcasts and self._reference is None:
-            self._reference = _f32_reference(self.model, self.examples)
-        return self._reference
 
     def _parameter(self, path: Optional[str]) -> Optional[torch.nn.Parameter]:
         try:
@@ -103,24 +95,27 @@ class ModelRunner:
         return (param is not None and isinstance(source, TorchData) and param.shape == tensor.shape
                 and param.data_ptr() == tensor.data_ptr())
 
-    def overrides(self, stored: Sequence[Value]) -> StoredValues:
-        """The stored values of the ``stored`` constants, for :meth:`run` (decoded when used)."""
-        model = (self.reference or (self.model,))[0]
+    def overrides(self, stored: Sequence[Value] = ()) -> StoredValues:
+        """The values the model reads in :meth:`run`: the stored values of the ``stored`` constants
+        (decoded when read), and float32 for bfloat16 tensors."""
         for v in stored:
             if self._parameter(v.source.parameter_path) is None:
                 raise TraceError(f"constant {v.name} is stored as {v.source.stored_format} but is not a parameter "
                                  "of the model, so the reference outputs cannot use its stored values")
-        # a bf16 parameter's stored values go to the float32 copy as they are, not rounded to bf16
-        return stored_values(model, stored)
+        return stored_values(self.model, stored, upcast_bfloat16=self.upcasts)
 
     def run(self, inputs: list, overrides: Optional[StoredValues] = None) -> list:
-        """Flat numpy outputs of the model on the flat numpy ``inputs``, with the stored values of
-        ``overrides`` (the model itself is not changed)."""
-        model, examples = self.reference or (self.model, self.examples)
-        tensors = [torch.from_numpy(np.array(x)).to(e.dtype) for x, e in zip(inputs, examples)]
+        """Flat numpy outputs of the model on the flat numpy ``inputs``, reading the values of
+        ``overrides`` (default: :meth:`overrides` without stored values); the model itself is not
+        changed."""
+        if overrides is None:
+            overrides = self.overrides()
+        f32 = torch.float32 if self.upcasts else None
+        tensors = [torch.from_numpy(np.array(x)).to(f32 if e.dtype == torch.bfloat16 and f32 else e.dtype)
+                   for x, e in zip(inputs, self.examples)]
         a, k = _with_flat(self.args, self.kwargs, tensors)
         with torch.no_grad(), (overrides or contextlib.nullcontext()):
-            out = run_eagerly(lambda: model(*a, **k))
+            out = run_eagerly(lambda: self.model(*a, **k))
         return [to_numpy(t) for _, t in structures.flatten(out, "")]
 
 
@@ -193,24 +188,6 @@ def validate_dynamic_axes(dynamic_axes: dict, names: list, tensors: list, output
     return out
 
 
-def _f32_reference(model: torch.nn.Module, examples: list) -> tuple:
-    """``(float32 copy of model, examples with bfloat16 ones as float32)``. Only the bfloat16
-    tensors are copied (to float32, straight from the model's own); the copy shares every other
-    parameter and buffer with the model."""
-    import copy
-
-    shared: dict = {}
-    for t in list(model.parameters()) + list(model.buffers()):
-        if t.dtype != torch.bfloat16:
-            shared[id(t)] = t
-        elif isinstance(t, torch.nn.Parameter):
-            shared[id(t)] = torch.nn.Parameter(t.detach().to(torch.float32), requires_grad=t.requires_grad)
-        else:
-            shared[id(t)] = t.to(torch.float32)
-    upcast = copy.deepcopy(model, shared)
-    return upcast, [t.to(torch.float32) if t.dtype == torch.bfloat16 else t for t in examples]
-
-
 def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_names: Optional[list] = None,
             output_names: Optional[list] = None, leaf_modules: tuple = (), leaf_names: tuple = (),
             max_loop_iterations: Optional[int] = None, branches: Optional[str] = None,
@@ -272,12 +249,12 @@ def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_na
             case = _case(ref, names, tensors, dyn, env)
             if case is not None:
                 out.append(case)
-        if runner.upcasts:  # expected outputs of the float32 copy
+        if runner.upcasts:  # expected outputs of the float32 run
             out = [(label, ins, runner.run(ins)) for label, ins, _ in out]
         return out
     runner = ModelRunner(model, args, kwargs, tensors)
     if runner.upcasts:
-        notes.append("bfloat16 model: written and checked in float32 (the reference is a float32 copy of the model)")
+        notes.append("bfloat16 model: written and checked in float32 (the reference reads its bfloat16 tensors as float32)")
     if analysis.shapes_from.startswith("probes ("):
         notes.append("dynamic shapes were fitted from probe runs: " + analysis.shapes_from[len("probes ("):-1])
     runs = {"graph_runs": RUNS.graph, "eager_runs": RUNS.eager}

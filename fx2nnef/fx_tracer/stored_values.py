@@ -1,6 +1,7 @@
 """The model's own parameters with the values an asset stores for them (float16, Q4_0).
 
-An asset that stores a weight in another format computes with other values than the model.
+An asset that stores a weight in another format computes with other values than the model, and
+one of a bfloat16 model computes in float32 (tract has no bfloat16).
 The checks compare the engine with the model holding those values: :class:`StoredValues` is a
 torch function mode under which every torch call that receives such a parameter gets its
 stored values instead. Each parameter's values are decoded when a call uses them and dropped
@@ -57,36 +58,51 @@ def _decoder(value, dtype: torch.dtype) -> Callable[[], torch.Tensor]:
 
 
 class StoredValues(TorchFunctionMode):
-    """Within ``with``, torch calls read the stored values of the parameters of ``stored``
-    (``{parameter: decoder}``) instead of theirs; the parameters themselves are not changed."""
+    """Within ``with``, torch calls read other values for some tensors of a model (stored values,
+    float32 for bfloat16), given by ``{id(tensor): (tensor, decoder, dtype)}``; reading such a
+    tensor's ``dtype`` answers ``dtype``. The tensors themselves are not changed."""
 
-    def __init__(self, stored: dict):
+    def __init__(self, table: dict):
         super().__init__()
-        self.stored = stored  # id(parameter) -> (parameter, decoder)
+        self.table = table
 
     def __bool__(self) -> bool:
-        return bool(self.stored)
+        return bool(self.table)
+
+    def _entry(self, x):
+        hit = self.table.get(id(x)) if isinstance(x, torch.Tensor) else None
+        return hit if hit is not None and hit[0] is x else None
 
     def _swap(self, x):
-        hit = self.stored.get(id(x)) if isinstance(x, torch.Tensor) else None
-        return hit[1]() if hit is not None and hit[0] is x else x
+        hit = self._entry(x)
+        return x if hit is None else hit[1]()
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if _name(func) not in _METADATA:
+        name = _name(func)
+        if name == "dtype" and len(args) == 1 and self._entry(args[0]) is not None:
+            return self._entry(args[0])[2]
+        if name not in _METADATA:
             args, kwargs = tree_map(self._swap, (args, kwargs))
         return func(*args, **kwargs)
 
 
-def stored_values(model: torch.nn.Module, stored: Sequence, dtype_of: Callable = lambda p: p.dtype) -> StoredValues:
-    """The :class:`StoredValues` of the constants ``stored`` (IR values whose source is a parameter
-    of ``model`` by its path), decoded to ``dtype_of(parameter)``."""
-    out = {}
+def stored_values(model: torch.nn.Module, stored: Sequence = (), upcast_bfloat16: bool = False) -> StoredValues:
+    """The :class:`StoredValues` of ``model`` for the constants ``stored`` (IR values whose source
+    is a parameter of ``model`` by its path), decoded to the parameter's dtype; with
+    ``upcast_bfloat16``, every bfloat16 parameter and buffer reads as float32 (and stored values of
+    a bfloat16 parameter are given in float32, not rounded to bfloat16)."""
+    table = {}
+    if upcast_bfloat16:
+        for t in list(model.parameters()) + list(model.buffers()):
+            if t.dtype == torch.bfloat16:
+                table[id(t)] = (t, (lambda t=t: t.to(torch.float32)), torch.float32)
     for v in stored:
         path = getattr(v.source, "parameter_path", None)
         param = model.get_parameter(path)
         if tuple(v.source.shape) != tuple(param.shape):
             raise InvalidArgumentError(f"stored values of {path} have shape {list(v.source.shape)}, the parameter "
                                        f"{list(param.shape)}: the checks cannot use them")
-        out[id(param)] = (param, _decoder(v, dtype_of(param)))
-    return StoredValues(out)
+        dtype = torch.float32 if upcast_bfloat16 and param.dtype == torch.bfloat16 else param.dtype
+        table[id(param)] = (param, _decoder(v, dtype), dtype)
+    return StoredValues(table)
