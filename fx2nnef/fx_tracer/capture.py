@@ -238,7 +238,8 @@ def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_na
         gm, analysis, trace = _trace_and_probe(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names,
                                                notes, ref, branches)
     remove_dead_code(gm)
-    graph = build_ir(gm, analysis, names, out_names)
+    runner = ModelRunner(model, args, kwargs, tensors)
+    graph = build_ir(gm, analysis, names, out_names, upcast_bfloat16=runner.upcasts)
 
     def cases():
         expected = example_outputs
@@ -252,7 +253,6 @@ def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_na
         if runner.upcasts:  # expected outputs of the float32 run
             out = [(label, ins, runner.run(ins)) for label, ins, _ in out]
         return out
-    runner = ModelRunner(model, args, kwargs, tensors)
     if runner.upcasts:
         notes.append("bfloat16 model: written and checked in float32 (the reference reads its bfloat16 tensors as float32)")
     if analysis.shapes_from.startswith("probes ("):

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.fx as fx
+from torch.utils._pytree import tree_leaves, tree_map
 
 from ..errors import TraceError
 from ..ir import DType, Graph, Node, SymDim, Value, flat_values, method_key, op_key
@@ -54,8 +55,11 @@ class Unrepresentable:
 
 
 class _Builder:
-    def __init__(self, gm: fx.GraphModule, analysis: Analysis, input_names, output_names):
+    def __init__(self, gm: fx.GraphModule, analysis: Analysis, input_names, output_names,
+                 upcast_bfloat16: bool = False):
         self.gm, self.a = gm, analysis
+        self.upcast = upcast_bfloat16
+        self.f32_values: dict = {}
         self.graph = Graph(type(gm).__name__)
         self.graph.symbols = list(analysis.symbols)
         self.env: dict = {}
@@ -86,6 +90,38 @@ class _Builder:
             v = _plain(value)
         self.consts[n] = v
         return v
+
+    def _f32_value(self, n: fx.Node):
+        """A bfloat16 model is exported as computing in float32 (tract has no bfloat16; the checks
+        run the model in float32): a constant the trace computed in bfloat16 (``cos.to(x.dtype)``,
+        ``w * 0.1``) is computed again from float32 inputs, with bfloat16 casts made float32. It
+        keeps its traced value when it cannot be (a module call, an in-place op, an error), and
+        when the new values are not within bfloat16 rounding of the traced ones (random draws)."""
+        value = self.a.values[n]
+        if not _holds_bfloat16(value):
+            return value
+        if n.op == "get_attr":
+            return tree_map(_as_f32, value)  # not kept: a parameter's copy is made only when read
+        if n in self.f32_values:
+            return self.f32_values[n]
+        out = value
+        name = n.target if isinstance(n.target, str) else getattr(n.target, "__name__", "")
+        if n.op in ("call_function", "call_method") and not name.endswith("_") and name != "setitem":
+            def arg(x):
+                if isinstance(x, fx.Node):
+                    return self._f32_value(x)
+                return torch.float32 if x is torch.bfloat16 else x
+            args, kwargs = fx.node.map_aggregate((n.args, n.kwargs), arg)
+            try:
+                with torch.no_grad():
+                    out = (n.target(*args, **kwargs) if n.op == "call_function"
+                           else getattr(args[0], n.target)(*args[1:], **kwargs))
+            except Exception:  # noqa: BLE001 - kept as traced (bfloat16 values, read as float32)
+                out = value
+            if not _within_bfloat16_rounding(out, value):
+                out = value
+        self.f32_values[n] = out
+        return out
 
     def _constant_item(self, n, x, i):
         if isinstance(x, torch.Tensor):
@@ -174,7 +210,10 @@ class _Builder:
             elif n.op == "output":
                 self._outputs(n)
             elif n in self.a.constant:
-                self.env[n] = self._constant(n, self.a.values[n])
+                value = self.a.values[n]
+                if self.upcast and n.op != "get_attr" and _holds_bfloat16(value):
+                    value = self._f32_value(n)
+                self.env[n] = self._constant(n, value)
             else:
                 self.env[n] = self._op(n)
         return self.graph
@@ -329,8 +368,11 @@ def _where(n: fx.Node) -> str:
     return f" at {src}" if src else ""
 
 
-def build_ir(gm: fx.GraphModule, analysis: Analysis, input_names: list, output_names: list) -> Graph:
-    graph = _Builder(gm, analysis, input_names, output_names).build()
+def build_ir(gm: fx.GraphModule, analysis: Analysis, input_names: list, output_names: list,
+             upcast_bfloat16: bool = False) -> Graph:
+    """The IR of ``gm``; ``upcast_bfloat16``: the model is a bfloat16 one exported as computing in
+    float32 (constants computed in bfloat16 by the trace are computed again in float32)."""
+    graph = _Builder(gm, analysis, input_names, output_names, upcast_bfloat16).build()
     graph.guards = list(analysis.guards)
     graph.ranges = dict(analysis.ranges)
     return graph
@@ -350,3 +392,33 @@ def _read_attributes(n: fx.Node, values: dict) -> frozenset:
             found.add(str(m.target))
         todo.extend(m.all_input_nodes)
     return frozenset(found)
+
+
+def _holds_bfloat16(value) -> bool:
+    return any(isinstance(t, torch.Tensor) and t.dtype == torch.bfloat16 for t in tree_leaves(value))
+
+
+def _as_f32(x):
+    return x.to(torch.float32) if isinstance(x, torch.Tensor) and x.dtype == torch.bfloat16 else x
+
+
+def _within_bfloat16_rounding(a, b) -> bool:
+    """Whether ``a`` (recomputed in float32) has ``b``'s structure, shapes and, where ``b`` is
+    bfloat16, values within a few bfloat16 roundings of it (float32 for bfloat16)."""
+    la, lb = tree_leaves(a), tree_leaves(b)
+    if len(la) != len(lb):
+        return False
+    for x, y in zip(la, lb):
+        if isinstance(x, torch.Tensor) != isinstance(y, torch.Tensor):
+            return False
+        if not isinstance(x, torch.Tensor):
+            continue
+        if x.shape != y.shape or not (x.dtype == y.dtype or (y.dtype == torch.bfloat16 and x.dtype == torch.float32)):
+            return False
+        if y.dtype == torch.bfloat16 and y.numel():
+            y32 = y.to(torch.float32)
+            finite = torch.isfinite(y32)
+            scale = float(y32[finite].abs().max()) if bool(finite.any()) else 0.0
+            if not torch.allclose(x, y32, rtol=1 / 16, atol=scale / 64, equal_nan=True):
+                return False
+    return True

@@ -74,6 +74,24 @@ class ArrayData(TensorData):
         return self.array
 
 
+class ReshapedData(TensorData):
+    """``base``'s data under another shape of the same size (a weight given leading unit axes for
+    a matmul): its bytes are ``base``'s, read from it when written; nothing is copied."""
+
+    def __init__(self, base: TensorData, shape: tuple):
+        if math.prod(shape) != base.size:
+            raise ValueError(f"cannot view {list(base.shape)} as {list(shape)}")
+        self.base = base
+        self.shape = tuple(int(d) for d in shape)
+        self.dtype = base.dtype
+
+    def numpy(self) -> np.ndarray:
+        return self.base.numpy().reshape(self.shape)
+
+    def chunks(self, max_bytes: int = DEFAULT_CHUNK_BYTES) -> Iterator[memoryview]:
+        return self.base.chunks(max_bytes)
+
+
 def array_chunks(array: np.ndarray, max_bytes: int = DEFAULT_CHUNK_BYTES) -> Iterator[memoryview]:
     """Row-major little-endian bytes of ``array`` in pieces of at most ``max_bytes`` (views when the
     array is C-contiguous and little-endian, else converted piece by piece)."""

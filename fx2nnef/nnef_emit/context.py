@@ -12,7 +12,7 @@ from typing import Optional
 import numpy as np
 
 from ..errors import EmitError
-from ..ir import DType, Node, SymDim, Value, unique_name
+from ..ir import DType, Node, SymDim, TensorData, Value, unique_name
 
 TRACT_DATUM = {
     DType.F16: "f16", DType.F32: "f32", DType.F64: "f64", DType.I8: "i8", DType.I16: "i16",
@@ -241,7 +241,12 @@ class EmitContext:
 
     def const(self, data, dtype: Optional[DType] = None, name: str = "const") -> Value:
         """A new constant tensor from array-like ``data`` (an array already of that dtype and
-        C-contiguous is kept, not copied: a weight reshaped by a converter stays a view)."""
+        C-contiguous is kept, not copied: a weight reshaped by a converter stays a view), or from a
+        :class:`TensorData` of ``dtype``, kept as it is."""
+        if isinstance(data, TensorData) and dtype in (None, data.dtype):
+            v = Value(name, data.dtype, tuple(data.shape), data)
+            self.variable(v)
+            return v
         arr = np.asarray(data, dtype=None if dtype is None else dtype.numpy_name, order="C")  # keeps rank 0
         if arr.dtype == np.float64 and dtype is None:
             arr = arr.astype(np.float32)

@@ -6,7 +6,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from ..errors import EmitError
-from ..ir import DType, SymDim, Value
+from ..ir import DType, ReshapedData, SymDim, Value
 from .context import EmitContext
 
 
@@ -40,8 +40,18 @@ def unsqueeze_to(ctx: EmitContext, v: Value, r: int) -> Value:
         return v
     shape = (1,) * (r - vr) + tuple(v.shape)
     if v.is_constant and v.source.stored_format is None:
-        return ctx.const(v.data.reshape([int(d) for d in shape]), v.dtype, name=v.name)
+        return reshaped_const(ctx, v, shape)
     return ctx.op("unsqueeze", v, axes=list(range(r - vr)), out_shape=shape, out_dtype=v.dtype)
+
+
+def reshaped_const(ctx: EmitContext, v: Value, shape, dtype: Optional[DType] = None) -> Value:
+    """The constant ``v`` under another ``shape`` (same size), as a new constant of ``dtype``
+    (default: its own). Its data is read from ``v``'s when written (a bfloat16 weight made a
+    float32 copy here before); a changed dtype converts it now."""
+    shape = tuple(int(d) for d in shape)
+    if dtype in (None, v.dtype) and v.source.dtype is v.dtype:
+        return ctx.const(ReshapedData(v.source, shape), v.dtype, name=v.name)
+    return ctx.const(v.data.reshape(shape), dtype or v.dtype, name=v.name)
 
 
 def scalar_operand(ctx: EmitContext, x, dtype: DType):
