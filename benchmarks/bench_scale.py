@@ -1,13 +1,15 @@
 """Export cost of random Llamas at real sizes, printed as figures (not a test).
 
     python benchmarks/bench_scale.py [--sizes l4h512,20m,160m,1b] [--modes static,dynamic] [--no-slope]
-                                     [--attention eager|sdpa]
+                                     [--attention eager|sdpa] [--dtype f32|bf16] [--check]
 
 For each size and mode (static shapes, or dynamic batch B and sequence S), a fresh child
 process builds a random Llama (eager attention as in issue 7; ``--attention sdpa`` for
 transformers' default, whose Python decisions on ``S == 1`` cost real check runs), wrapped to
 take ``(input_ids, attention_mask)`` of length 32 and return the logits, and exports it to
-``.nnef.tgz`` with ``check_io=False``. Printed per run: ``result.timings`` (``graph_runs`` and
+``.nnef.tgz`` with ``check_io=False`` (``--check``: with the check in tract, whose reference runs
+and child process the figures then include; ``--dtype bf16``: the model in bfloat16, written and
+checked in float32, the RSS ratio then relative to the bfloat16 bytes). Printed per run: ``result.timings`` (``graph_runs`` and
 ``eager_runs`` count the real forward passes of the capture, ``fake_runs`` its shape-only runs
 on fake tensors, ``shapes`` the seconds of symbolic replay and fake runs), the export wall time
 divided by the floor (one eager forward, the fastest of three, plus writing the weight bytes
@@ -100,13 +102,16 @@ def _tensors(model) -> list:
     return out
 
 
-def child(size: str, mode: str, layers: int | None, out_dir: Path, attention: str = "eager") -> dict:
+def child(size: str, mode: str, layers: int | None, out_dir: Path, attention: str = "eager",
+          dtype: str = "f32", check: bool = False) -> dict:
     """One measured export in this (fresh) process; returns the figures."""
     import torch
 
     import fx2nnef
 
     model = build(size, layers, attention)
+    if dtype == "bf16":
+        model = model.to(torch.bfloat16)
     vocab = model.lm.config.vocab_size
     ids = torch.randint(0, vocab, (BATCH, SEQ), generator=torch.Generator().manual_seed(0))
     mask = torch.ones_like(ids)
@@ -124,7 +129,7 @@ def child(size: str, mode: str, layers: int | None, out_dir: Path, attention: st
     t0 = time.perf_counter()
     with open(plain, "wb") as handle:
         for t in tensors:
-            handle.write(t.detach().contiguous().numpy().data)
+            handle.write(t.detach().contiguous().reshape(-1).view(torch.uint8).numpy().data)
     write = time.perf_counter() - t0
     plain.unlink()
     dynamic = {"input_ids": {0: "B", 1: "S"}, "attention_mask": {0: "B", 1: "S"}} if mode == "dynamic" else {}
@@ -135,12 +140,13 @@ def child(size: str, mode: str, layers: int | None, out_dir: Path, attention: st
     before = _resident_kib() if reset else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     t0 = time.perf_counter()
     result = fx2nnef.export(model, (ids, mask), asset,
-                            target=fx2nnef.TractNNEF(check_io=False, dynamic_axes=dynamic),
+                            target=fx2nnef.TractNNEF(check_io=check, dynamic_axes=dynamic),
                             input_names=["input_ids", "attention_mask"], output_names=["logits"])
     total = time.perf_counter() - t0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return {
-        "size": size, "mode": mode, "layers": model.lm.config.num_hidden_layers,
+        "size": size, "mode": mode + (" bf16" if dtype == "bf16" else "") + (" +check" if check else ""),
+        "layers": model.lm.config.num_hidden_layers,
         "params": sum(t.numel() for t in tensors), "weight_bytes": weight_bytes,
         "forward": forward, "plain_write": write, "export": total,
         "timings": {k: round(v, 3) for k, v in result.timings.items()},
@@ -157,9 +163,10 @@ def _size_then_remove(asset: Path) -> int:
     return size
 
 
-def run_child(size: str, mode: str, layers: int | None, out_dir: Path, attention: str = "eager") -> dict:
+def run_child(size: str, mode: str, layers: int | None, out_dir: Path, attention: str = "eager",
+              dtype: str = "f32", check: bool = False) -> dict:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", size, mode, str(layers or 0), str(out_dir),
-           "--attention", attention]
+           "--attention", attention, "--dtype", dtype] + (["--check"] if check else [])
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"{size} {mode} failed:\n{proc.stderr[-4000:]}")
@@ -184,11 +191,13 @@ def main():
                     help="skip the runs with half the layers (the per-layer slopes)")
     ap.add_argument("--attention", default="eager", choices=("eager", "sdpa"),
                     help="the Llama's attention implementation (default eager, as in issue 7)")
+    ap.add_argument("--dtype", default="f32", choices=("f32", "bf16"), help="the model's float type")
+    ap.add_argument("--check", action="store_true", help="export with check_io (tract run and reference)")
     ap.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     ns = ap.parse_args()
     if ns.child:
         size, mode, layers, out_dir = ns.child
-        print(json.dumps(child(size, mode, int(layers) or None, Path(out_dir), ns.attention)))
+        print(json.dumps(child(size, mode, int(layers) or None, Path(out_dir), ns.attention, ns.dtype, ns.check)))
         return
     sizes = [s.strip() for s in ns.sizes.split(",") if s.strip()]
     modes = [m.strip() for m in ns.modes.split(",") if m.strip()]
@@ -202,12 +211,12 @@ def main():
         for size in sizes:
             results = {}
             for mode in modes:
-                r = run_child(size, mode, None, Path(tmp), ns.attention)
+                r = run_child(size, mode, None, Path(tmp), ns.attention, ns.dtype, ns.check)
                 results[mode] = r
                 print(describe(r), flush=True)
                 if ns.slope:
                     half = max(1, SIZES[size][2] // 2)
-                    h = run_child(size, mode, half, Path(tmp), ns.attention)
+                    h = run_child(size, mode, half, Path(tmp), ns.attention, ns.dtype, ns.check)
                     print(describe(h), flush=True)
                     dl = r["layers"] - h["layers"]
                     if dl:
