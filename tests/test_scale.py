@@ -331,3 +331,24 @@ def test_bfloat16_llama_is_exported_as_its_float32_version(tmp_path):
     diffs = compare_outputs(["logits"], outputs["f32"], outputs["bf16"], resolve_tolerance("close"))
     assert all(d.ok for d in diffs), diffs
     assert next(model.parameters()).dtype == torch.bfloat16
+
+
+def test_outputs_are_compared_piece_by_piece_with_the_same_verdict(monkeypatch):
+    """The check compares outputs in pieces (an LLM's logits made float64 copies several times
+    their size): pieces of 7 items give the same diff as one piece, NaN/inf positions, counts,
+    largest errors and the worst index included."""
+    from fx2nnef.targets import tolerance
+
+    rng = np.random.default_rng(3)
+    e = rng.standard_normal((5, 9, 4)).astype(np.float32)
+    g = e + rng.standard_normal(e.shape).astype(np.float32) * 1e-3
+    g[2, 5, 1] += 1.0  # the worst, in a later piece
+    g[4, 8, 3] += 1.0  # as bad, later: not the one named
+    e.reshape(-1)[[3, 40, 77]] = [np.nan, np.inf, 0.0]
+    g.reshape(-1)[[3, 40, 77, 100]] = [np.nan, -np.inf, np.inf, np.nan]
+    whole = [tolerance.compare_one("y", e, g, level) for level in ("approximate", "super")]
+    monkeypatch.setattr(tolerance, "_CHUNK", 7)
+    pieces = [tolerance.compare_one("y", e, g, level) for level in ("approximate", "super")]
+    assert pieces == whole
+    assert "NaN/inf differ at 3 position(s); first at index (1, 1, 0)" in whole[0].note  # NaN = NaN at 3
+    assert "worst at index (2, 5, 1)" in whole[0].note and not whole[0].ok

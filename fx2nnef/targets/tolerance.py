@@ -202,37 +202,60 @@ def _compare_exactly(base: OutputDiff, expected: np.ndarray, got: np.ndarray) ->
     return replace(base, max_abs=max_abs, max_rel=max_rel, ok=count == 0, note=note)
 
 
+_CHUNK = 1 << 20  # items compared at a time: an LLM's logits are not copied whole (float64 temporaries)
+
+
 def _compare_floats(base: OutputDiff, expected: np.ndarray, got: np.ndarray, tol: Tolerance) -> OutputDiff:
-    """Float outputs: within ``tol`` where both are finite, same NaN/inf positions elsewhere."""
-    e, g = expected.astype(np.float64), got.astype(np.float64)
-    finite = np.isfinite(e) & np.isfinite(g)
-    same_nonfinite = (np.isnan(e) & np.isnan(g)) | (np.isinf(e) & (e == g))
-    nonfinite_wrong = ~finite & ~same_nonfinite
-    e, g = np.where(finite, e, 0.0), np.where(finite, g, 0.0)
-    delta = np.abs(e - g)
-    outside = delta > tol.atol + tol.rtol * np.abs(e)
-    max_abs = math.inf if nonfinite_wrong.any() else _max_or_zero(delta)
+    """Float outputs: within ``tol`` where both are finite, same NaN/inf positions elsewhere.
+    Compared piece by piece (in float64), the figures gathered over the pieces."""
+    e_flat, g_flat = expected.reshape(-1), got.reshape(-1)
+    nonfinite_count, first_nonfinite = 0, None
+    count, worst_delta, worst_at = 0, -1.0, None
+    max_abs, max_rel = 0.0, 0.0
+    for start in range(0, e_flat.size, _CHUNK):
+        e = e_flat[start:start + _CHUNK].astype(np.float64)
+        g = g_flat[start:start + _CHUNK].astype(np.float64)
+        finite = np.isfinite(e) & np.isfinite(g)
+        same_nonfinite = (np.isnan(e) & np.isnan(g)) | (np.isinf(e) & (e == g))
+        nonfinite_wrong = ~finite & ~same_nonfinite
+        n = int(np.count_nonzero(nonfinite_wrong))
+        if n and first_nonfinite is None:
+            first_nonfinite = start + int(np.flatnonzero(nonfinite_wrong)[0])
+        nonfinite_count += n
+        e, g = np.where(finite, e, 0.0), np.where(finite, g, 0.0)
+        delta = np.abs(e - g)
+        max_abs = max(max_abs, _max_or_zero(delta))
+        max_rel = max(max_rel, _max_relative(delta, e))
+        outside = delta > tol.atol + tol.rtol * np.abs(e)
+        n = int(np.count_nonzero(outside))
+        if n:
+            count += n
+            worst = np.where(outside, delta, -1.0)
+            top = int(np.argmax(worst))  # the first of the largest
+            if worst[top] > worst_delta:
+                worst_delta, worst_at = float(worst[top]), start + top
     notes = []
-    if nonfinite_wrong.any():
-        notes.append(f"NaN/inf differ at {int(np.count_nonzero(nonfinite_wrong))} position(s)"
-                     f"{_worst(nonfinite_wrong, expected, got)}")
-    count = int(np.count_nonzero(outside))
+    if nonfinite_count:
+        max_abs = math.inf
+        notes.append(f"NaN/inf differ at {nonfinite_count} position(s){_at(first_nonfinite, expected, got, 'first')}")
     if count:
-        worst = np.where(outside, delta, -1.0)
         allowed = count <= tol.outliers * expected.size
         notes.append(f"{count} of {expected.size} values outside {tol}"
                      f"{' (allowed outliers)' if allowed else ''}"
-                     f"{_worst(worst == worst.max(), expected, got, 'worst')}")
-    ok = not nonfinite_wrong.any() and count <= tol.outliers * expected.size
-    return replace(base, max_abs=max_abs, max_rel=_max_relative(delta, e),
-                   ok=ok, note="; ".join(notes))
+                     f"{_at(worst_at, expected, got, 'worst')}")
+    ok = not nonfinite_count and count <= tol.outliers * expected.size
+    return replace(base, max_abs=max_abs, max_rel=max_rel, ok=ok, note="; ".join(notes))
 
 
 def _worst(mask: np.ndarray, expected: np.ndarray, got: np.ndarray, label: str = "first") -> str:
     """``"; first at index (0, 2): expected 1.0, got 1.5"`` for the first True of ``mask``."""
     if not mask.any():
         return ""
-    flat = int(np.flatnonzero(mask)[0])
+    return _at(int(np.flatnonzero(mask)[0]), expected, got, label)
+
+
+def _at(flat: int, expected: np.ndarray, got: np.ndarray, label: str) -> str:
+    """``"; worst at index (0, 2): expected 1.0, got 1.5"`` for the item at flat position ``flat``."""
     index = np.unravel_index(flat, expected.shape) if expected.ndim else ()
     where = tuple(int(i) for i in index)
     return f"; {label} at index {where}: expected {expected[where].item()!r}, got {got[where].item()!r}"
