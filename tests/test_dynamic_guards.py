@@ -299,3 +299,18 @@ def test_flip_after_a_reshape(tmp_path):
     model, ins, names, r = _export(lambda x: x.view(x.shape[0] // 2, 2).flip(1), [(6,)], dyn, tmp_path, check_io=True)
     assert r.check.ok
     _sizes_check(model, ins, names, dyn, r, [{"S": n} for n in range(2, 13, 2)])
+
+
+@pytest.mark.parametrize("kind", ["clamp_low", "clamp_high"])
+def test_decision_equal_at_its_flip_but_not_beyond(kind, tmp_path):
+    """``max(0, 16 - S)`` flips at S=16, where both branches give 0: the graph (16 - S) still
+    matches there, and was exported for every S (x * -4 at S=20 instead of 0). The next size on
+    tells the branch apart."""
+    def fn(x):
+        n = x.shape[1]
+        k = max(0, 16 - n) if kind == "clamp_low" else min(n, 12) - 12
+        return x * k + x
+    r = _one_symbol(fn, (2, 10, 3), 1, tmp_path, top=24)
+    bound = 16 if kind == "clamp_low" else 12
+    assert r.ranges["S"].hi == bound and r.ranges["S"].lo is None, r.ranges
+    assert f"extension tract_assert S <= {bound};" in _asserts(r)

@@ -166,3 +166,33 @@ def test_python_decision_far_above_the_example_bounds_the_range(tmp_path):
     r = _far_export(fn, tmp_path)
     assert r.ranges["S"].hi == 500, r.ranges
     assert "tract_assert S <= 500" in r.nnef_text
+
+
+def _chunk_sums(x):
+    """Pad S up to a multiple of 8 (Mamba-style chunked scans), then sum each chunk."""
+    pad = (8 - x.shape[1] % 8) % 8
+    y = F.pad(x, (0, 0, 0, pad), value=0.5)
+    return y.reshape(x.shape[0], -1, 8, x.shape[2]).sum(2)
+
+
+@pytest.mark.parametrize("fn", [
+    _chunk_sums,
+    lambda x: F.pad(x, (1, 2, x.shape[1] // 2, 3)),
+    lambda x: F.pad(x.transpose(1, 2), (x.shape[1] // 3, 2 * (x.shape[1] % 4)), mode="replicate"),
+    lambda x: F.pad((x * 10).long(), (0, 0, 0, (4 - x.shape[1] % 4) % 4), value=7),
+], ids=["chunk_multiple", "both_sides", "replicate", "int64"])
+def test_pad_by_a_dynamic_amount(fn, tmp_path):
+    """F.pad by amounts computed from S (tract's pad takes static amounts: a tiled fill or edge
+    is concatenated); the modulo of a negated size has an IR form whose divisions read
+    non-negative numbers."""
+    _export(fn, (2, 10, 4), 1, tmp_path, [1, 2, 3, 7, 8, 9, 16, 17, 23])
+
+
+def test_pad_that_may_crop_is_refused_with_the_size(tmp_path):
+    """``F.pad(x, (0, 16 - S))`` pads up to S=16 and crops beyond: no tract form; the error
+    names the amount and the first size where it is negative."""
+    model = FnModule(lambda x: F.pad(x, (0, 0, 0, 16 - x.shape[1])))
+    with pytest.raises(fx2nnef.UnsupportedOpError, match=r"F\.pad by 16 - S would crop .* at S=17,"):
+        fx2nnef.export(model, (torch.randn(2, 10, 4),), tmp_path / "m.nnef.tgz", input_names=["x"],
+                       target=fx2nnef.TractNNEF(dynamic_axes={"x": {1: "S"}}))
+    assert not list(tmp_path.iterdir())

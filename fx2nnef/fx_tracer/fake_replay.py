@@ -397,6 +397,16 @@ class _Body(fx.Interpreter):
         return alt(*args, **kwargs) if alt is not None else super().call_method(target, args, kwargs)
 
 
+def _pad(input, pad, mode="constant", value=None):
+    """F.pad's shape: each padded axis grows by its two amounts (negative ones crop); torch's
+    constant_pad_nd reads the amounts as concrete ints, and a pad computed from a dynamic size
+    (up to a multiple of a chunk length) is a SymInt."""
+    shape = list(input.shape)
+    for i in range(len(pad) // 2):
+        shape[-1 - i] = shape[-1 - i] + pad[2 * i] + pad[2 * i + 1]
+    return input.new_empty(shape)
+
+
 def _setitem_functional(x, index, value):
     """``x[index] = value`` on a copy has x's shape (torch's slice copy fixes the symbols)."""
     return x.clone()
@@ -465,6 +475,7 @@ _BASE_FUNCTIONS = {
     torch.max_pool1d_with_indices: _max_pool1d_with_indices,
     torch.baddbmm: _baddbmm,
     torch.tensor_split: _tensor_split,
+    torch.nn.functional.pad: _pad,
     **_MATH,
 }
 _SYMBOLIC_METHODS = {"baddbmm": _baddbmm, "tensor_split": _tensor_split}

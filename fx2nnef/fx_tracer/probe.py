@@ -761,6 +761,7 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
     keep = _output_nodes(gm) | {g.node for g in guards}
     guard_flips: dict = {}  # id(guard) -> first env where it flipped and the graph differs
     equivalent: dict = {}
+    equivalent_envs: list = []  # single-symbol sizes where a decision flipped and the graph still matched
     results: dict = {s: {} for s in symbols}
     refused: list = []
     errors: list = []
@@ -824,6 +825,8 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
                 return ("bad", flips, mismatch)
             for g in flips:
                 equivalent.setdefault(id(g), env)
+            if flips:
+                equivalent_envs.append(env)
         elif flips:
             for g in flips:
                 guard_flips.setdefault(id(g), (env, "a decision differs"))
@@ -842,6 +845,21 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
             bad_detail[(s, env[s])] = r
             r = "bad"
         results[s][env[s]] = "bad" if r == "error" else r
+    if signature is not None:
+        # at the size where a decision flips, both branches may give the same outputs
+        # (``max(0, 16 - S)`` flips at S=16, where both are 0): the next size on, where the
+        # same decisions hold, tells whether the branch taken there is really equivalent
+        for env in list(equivalent_envs):
+            moved = _moved(env, base_env)
+            if len(moved) != 1:
+                continue
+            (s,) = moved
+            n = env[s] + (1 if env[s] > base_env[s] else -1)
+            nxt = {**base_env, s: n}
+            if n < 1 or n in results[s] or _decide(signature, nxt) != _decide(signature, env):
+                continue
+            r = probe(nxt)
+            results[s][n] = "bad" if isinstance(r, tuple) or r == "error" else r
     for s, n in far.items():
         # every decision is the same from the scanned sizes up to n - 1; at n one changes, and
         # what the model does there is not known: the export is valid below it

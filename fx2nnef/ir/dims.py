@@ -36,6 +36,11 @@ class SymDim:
             rest = SymDim({m: c for m, c in numerator.terms.items() if m not in whole})
             part = rest.terms.get((), 0) // divisor if not rest.symbols else cls.floordiv(rest, divisor)
             return simplify(SymDim(whole) + part)
+        if all(c < 0 for m, c in numerator.terms.items() if m):
+            # floor((8 - S)/8) as -floor((S - 1)/8): an atom's numerator has positive symbol
+            # terms, so that it is not negative at the sizes it is read at (tract's integer
+            # division of a negative number may truncate where Python floors)
+            return -cls.floordiv(-numerator + (divisor - 1), divisor)
         name = f"(({str(numerator).replace(' ', '')})/{divisor})"
         _DIV_ATOMS[name] = (numerator, divisor)
         return cls({(name,): 1})
@@ -50,6 +55,14 @@ class SymDim:
     @property
     def symbols(self) -> set:
         return {s for m in self.terms for s in m}
+
+    @property
+    def input_symbols(self) -> set:
+        """The input sizes this dim reads, through its floor-division atoms too."""
+        out = set()
+        for s in self.symbols:
+            out |= _DIV_ATOMS[s][0].input_symbols if s in _DIV_ATOMS else {s}
+        return out
 
     def evaluate(self, env: dict) -> int:
         total = 0

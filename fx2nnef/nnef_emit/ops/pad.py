@@ -5,22 +5,24 @@ for tract.
 """
 from __future__ import annotations
 
+import itertools
 import math
 
 import torch.nn.functional as F
 
 from ...errors import EmitError
-from ...ir import Value
+from ...ir import SymDim, Value
 from ..context import EmitContext
 from ..helpers import rank
 from ..registry import register
+from .creation import filled
 from .pool import static_dims, transpose, with_dim
 
 
 def pad_pairs(x: Value, pad) -> list:
     """torch's flat ``pad`` (last axis first) as (before, after) for every axis."""
-    if len(pad) % 2 or len(pad) // 2 > rank(x) or not all(isinstance(p, int) for p in pad):
-        raise EmitError(f"pad must hold an even number (at most 2 * rank) of static ints, got {pad!r}")
+    if len(pad) % 2 or len(pad) // 2 > rank(x) or not all(isinstance(p, (int, SymDim)) for p in pad):
+        raise EmitError(f"pad must hold an even number (at most 2 * rank) of ints or sizes, got {pad!r}")
     pairs = [(0, 0)] * rank(x)
     for i in range(len(pad) // 2):
         pairs[rank(x) - 1 - i] = (pad[2 * i], pad[2 * i + 1])
@@ -100,11 +102,93 @@ def _check_pad_mode(mode: str) -> None:
         raise EmitError(f"F.pad mode {mode!r} is not supported")
 
 
+def _sizes_to_try(ctx: EmitContext, symbol: str) -> list:
+    """Sizes of ``symbol`` within the export's range where a dim's sign is worth testing: the
+    smallest ones, the largest, and powers of two in between (a polynomial of the sizes keeps
+    its sign past a few of them)."""
+    r = ctx.ranges.get(symbol)
+    lo = max(1, r.lo) if r is not None and r.lo is not None else 1
+    hi = r.hi if r is not None and r.hi is not None else 1 << 30
+    sizes = set(range(lo, min(hi, lo + 64) + 1)) | {hi} | {1 << k for k in range(31) if lo <= 1 << k <= hi}
+    if r is not None:
+        sizes = {n for n in sizes if r.contains(n)}
+    return sorted(sizes)
+
+
+def _negative_at(ctx: EmitContext, amount: SymDim):
+    """A size (symbol -> int) of the export's range where ``amount`` is negative, or None."""
+    symbols = sorted(amount.input_symbols)
+    tries = [_sizes_to_try(ctx, s) for s in symbols]
+    if len(symbols) > 1:  # a grid: the extremes and a few small sizes of each
+        tries = [sorted(set(t[:4] + t[-3:])) for t in tries]
+    last_good = None
+    for values in itertools.product(*tries):
+        env = dict(zip(symbols, values))
+        if amount.evaluate(env) >= 0:
+            last_good = values
+            continue
+        if len(symbols) == 1 and last_good is not None:  # the first negative size past the last good one
+            (s,), lo, hi = symbols, last_good[0], values[0]
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                lo, hi = (mid, hi) if amount.evaluate({s: mid}) >= 0 else (lo, mid)
+            env = {s: hi}
+        return env
+    return None
+
+
+def _pad_dynamic(ctx: EmitContext, x: Value, pairs: list, mode: str, value) -> Value:
+    """Pads by dynamic sizes (``F.pad(x, (0, 8 - S % 8))``): tract's ``pad`` takes static amounts
+    only, so each piece is a tile of its fill (constant) or of the edge slice (replicate) of a
+    dynamic length, concatenated to ``x``."""
+    for axis, (before, after) in enumerate(pairs):
+        for amount in (before, after):
+            if not isinstance(amount, SymDim):
+                continue
+            if mode not in ("constant", "replicate"):
+                raise EmitError(f"F.pad mode {mode!r} by a dynamic size ({amount}) is not supported for tract; "
+                                "constant and replicate are")
+            bad = _negative_at(ctx, amount)
+            if bad is not None:
+                at = ", ".join(f"{k}={v}" for k, v in bad.items())
+                raise EmitError(
+                    f"F.pad by {amount} would crop (the amount is negative) at {at}, a size the export claims to "
+                    "be valid for; a pad that may crop has no tract form. Clamp the amount in the model "
+                    "(max(0, ...) bounds the range) or keep that axis static; if the model never crops there, "
+                    "the amount's form was fitted from a few sizes (see the export's notes on dynamic shapes)")
+    for axis, (before, after) in enumerate(pairs):
+        if not isinstance(before, SymDim) and not isinstance(after, SymDim):
+            continue
+        parts = [x]
+        for amount, at_end in ((before, False), (after, True)):
+            if not isinstance(amount, SymDim):
+                continue
+            if mode == "constant":
+                piece = filled(ctx, list(with_dim(x.shape, axis, amount)), 0.0 if value is None else value, x.dtype)
+            else:  # replicate: the edge slice, tiled
+                n = x.shape[axis]
+                begin, end = (n - 1, n) if at_end else (0, 1)
+                edge = ctx.op("slice", x, axes=[axis], begin=[begin], end=[end], out_shape=with_dim(x.shape, axis, 1))
+                piece = ctx.op("tile", edge, repeats=list(with_dim((1,) * rank(x), axis, amount)),
+                               out_shape=with_dim(x.shape, axis, amount))
+            parts = parts + [piece] if at_end else [piece] + parts
+        size = sum(p.shape[axis] for p in parts)
+        x = ctx.op("concat", parts, axis=axis, out_shape=with_dim(x.shape, axis, size))
+    return x
+
+
 @register(F.pad, target="tract")
 def pad_tract(ctx: EmitContext, input: Value, pad, mode="constant", value=None):
     """pad(Tensor input, SymInt[] pad, str mode="constant", float? value=None) -> Tensor"""
     _check_pad_mode(mode)
-    x, pairs = crop_negative(ctx, input, pad_pairs(input, pad))
+    pairs = pad_pairs(input, pad)
+    dynamic = [tuple(p if isinstance(p, SymDim) else 0 for p in pair) for pair in pairs]
+    if any(p != (0, 0) for p in dynamic):  # the static amounts first, then the dynamic ones
+        x, static = crop_negative(ctx, input, [tuple(0 if isinstance(p, SymDim) else p for p in pair) for pair in pairs])
+        if any(p != (0, 0) for p in static):
+            x = pad_by_concat(ctx, x, static, mode) if mode in ("replicate", "circular") else pad_op(ctx, x, static, mode, value)
+        return _pad_dynamic(ctx, x, dynamic, mode, value)
+    x, pairs = crop_negative(ctx, input, pairs)
     if mode in ("replicate", "circular"):
         return pad_by_concat(ctx, x, pairs, mode)
     return pad_op(ctx, x, pairs, mode, value)
