@@ -314,3 +314,17 @@ def test_decision_equal_at_its_flip_but_not_beyond(kind, tmp_path):
     bound = 16 if kind == "clamp_low" else 12
     assert r.ranges["S"].hi == bound and r.ranges["S"].lo is None, r.ranges
     assert f"extension tract_assert S <= {bound};" in _asserts(r)
+
+
+def test_probe_fitting_is_bounded_where_a_kernel_decision_changes_far_away(tmp_path):
+    """A size read as a Python number (``range(chunks)``) makes the shapes come from probe fitting,
+    which sees sizes up to about 3x the example only; torch's kernels decide on S far above
+    (one chunk of 64 up to S=64, shapes fitted as 64 - S): the replay's decisions bound the range
+    there, as on the replay's own path (before, the pad was refused as cropping at S=65)."""
+    def fn(x):
+        s = x.shape[1]
+        y = F.pad(x, (0, 0, 0, (64 - s % 64) % 64)).reshape(x.shape[0], -1, 64, x.shape[2])
+        return torch.cat([y[:, i].cumsum(1) for i in range(y.shape[1])], 1)[:, :s]
+    r = _one_symbol(fn, (2, 10, 3), 1, tmp_path, top=64)
+    assert r.ranges["S"].hi == 64 and r.ranges["S"].lo is None, r.ranges
+    assert "extension tract_assert S <= 64;" in _asserts(r)

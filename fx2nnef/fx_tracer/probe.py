@@ -711,6 +711,7 @@ def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, 
     if not symbols:
         return _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, base_values,
                          base_records, base_failures, None)
+    rep = None
     try:
         started = time.perf_counter()
         try:
@@ -722,13 +723,13 @@ def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, 
     except ReplayUnavailable as exc:
         why = str(exc)
     analysis = _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, base_values,
-                         base_records, base_failures, None)
+                         base_records, base_failures, None, kernel_checks=rep.checks if rep is not None else None)
     analysis.shapes_from = "probes (" + why + ")"
     return analysis
 
 
 def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, base_values, base_records,
-              base_failures, rep: Optional[Replay]) -> Analysis:
+              base_failures, rep: Optional[Replay], kernel_checks: Optional[list] = None) -> Analysis:
     """The body of :func:`analyze`: probe runs, ranges, shapes and guard statuses. Shapes come from
     the fake replay ``rep`` when given (probes are then only the sizes where a decision flips and
     two checks), else from polynomials fitted to many probe runs."""
@@ -757,6 +758,18 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
         for env in guard_flip_sizes(gm, example, names, dynamic_axes, guards, base_env, data_dep0):
             if env not in single:
                 single.append(env)
+        if kernel_checks:
+            # the replay ran but cannot lead (a size read as a Python number): the shapes fitted
+            # from probes hold where torch's kernels decide as at the probed sizes; the first size
+            # past them where one of those decisions changes (the number of chunks of a padded
+            # sequence) bounds the range, as on the replay's path
+            def kernels(env):
+                return tuple(_decide(c.holds, env) for c in kernel_checks)
+            for s, v in base_env.items():
+                top = max([e[s] for e in single + multi] + [v])
+                n = _far_flip(kernels, base_env, s, top, [kernels({**base_env, s: k}) for k in range(1, top + 1)])
+                if n is not None:
+                    far[s] = n
     good: list = [(base_env, base_records)]
     keep = _output_nodes(gm) | {g.node for g in guards}
     guard_flips: dict = {}  # id(guard) -> first env where it flipped and the graph differs
