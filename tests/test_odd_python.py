@@ -153,3 +153,42 @@ def test_plain_tensors_given_traced_sizes(tmp_path):
     r = fx2nnef.export(PlainTensorSizes(), (randn(2, 3, 4),), tmp_path / "m.nnef.tgz",
                        target=fx2nnef.TractNNEF(dynamic_axes={"x": {0: "B", 1: "S"}}))
     assert r.check.ok and len(r.check.cases) == 3
+
+
+class CachesOnItself(nn.Module):
+    """Forwards that store values on the module: a buffer re-assigned in the input's dtype (as
+    CTRL does), a table built on first use, a counter."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("pos", torch.randn(16, 8, generator=torch.Generator().manual_seed(3)))
+        self.proj = nn.Linear(8, 8)
+        self.table = None
+        self.calls = 0
+
+    def forward(self, x):
+        self.pos = self.pos.to(dtype=x.dtype)
+        if self.table is None:
+            self.table = torch.cos(self.pos[: x.shape[1]]) + 1
+        self.calls += 1
+        return self.proj(x + self.pos[: x.shape[1]]) * self.table
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_forward_that_stores_values_on_its_module(dynamic, tmp_path):
+    """The trace's values were left in the module (a traced buffer, a traced table): the
+    reference runs then failed or compared with the trace itself, and the model was broken for
+    its user after the export. The modules are as before the trace once it ends."""
+    model = CachesOnItself().eval()
+    pos = model.pos.clone()
+    x = randn(2, 6, 8)
+    dyn = {"x": {1: "S"}} if dynamic else {}
+    r = fx2nnef.export(model, (x,), tmp_path / "m.nnef.tgz", input_names=["x"],
+                       target=fx2nnef.TractNNEF(dynamic_axes=dyn))
+    assert r.check.ok
+    assert type(model.pos) is torch.Tensor and torch.equal(model.pos, pos)
+    assert "pos" in dict(model.named_buffers())
+    with torch.no_grad():
+        fresh = CachesOnItself().eval()
+        fresh.load_state_dict(model.state_dict())
+        assert torch.allclose(model(x), fresh(x))

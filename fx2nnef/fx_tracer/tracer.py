@@ -560,6 +560,7 @@ def trace_model(model: torch.nn.Module, args: tuple, kwargs: dict, flat_names: l
     root_cls = type("TracedModel", (_TraceRoot,), {"forward": namespace["forward"]})
     root = root_cls(model)
     root.__dict__["_fx2nnef_call"] = call
+    saved = _module_state(model)
     try:
         with tracing_patches(tracer):
             graph = tracer.trace(root)
@@ -567,6 +568,8 @@ def trace_model(model: torch.nn.Module, args: tuple, kwargs: dict, flat_names: l
         raise
     except Exception as exc:
         raise TraceError(_untraceable_message(exc)) from exc
+    finally:
+        _restore_module_state(saved)
     outs = holder["out_names"]
     not_traced = [n for n, node in zip(outs, _output_nodes(graph)) if not isinstance(node, fx.Node)]
     if not_traced:
@@ -575,6 +578,28 @@ def trace_model(model: torch.nn.Module, args: tuple, kwargs: dict, flat_names: l
     names = list(output_names) if output_names else outs
     return TraceResult(gm, list(flat_names), names, tracer.guards, [originals[n] for n in flat_names],
                        list(tracer.control_flow_notes), list(tracer.decisions))
+
+
+def _module_state(model: torch.nn.Module) -> list:
+    """Each module's attributes, parameters, buffers and submodules (shallow copies), for
+    :func:`_restore_module_state`."""
+    return [(m, dict(m.__dict__), {k: dict(v) for k, v in m.__dict__.items()
+                                   if k in ("_parameters", "_buffers", "_modules") and isinstance(v, dict)})
+            for m in model.modules()]
+
+
+def _restore_module_state(saved: list) -> None:
+    """Undo what the traced forward assigned to the modules: a forward that caches a value on
+    itself (``self.pos_encoding = self.pos_encoding.to(x.dtype)``, a rotary table built on first
+    use) stored a traced value there, which broke every later run of the model (the reference
+    runs, the user's own) and the graph's reads of the original."""
+    for m, attrs, tables in saved:
+        for name, table in tables.items():
+            current = attrs[name]
+            current.clear()
+            current.update(table)
+        m.__dict__.clear()
+        m.__dict__.update(attrs)
 
 
 def _graph_module_class() -> type:
