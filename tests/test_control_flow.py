@@ -366,3 +366,35 @@ def test_piece_by_piece_names_the_constructs():
     assert any("torch.cond at" in n and "select" in n for n in gate), gate
     assert any(n.startswith("scan at") and "tract_core_scan" in n for n in report.row("cum").notes)
     assert any("torch.cond at" in n for n in report.row("sub").notes)
+
+
+def test_python_loop_over_a_dynamic_size_points_at_scan(tmp_path):
+    """A ``for i in range(S)`` loop (Mamba's slow path) is unrolled at the example size, valid
+    there only: the error names the loop and says how to write it; the scan it suggests exports
+    for any length."""
+    from harness import FnModule
+
+    def loop(x):
+        h = torch.zeros(x.shape[0], x.shape[2])
+        outs = []
+        for i in range(x.shape[1]):
+            h = 0.9 * h + x[:, i]
+            outs.append(h)
+        return torch.stack(outs, 1)
+
+    def scanned(x):
+        def step(h, xt):
+            h = 0.9 * h + xt
+            return h, h.clone()
+        return scan(step, torch.zeros(x.shape[0], x.shape[2]), x, dim=1)[1]
+
+    x = torch.randn(2, 7, 4, generator=torch.Generator().manual_seed(0))
+    target = fx2nnef.TractNNEF(dynamic_axes={"x": {1: "S"}})
+    with pytest.raises(fx2nnef.GuardError, match=r"(?s)for i in range\(x\.shape\[1\]\).*Python loop over a dynamic size "
+                                                 r"\(at .*test_control_flow\.py:\d+\).*torch's scan"):
+        fx2nnef.export(FnModule(loop), (x,), tmp_path / "loop.nnef.tgz", input_names=["x"], target=target)
+    r = fx2nnef.export(FnModule(scanned), (x,), tmp_path / "scan.nnef.tgz", input_names=["x"], target=target)
+    assert r.check.ok and not r.ranges
+    longer = torch.randn(2, 30, 4, generator=torch.Generator().manual_seed(1))
+    got = run_tract_many(r.path, [[longer.numpy()]])[0][0]
+    np.testing.assert_allclose(got, loop(longer).numpy(), rtol=1e-5, atol=1e-5)

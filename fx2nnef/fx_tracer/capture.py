@@ -408,6 +408,7 @@ def _trace_and_probe(model, args, kwargs, names, out_names, dyn, leaf_types, lea
         lines = [f"the trace took decisions on dynamic dims {dict(analysis.base_env)} that do not hold at other sizes:"]
         lines += [f"  - {f}" for f in first_failures[:10]]
         lines.append("Make that code independent of the dynamic size, trace with other example sizes, or drop the dim from dynamic_axes.")
+        lines += _loop_hint(analysis)
         raise GuardError("\n".join(lines))
     trace2, analysis_back = retraced
     _refuse_single_sizes(analysis_back)
@@ -438,7 +439,19 @@ def _refuse_single_sizes(analysis):
              + "; ".join(str(r) for r in single) + "):"]
     lines += [f"  - {g}" for g in analysis.guards if g.status in ("bounds", "violated")][:10]
     lines.append("Make that code independent of the dynamic size, or drop the dim from dynamic_axes.")
+    lines += _loop_hint(analysis)
     raise GuardError("\n".join(lines))
+
+
+def _loop_hint(analysis) -> list:
+    """What to do with a Python loop over a dynamic size, when one of the decisions is one."""
+    loops = [g for g in analysis.guards if g.status in ("bounds", "violated") and g.what.startswith(("index(", "len("))
+             and g.source is not None and "range(" in (g.source.code or "")]
+    if not loops:
+        return []
+    return [f"A Python loop over a dynamic size (at {loops[0].source}) is unrolled at the example size: write its "
+            "step as a function for torch's scan (torch._higher_order_ops.scan.scan(step, init, xs, dim=...)), "
+            "which is exported as one tract_core_scan for any length."]
 
 
 def _note_ranges(analysis, notes):
