@@ -134,6 +134,18 @@ CASES = [
            dynamic_axes=DYN1, **TRACT),
     OpCase("movedim_lists_dyn", lambda x: x.movedim([0, 1], [2, 0]), [F32], dynamic_axes=DYN1, **TRACT),
     OpCase("diff_dyn", lambda x: torch.diff(x, dim=1), [F32], dynamic_axes=DYN1, **TRACT),
+    # triangular solves (gated delta nets solve a unit lower-triangular system per chunk)
+    OpCase("solve_triangular_unit_lower",
+           lambda a, b: torch.linalg.solve_triangular(a, b, upper=False, unitriangular=True),
+           [randn(2, 3, 16, 16, seed=4) * 0.3, randn(2, 3, 16, 5, seed=5)]),
+    OpCase("solve_triangular_upper", lambda a, b: torch.linalg.solve_triangular(a, b, upper=True),
+           [randn(6, 6, seed=6) * 0.3 + 2 * torch.eye(6), randn(6, 2, seed=7)]),
+    OpCase("solve_triangular_right_lower_broadcast",
+           lambda a, b: torch.linalg.solve_triangular(a, b, upper=False, left=False),
+           [randn(1, 5, 5, seed=8) * 0.3 + 2 * torch.eye(5), randn(3, 4, 5, seed=9)]),
+    OpCase("solve_triangular_dynamic_batch",
+           lambda a, b: torch.linalg.solve_triangular(a, b, upper=False, unitriangular=True),
+           [randn(3, 8, 8, seed=10), randn(3, 8, 2, seed=11)], dynamic_axes={"x0": {0: "B"}, "x1": {0: "B"}}, **TRACT),
 ]
 
 

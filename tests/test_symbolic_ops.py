@@ -196,3 +196,12 @@ def test_pad_that_may_crop_is_refused_with_the_size(tmp_path):
         fx2nnef.export(model, (torch.randn(2, 10, 4),), tmp_path / "m.nnef.tgz", input_names=["x"],
                        target=fx2nnef.TractNNEF(dynamic_axes={"x": {1: "S"}}))
     assert not list(tmp_path.iterdir())
+
+
+def test_slice_from_the_end_by_a_dynamic_size(tmp_path):
+    """``y[..., -S:]`` after a causal conv's left pad (Qwen3-Next / Olmo-hybrid conv1d): the start
+    -S counts from the end at every size; tract read it as a position before 0 (a slice of
+    2S + 3 items in its shape inference, an invalid range at run time)."""
+    def fn(x):
+        return F.pad(x, (3, 0)).cumsum(-1)[..., -x.shape[-1]:]
+    _export(fn, (2, 4, 9), 2, tmp_path, [1, 5, 20])

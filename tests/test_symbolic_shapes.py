@@ -137,3 +137,20 @@ def test_sympy_to_dims():
         except ValueError:
             continue
         raise AssertionError(f"{bad} has no IR form and must be refused")
+
+
+def test_size_divided_by_a_size_that_divides_it():
+    """``L // (L // 64)`` for L = S padded up to a multiple of 64 (reshape(..., -1, 64) of a
+    padded sequence): the numerator is 64 times the divisor as polynomials, so the quotient is
+    64; the modulo of a negated size is written with non-negative division numerators."""
+    import sympy
+    from torch.utils._sympy.functions import FloorDiv, PythonMod
+
+    from fx2nnef.fx_tracer.fake_replay import to_dim
+
+    s = sympy.Symbol("s0", integer=True, positive=True)
+    padded = s + PythonMod(64 - PythonMod(s, 64), 64)
+    assert to_dim(FloorDiv(padded, FloorDiv(padded, 64)), {s: "S"}) == 64
+    pad = to_dim(PythonMod(64 - PythonMod(s, 64), 64), {s: "S"})
+    assert [pad.evaluate({"S": n}) for n in (1, 63, 64, 65, 130)] == [63, 1, 0, 63, 62]
+    assert "-S)" not in str(pad) and "(0-" not in str(pad), str(pad)

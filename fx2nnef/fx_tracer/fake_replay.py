@@ -407,6 +407,11 @@ def _pad(input, pad, mode="constant", value=None):
     return input.new_empty(shape)
 
 
+def _solve_triangular(A, B, *, upper, left=True, unitriangular=False, out=None):
+    """The solution's shape is the product's (torch's kernel reads the batch sizes as ints)."""
+    return torch.matmul(A, B) if left else torch.matmul(B, A)
+
+
 def _setitem_functional(x, index, value):
     """``x[index] = value`` on a copy has x's shape (torch's slice copy fixes the symbols)."""
     return x.clone()
@@ -476,6 +481,7 @@ _BASE_FUNCTIONS = {
     torch.baddbmm: _baddbmm,
     torch.tensor_split: _tensor_split,
     torch.nn.functional.pad: _pad,
+    torch.linalg.solve_triangular: _solve_triangular,
     **_MATH,
 }
 _SYMBOLIC_METHODS = {"baddbmm": _baddbmm, "tensor_split": _tensor_split}
@@ -643,7 +649,25 @@ def to_dim(expr, symbols: dict):
         else:
             q = SymDim.floordiv(num, d)
         return num - d * q if kind in ("Mod", "PythonMod") else q
+    if kind in ("FloorDiv", "CleanDiv", "Mod", "PythonMod") and len(args) == 2:
+        # a size divided by a size: exact when the numerator is k times the divisor as polynomials
+        # (reshape(-1, 64) of a length padded to a multiple of 64: L // (L // 64) is 64)
+        num, den = to_dim(args[0], symbols), to_dim(args[1], symbols)
+        k = _multiple_of(num, den)
+        if k is not None:
+            return k if kind in ("FloorDiv", "CleanDiv") else 0
     raise ValueError(str(expr))
+
+
+def _multiple_of(num, den) -> Optional[int]:
+    """The integer k with ``num == k * den`` as polynomials (den not a constant), else None."""
+    if not isinstance(den, SymDim) or isinstance(num, int) or set(num.terms) != set(den.terms):
+        return None
+    ratios = {Fraction(c, den.terms[m]) for m, c in num.terms.items()}
+    if len(ratios) != 1:
+        return None
+    (k,) = ratios
+    return int(k) if k.denominator == 1 else None
 
 
 def _compile(expr, symbols: dict) -> Callable[[dict], object]:

@@ -1,6 +1,8 @@
 """Small building blocks shared by converters (ranks, axes, broadcasting, casts, constants)."""
 from __future__ import annotations
 
+import itertools
+
 from typing import Optional, Sequence
 
 import numpy as np
@@ -281,3 +283,45 @@ def select(ctx: EmitContext, cond: Value, a, b) -> Value:
 def to_float(ctx: EmitContext, x: Value) -> Value:
     """``x`` as a float tensor (integers and bools become f32, as torch promotes them)."""
     return x if x.dtype.is_float else cast(ctx, x, DType.F32)
+
+
+def _sizes_to_try(ctx, symbol: str) -> list:
+    """Sizes of ``symbol`` within the export's range where a dim's sign is worth testing: the
+    smallest ones, the largest, and powers of two in between (a polynomial of the sizes keeps
+    its sign past a few of them)."""
+    r = ctx.ranges.get(symbol)
+    lo = max(1, r.lo) if r is not None and r.lo is not None else 1
+    hi = r.hi if r is not None and r.hi is not None else 1 << 30
+    sizes = set(range(lo, min(hi, lo + 64) + 1)) | {hi} | {1 << k for k in range(31) if lo <= 1 << k <= hi}
+    if r is not None:
+        sizes = {n for n in sizes if r.contains(n)}
+    return sorted(sizes)
+
+
+def negative_at(ctx, d) -> Optional[dict]:
+    """A size (symbol -> int) within the export's range where the dim ``d`` is negative (the
+    first one past the last non-negative size tried, for one symbol), or None."""
+    if not isinstance(d, SymDim):
+        return {} if d < 0 else None
+    symbols = sorted(d.input_symbols)
+    tries = [_sizes_to_try(ctx, s) for s in symbols]
+    if len(symbols) > 1:  # a grid: the extremes and a few small sizes of each
+        tries = [sorted(set(t[:4] + t[-3:])) for t in tries]
+    last_good = None
+    for values in itertools.product(*tries):
+        env = dict(zip(symbols, values))
+        if d.evaluate(env) >= 0:
+            last_good = values
+            continue
+        if len(symbols) == 1 and last_good is not None and last_good[0] < values[0]:
+            (s,), lo, hi = symbols, last_good[0], values[0]
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                lo, hi = (mid, hi) if d.evaluate({s: mid}) >= 0 else (lo, mid)
+            env = {s: hi}
+        return env
+    return None
+
+
+def env_text(env: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in env.items())

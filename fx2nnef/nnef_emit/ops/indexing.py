@@ -7,6 +7,8 @@ boolean mask becomes ``select``; a tensor index along one axis becomes a scatter
 """
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -14,7 +16,7 @@ import torch.nn.functional as F
 from ...errors import EmitError
 from ...ir import DType, SymDim, Value, simplify
 from ..context import EmitContext
-from ..helpers import axis, broadcast_operands, cast, rank, result_dtype, unsqueeze_to
+from ..helpers import axis, broadcast_operands, cast, env_text, negative_at, rank, result_dtype, unsqueeze_to
 from ..registry import register
 from .shape import concat, expand_to, full_like_value, permute_axes, reshape_to, slice_axes, slice_axis, slice_length
 
@@ -49,22 +51,34 @@ def _items(index, r: int) -> list:
     return items[:at] + [slice(None)] * missing + items[at + 1:]
 
 
-def _position(i, n):
-    """A non-negative index into an axis of size ``n``."""
+def _position(i, n, ctx: Optional[EmitContext] = None):
+    """A non-negative index into an axis of size ``n``. An index computed from the dynamic sizes
+    (``x[..., -S:]``) counts from the end where it is negative: it must be so at every size of
+    the export's range or at none (tract reads a negative begin as a position before 0)."""
     if isinstance(i, int) and i < 0:
         if isinstance(n, int) and i < -n:
             raise EmitError(f"index {i} is out of range for size {n}")
         return n + i
+    if isinstance(i, SymDim) and ctx is not None:
+        negative = negative_at(ctx, i)
+        if negative is None:
+            return i
+        non_negative = negative_at(ctx, -i - 1)
+        if non_negative is None:
+            return n + i
+        raise EmitError(f"the index {i} is negative (counts from the end) at {env_text(negative)} and not at "
+                        f"{env_text(non_negative)}: no single slice holds both; compute it so that its sign "
+                        "does not change with the sizes")
     return i
 
 
-def _bounds(item: slice, n) -> tuple:
+def _bounds(item: slice, n, ctx: Optional[EmitContext] = None) -> tuple:
     """(begin, end, step) with non-negative bounds, clamped to ``n`` where both are known."""
     step = 1 if item.step is None else item.step
     if not isinstance(step, int) or step <= 0:
         raise EmitError(f"slice step {step!r} must be a positive integer")
-    begin = 0 if item.start is None else _position(item.start, n)
-    end = n if item.stop is None else _position(item.stop, n)
+    begin = 0 if item.start is None else _position(item.start, n, ctx)
+    end = n if item.stop is None else _position(item.stop, n, ctx)
     if isinstance(n, int):
         begin = min(max(begin, 0), n) if isinstance(begin, int) else begin
         end = min(max(end, 0), n) if isinstance(end, int) else end
@@ -107,12 +121,12 @@ def _sliced(ctx: EmitContext, x: Value, items: list):
             continue
         n = x.shape[ax]
         if isinstance(item, slice):
-            b, e, s = _bounds(item, n)
+            b, e, s = _bounds(item, n, ctx)
             e = _clamped_end(ctx, e, n)
             if not (b == 0 and e == n and s == 1):
                 ranges.append((ax, b, e, s))
         elif isinstance(item, (int, SymDim)):
-            i = _position(item, n)
+            i = _position(item, n, ctx)
             ranges.append((ax, i, i + 1, 1))
             ints.append(ax)
         elif isinstance(item, (Value, list)):
@@ -245,7 +259,7 @@ def _set_region(ctx: EmitContext, x: Value, items: list, value) -> Value:
     ranges, region = [], list(x.shape)
     for ax, item in enumerate(items):
         n = x.shape[ax]
-        b, e, s = _bounds(item, n) if isinstance(item, slice) else (_position(item, n), _position(item, n) + 1, 1)
+        b, e, s = _bounds(item, n, ctx) if isinstance(item, slice) else (_position(item, n, ctx), _position(item, n, ctx) + 1, 1)
         if not (b == 0 and e == n and s == 1):
             ranges.append((ax, b, e, s))
         region[ax] = slice_length(b, e, s)
@@ -378,7 +392,7 @@ def narrow(ctx: EmitContext, input: Value, dim: int, start, length):
     ax = axis(dim, rank(input))
     if isinstance(start, Value) or isinstance(length, Value):
         raise EmitError("narrow with a tensor start or length is not supported")
-    begin = _position(start, input.shape[ax])
+    begin = _position(start, input.shape[ax], ctx)
     return slice_axis(ctx, input, ax, begin, begin + length)
 
 

@@ -1,15 +1,17 @@
-"""Matrix products: linear, matmul, mm, bmm, addmm, baddbmm, einsum, outer."""
+"""Matrix products: linear, matmul, mm, bmm, addmm, baddbmm, einsum, outer; triangular solves."""
 from __future__ import annotations
 
+import math
 import string
 from typing import Optional
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
 from ...ir import DType, Value, product
 from ..context import TRACT_DATUM, EmitContext, stored_transposed
-from ..helpers import broadcast_operands, cast, dims_list, rank, result_dtype, tiled_from, unsqueeze_to
+from ..helpers import broadcast_operands, cast, dims_list, ew, rank, result_dtype, tiled_from, un, unsqueeze_to
 from ..registry import register
 
 
@@ -257,3 +259,43 @@ def outer(ctx: EmitContext, input: Value, vec2: Value):
     a = ctx.op("unsqueeze", cast(ctx, input, dtype), axes=[1], out_shape=(input.shape[0], 1))
     b = ctx.op("unsqueeze", cast(ctx, vec2, dtype), axes=[0], out_shape=(1, vec2.shape[0]))
     return ctx.op("mul", a, b, out_dtype=dtype, out_shape=(input.shape[0], vec2.shape[0]))
+
+
+def _swap_last(ctx: EmitContext, x: Value) -> Value:
+    r = rank(x)
+    perm = list(range(r - 2)) + [r - 1, r - 2]
+    return ctx.op("transpose", x, axes=perm, out_shape=tuple(x.shape[p] for p in perm), out_dtype=x.dtype)
+
+
+@register(torch.linalg.solve_triangular)
+def solve_triangular(ctx: EmitContext, input: Value, B: Value, *, upper: bool, left: bool = True,
+                     unitriangular: bool = False, out=None):
+    """linalg_solve_triangular(Tensor self, Tensor B, *, bool upper, bool left=True, bool unitriangular=False) -> Tensor
+
+    NOTE: NNEF has no triangular solve. With ``A = D (I + M)`` (D its diagonal, M strictly
+    triangular, so M**n = 0), ``(I + M)^-1 = (I - M)(I + M**2)(I + M**4)...``: ceil(log2(n))
+    steps of two matmuls each, on a static n (the chunks of a gated delta net: n = 64). Only
+    the triangle torch reads is used (and not the diagonal for ``unitriangular``). The powers
+    of M round differently from substitution: a badly conditioned system shows in the check."""
+    n = input.shape[-1]
+    if not isinstance(n, int) or rank(input) < 2 or rank(B) < 2:
+        ctx.fail("linalg.solve_triangular needs matrices of a static size")
+    if not left:  # X A = B  <=>  A^T X^T = B^T
+        x = solve_triangular(ctx, _swap_last(ctx, input), _swap_last(ctx, B), upper=not upper,
+                             unitriangular=unitriangular)
+        return _swap_last(ctx, x)
+    dtype = result_dtype(input, B)
+    a, x = cast(ctx, input, dtype), cast(ctx, B, dtype)
+    strict = np.triu(np.ones((n, n)), 1) if upper else np.tril(np.ones((n, n)), -1)
+    m = ew(ctx, "mul", a, ctx.const(strict, dtype, name="strict_triangle"))
+    if not unitriangular:
+        diag = ew(ctx, "mul", a, ctx.const(np.eye(n), dtype, name="eye"))
+        d = ctx.op("sum_reduce", diag, axes=[rank(a) - 1], out_dtype=dtype, out_shape=tuple(a.shape[:-1]) + (1,))
+        m, x = ew(ctx, "div", m, d), ew(ctx, "div", x, d)
+    p = un(ctx, "neg", m)
+    steps = math.ceil(math.log2(n)) if n > 1 else 0
+    for j in range(steps):
+        x = ew(ctx, "add", x, _matmul(ctx, p, x))
+        if j + 1 < steps:
+            p = _matmul(ctx, p, p)
+    return x

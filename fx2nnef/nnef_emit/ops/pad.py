@@ -5,7 +5,6 @@ for tract.
 """
 from __future__ import annotations
 
-import itertools
 import math
 
 import torch.nn.functional as F
@@ -13,7 +12,7 @@ import torch.nn.functional as F
 from ...errors import EmitError
 from ...ir import SymDim, Value
 from ..context import EmitContext
-from ..helpers import rank
+from ..helpers import env_text, negative_at, rank
 from ..registry import register
 from .creation import filled
 from .pool import static_dims, transpose, with_dim
@@ -102,41 +101,6 @@ def _check_pad_mode(mode: str) -> None:
         raise EmitError(f"F.pad mode {mode!r} is not supported")
 
 
-def _sizes_to_try(ctx: EmitContext, symbol: str) -> list:
-    """Sizes of ``symbol`` within the export's range where a dim's sign is worth testing: the
-    smallest ones, the largest, and powers of two in between (a polynomial of the sizes keeps
-    its sign past a few of them)."""
-    r = ctx.ranges.get(symbol)
-    lo = max(1, r.lo) if r is not None and r.lo is not None else 1
-    hi = r.hi if r is not None and r.hi is not None else 1 << 30
-    sizes = set(range(lo, min(hi, lo + 64) + 1)) | {hi} | {1 << k for k in range(31) if lo <= 1 << k <= hi}
-    if r is not None:
-        sizes = {n for n in sizes if r.contains(n)}
-    return sorted(sizes)
-
-
-def _negative_at(ctx: EmitContext, amount: SymDim):
-    """A size (symbol -> int) of the export's range where ``amount`` is negative, or None."""
-    symbols = sorted(amount.input_symbols)
-    tries = [_sizes_to_try(ctx, s) for s in symbols]
-    if len(symbols) > 1:  # a grid: the extremes and a few small sizes of each
-        tries = [sorted(set(t[:4] + t[-3:])) for t in tries]
-    last_good = None
-    for values in itertools.product(*tries):
-        env = dict(zip(symbols, values))
-        if amount.evaluate(env) >= 0:
-            last_good = values
-            continue
-        if len(symbols) == 1 and last_good is not None:  # the first negative size past the last good one
-            (s,), lo, hi = symbols, last_good[0], values[0]
-            while hi - lo > 1:
-                mid = (lo + hi) // 2
-                lo, hi = (mid, hi) if amount.evaluate({s: mid}) >= 0 else (lo, mid)
-            env = {s: hi}
-        return env
-    return None
-
-
 def _pad_dynamic(ctx: EmitContext, x: Value, pairs: list, mode: str, value) -> Value:
     """Pads by dynamic sizes (``F.pad(x, (0, 8 - S % 8))``): tract's ``pad`` takes static amounts
     only, so each piece is a tile of its fill (constant) or of the edge slice (replicate) of a
@@ -148,9 +112,9 @@ def _pad_dynamic(ctx: EmitContext, x: Value, pairs: list, mode: str, value) -> V
             if mode not in ("constant", "replicate"):
                 raise EmitError(f"F.pad mode {mode!r} by a dynamic size ({amount}) is not supported for tract; "
                                 "constant and replicate are")
-            bad = _negative_at(ctx, amount)
+            bad = negative_at(ctx, amount)
             if bad is not None:
-                at = ", ".join(f"{k}={v}" for k, v in bad.items())
+                at = env_text(bad)
                 raise EmitError(
                     f"F.pad by {amount} would crop (the amount is negative) at {at}, a size the export claims to "
                     "be valid for; a pad that may crop has no tract form. Clamp the amount in the model "
