@@ -205,3 +205,14 @@ def test_slice_from_the_end_by_a_dynamic_size(tmp_path):
     def fn(x):
         return F.pad(x, (3, 0)).cumsum(-1)[..., -x.shape[-1]:]
     _export(fn, (2, 4, 9), 2, tmp_path, [1, 5, 20])
+
+
+def test_slice_bound_clamped_at_some_sizes_only_is_refused(tmp_path):
+    """``x[:, -12:]`` on a dynamic S: torch clamps the start to 0 below S=12 (min(S, 12) items,
+    XLNet's memory slice): no tract slice gives that at every size; the error says so (before:
+    a start of S - 12, which tract refused at run time for S < 12, the example included)."""
+    with pytest.raises(fx2nnef.UnsupportedOpError, match=r"slice bound -12 is before the start of the axis at S=1 "
+                                                         r"and not at S=13.*min\(S, 12\)"):
+        fx2nnef.export(FnModule(lambda x: x[:, -12:] * 2), (torch.randn(2, 7, 3),), tmp_path / "m.nnef.tgz",
+                       input_names=["x"], target=fx2nnef.TractNNEF(dynamic_axes={"x": {1: "S"}}))
+    assert not list(tmp_path.iterdir())

@@ -51,13 +51,23 @@ def _items(index, r: int) -> list:
     return items[:at] + [slice(None)] * missing + items[at + 1:]
 
 
-def _position(i, n, ctx: Optional[EmitContext] = None):
+def _position(i, n, ctx: Optional[EmitContext] = None, clamp: bool = False):
     """A non-negative index into an axis of size ``n``. An index computed from the dynamic sizes
     (``x[..., -S:]``) counts from the end where it is negative: it must be so at every size of
-    the export's range or at none (tract reads a negative begin as a position before 0)."""
+    the export's range or at none (tract reads a negative begin as a position before 0).
+    ``clamp``: a slice bound, which torch clamps to 0 (``mems[-512:]`` of S < 512 items)."""
     if isinstance(i, int) and i < 0:
         if isinstance(n, int) and i < -n:
+            if clamp:
+                return 0
             raise EmitError(f"index {i} is out of range for size {n}")
+        if clamp and isinstance(n, SymDim) and ctx is not None and negative_at(ctx, n + i) is not None:
+            if negative_at(ctx, -(n + i)) is None:
+                return 0  # before the start at every size of the range
+            raise EmitError(f"the slice bound {i} is before the start of the axis at {env_text(negative_at(ctx, n + i))} "
+                            f"and not at {env_text(negative_at(ctx, -(n + i)))}: torch clamps it to 0 there, so the "
+                            f"slice has min({n}, {-i}) items, which no tract slice gives at every size; keep that axis "
+                            "static or slice with bounds that stay within the axis")
         return n + i
     if isinstance(i, SymDim) and ctx is not None:
         negative = negative_at(ctx, i)
@@ -77,8 +87,8 @@ def _bounds(item: slice, n, ctx: Optional[EmitContext] = None) -> tuple:
     step = 1 if item.step is None else item.step
     if not isinstance(step, int) or step <= 0:
         raise EmitError(f"slice step {step!r} must be a positive integer")
-    begin = 0 if item.start is None else _position(item.start, n, ctx)
-    end = n if item.stop is None else _position(item.stop, n, ctx)
+    begin = 0 if item.start is None else _position(item.start, n, ctx, clamp=True)
+    end = n if item.stop is None else _position(item.stop, n, ctx, clamp=True)
     if isinstance(n, int):
         begin = min(max(begin, 0), n) if isinstance(begin, int) else begin
         end = min(max(end, 0), n) if isinstance(end, int) else end
