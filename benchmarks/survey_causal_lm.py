@@ -93,20 +93,30 @@ def main() -> None:
     ap.add_argument("--child", default="")
     a = ap.parse_args()
     if a.child:
-        try:
-            row = one(a.child)
-        except Exception as e:  # the survey reports every failure as a row
-            row = {"family": a.child, "status": "error", "error": f"{type(e).__name__}: {str(e)[:600]}"}
-        print("SURVEY " + json.dumps(row))
+        print_row(one, a.child)
         return
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES as NAMES
 
-    families = a.only.split(",") if a.only else sorted(NAMES)
-    out = open(a.out, "a") if a.out else sys.stdout
+    run_children(__file__, a.only.split(",") if a.only else sorted(NAMES), a.out, a.timeout)
+
+
+def print_row(one, family: str) -> None:
+    """The child's side: ``one(family)``'s row, or the failure as a row, on stdout."""
+    try:
+        row = one(family)
+    except Exception as e:  # the survey reports every failure as a row
+        row = {"family": family, "status": "error", "error": f"{type(e).__name__}: {str(e)[:600]}"}
+    print("SURVEY " + json.dumps(row))
+
+
+def run_children(script: str, families: list, out_path: str, timeout: float) -> None:
+    """Run ``script --child FAMILY`` for each family in a fresh process; write its JSON row (a
+    crash or a timeout is a row too) to ``out_path`` (appended) or stdout."""
+    out = open(out_path, "a") if out_path else sys.stdout
     for fam in families:
         try:
-            p = subprocess.run([sys.executable, __file__, "--child", fam], capture_output=True, text=True,
-                               timeout=a.timeout)
+            p = subprocess.run([sys.executable, script, "--child", fam], capture_output=True, text=True,
+                               timeout=timeout)
             line = next((l for l in p.stdout.splitlines() if l.startswith("SURVEY ")), None)
             row = json.loads(line[7:]) if line else {"family": fam, "status": "crash",
                                                      "error": (p.stderr or "")[-400:]}

@@ -1,0 +1,105 @@
+"""Try every image- and audio-classification family of the installed transformers: its default
+config with two layers (random weights), one example input, export with a dynamic batch (and a
+dynamic length for raw audio), check in tract. One child process per family; one JSON line per
+family on stdout or in --out.
+
+    python benchmarks/survey_vision_audio.py [--only vit,wav2vec2] [--out survey.jsonl] [--timeout 300]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's fx2nnef
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the causal-LM survey's runner
+
+LAYERS = dict(num_hidden_layers=2, num_layers=2, encoder_layers=2, decoder_layers=2)
+
+
+def _families() -> dict:
+    from transformers.models.auto.modeling_auto import (MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING_NAMES as AUDIO,
+                                                        MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES as IMAGE)
+    return {**{k: ("image", v) for k, v in IMAGE.items()}, **{k: ("audio", v) for k, v in AUDIO.items()}}
+
+
+def _example(kind: str, config, model):
+    """One input of the sizes the family expects, and the axes exported as dynamic."""
+    import torch
+
+    gen = torch.Generator().manual_seed(0)
+    name = model.main_input_name
+    if kind == "image":
+        size = getattr(config, "image_size", 224)
+        size = size[0] if isinstance(size, (list, tuple)) else size
+        channels = getattr(config, "num_channels", 3)
+        return name, torch.randn(1, channels, size, size, generator=gen), {0: "B"}
+    if name == "input_values" and hasattr(config, "num_mel_bins") and hasattr(config, "max_length"):  # a spectrogram
+        return name, torch.randn(1, config.max_length, config.num_mel_bins, generator=gen), {0: "B"}
+    if name == "input_features":
+        bins = getattr(config, "num_mel_bins", 80)
+        frames = 2 * getattr(config, "max_source_positions", 1500)
+        if hasattr(config, "feature_projection_input_dim"):  # wav2vec2-bert: (B, T, features)
+            return name, torch.randn(1, 200, config.feature_projection_input_dim, generator=gen), {0: "B", 1: "T"}
+        return name, torch.randn(1, bins, frames, generator=gen), {0: "B"}
+    return name, torch.randn(1, 16000, generator=gen), {0: "B", 1: "T"}  # raw audio, 1 s at 16 kHz
+
+
+def one(family: str) -> dict:
+    import torch
+    import transformers as T
+
+    import fx2nnef
+
+    kind, cls_name = _families()[family]
+    row = {"family": family, "kind": kind, "class": cls_name}
+    cfg_cls = T.CONFIG_MAPPING[family]
+    default = cfg_cls()
+    known = set(default.to_dict())
+    config = cfg_cls(**{k: v for k, v in LAYERS.items() if k in known})
+    torch.manual_seed(0)
+    model = getattr(T, cls_name)(config).eval()
+    with torch.no_grad():  # constant parameters (norm weights, zero biases) get noise: bugs then show
+        for p in model.parameters():
+            if p.numel() > 1 and bool((p == p.flatten()[0]).all()):
+                p.add_(0.1 * torch.randn(p.shape))
+    name, x, axes = _example(kind, config, model)
+
+    class Logits(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, inputs):
+            return self.model(**{name: inputs}).logits
+
+    wrapped = Logits().eval()
+    with torch.no_grad():
+        wrapped(x)
+    row["params"] = sum(p.numel() for p in model.parameters())
+    t0 = time.time()
+    r = fx2nnef.export(wrapped, (x,), f"/tmp/survey_{family}.nnef.tgz", input_names=[name],
+                       target=fx2nnef.TractNNEF(dynamic_axes={name: axes}))
+    row.update(status="ok" if r.check.ok else "mismatch", seconds=round(time.time() - t0, 1),
+               max_abs=float(r.max_abs_diff), ranges={k: str(v) for k, v in r.ranges.items()})
+    return row
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--only", default="")
+    ap.add_argument("--out", default="")
+    ap.add_argument("--timeout", type=float, default=300)
+    ap.add_argument("--child", default="")
+    a = ap.parse_args()
+    from survey_causal_lm import print_row, run_children
+
+    if a.child:
+        print_row(one, a.child)
+        return
+    run_children(__file__, a.only.split(",") if a.only else sorted(_families()), a.out, a.timeout)
+
+
+if __name__ == "__main__":
+    main()
