@@ -29,3 +29,18 @@ def test_fit_floor_division():
 def test_sanitize():
     assert sanitize("model.layers.0.weight") == "model_layers_0_weight"
     assert sanitize("truediv") == "v_truediv" and sanitize("graph") == "v_graph" and sanitize("0x") == "v_0x"
+
+
+def test_floor_division_of_constants_and_negated_sizes():
+    """floor(n / d) of a constant is an int; of a size with negative coefficients (8 - S) it is
+    written with a positive numerator (-floor((S - 1)/8)), equal to Python's floor everywhere."""
+    from fx2nnef.ir.dims import SymDim, as_sym
+
+    for n in range(-9, 10):
+        for d in (2, 3, 4, 8):
+            assert SymDim.floordiv(as_sym(n), d) == n // d
+    s = SymDim.symbol("S")
+    for expr in (8 - s, 3 - 2 * s, -s, 5 - s):
+        q = SymDim.floordiv(expr, 4)
+        assert "(0-" not in str(q) and "-S)" not in str(q), str(q)
+        assert all(q.evaluate({"S": v}) == expr.evaluate({"S": v}) // 4 for v in range(1, 40))

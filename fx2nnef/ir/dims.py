@@ -36,6 +36,8 @@ class SymDim:
             rest = SymDim({m: c for m, c in numerator.terms.items() if m not in whole})
             part = rest.terms.get((), 0) // divisor if not rest.symbols else cls.floordiv(rest, divisor)
             return simplify(SymDim(whole) + part)
+        if not numerator.symbols:
+            return numerator.terms.get((), 0) // divisor
         if all(c < 0 for m, c in numerator.terms.items() if m):
             # floor((8 - S)/8) as -floor((S - 1)/8): an atom's numerator has positive symbol
             # terms, so that it is not negative at the sizes it is read at (tract's integer
