@@ -86,3 +86,44 @@ def test_llama_with_padding_mask_dynamic_batch_and_sequence(tmp_path):
     r = fx2nnef.export(tiny_llama("sdpa"), (ids,), tmp_path / "m.nnef.tgz", kwargs={"attention_mask": mask},
                        target=fx2nnef.TractNNEF(dynamic_axes=dyn))
     assert r.check.ok and r.input_names == ["input_ids", "attention_mask"]
+
+
+def _hybrid(config_cls, model_cls, **extra):
+    """A two-layer hybrid: one linear-attention / state-space layer and one attention layer."""
+    def make():
+        config = config_cls(**{**SMALL, "head_dim": 16, **extra})
+        config.use_cache = False
+        torch.manual_seed(0)
+        model = model_cls(config).eval()
+        with torch.no_grad():  # norm weights all ones or zeros would hide bugs
+            for p in model.parameters():
+                if p.numel() > 1 and bool((p == p.flatten()[0]).all()):
+                    p.add_(0.1 * torch.randn(p.shape, generator=torch.Generator().manual_seed(2)))
+        return model
+    return make
+
+
+HYBRIDS = {
+    # gated delta net: the sequence padded to a multiple of 64 (F.pad by a size), a unit
+    # lower-triangular solve per chunk, a causal conv sliced from the end (x[..., -S:])
+    "qwen3_next": _hybrid(T.Qwen3NextConfig, T.Qwen3NextForCausalLM, layer_types=["linear_attention", "full_attention"],
+                          num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                          shared_expert_intermediate_size=32, linear_num_key_heads=2, linear_num_value_heads=4,
+                          linear_key_head_dim=16, linear_value_head_dim=16),
+    # Mamba-2 mixer: the sequence padded to a multiple of its chunk (256 - S below 256)
+    "bamba": _hybrid(T.BambaConfig, T.BambaForCausalLM, attn_layer_indices=[1], mamba_n_heads=4, mamba_d_head=32,
+                     mamba_d_state=16, mamba_chunk_size=16),
+}
+
+
+@pytest.mark.parametrize("family", list(HYBRIDS))
+def test_hybrid_family_exports(family, tmp_path):
+    """Hybrid LLMs whose linear-attention or state-space layers pad and chunk the sequence export
+    with a dynamic S; where torch's kernels decide on the number of chunks the range says so."""
+    model = HYBRIDS[family]()
+    ids = torch.randint(0, 256, (1, 7), generator=torch.Generator().manual_seed(1))
+    r = fx2nnef.export(model, (ids,), tmp_path / "m.nnef.tgz",
+                       target=fx2nnef.TractNNEF(dynamic_axes={"input_ids": {1: "S"}}))
+    assert r.check.ok and len(r.check.cases) >= 2
+    for rng in r.ranges.values():
+        assert rng.contains(7) and (rng.hi is None or rng.hi >= 16), r.ranges
