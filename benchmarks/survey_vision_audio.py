@@ -53,6 +53,8 @@ def one(family: str) -> dict:
     import fx2nnef
 
     kind, cls_name = _families()[family]
+    if isinstance(cls_name, (tuple, list)):  # several heads (DeiT with and without its teacher): the first
+        cls_name = cls_name[0]
     row = {"family": family, "kind": kind, "class": cls_name}
     cfg_cls = T.CONFIG_MAPPING[family]
     default = cfg_cls()
