@@ -86,18 +86,26 @@ def one(model_type: str) -> dict:
 
 
 def main() -> None:
+    def families():
+        from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES as NAMES
+        return sorted(NAMES)
+
+    survey_main(__file__, one, families, timeout=240)
+
+
+def survey_main(script: str, one, families, timeout: float) -> None:
+    """The command line of a survey: ``--child FAMILY`` runs ``one(FAMILY)`` in this process,
+    else every family (or ``--only`` ones) runs in a child of its own."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", default="")
     ap.add_argument("--out", default="")
-    ap.add_argument("--timeout", type=float, default=240)
+    ap.add_argument("--timeout", type=float, default=timeout)
     ap.add_argument("--child", default="")
     a = ap.parse_args()
     if a.child:
         print_row(one, a.child)
         return
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES as NAMES
-
-    run_children(__file__, a.only.split(",") if a.only else sorted(NAMES), a.out, a.timeout)
+    run_children(script, a.only.split(",") if a.only else families(), a.out, a.timeout)
 
 
 def print_row(one, family: str) -> None:

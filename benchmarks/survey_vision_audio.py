@@ -7,7 +7,6 @@ family on stdout or in --out.
 """
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -89,19 +88,9 @@ def one(family: str) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--only", default="")
-    ap.add_argument("--out", default="")
-    ap.add_argument("--timeout", type=float, default=300)
-    ap.add_argument("--child", default="")
-    a = ap.parse_args()
-    from survey_causal_lm import print_row, run_children
+    from survey_causal_lm import survey_main
 
-    if a.child:
-        print_row(one, a.child)
-        return
-    run_children(__file__, a.only.split(",") if a.only else sorted(_families()), a.out, a.timeout)
-
+    survey_main(__file__, one, lambda: sorted(_families()), timeout=300)
 
 if __name__ == "__main__":
     main()
