@@ -61,11 +61,13 @@ def _position(i, n, ctx: Optional[EmitContext] = None, clamp: bool = False):
             if clamp:
                 return 0
             raise EmitError(f"index {i} is out of range for size {n}")
-        if clamp and isinstance(n, SymDim) and ctx is not None and negative_at(ctx, n + i) is not None:
-            if negative_at(ctx, -(n + i)) is None:
+        before = negative_at(ctx, n + i) if clamp and isinstance(n, SymDim) and ctx is not None else None
+        if before is not None:
+            within = negative_at(ctx, -(n + i))
+            if within is None:
                 return 0  # before the start at every size of the range
-            raise EmitError(f"the slice bound {i} is before the start of the axis at {env_text(negative_at(ctx, n + i))} "
-                            f"and not at {env_text(negative_at(ctx, -(n + i)))}: torch clamps it to 0 there, so the "
+            raise EmitError(f"the slice bound {i} is before the start of the axis at {env_text(before)} "
+                            f"and not at {env_text(within)}: torch clamps it to 0 there, so the "
                             f"slice has min({n}, {-i}) items, which no tract slice gives at every size; keep that axis "
                             "static or slice with bounds that stay within the axis")
         return n + i

@@ -146,16 +146,13 @@ def pad_tract(ctx: EmitContext, input: Value, pad, mode="constant", value=None):
     """pad(Tensor input, SymInt[] pad, str mode="constant", float? value=None) -> Tensor"""
     _check_pad_mode(mode)
     pairs = pad_pairs(input, pad)
+    # the static amounts first (NNEF pad), then the dynamic ones (concatenated pieces)
     dynamic = [tuple(p if isinstance(p, SymDim) else 0 for p in pair) for pair in pairs]
-    if any(p != (0, 0) for p in dynamic):  # the static amounts first, then the dynamic ones
-        x, static = crop_negative(ctx, input, [tuple(0 if isinstance(p, SymDim) else p for p in pair) for pair in pairs])
-        if any(p != (0, 0) for p in static):
-            x = pad_by_concat(ctx, x, static, mode) if mode in ("replicate", "circular") else pad_op(ctx, x, static, mode, value)
-        return _pad_dynamic(ctx, x, dynamic, mode, value)
-    x, pairs = crop_negative(ctx, input, pairs)
-    if mode in ("replicate", "circular"):
-        return pad_by_concat(ctx, x, pairs, mode)
-    return pad_op(ctx, x, pairs, mode, value)
+    has_dynamic = any(p != (0, 0) for p in dynamic)
+    x, static = crop_negative(ctx, input, [tuple(0 if isinstance(p, SymDim) else p for p in pair) for pair in pairs])
+    if not has_dynamic or any(p != (0, 0) for p in static):
+        x = pad_by_concat(ctx, x, static, mode) if mode in ("replicate", "circular") else pad_op(ctx, x, static, mode, value)
+    return _pad_dynamic(ctx, x, dynamic, mode, value) if has_dynamic else x
 
 
 @register(F.pad, target="khronos")
