@@ -154,3 +154,63 @@ def test_size_divided_by_a_size_that_divides_it():
     pad = to_dim(PythonMod(64 - PythonMod(s, 64), 64), {s: "S"})
     assert [pad.evaluate({"S": n}) for n in (1, 63, 64, 65, 130)] == [63, 1, 0, 63, 62]
     assert "-S)" not in str(pad) and "(0-" not in str(pad), str(pad)
+
+
+def test_nested_floor_divisions_have_one_form_and_polynomials_divide():
+    """A stack of strided convs gives nested floor divisions; tract folds them into one with a
+    constant in [0, divisor) and finds a reshape's -1 by dividing polynomials, so both sides
+    must use the same atoms: every form of one value is written the same way."""
+    from fx2nnef.ir.dims import exact_quotient
+
+    t = SymDim.symbol("T")
+    nested = SymDim.floordiv(SymDim.floordiv(SymDim.floordiv(t, 80) - 3, 2) + 1, 2)
+    assert str(nested) == "((T+240)/320) - 1"
+    # ((k - 1) // 2) + 1 and (k + 1) // 2 are one value, hence one expression
+    k = SymDim.floordiv(t, 80)
+    assert SymDim.floordiv(k - 1, 2) + 1 == SymDim.floordiv(k + 1, 2)
+    for n in range(0, 4000, 13):
+        assert nested.evaluate({"T": n}) == ((n // 80 - 3) // 2 + 1) // 2
+        assert SymDim.floordiv(8 - t, 8).evaluate({"T": n}) == (8 - n) // 8
+    b = SymDim.symbol("B")
+    side = nested - 1
+    # tract's volume of a (B, 12, L, L) tensor, to view as (-1, L, L)
+    assert exact_quotient(12 * side * (b * nested - b), side * side) == 12 * b
+    assert exact_quotient(6 * b * side, 4 * side) is None  # 3/2 * B: no integer polynomial
+    assert exact_quotient(b * b + 1, b) is None
+
+
+class _ConvAttention(nn.Module):
+    """Raw audio through strided convs, then attention with a relative-position bias built from
+    the frame count (WavLM, SEW-D): ``float(head_dim)`` in torch's multi-head attention is a
+    number of a static size; the bias is viewed as ``(-1, L, L)``; a mask is made of
+    ``L // 2`` frames."""
+
+    def __init__(self):
+        super().__init__()
+        self.convs = nn.Sequential(nn.Conv1d(1, 16, 10, stride=5), nn.GELU(), nn.Conv1d(16, 16, 3, stride=2),
+                                   nn.GELU(), nn.Conv1d(16, 16, 2, stride=2))
+        self.attn = nn.MultiheadAttention(16, 2, batch_first=False)
+        self.bias = nn.Embedding(64, 2)
+        torch.nn.init.normal_(self.bias.weight)
+
+    def forward(self, x):
+        h = self.convs(x.unsqueeze(1)).transpose(1, 2)  # (B, L, 16)
+        b, frames, _ = h.shape
+        pos = torch.arange(frames)[None, :] - torch.arange(frames)[:, None]
+        bias = self.bias(pos.clamp(-31, 32) + 31).permute(2, 0, 1)  # (2, L, L)
+        bias = bias[None].expand(b, 2, frames, frames) * torch.sigmoid(h.mean(-1))[:, None, :, None]
+        q = h.transpose(0, 1)
+        out, _ = torch.nn.functional.multi_head_attention_forward(
+            q, q, q, 16, 2, self.attn.in_proj_weight, self.attn.in_proj_bias, None, None, False, 0.0,
+            self.attn.out_proj.weight, self.attn.out_proj.bias, training=False,
+            attn_mask=bias.reshape(-1, frames, frames), need_weights=False)
+        half = torch.ones(b, frames // 2)
+        return out.transpose(0, 1).sum(-1)[:, : frames // 2] * half
+
+
+def test_strided_convs_then_attention_bias_over_the_frames(tmp_path):
+    model = _ConvAttention().eval()
+    r = fx2nnef.export(model, (torch.randn(2, 900),), tmp_path / "m.nnef.tgz", input_names=["x"],
+                       target=fx2nnef.TractNNEF(dynamic_axes={"x": {0: "B", 1: "T"}}))
+    assert r.check.ok and not any(_FALLBACK in n for n in r.notes), r.notes
+    _run_sizes(model, r, "T", lambda n: torch.randn(3, n), [200, 641, 900, 1999])

@@ -29,6 +29,7 @@ import torch.fx as fx
 from torch._guards import GuardSource, Source
 
 from ..ir import SymDim
+from ..ir.dims import exact_quotient
 
 
 class ReplayUnavailable(Exception):
@@ -161,6 +162,8 @@ class _Reusing(fx.Interpreter):
         super().__init__(gm, garbage_collect_values=garbage_collect_values)
         self.current: Optional[fx.Node] = None
         self.memo: Optional[dict] = None if any(_in_place(n) for n in gm.graph.nodes) else {}
+        # id -> (tensor, key): the tensor is held so that its id is not reused within the run
+        self.tensor_keys: dict = {}
 
     def run_node(self, n):
         self.current = n
@@ -168,7 +171,7 @@ class _Reusing(fx.Interpreter):
         if self.memo is not None and n.op in ("call_function", "call_method"):
             with self._set_current_node(n):
                 args, kwargs = self.fetch_args_kwargs_from_env(n)
-            key = _memo_key(n.op, n.target, args, kwargs)
+            key = _memo_key(n.op, n.target, args, kwargs, self.tensor_keys)
             if key is not None and key in self.memo:
                 return self.memo[key]
         out = self.run_fresh(n)
@@ -491,10 +494,12 @@ class _NoKey(Exception):
     pass
 
 
-def _memo_key(op: str, target, args, kwargs):
-    """A hashable description of a call by everything a fake kernel reads (None: not reusable)."""
+def _memo_key(op: str, target, args, kwargs, tensor_keys: Optional[dict] = None):
+    """A hashable description of a call by everything a fake kernel reads (None: not reusable).
+    ``tensor_keys`` caches the keys of the tensors seen (a tensor is an argument of many calls;
+    no call changes a tensor's metadata where calls are reused: none is in place)."""
     try:
-        return op, target, _key_of(args), _key_of(tuple(sorted(kwargs.items())))
+        return op, target, _key_of(args, tensor_keys), _key_of(tuple(sorted(kwargs.items())), tensor_keys)
     except (_NoKey, TypeError):
         return None
 
@@ -504,31 +509,40 @@ def _ints_key(xs) -> tuple:
     return tuple(v if type(v) is int else _key_of(v) for v in xs)
 
 
-def _key_of(x):
-    from torch._subclasses.fake_tensor import FakeTensor
-
+def _key_of(x, tensor_keys: Optional[dict] = None):
     if isinstance(x, torch.Tensor):
-        # a real tensor (a parameter) is made fake without its data; a fake one holding a
-        # constant (torch.tensor in the graph) may be computed on: its data may matter
-        if (isinstance(x, FakeTensor) and x.constant is not None) or x.layout != torch.strided:
-            raise _NoKey
-        offset = x.storage_offset()
-        return ("T", x.dtype, x.device, x.requires_grad, _ints_key(x.shape), _ints_key(x.stride()),
-                offset if type(offset) is int else _key_of(offset))
+        if tensor_keys is None:
+            return _tensor_key(x)
+        held = tensor_keys.get(id(x))
+        if held is None:
+            held = tensor_keys[id(x)] = (x, _tensor_key(x))
+        return held[1]
     if type(x) is int:
         return ("int", x)
     if isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool)):
         return (type(x).__name__, x.node.expr)
     if isinstance(x, (tuple, list)):
-        return (type(x).__name__,) + tuple(_key_of(v) for v in x)
+        return (type(x).__name__,) + tuple(_key_of(v, tensor_keys) for v in x)
     if isinstance(x, dict):
-        return ("dict",) + tuple((k, _key_of(v)) for k, v in x.items())
+        return ("dict",) + tuple((k, _key_of(v, tensor_keys)) for k, v in x.items())
     if isinstance(x, slice):
         return ("slice", _key_of(x.start), _key_of(x.stop), _key_of(x.step))
     if x is None or x is Ellipsis or isinstance(x, (bool, int, float, str, torch.dtype, torch.device, torch.layout,
                                                      torch.memory_format)):
         return (type(x).__name__, x)
     raise _NoKey
+
+
+def _tensor_key(x: torch.Tensor) -> tuple:
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    # a real tensor (a parameter) is made fake without its data; a fake one holding a
+    # constant (torch.tensor in the graph) may be computed on: its data may matter
+    if (isinstance(x, FakeTensor) and x.constant is not None) or x.layout != torch.strided:
+        raise _NoKey
+    offset = x.storage_offset()
+    return ("T", x.dtype, x.device, x.requires_grad, _ints_key(x.shape), _ints_key(x.stride()),
+            offset if type(offset) is int else _key_of(offset))
 
 
 def _equalities(shape_env, guards: list) -> dict:
@@ -650,24 +664,14 @@ def to_dim(expr, symbols: dict):
             q = SymDim.floordiv(num, d)
         return num - d * q if kind in ("Mod", "PythonMod") else q
     if kind in ("FloorDiv", "CleanDiv", "Mod", "PythonMod") and len(args) == 2:
-        # a size divided by a size: exact when the numerator is k times the divisor as polynomials
-        # (reshape(-1, 64) of a length padded to a multiple of 64: L // (L // 64) is 64)
+        # a size divided by a size: exact when the numerator is a multiple of the divisor as
+        # polynomials (reshape(-1, 64) of a length padded to a multiple of 64: L // (L // 64) is
+        # 64; view(-1, L, L) of a (B, 12, L, L) tensor: 12*B*L**2 // (12*L**2) is B)
         num, den = to_dim(args[0], symbols), to_dim(args[1], symbols)
-        k = _multiple_of(num, den)
-        if k is not None:
-            return k if kind in ("FloorDiv", "CleanDiv") else 0
+        q = exact_quotient(num, den) if isinstance(den, SymDim) else None
+        if q is not None:
+            return q if kind in ("FloorDiv", "CleanDiv") else 0
     raise ValueError(str(expr))
-
-
-def _multiple_of(num, den) -> Optional[int]:
-    """The integer k with ``num == k * den`` as polynomials (den not a constant), else None."""
-    if not isinstance(den, SymDim) or isinstance(num, int) or set(num.terms) != set(den.terms):
-        return None
-    ratios = {Fraction(c, den.terms[m]) for m, c in num.terms.items()}
-    if len(ratios) != 1:
-        return None
-    (k,) = ratios
-    return int(k) if k.denominator == 1 else None
 
 
 def _compile(expr, symbols: dict) -> Callable[[dict], object]:

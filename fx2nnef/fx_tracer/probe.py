@@ -421,8 +421,8 @@ def _signature(rep: Replay, guards: list, data_dep: set):
     the model's own Python path and only torch's kernels decide otherwise."""
     evals = []
     for g in guards:
-        if g.node in data_dep:
-            continue
+        if g.node in data_dep or (g.node in rep.dims and g.node not in rep.varies):
+            continue  # the same value at every size (float(head_dim)): no decision on a dynamic size
         ev = rep.guard_values.get(g.node)
         if ev is None:
             raise ReplayUnavailable(f"the decision {g.text} has no symbolic form")

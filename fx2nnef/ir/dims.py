@@ -38,6 +38,19 @@ class SymDim:
             return simplify(SymDim(whole) + part)
         if not numerator.symbols:
             return numerator.terms.get((), 0) // divisor
+        # one canonical form per value, the one tract gives its own shapes (a reshape's -1 is
+        # found by dividing polynomials, which needs the same atoms on both sides):
+        # floor((floor(a/m) + p)/n) is floor((a + p*m)/(m*n)) for an integer polynomial p
+        nested = [m for m, c in numerator.terms.items() if len(m) == 1 and m[0] in _DIV_ATOMS and c == 1]
+        if len(nested) == 1:
+            inner, m = _DIV_ATOMS[nested[0][0]]
+            rest = SymDim({k: c for k, c in numerator.terms.items() if k != nested[0]})
+            if all(s not in _DIV_ATOMS for s in rest.symbols):
+                return cls.floordiv(inner + rest * m, m * divisor)
+        # and a constant term in [0, divisor): floor((S - 80)/320) is floor((S + 240)/320) - 1
+        whole_part = numerator.terms.get((), 0) // divisor
+        if whole_part and any(c > 0 for m, c in numerator.terms.items() if m):
+            return simplify(cls.floordiv(numerator - whole_part * divisor, divisor) + whole_part)
         if all(c < 0 for m, c in numerator.terms.items() if m):
             # floor((8 - S)/8) as -floor((S - 1)/8): an atom's numerator has positive symbol
             # terms, so that it is not negative at the sizes it is read at (tract's integer
@@ -163,6 +176,37 @@ def substitute(x: Dim, mapping: dict) -> Dim:
             prod = prod * value
         total = total + prod
     return simplify(total)
+
+
+def exact_quotient(total: Dim, known: Dim):
+    """``total / known`` when the polynomials divide exactly with integer coefficients
+    (``12*B*L**2 - 24*B*L + 12*B`` by ``(L - 1)**2`` is ``12*B``), else None. Floor-division
+    atoms are divided as symbols."""
+    import sympy
+
+    total, known = as_sym(total), as_sym(known)
+    if not known.terms:
+        return None
+    names = sorted(total.symbols | known.symbols)
+    if not names:
+        t, k = total.terms.get((), 0), known.terms.get((), 0)
+        return t // k if t % k == 0 else None
+    gens = [sympy.Symbol(f"x{i}") for i in range(len(names))]
+    by_name = dict(zip(names, gens))
+
+    def poly(d: SymDim):
+        return sympy.Poly(sum((c * sympy.Mul(*[by_name[s] for s in m]) for m, c in d.terms.items()), sympy.Integer(0)),
+                          *gens, domain="QQ")
+
+    quotient, remainder = sympy.div(poly(total), poly(known))
+    if not remainder.is_zero:
+        return None
+    terms = {}
+    for powers, coef in quotient.terms():
+        if coef.q != 1:
+            return None
+        terms[tuple(sorted(n for n, p in zip(names, powers) for _ in range(p)))] = int(coef.p)
+    return simplify(SymDim(terms))
 
 
 def _atom_value(name: str, env: dict) -> int:

@@ -13,6 +13,7 @@ import torch
 
 from ...errors import EmitError
 from ...ir import DType, SymDim, Value, product, simplify
+from ...ir.dims import exact_quotient
 from ..context import EmitContext
 from ..helpers import axes, axis, cast, dims_list, ew, opaque, producer, rank, result_dtype, tiled_from, unsqueeze_to
 from ..registry import register
@@ -44,7 +45,7 @@ def _divide(total, known):
                 return None
             out[tuple(rest)] = c // coef
         return simplify(SymDim(out))
-    return None
+    return exact_quotient(total, known)
 
 
 def resolve_sizes(in_shape, sizes: list) -> tuple:
@@ -73,6 +74,10 @@ def reshape_to(ctx: EmitContext, x: Value, sizes: list) -> Value:
     if x.shape is not None and list(x.shape) == sizes:
         return x
     out_shape = resolve_sizes(x.shape, sizes) if x.shape is not None else None
+    if out_shape is not None and -1 in sizes and out_shape[sizes.index(-1)] is not None:
+        # the size tract would compute as the volume over the other sizes, given: tract cannot divide
+        # every polynomial (12*B*(L-1)**2 by (L-1)**2, with L a floor division of T)
+        sizes = list(out_shape)
     return ctx.op("reshape", x, shape=sizes, out_shape=out_shape, out_dtype=x.dtype)
 
 
