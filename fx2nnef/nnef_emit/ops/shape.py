@@ -75,9 +75,13 @@ def reshape_to(ctx: EmitContext, x: Value, sizes: list) -> Value:
         return x
     out_shape = resolve_sizes(x.shape, sizes) if x.shape is not None else None
     if out_shape is not None and -1 in sizes and out_shape[sizes.index(-1)] is not None:
-        # the size tract would compute as the volume over the other sizes, given: tract cannot divide
-        # every polynomial (12*B*(L-1)**2 by (L-1)**2, with L a floor division of T)
-        sizes = list(out_shape)
+        rest = product(s for s in sizes if not (isinstance(s, int) and s == -1))
+        if isinstance(rest, SymDim) and len(rest.terms) > 1:
+            # the size tract would compute as the volume over the other sizes, given: tract divides
+            # by a product of symbols, not by a sum (12*B*(L-1)**2 by (L-1)**2, L a floor division
+            # of T). Elsewhere -1 stays: tract's volume holds for every size, while a shape of the
+            # IR may hold only within the exported range (one chunk of a sequence of at most 16)
+            sizes = list(out_shape)
     return ctx.op("reshape", x, shape=sizes, out_shape=out_shape, out_dtype=x.dtype)
 
 
