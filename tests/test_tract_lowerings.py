@@ -145,3 +145,25 @@ BATCH_TILE_CASES = [
 @pytest.mark.parametrize("case", BATCH_TILE_CASES, ids=str)
 def test_batch_made_by_expand(case, tmp_path):
     run_case(case, tmp_path, "tract")
+
+
+# tract pulls a strided slice's Downsample over a reshape above it and fails to load ("Pulling
+# Downsample over Reshape: Invalid axis"): LeViT's subsampling of a token grid
+def _subsample(x):
+    b, n, c = x.shape
+    return x.view(b, 4, 4, c)[:, ::2, ::2].reshape(b, -1, c) * 2
+
+
+STRIDED_AFTER_RESHAPE = [
+    OpCase("levit_subsample", _subsample, [randn(2, 16, 8)]),
+    OpCase("levit_subsample_dynamic_batch", _subsample, [randn(2, 16, 8)], dynamic_axes={"x0": {0: "B"}}),
+    # a step that does not divide the axis (its last item has no full row), with an offset
+    OpCase("odd_rows_offset", lambda x: x.reshape(2, 7, 3)[:, 1::3] + 1, [randn(42)]),
+    OpCase("two_steps_then_static", lambda x: x.reshape(-1, 6, 5)[:, ::4, 1:5:2], [randn(3, 30)],
+           dynamic_axes={"x0": {0: "B"}}),
+]
+
+
+@pytest.mark.parametrize("case", STRIDED_AFTER_RESHAPE, ids=str)
+def test_strided_slice_after_reshape(case, tmp_path):
+    run_case(case, tmp_path, "tract")

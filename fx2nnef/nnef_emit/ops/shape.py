@@ -119,6 +119,14 @@ def slice_axes(ctx: EmitContext, x: Value, ranges: list) -> Value:
         untiled = _slice_before_tile(ctx, x, ranges)
         if untiled is not None:
             return untiled
+        if ctx.target == "tract" and x.shape is not None:
+            strided = [r for r in ranges if r[3] > 1 and all(isinstance(v, int) for v in (x.shape[r[0]], r[1], r[2]))
+                       and slice_length(r[1], min(r[2], x.shape[r[0]]), r[3]) >= 2]
+            if strided:
+                x = slice_axes(ctx, x, [r for r in ranges if r not in strided])
+                for ax, b, e, step in strided:
+                    x = _every_kth(ctx, x, ax, b, e, step)
+                return x
     shape = list(x.shape)
     for ax, b, e, s in ranges:
         shape[ax] = slice_length(b, e, s)
@@ -127,6 +135,27 @@ def slice_axes(ctx: EmitContext, x: Value, ranges: list) -> Value:
     if any(r[3] != 1 for r in ranges):
         attrs["stride"] = [r[3] for r in ranges]
     return ctx.op("slice", x, out_shape=tuple(shape), out_dtype=x.dtype, **attrs)
+
+
+def _every_kth(ctx: EmitContext, x: Value, ax: int, begin: int, end: int, step: int) -> Value:
+    """NOTE: tract 0.23.9 cannot load a strided slice below a reshape (its declutter pulls the
+    Downsample over the reshape and fails: "Pulling Downsample over Reshape: Invalid axis", as
+    in LeViT's ``x.view(B, r, r, C)[:, ::2, ::2]``). Items ``begin:end:step`` of a static axis are
+    rows of ``step`` items of which the first is kept: unit-step slices and reshapes only."""
+    end = min(end, x.shape[ax])
+    m = slice_length(begin, end, step)
+    full = min(m, (x.shape[ax] - begin) // step)  # rows of step items within the axis
+    parts = []
+    if full:
+        rows = slice_axis(ctx, x, ax, begin, begin + full * step)
+        shape = list(rows.shape)
+        rows = reshape_to(ctx, rows, shape[:ax] + [full, step] + shape[ax + 1:])
+        rows = slice_axis(ctx, rows, ax + 1, 0, 1)
+        parts.append(reshape_to(ctx, rows, shape[:ax] + [full] + shape[ax + 1:]))
+    if m > full:  # the last item, whose row runs past the end
+        last = begin + full * step
+        parts.append(slice_axis(ctx, x, ax, last, last + 1))
+    return concat(ctx, parts, ax)
 
 
 def _slice_before_tile(ctx: EmitContext, x: Value, ranges: list) -> Optional[Value]:
