@@ -17,6 +17,12 @@ def ints(*shape, seed=0):
 DYN0 = {"x0": {0: "S"}}
 ZERO = torch.tensor(0)
 
+def _and_zero_twice(y, then):
+    """``y & 0`` read by an integer add and by a float product: tract knows it is a uniform zero."""
+    v = y & ZERO.reshape(1, 1, 1)
+    return (2 + v).reshape(1, 5, y.shape[2], 1), then(v)
+
+
 CASES = [
     # tract drops the broadcast of an integer `mul` by a uniform constant 1 (ones(S) * c has shape [1])
     OpCase("int_ones_like_times_size", lambda y: torch.ones_like(y) * y.shape[0], [ints(9)], dynamic_axes=DYN0),
@@ -27,6 +33,11 @@ CASES = [
     OpCase("int_ones_like_pow_times", lambda y: torch.ones_like(y) ** 2 * y[:1], [ints(9)], dynamic_axes=DYN0),
     OpCase("int_and_zero_times", lambda y: (y & ZERO) * (y[:, :1] + 1), [ints(2, 9)],
            dynamic_axes={"x0": {1: "S"}}),
+    # the same fold on a float product of an integer tensor tract knows to be zero
+    OpCase("float_of_and_zero_div_number", lambda y: _and_zero_twice(y, lambda v: torch.div(v, -2)), [ints(1, 5, 9)],
+           dynamic_axes={"x0": {2: "S"}}),
+    OpCase("float_of_and_zero_times_item", lambda y: _and_zero_twice(y, lambda v: v.float() * y[:1, :1, :1].float()),
+           [ints(1, 5, 9)], dynamic_axes={"x0": {2: "S"}}),
     OpCase("bool_ones_like_and", lambda b: torch.ones_like(b) & b[:1], [torch.rand(9) > 0.5], dynamic_axes=DYN0),
     OpCase("bool_ones_like_mul", lambda b: torch.ones_like(b) * b[:1], [torch.rand(9) > 0.5], dynamic_axes=DYN0),
     OpCase("int_arange_mask_times", lambda y: (torch.arange(y.shape[0]) < 3).long() * y[:1], [ints(9)],

@@ -230,8 +230,13 @@ def ew(ctx: EmitContext, op: str, a, b, out_dtype: Optional[DType] = None) -> Va
     """
     dtype = next(v.dtype for v in (a, b) if isinstance(v, Value))
     a, b = broadcast_operands(ctx, a, b, dtype)
-    if op in _MASK_FOLDED and not dtype.is_float and isinstance(a, Value) and isinstance(b, Value):
-        a, b = _opaque_carrier(ctx, a, b), _opaque_carrier(ctx, b, a)
+    if op in _MASK_FOLDED and isinstance(a, Value) and isinstance(b, Value):
+        if not dtype.is_float or _cast_from_exact(ctx, a) or _cast_from_exact(ctx, b):
+            a, b = _opaque_carrier(ctx, a, b), _opaque_carrier(ctx, b, a)
+    elif op in _MASK_FOLDED:  # a number and a tensor, which alone gives the result its size
+        t = a if isinstance(a, Value) else b
+        if _cast_from_exact(ctx, t) and t.shape is not None and any(not (isinstance(d, int) and d == 1) for d in t.shape):
+            a, b = (opaque(ctx, a), b) if t is a else (a, opaque(ctx, b))
     return ctx.op(op, a, b, out_dtype=out_dtype or dtype, out_shape=broadcast_shape(a, b))
 
 
@@ -243,6 +248,14 @@ def ew(ctx: EmitContext, op: str, a, b, out_dtype: Optional[DType] = None) -> Va
 # that gives the size is made opaque (helpers.opaque). A `tile` of the other operand does not help:
 # tract drops a broadcast that feeds a binary op.
 _MASK_FOLDED = ("mul", "div", "and")
+
+
+def _cast_from_exact(ctx: EmitContext, x: Value) -> bool:
+    """Whether ``x`` is an integer or bool tensor cast to float: tract may know it is uniform
+    (``(x & 0).float() * 0.5`` fails to load as the integer product does)."""
+    st = producer(ctx, x) if ctx.target == "tract" else None
+    return (st is not None and st.op == "tract_core_cast" and bool(st.args) and isinstance(st.args[0], Value)
+            and not st.args[0].dtype.is_float)
 
 
 def _opaque_carrier(ctx: EmitContext, x: Value, other: Value) -> Value:

@@ -196,6 +196,8 @@ def _binary(nnef_op: str, promote_div: bool = False):
                 ctx.op("mul", *broadcast_operands(ctx, b, alpha, dtype), out_dtype=dtype))
         if nnef_op == "mul" and dtype.is_int and isinstance(a, Value) and isinstance(b, Value):
             return int_mul(ctx, a, b, dtype)
+        if nnef_op in ("mul", "div") and dtype.is_float:
+            return ew(ctx, nnef_op, a, b, out_dtype=dtype)  # with its guard against tract's FoldUniformMask
         a, b = broadcast_operands(ctx, a, b, dtype)
         return ctx.op(nnef_op, a, b, out_dtype=dtype, out_shape=broadcast_shape(a, b))
 
