@@ -92,5 +92,6 @@ def main() -> None:
 
     survey_main(__file__, one, lambda: sorted(_families()), timeout=300)
 
+
 if __name__ == "__main__":
     main()

@@ -17,6 +17,8 @@ CASES = [
     OpCase("im2col_patches", lambda x: F.unfold(x, 2, stride=2), [randn(2, 3, 8, 6)]),
     OpCase("im2col_dilated_padded", lambda x: F.unfold(x, (3, 2), dilation=(2, 1), padding=1, stride=(2, 1)),
            [randn(2, 3, 9, 7)]),
+    # a dilation with a unit step: one slice per window position, not rows
+    OpCase("im2col_dilated_unit_stride", lambda x: F.unfold(x, 3, dilation=2), [randn(1, 2, 7, 8)]),
     OpCase("im2col_unbatched", lambda x: F.unfold(x, 3, padding=1), [randn(3, 5, 5)]),
     OpCase("col2im_patches", lambda x: F.fold(x, (8, 6), 2, stride=2), [randn(2, 12, 12)]),
     # patches side by side that do not cover the output: zeros at the border

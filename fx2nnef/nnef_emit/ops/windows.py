@@ -19,23 +19,16 @@ from ...ir import SymDim, Value, simplify
 from ..context import EmitContext
 from ..helpers import axis, ew, rank
 from ..registry import register
-from .conv import node_shape
+from .conv import ntuple
 from .shape import concat, permute_axes, reshape_to, slice_axis
-
-
-def _pair(v, what: str) -> tuple:
-    items = tuple(v) if isinstance(v, (list, tuple)) else (v, v)
-    if len(items) != 2 or not all(isinstance(i, int) and not isinstance(i, bool) for i in items):
-        raise EmitError(f"{what} must be an int or a pair of ints here, got {v!r}")
-    return items
 
 
 def windows(ctx: EmitContext, x: Value, ax: int, count, size: int, step: int, dilation: int = 1) -> Value:
     """``x`` with axis ``ax`` replaced by ``count`` windows and a new last axis of their ``size``
     items: item ``j`` of window ``i`` is ``x[i*step + j*dilation]`` along ``ax``."""
     r = rank(x)
-    g = math.gcd(size, step) if dilation == 1 else 1
-    if g > 1 or step == 1:
+    g = math.gcd(size, step)
+    if dilation == 1 and (g > 1 or step == 1):
         # rows of g items (g divides the step and the window): window i is rows i*a .. i*a + b - 1
         # for a = step/g, b = size/g, so b slices of the rows (of unit step when g is the step)
         a, b = step // g, size // g
@@ -73,8 +66,8 @@ def unfold_method(ctx: EmitContext, input: Value, dimension: int, size: int, ste
 @register(F.unfold)
 def im2col(ctx: EmitContext, input: Value, kernel_size, dilation=1, padding=0, stride=1):
     """unfold(Tensor input, int[2] kernel_size, int[2] dilation, int[2] padding, int[2] stride) -> Tensor"""
-    (kh, kw), (dh, dw) = _pair(kernel_size, "F.unfold kernel_size"), _pair(dilation, "F.unfold dilation")
-    (ph, pw), (sh, sw) = _pair(padding, "F.unfold padding"), _pair(stride, "F.unfold stride")
+    (kh, kw), (dh, dw) = ntuple(kernel_size, 2, "F.unfold kernel_size"), ntuple(dilation, 2, "F.unfold dilation")
+    (ph, pw), (sh, sw) = ntuple(padding, 2, "F.unfold padding"), ntuple(stride, 2, "F.unfold stride")
     if rank(input) not in (3, 4):
         raise EmitError(f"F.unfold takes a (C, H, W) or (N, C, H, W) tensor, got rank {rank(input)}")
     x = input if rank(input) == 4 else reshape_to(ctx, input, [1] + list(input.shape))
@@ -94,9 +87,9 @@ def im2col(ctx: EmitContext, input: Value, kernel_size, dilation=1, padding=0, s
 @register(F.fold)
 def col2im(ctx: EmitContext, input: Value, output_size, kernel_size, dilation=1, padding=0, stride=1):
     """fold(Tensor input, int[2] output_size, int[2] kernel_size, int[2] dilation, int[2] padding, int[2] stride) -> Tensor"""
-    (h, w), (kh, kw) = _pair(output_size, "F.fold output_size"), _pair(kernel_size, "F.fold kernel_size")
-    (dh, dw), (ph, pw) = _pair(dilation, "F.fold dilation"), _pair(padding, "F.fold padding")
-    sh, sw = _pair(stride, "F.fold stride")
+    (h, w), (kh, kw) = ntuple(output_size, 2, "F.fold output_size"), ntuple(kernel_size, 2, "F.fold kernel_size")
+    (dh, dw), (ph, pw) = ntuple(dilation, 2, "F.fold dilation"), ntuple(padding, 2, "F.fold padding")
+    sh, sw = ntuple(stride, 2, "F.fold stride")
     if rank(input) not in (2, 3):
         raise EmitError(f"F.fold takes a (C*kh*kw, L) or (N, C*kh*kw, L) tensor, got rank {rank(input)}")
     x = input if rank(input) == 3 else reshape_to(ctx, input, [1] + list(input.shape))
