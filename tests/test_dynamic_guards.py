@@ -282,6 +282,34 @@ def test_branch_equal_on_the_probe_data_only(tmp_path):
     _sizes_check(model, (x, y), ["x0", "x1"], dyn, r, [{"S": n} for n in range(1, 8)])
 
 
+def test_branch_equal_on_the_example_values_only(tmp_path):
+    """The probes below S=5 cut the example's first items, all positive: `floor(z / 2.63)` is all
+    zeros there, where `abs` and `roll` agree. The decision is checked on values redrawn within the
+    example's range too (fuzz seed 2026224), and bounds the range at S=5."""
+    def fn(z):
+        v = torch.div(z, 2.63, rounding_mode="floor")
+        return v.abs() if v.numel() >= 5 else v.roll(1, 0)
+
+    model = FnModule(fn)
+    z = torch.tensor([0.5, 1.0, 1.5, 0.7, -1.5])
+    dyn = {"x0": {0: "S"}}
+    r = fx2nnef.export(model, (z,), tmp_path / "m.nnef.tgz", input_names=["x0"],
+                       target=fx2nnef.TractNNEF(dynamic_axes=dyn, check_io=False))
+    assert r.ranges["S"].lo == 5
+    _sizes_check(model, (z,), ["x0"], dyn, r, [{"S": n} for n in range(5, 12)])
+
+
+def test_sizes_equal_near_a_flip_only(tmp_path):
+    """`max(1, S // 2)` at S=3 takes 1; the trace at S=5 takes `S // 2`, which gives the model's 1
+    at S=2 and 3 but 0 at S=1: the far end of the sizes past the flip is probed too, and the graph
+    traced again is checked as it was traced (fuzz seed 2026703). Before: 0 items at S=1."""
+    def fn(x):
+        y = torch.expm1(x)
+        return y.narrow(0, 0, max(1, y.shape[0] // 2))
+    r = _one_symbol(fn, (3, 2, 2), 0, tmp_path)
+    assert r.ranges["S"].contains(3)
+
+
 def test_every_other_size_bounds_nothing(tmp_path):
     """`reshape(B, -1, 2)` takes even sizes only: odd sizes are refused by the model itself and
     bound nothing; the graph declares S = 2*S_2 and runs at every even size, 2 included."""

@@ -267,23 +267,48 @@ def _scrambled(inputs: list, seed: int) -> list:
     return out
 
 
-def _scrambled_mismatch(gm, reference, env: dict, inputs: list) -> Optional[str]:
-    """What differs between the graph and the model on shuffled inputs at ``env``, if anything.
+def _redrawn(inputs: list, example: list, seed: int) -> list:
+    """The inputs with fresh values drawn within the range of the example's values (floats
+    uniform between its least and greatest item, integers and bools among those between), so
+    that the probe's piece of the example (all of one sign, say) does not decide alone. An
+    input whose example items are all equal keeps them (a mask of ones stays ones)."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for t, e in zip(inputs, example):
+        if isinstance(t, torch.Tensor) and isinstance(e, torch.Tensor) and e.numel() > 0 and not t.is_complex():
+            if t.dtype == torch.bool:
+                if bool(e.any()) and not bool(e.all()):
+                    t = torch.rand(t.shape, generator=g) < 0.5
+            elif t.is_floating_point():
+                lo, hi = float(e.min()), float(e.max())
+                if lo < hi and math.isfinite(lo) and math.isfinite(hi):
+                    t = (torch.rand(t.shape, generator=g, dtype=torch.float64) * (hi - lo) + lo).to(t.dtype)
+            else:
+                lo, hi = int(e.min()), int(e.max())
+                if lo < hi:
+                    t = torch.randint(lo, hi + 1, t.shape, generator=g).to(t.dtype)
+        out.append(t)
+    return out
+
+
+def _scrambled_mismatch(gm, reference, env: dict, inputs: list, example: list) -> Optional[str]:
+    """What differs between the graph and the model on other inputs at ``env``, if anything.
 
     A guard that flips where the graph still gives the model's outputs may only look equivalent
-    on the probe's data (reused from the example: a flip of a palindrome is the palindrome)."""
-    for seed in (1, 2):
-        shuffled = _scrambled(inputs, seed)
+    on the probe's data, a piece of the example's: a flip of a palindrome is the palindrome, and
+    ``floor(z / 2.63)`` is all zeros where that piece of ``z`` is positive. The probe's items
+    are shuffled once, then redrawn twice within the example's range of values."""
+    for other in (_scrambled(inputs, 1), _redrawn(inputs, example, 2), _redrawn(inputs, example, 3)):
         try:
-            expected = reference(env, shuffled)
+            expected = reference(env, other)
         except Exception:  # noqa: BLE001 - the model refuses these values: no evidence either way
             continue
-        values, err, _ = _run(gm, shuffled, keep=_output_nodes(gm))
+        values, err, _ = _run(gm, other, keep=_output_nodes(gm))
         if err is not None:
             return None
         mismatch = _outputs_match(gm, values, expected)
         if mismatch is not None:
-            return mismatch + " (on shuffled inputs)"
+            return mismatch + " (on other input values)"
     return None
 
 
@@ -490,7 +515,9 @@ def _symbolic_envs(signature, base_env: dict, max_flips: int = 4) -> tuple:
     ``checks``: the keys of the check sizes. ``far``: symbol -> a size far above the example
     where a decision changes (:func:`_far_flip`); it is not run, it bounds the range."""
     base = signature(base_env)
-    traced = signature.traced(base)
+    # the tracer's decisions the graph was traced with: every guard holds (the example's, unless
+    # the graph was traced again at other sizes and is checked at the example's)
+    traced = tuple(True for _ in signature.traced(base))
     single, lazy, kernel_only, check, below, above, checks = [], {}, set(), {}, {}, {}, set()
     near: dict = {-1: {}, 1: {}}  # side -> symbol -> nearest flip, for check_io when no size there is alike
     far: dict = {}  # symbol -> the first size above the scanned ones where a decision changes
@@ -831,7 +858,7 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
         if expected is not None:
             mismatch = _outputs_match(gm, values, expected)
             if mismatch is None and flips:
-                mismatch = _scrambled_mismatch(gm, reference, env, inputs)
+                mismatch = _scrambled_mismatch(gm, reference, env, inputs, example)
             if mismatch is not None:
                 for g in flips:
                     guard_flips.setdefault(id(g), (env, mismatch))
@@ -861,18 +888,25 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
     if signature is not None:
         # at the size where a decision flips, both branches may give the same outputs
         # (``max(0, 16 - S)`` flips at S=16, where both are 0): the next size on, where the
-        # same decisions hold, tells whether the branch taken there is really equivalent
+        # same decisions hold, tells whether the branch taken there is really equivalent; so does
+        # the far end of those sizes, where sizes computed in another way may part (the graph's
+        # ``S // 2`` items for the model's ``max(1, S // 2)`` agree at S=2 and 3, not at S=1)
         for env in list(equivalent_envs):
             moved = _moved(env, base_env)
             if len(moved) != 1:
                 continue
             (s,) = moved
-            n = env[s] + (1 if env[s] > base_env[s] else -1)
-            nxt = {**base_env, s: n}
-            if n < 1 or n in results[s] or _decide(signature, nxt) != _decide(signature, env):
-                continue
-            r = probe(nxt)
-            results[s][n] = "bad" if isinstance(r, tuple) or r == "error" else r
+            step = 1 if env[s] > base_env[s] else -1
+            outcome = _decide(signature, env)
+            top = max(base_env[s] + 16, min(max(3 * base_env[s], 32), 1024))  # as scanned for flips
+            n = env[s]
+            while 1 <= n + step <= top and _decide(signature, {**base_env, s: n + step}) == outcome:
+                n += step
+            for m in dict.fromkeys((env[s] + step, n)):
+                if m == env[s] or m in results[s] or not 1 <= m <= top:
+                    continue
+                r = probe({**base_env, s: m})
+                results[s][m] = "bad" if isinstance(r, tuple) or r == "error" else r
     for s, n in far.items():
         # every decision is the same from the scanned sizes up to n - 1; at n one changes, and
         # what the model does there is not known: the export is valid below it
