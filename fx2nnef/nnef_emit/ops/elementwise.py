@@ -66,10 +66,22 @@ def int_mul(ctx: EmitContext, a: Value, b, dtype: DType) -> Value:
 def _unary(nnef_op: str):
     def convert(ctx: EmitContext, input: Value):
         x = input if input.dtype.is_float else cast(ctx, input, DType.F32)
+        if nnef_op == "sigmoid" and ctx.target == "tract":
+            return exact_sigmoid(ctx, x)
         return ctx.op(nnef_op, x, out_shape=input.shape)
 
     convert.__name__ = f"unary_{nnef_op}"
     return convert
+
+
+def exact_sigmoid(ctx: EmitContext, x: Value) -> Value:
+    """``1 / (1 + exp(-x))``: tract's own sigmoid is within 5e-7 of the value, not within a
+    relative error, so that its small values (3e-7 for 1e-13 at x = -30) are wrong by orders of
+    magnitude once divided (``F.normalize`` of a sigmoid). Gates that only scale another value
+    (the RNN cells, SiLU) keep tract's op."""
+    e = ctx.op("exp", ctx.op("neg", x, out_shape=x.shape), out_shape=x.shape)
+    return ctx.op("div", scalar_operand(ctx, 1.0, x.dtype), ctx.op("add", e, scalar_operand(ctx, 1.0, x.dtype),
+                                                                    out_shape=x.shape), out_shape=x.shape)
 
 
 def _integer_unary(nnef_op: str):
