@@ -195,6 +195,13 @@ DIVISION_CASES += [
            khronos=False),
     OpCase("floordiv_dyn", operator.floordiv, [torch.randn(3, 8) * 10, torch.randn(3, 8) * 3], khronos=False,
            tolerance="exact", dynamic_axes={"x0": {1: "S"}, "x1": {1: "S"}}),
+    # a true quotient then floored or compared: tract's a * (1 / b) is one ulp below 41 / 41
+    OpCase("true_div_then_floor", lambda a: torch.floor(a / 41 * 2), [torch.arange(400.0).reshape(8, 50)],
+           khronos=False, tolerance="exact"),
+    OpCase("true_div_then_compare", lambda a, b: (a / b).clamp(0, 9) >= 1,
+           [torch.arange(400.0).reshape(8, 50), torch.full((1, 50), 47.0)], khronos=False),
+    OpCase("true_div_by_size_then_cast", lambda a: (a / a.shape[1]).long(), [torch.arange(41.0 * 3).reshape(3, 41)],
+           khronos=False, dynamic_axes={"x0": {1: "S"}}),
     OpCase("remainder_dyn_broadcast", torch.remainder, [torch.randn(3, 8) * 10, torch.tensor([0.7, -1.3, 3.0])[:, None]],
            khronos=False, tolerance="exact", dynamic_axes={"x0": {1: "S"}}),
 ]

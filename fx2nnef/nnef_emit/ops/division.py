@@ -15,6 +15,7 @@ from __future__ import annotations
 import operator
 
 import numpy as np
+import torch
 
 from ...ir import DType, SymDim, Value
 from ..context import EmitContext
@@ -71,6 +72,57 @@ def float_fmod(ctx: EmitContext, a: Value, b: Value) -> Value:
 def float_quotient(ctx: EmitContext, a: Value, b: Value, dtype: DType) -> Value:
     """``a / b`` correctly rounded to ``dtype`` (f16 or f32), through f64."""
     return cast(ctx, ew(ctx, "div", cast(ctx, a, DType.F64), cast(ctx, b, DType.F64)), dtype)
+
+
+# ops whose result jumps where their operand crosses a boundary: a quotient one ulp off there
+# gives another integer, bool or index
+_ROUNDING = {"floor", "ceil", "round", "trunc", "fix", "floor_divide", "floordiv", "remainder", "mod", "fmod",
+             "eq", "ne", "lt", "le", "gt", "ge", "greater", "less", "greater_equal", "less_equal", "not_equal",
+             "long", "int", "short", "byte", "char", "bool", "bucketize", "searchsorted", "sign", "heaviside",
+             "argmax", "argmin", "div_rounding"}
+# ops that carry a quotient on without rounding it more than torch does (elementwise steps, views)
+_CARRY = {"add", "sub", "mul", "truediv", "div", "true_divide", "neg", "negative", "abs", "clamp", "clamp_min",
+          "clamp_max", "clip", "minimum", "maximum", "multiply", "subtract", "getitem", "reshape", "view",
+          "permute", "transpose", "split", "chunk", "cat", "concat", "stack", "expand", "expand_as", "squeeze",
+          "unsqueeze", "narrow", "contiguous", "clone", "float", "double", "flatten", "unflatten", "repeat",
+          "where", "flip", "roll", "movedim", "add_", "sub_", "mul_", "div_", "clamp_", "neg_", "abs_"}
+_INTEGER_DTYPES = ("int", "long", "short", "uint", "bool")
+
+
+def _stem(kind: str) -> str:
+    return kind.rsplit(".", 1)[-1]
+
+
+def _casts_to_integer(node) -> bool:
+    """``.to(torch.long)``, ``.type(torch.int32)``: the cast truncates the quotient."""
+    if _stem(node.kind) not in ("to", "type"):
+        return False
+    named = [a for a in list(node.args[1:]) + list(node.kwargs.values()) if isinstance(a, torch.dtype)]
+    return any(str(d).startswith("torch." + p) for d in named for p in _INTEGER_DTYPES)
+
+
+def feeds_rounding(ctx: EmitContext, limit: int = 16) -> bool:
+    """Whether the op being lowered reaches, through at most ``limit`` elementwise steps and
+    views, an op that rounds, compares or casts to an integer (``floor(x / T)``, ``x / 20 > 1``).
+    There tract's quotient (``a * (1 / b)``, one ulp off in 1 of 4) changes the result by a
+    whole unit; elsewhere an ulp is within every tolerance. Beyond a matmul or a reduction the
+    quotient is no longer what decides: those round in their own order anyway."""
+    node = ctx.node
+    if node is None:
+        return False
+    todo, seen = [o for o in node.outputs], set()
+    while todo and len(seen) < limit:
+        value = todo.pop()
+        for user in value.uses:
+            if id(user) in seen:
+                continue
+            seen.add(id(user))
+            stem = _stem(user.kind)
+            if stem in _ROUNDING or user.kwargs.get("rounding_mode") is not None or _casts_to_integer(user):
+                return True
+            if stem in _CARRY:
+                todo.extend(user.outputs)
+    return False
 
 
 def _differs(ctx: EmitContext, r: Value, b: Value) -> Value:

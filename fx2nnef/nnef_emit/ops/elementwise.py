@@ -20,11 +20,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ...ir import DType, Value
+from ...ir import DType, SymDim, Value
 from ..context import EmitContext
 from ..helpers import broadcast_operands, broadcast_shape, cast, ew, opaque, result_dtype, scalar_operand, select
 from ..registry import REGISTRY, register
-from .division import float_quotient
+from .division import feeds_rounding, float_quotient
 
 # op -> NNEF unary op on floats (integer and bool inputs are computed in f32, as torch promotes them)
 UNARY = {
@@ -208,6 +208,11 @@ def _binary(nnef_op: str, promote_div: bool = False):
                 ctx.op("mul", *broadcast_operands(ctx, b, alpha, dtype), out_dtype=dtype))
         if nnef_op == "mul" and dtype.is_int and isinstance(a, Value) and isinstance(b, Value):
             return int_mul(ctx, a, b, dtype)
+        if nnef_op == "div" and dtype.is_float and dtype is not DType.F64 and ctx.target == "tract" \
+                and feeds_rounding(ctx):
+            # a quotient that is then floored or compared: correctly rounded, as torch's
+            a, b = (v if isinstance(v, (Value, SymDim)) else float(np.array(v, dtype=dtype.numpy_name)) for v in (a, b))
+            return float_quotient(ctx, a, b, dtype)
         if nnef_op in ("mul", "div") and dtype.is_float:
             return ew(ctx, nnef_op, a, b, out_dtype=dtype)  # with its guard against tract's FoldUniformMask
         a, b = broadcast_operands(ctx, a, b, dtype)
