@@ -38,6 +38,8 @@ CASES = [
            dynamic_axes={"x0": {2: "S"}}),
     OpCase("float_of_and_zero_times_item", lambda y: _and_zero_twice(y, lambda v: v.float() * y[:1, :1, :1].float()),
            [ints(1, 5, 9)], dynamic_axes={"x0": {2: "S"}}),
+    # both operands of one shape known to be zero: the product folded to shape [1] (fuzz seed 913282)
+    OpCase("int_square_of_times_zero", lambda y: torch.square((y ^ 3)[1:] * 0), [ints(9)], dynamic_axes=DYN0),
     OpCase("bool_ones_like_and", lambda b: torch.ones_like(b) & b[:1], [torch.rand(9) > 0.5], dynamic_axes=DYN0),
     OpCase("bool_ones_like_mul", lambda b: torch.ones_like(b) * b[:1], [torch.rand(9) > 0.5], dynamic_axes=DYN0),
     OpCase("int_arange_mask_times", lambda y: (torch.arange(y.shape[0]) < 3).long() * y[:1], [ints(9)],

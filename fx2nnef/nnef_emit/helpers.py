@@ -232,7 +232,10 @@ def ew(ctx: EmitContext, op: str, a, b, out_dtype: Optional[DType] = None) -> Va
     a, b = broadcast_operands(ctx, a, b, dtype)
     if op in _MASK_FOLDED and isinstance(a, Value) and isinstance(b, Value):
         if not dtype.is_float or _cast_from_exact(ctx, a) or _cast_from_exact(ctx, b):
-            a, b = _opaque_carrier(ctx, a, b), _opaque_carrier(ctx, b, a)
+            a2, b2 = _opaque_carrier(ctx, a, b), _opaque_carrier(ctx, b, a)
+            if a2 is a and b2 is b and _both_may_fold(ctx, a, b):
+                a2 = opaque(ctx, a)  # both uniform (x * 0 squared): the result keeps a's size
+            a, b = a2, b2
     elif op in _MASK_FOLDED:  # a number and a tensor, which alone gives the result its size
         t = a if isinstance(a, Value) else b
         if _cast_from_exact(ctx, t) and t.shape is not None and any(not (isinstance(d, int) and d == 1) for d in t.shape):
@@ -256,6 +259,14 @@ def _cast_from_exact(ctx: EmitContext, x: Value) -> bool:
     st = producer(ctx, x) if ctx.target == "tract" else None
     return (st is not None and st.op == "tract_core_cast" and bool(st.args) and isinstance(st.args[0], Value)
             and not st.args[0].dtype.is_float)
+
+
+def _both_may_fold(ctx: EmitContext, a: Value, b: Value) -> bool:
+    """Whether ``a`` and ``b`` have one shape with a size other than 1 and are both computed (no
+    input, no constant): tract may know both uniform and fold the op to a result of size 1."""
+    if a.shape is None or a.shape != b.shape or all(isinstance(d, int) and d == 1 for d in a.shape):
+        return False
+    return not any(v.is_constant or any(v is i for i in ctx.graph_inputs) for v in (a, b))
 
 
 def _opaque_carrier(ctx: EmitContext, x: Value, other: Value) -> Value:
