@@ -310,6 +310,28 @@ def test_sizes_equal_near_a_flip_only(tmp_path):
     assert r.ranges["S"].contains(3)
 
 
+def test_piece_count_flip_is_never_equivalent(tmp_path):
+    """`split(3)` of T=3 is one piece of T items; at T=4 the graph re-run in torch splits again and
+    matches, but the export keeps one piece of T items (fuzz seed 4040369): the range ends at 3."""
+    r = _one_symbol(lambda x: x.split(3, -1)[0].mT, (1, 1, 6, 3), 3, tmp_path, top=9)
+    assert r.ranges["S"].hi == 3
+
+
+def test_branch_equal_on_a_one_item_input_only(tmp_path):
+    """A static one-item input, positive in the example: `relu` and the identity agree on it. Its
+    value is redrawn on both sides of zero to judge the flip at S=2 (fuzz seed 4040115)."""
+    def fn(x, y):
+        v = y.expand(3)
+        return F.relu(v) if x.shape[0] > 2 else v.flip(0)
+
+    model = FnModule(fn)
+    x, y = torch.randn(6, 4), torch.tensor([1.8459])
+    dyn = {"x0": {0: "S"}}
+    r = fx2nnef.export(model, (x, y), tmp_path / "m.nnef.tgz", input_names=["x0", "x1"],
+                       target=fx2nnef.TractNNEF(dynamic_axes=dyn, check_io=False))
+    assert r.ranges["S"].lo == 3
+
+
 def test_every_other_size_bounds_nothing(tmp_path):
     """`reshape(B, -1, 2)` takes even sizes only: odd sizes are refused by the model itself and
     bound nothing; the graph declares S = 2*S_2 and runs at every even size, 2 included."""
