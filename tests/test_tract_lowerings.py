@@ -23,6 +23,18 @@ def _and_zero_twice(y, then):
     return (2 + v).reshape(1, 5, y.shape[2], 1), then(v)
 
 
+def _strided_after_chain(y):
+    """A dynamic strided slice of a long chain's difference: tract pulled the Downsample up
+    through it and failed at run time ("Can not broadcast 2 against 3", fuzz seed 4040066)."""
+    v1 = y * 0.7
+    v3 = torch.where(v1 > 0.3, torch.tensor(-0.4), v1)
+    v4 = torch.div(v3, -(v1.abs() + 0.5), rounding_mode="trunc")
+    v6 = v4 % 1.19
+    v7 = v6[::2]
+    v6.sub_(v4 * v3)
+    return v7
+
+
 CASES = [
     # tract drops the broadcast of an integer `mul` by a uniform constant 1 (ones(S) * c has shape [1])
     OpCase("int_ones_like_times_size", lambda y: torch.ones_like(y) * y.shape[0], [ints(9)], dynamic_axes=DYN0),
@@ -40,6 +52,7 @@ CASES = [
            [ints(1, 5, 9)], dynamic_axes={"x0": {2: "S"}}),
     # both operands of one shape known to be zero: the product folded to shape [1] (fuzz seed 913282)
     OpCase("int_square_of_times_zero", lambda y: torch.square((y ^ 3)[1:] * 0), [ints(9)], dynamic_axes=DYN0),
+    OpCase("strided_dynamic_after_chain", _strided_after_chain, [torch.randn(3) * 2], dynamic_axes=DYN0),
     OpCase("bool_ones_like_and", lambda b: torch.ones_like(b) & b[:1], [torch.rand(9) > 0.5], dynamic_axes=DYN0),
     OpCase("bool_ones_like_mul", lambda b: torch.ones_like(b) * b[:1], [torch.rand(9) > 0.5], dynamic_axes=DYN0),
     OpCase("int_arange_mask_times", lambda y: (torch.arange(y.shape[0]) < 3).long() * y[:1], [ints(9)],

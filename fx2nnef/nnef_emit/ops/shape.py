@@ -122,10 +122,14 @@ def slice_axes(ctx: EmitContext, x: Value, ranges: list) -> Value:
         if ctx.target == "tract" and x.shape is not None:
             strided = [r for r in ranges if r[3] > 1 and all(isinstance(v, int) for v in (x.shape[r[0]], r[1], r[2]))
                        and slice_length(r[1], min(r[2], x.shape[r[0]]), r[3]) >= 2]
-            if strided:
-                x = slice_axes(ctx, x, [r for r in ranges if r not in strided])
+            # a dynamic axis: the items are gathered (no Downsample for tract to pull either)
+            gathered = [r for r in ranges if r[3] > 1 and r not in strided]
+            if strided or gathered:
+                x = slice_axes(ctx, x, [r for r in ranges if r not in strided and r not in gathered])
                 for ax, b, e, step in strided:
                     x = _every_kth(ctx, x, ax, b, e, step)
+                for ax, b, e, step in gathered:
+                    x = _gather_every_kth(ctx, x, ax, b, e, step)
                 return x
     shape = list(x.shape)
     for ax, b, e, s in ranges:
@@ -156,6 +160,17 @@ def _every_kth(ctx: EmitContext, x: Value, ax: int, begin: int, end: int, step: 
         last = begin + full * step
         parts.append(slice_axis(ctx, x, ax, last, last + 1))
     return concat(ctx, parts, ax)
+
+
+def _gather_every_kth(ctx: EmitContext, x: Value, ax: int, begin, end, step: int) -> Value:
+    """NOTE: tract 0.23.9 mis-pulls a strided slice of a dynamic axis up through elementwise ops
+    (``(a - b)[::2]`` with ``a`` from a long chain: "Can not broadcast 2 against 3" at run time).
+    Items ``begin:end:step`` are gathered at ``range(begin, end, step)``."""
+    n = slice_length(begin, end, step)
+    indices = ctx.call("nnef.range", begin, end, step, DType.I64, (n,))
+    shape = list(x.shape)
+    shape[ax] = n
+    return ctx.call("nnef.gather", x, indices, ax, tuple(shape))
 
 
 def _slice_before_tile(ctx: EmitContext, x: Value, ranges: list) -> Optional[Value]:
