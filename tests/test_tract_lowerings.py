@@ -52,6 +52,11 @@ CASES = [
            [ints(1, 5, 9)], dynamic_axes={"x0": {2: "S"}}),
     # both operands of one shape known to be zero: the product folded to shape [1] (fuzz seed 913282)
     OpCase("int_square_of_times_zero", lambda y: torch.square((y ^ 3)[1:] * 0), [ints(9)], dynamic_axes=DYN0),
+    # a matmul contracting a broadcast axis: tract summed one item of it (a third of torch's, fuzz seed 5050638)
+    OpCase("matmul_contracting_an_expand", lambda y: y.expand(3, -1).mT @ y.expand(3, -1), [torch.randn(7)]),
+    OpCase("matmul_contracting_an_expand_dyn", lambda y: y.expand(3, -1).mT @ y.expand(3, -1), [torch.randn(7)],
+           dynamic_axes=DYN0),
+    OpCase("matmul_contracting_one_expand", lambda x, y: x @ y[None].expand(3, -1), [torch.randn(4, 3), torch.randn(5)]),
     OpCase("strided_dynamic_after_chain", _strided_after_chain, [torch.randn(3) * 2], dynamic_axes=DYN0),
     OpCase("bool_ones_like_and", lambda b: torch.ones_like(b) & b[:1], [torch.rand(9) > 0.5], dynamic_axes=DYN0),
     OpCase("bool_ones_like_mul", lambda b: torch.ones_like(b) * b[:1], [torch.rand(9) > 0.5], dynamic_axes=DYN0),

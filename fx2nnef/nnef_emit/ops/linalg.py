@@ -11,7 +11,8 @@ import torch.nn.functional as F
 
 from ...ir import DType, Value, product
 from ..context import TRACT_DATUM, EmitContext, stored_transposed
-from ..helpers import broadcast_operands, cast, dims_list, ew, rank, result_dtype, tiled_from, un, unsqueeze_to
+from ..helpers import (broadcast_operands, cast, dims_list, ew, opaque, producer, rank, result_dtype, tiled_from, un,
+                       unsqueeze_to)
 from ..registry import register
 
 
@@ -45,6 +46,28 @@ def _untiled_matmul(ctx: EmitContext, a: Value, b: Value, transpose_b: bool) -> 
     return None
 
 
+def _contraction_tile_made_opaque(ctx: EmitContext, v: Value, ax: int) -> Value:
+    """NOTE: tract 0.23.9 folds a ``tile`` that broadcasts the contracted axis of a matmul (directly
+    or under a transpose) into the EinSum and then sums over one item, not all of them:
+    ``y.expand(3, -1).mT @ y.expand(3, -1)`` came out a third of torch's, silently. A runtime
+    zero added to the operand hides the broadcast."""
+    st = producer(ctx, v)
+    perm = None
+    if st is not None and st.op == "transpose" and st.args and isinstance(st.args[0], Value):
+        perm = list(st.attrs.get("axes", []))
+        inner = st.args[0]
+    else:
+        inner = v
+    found = tiled_from(ctx, inner)
+    if found is None:
+        return v
+    _, reps = found
+    src_ax = perm[ax] if perm is not None and ax < len(perm) else ax
+    if src_ax < len(reps) and not (isinstance(reps[src_ax], int) and reps[src_ax] == 1):
+        return opaque(ctx, v)
+    return v
+
+
 def _matmul(ctx: EmitContext, a: Value, b: Value, transpose_b: bool = False) -> Value:
     """NNEF matmul needs equal ranks: vectors become matrices and lower ranks get unit batch axes.
     A right operand stored as f16 (f16 weights) is read as stored: the product stays in ``a``'s dtype;
@@ -60,6 +83,7 @@ def _matmul(ctx: EmitContext, a: Value, b: Value, transpose_b: bool = False) -> 
         untiled = _untiled_matmul(ctx, a, b, transpose_b)
         if untiled is not None:
             return untiled
+        a, b = (_contraction_tile_made_opaque(ctx, v, ax) for v, ax in ((a, r - 1), (b, r - 1 if transpose_b else r - 2)))
     if ra == 1:
         a = ctx.op("unsqueeze", a, axes=[0], out_shape=(1,) + tuple(a.shape))
     if rb == 1:
