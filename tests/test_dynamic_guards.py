@@ -332,6 +332,38 @@ def test_branch_equal_on_a_one_item_input_only(tmp_path):
     assert r.ranges["S"].lo == 3
 
 
+def _clamped_sum(x):
+    v = x * 2 if x.shape[2] > 2 else x.roll(1, 0)
+    return v.sum(2).clamp(-0.5, 0.5)
+
+
+def _int_power(z):
+    v = torch.where(z.clamp(-5, 5) == 0, 1, z.clamp(-5, 5)) ** torch.tensor([-1])
+    return -v if z.shape[0] == 2 else v.flip(0)
+
+
+def _positive_static(x, y):
+    v = torch.stack([y >= -0.01] * 2, 1)
+    return v.flip(1) if len(x) > 8 else v.roll(1, 0)
+
+
+@pytest.mark.parametrize("fn, example, axis, flip", [
+    # the sums of the example's large items saturate the clamp whether doubled or not (fuzz 5050129)
+    (_clamped_sum, (torch.tensor([[[1.9, 1.8, -1.7], [-1.6, -1.9, 1.9]]]),), 2, 2),
+    # integer ** -1 is 0 but at -1, 0 and 1: both branches give zeros (fuzz 5050453)
+    (_int_power, (torch.tensor([15, -12, 18, 9]),), 0, 2),
+    # a static input positive in the example: both rows of the stack agree (fuzz 5050026)
+    (_positive_static, (torch.randn(6, 3), torch.tensor([0.7, 1.9])), 0, 9),
+], ids=["clamped_sum", "int_power", "positive_static"])
+def test_branch_equal_on_the_example_range_only(fn, example, axis, flip, tmp_path):
+    """A flip judged equivalent is also compared on values drawn within a sixteenth of the example's
+    range, on both sides of zero: the export's range ends before the flip."""
+    names = [f"x{i}" for i in range(len(example))]
+    r = fx2nnef.export(FnModule(fn), example, tmp_path / "m.nnef.tgz", input_names=names,
+                       target=fx2nnef.TractNNEF(dynamic_axes={"x0": {axis: "S"}}, check_io=False))
+    assert "S" in r.ranges and not r.ranges["S"].contains(flip), r.ranges
+
+
 def test_every_other_size_bounds_nothing(tmp_path):
     """`reshape(B, -1, 2)` takes even sizes only: odd sizes are refused by the model itself and
     bound nothing; the graph declares S = 2*S_2 and runs at every even size, 2 included."""

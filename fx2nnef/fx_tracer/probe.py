@@ -267,12 +267,14 @@ def _scrambled(inputs: list, seed: int) -> list:
     return out
 
 
-def _redrawn(inputs: list, example: list, seed: int) -> list:
+def _redrawn(inputs: list, example: list, seed: int, scale: float = 1.0) -> list:
     """The inputs with fresh values drawn within the range of the example's values (floats
     uniform between its least and greatest item, integers and bools among those between), so
     that the probe's piece of the example (all of one sign, say) does not decide alone. An
     input whose example items are all equal keeps them (a mask of ones stays ones), except a
-    float input of one item, drawn on both sides of zero."""
+    float input of one item, drawn on both sides of zero. ``scale`` shrinks the range towards
+    zero, where clamps and saturations no longer hide a difference (integers: ``x ** -1`` is 0
+    but at -1, 0 and 1); floats are then drawn on both sides of zero."""
     g = torch.Generator().manual_seed(seed)
     out = []
     for t, e in zip(inputs, example):
@@ -284,10 +286,14 @@ def _redrawn(inputs: list, example: list, seed: int) -> list:
                 lo, hi = float(e.min()), float(e.max())
                 if lo == hi and e.numel() == 1 and math.isfinite(lo):
                     lo, hi = -abs(lo) - 1, abs(lo) + 1  # one number: nothing tells its range, its sign may decide
+                if scale != 1:  # both signs: an input positive in the example may not be so always
+                    hi = max(abs(lo), abs(hi)) * scale
+                    lo = -hi
                 if lo < hi and math.isfinite(lo) and math.isfinite(hi):
                     t = (torch.rand(t.shape, generator=g, dtype=torch.float64) * (hi - lo) + lo).to(t.dtype)
             else:
                 lo, hi = int(e.min()), int(e.max())
+                lo, hi = max(lo, math.floor(lo * scale)), min(hi, math.ceil(hi * scale))
                 if lo < hi:
                     t = torch.randint(lo, hi + 1, t.shape, generator=g).to(t.dtype)
         out.append(t)
@@ -300,8 +306,10 @@ def _scrambled_mismatch(gm, reference, env: dict, inputs: list, example: list) -
     A guard that flips where the graph still gives the model's outputs may only look equivalent
     on the probe's data, a piece of the example's: a flip of a palindrome is the palindrome, and
     ``floor(z / 2.63)`` is all zeros where that piece of ``z`` is positive. The probe's items
-    are shuffled once, then redrawn three times within the example's range of values."""
-    for other in (_scrambled(inputs, 1), *(_redrawn(inputs, example, seed) for seed in (2, 3, 4))):
+    are shuffled once, then redrawn twice within the example's range of values and once within
+    a sixteenth of it (``clamp(2 * s, -0.5, 0.5)`` and ``clamp(s, ...)`` agree on large sums)."""
+    redraws = (_redrawn(inputs, example, 2), _redrawn(inputs, example, 3), _redrawn(inputs, example, 4, 1 / 16))
+    for other in (_scrambled(inputs, 1), *redraws):
         try:
             expected = reference(env, other)
         except Exception:  # noqa: BLE001 - the model refuses these values: no evidence either way

@@ -20,6 +20,8 @@ def user_frame_location(skip_prefixes: tuple = ()) -> SourceLoc | None:
     prefixes = _SKIP_PREFIXES + tuple(skip_prefixes)
     while frame is not None:
         filename = frame.f_code.co_filename
+        if ".." in filename:  # imported through a relative path (sys.path entry "..")
+            filename = os.path.normpath(filename)
         if not filename.startswith(prefixes) and not filename.startswith("<"):
             line = frame.f_lineno
             code = linecache.getline(filename, line).strip()
