@@ -6,6 +6,7 @@ check_io runs the example and one size below and one above it, so a shape that t
 """
 import pytest
 import torch
+import torch.nn.functional as F
 
 from harness import OpCase, randn, run_case
 
@@ -16,6 +17,7 @@ def ints(*shape, seed=0):
 
 DYN0 = {"x0": {0: "S"}}
 ZERO = torch.tensor(0)
+W1X1 = torch.randn(3, 1, 1, 1, generator=torch.Generator().manual_seed(3))
 
 def _and_zero_twice(y, then):
     """``y & 0`` read by an integer add and by a float product: tract knows it is a uniform zero."""
@@ -57,6 +59,12 @@ CASES = [
     OpCase("matmul_contracting_an_expand_dyn", lambda y: y.expand(3, -1).mT @ y.expand(3, -1), [torch.randn(7)],
            dynamic_axes=DYN0),
     OpCase("matmul_contracting_one_expand", lambda x, y: x @ y[None].expand(3, -1), [torch.randn(4, 3), torch.randn(5)]),
+    # a strided 1x1 conv below the reshapes of a flat roll: tract failed to pull its Downsample (fuzz 5050622)
+    OpCase("strided_1x1_conv_after_roll", lambda x: F.conv2d(x.roll(1), W1X1, stride=2),
+           [torch.randn(1, 1, 6, 4)]),
+    OpCase("strided_1x1_conv_after_roll_dyn", lambda x: F.conv2d(x.roll(1), W1X1,
+                                                                  stride=2), [torch.randn(1, 1, 6, 4)],
+           dynamic_axes={"x0": {2: "S"}}),
     OpCase("strided_dynamic_after_chain", _strided_after_chain, [torch.randn(3) * 2], dynamic_axes=DYN0),
     OpCase("bool_ones_like_and", lambda b: torch.ones_like(b) & b[:1], [torch.rand(9) > 0.5], dynamic_axes=DYN0),
     OpCase("bool_ones_like_mul", lambda b: torch.ones_like(b) * b[:1], [torch.rand(9) > 0.5], dynamic_axes=DYN0),

@@ -14,8 +14,9 @@ import torch
 from ...errors import EmitError
 from ...ir import Value
 from ..context import EmitContext
-from ..helpers import rank, tiled_from
+from ..helpers import producer, rank, tiled_from
 from ..registry import register
+from .shape import slice_axes
 
 
 def ntuple(v, n: int, what: str) -> list:
@@ -92,6 +93,16 @@ def conv(ctx: EmitContext, input: Value, weight: Value, bias=None, stride=1, pad
     stride, dilation = ntuple(stride, n, "stride"), ntuple(dilation, n, "dilation")
     pads = conv_padding(padding, kernel, dilation, stride)
     out_shape = node_shape(ctx, int(unbatched))
+    above = producer(ctx, x) if ctx.target == "tract" else None
+    if above is not None and above.op == "reshape" and x.shape is not None:
+        # NOTE: tract 0.23.9 makes the stride of a kernel-1 axis a Downsample, which it fails to pull
+        # over a reshape above it ("Pulling Downsample over Reshape: Invalid axis", x.roll(1) then
+        # a strided 1x1 conv): below a reshape, those items are taken by slice_axes (no Downsample)
+        picked = [(2 + i, 0, x.shape[2 + i], s) for i, (k, s, p) in enumerate(zip(kernel, stride, pads))
+                  if k == 1 and s > 1 and tuple(p) == (0, 0)]
+        if picked:
+            x = slice_axes(ctx, x, picked)
+            stride = [1 if (2 + i) in {r[0] for r in picked} else s for i, s in enumerate(stride)]
     # NOTE: tract 0.23.9 lowers a 1x1 conv as a matmul and mis-handles a batch made by a `tile`
     # (see linalg._untiled_matmul): the conv of the untiled batch, tiled afterwards, is the same
     found = tiled_from(ctx, x) if not unbatched else None
