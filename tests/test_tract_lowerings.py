@@ -50,6 +50,9 @@ CASES = [
     # the same fold on a float product of an integer tensor tract knows to be zero
     OpCase("float_of_and_zero_div_number", lambda y: _and_zero_twice(y, lambda v: torch.div(v, -2)), [ints(1, 5, 9)],
            dynamic_axes={"x0": {2: "S"}}),
+    # the same quotient floored is taken exactly in f64: the guard looks through the f32 -> f64 cast
+    OpCase("float_of_and_zero_div_then_floor", lambda y: _and_zero_twice(y, lambda v: torch.floor(v.float() / -2)),
+           [ints(1, 5, 9)], dynamic_axes={"x0": {2: "S"}}),
     OpCase("float_of_and_zero_times_item", lambda y: _and_zero_twice(y, lambda v: v.float() * y[:1, :1, :1].float()),
            [ints(1, 5, 9)], dynamic_axes={"x0": {2: "S"}}),
     # both operands of one shape known to be zero: the product folded to shape [1] (fuzz seed 913282)

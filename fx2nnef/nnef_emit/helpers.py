@@ -254,11 +254,17 @@ _MASK_FOLDED = ("mul", "div", "and")
 
 
 def _cast_from_exact(ctx: EmitContext, x: Value) -> bool:
-    """Whether ``x`` is an integer or bool tensor cast to float: tract may know it is uniform
-    (``(x & 0).float() * 0.5`` fails to load as the integer product does)."""
-    st = producer(ctx, x) if ctx.target == "tract" else None
-    return (st is not None and st.op == "tract_core_cast" and bool(st.args) and isinstance(st.args[0], Value)
-            and not st.args[0].dtype.is_float)
+    """Whether ``x`` is an integer or bool tensor cast to float, also through float casts (an
+    exact quotient is taken in f64): tract may know it is uniform (``(x & 0).float() * 0.5``
+    fails to load as the integer product does)."""
+    if ctx.target != "tract":
+        return False
+    st = producer(ctx, x)
+    while st is not None and st.op == "tract_core_cast" and st.args and isinstance(st.args[0], Value):
+        if not st.args[0].dtype.is_float:
+            return True
+        st = producer(ctx, st.args[0])
+    return False
 
 
 def _both_may_fold(ctx: EmitContext, a: Value, b: Value) -> bool:
