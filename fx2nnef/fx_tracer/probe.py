@@ -512,6 +512,11 @@ def _far_flip(signature, base_env: dict, s: str, top: int, scanned: list, limit:
     return None
 
 
+def _scan_top(v: int) -> int:
+    """The largest size of a symbol scanned one by one for flips, from its example size ``v``."""
+    return max(v + 16, min(max(3 * v, 32), 1024))
+
+
 def _symbolic_envs(signature, base_env: dict, max_flips: int = 4) -> tuple:
     """``(single, multi, lazy, kernel_only, io_envs, checks, far)`` probe sizes: where a decision flips and the
     size before, one symbol moved at a time (the nearest ``max_flips`` on each side, up to a few
@@ -540,7 +545,7 @@ def _symbolic_envs(signature, base_env: dict, max_flips: int = 4) -> tuple:
                 kernel_only.add(_env_key(env))
 
     for s, v in base_env.items():
-        top = max(v + 16, min(max(3 * v, 32), 1024))
+        top = _scan_top(v)
         same, scanned = [], [base]
         for step, side in ((1, range(v - 1, 0, -1)), (-1, range(v + 1, top + 1))):
             prev, hits, seen = base, 0, set()
@@ -913,7 +918,7 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
             (s,) = moved
             step = 1 if env[s] > base_env[s] else -1
             outcome = _decide(signature, env)
-            top = max(base_env[s] + 16, min(max(3 * base_env[s], 32), 1024))  # as scanned for flips
+            top = _scan_top(base_env[s])
             n = env[s]
             while 1 <= n + step <= top and _decide(signature, {**base_env, s: n + step}) == outcome:
                 n += step

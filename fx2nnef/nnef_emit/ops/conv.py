@@ -102,7 +102,8 @@ def conv(ctx: EmitContext, input: Value, weight: Value, bias=None, stride=1, pad
                   if k == 1 and s > 1 and tuple(p) == (0, 0)]
         if picked:
             x = slice_axes(ctx, x, picked)
-            stride = [1 if (2 + i) in {r[0] for r in picked} else s for i, s in enumerate(stride)]
+            sliced = {r[0] for r in picked}
+            stride = [1 if 2 + i in sliced else s for i, s in enumerate(stride)]
     # NOTE: tract 0.23.9 lowers a 1x1 conv as a matmul and mis-handles a batch made by a `tile`
     # (see linalg._untiled_matmul): the conv of the untiled batch, tiled afterwards, is the same
     found = tiled_from(ctx, x) if not unbatched else None

@@ -102,8 +102,9 @@ def _casts_to_integer(node) -> bool:
 
 
 def feeds_rounding(ctx: EmitContext, limit: int = 16) -> bool:
-    """Whether the op being lowered reaches, through at most ``limit`` elementwise steps and
-    views, an op that rounds, compares or casts to an integer (``floor(x / T)``, ``x / 20 > 1``).
+    """Whether the op being lowered reaches, through elementwise steps and views (the first
+    ``limit`` ops reading it and their readers), an op that rounds, compares or casts to an
+    integer (``floor(x / T)``, ``x / 20 > 1``).
     There tract's quotient (``a * (1 / b)``, one ulp off in 1 of 4) changes the result by a
     whole unit; elsewhere an ulp is within every tolerance. Beyond a matmul or a reduction the
     quotient is no longer what decides: those round in their own order anyway."""

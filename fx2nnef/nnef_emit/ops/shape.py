@@ -122,8 +122,9 @@ def slice_axes(ctx: EmitContext, x: Value, ranges: list) -> Value:
         if ctx.target == "tract" and x.shape is not None:
             strided = [r for r in ranges if r[3] > 1 and all(isinstance(v, int) for v in (x.shape[r[0]], r[1], r[2]))
                        and slice_length(r[1], min(r[2], x.shape[r[0]]), r[3]) >= 2]
-            # a dynamic axis: the items are gathered (no Downsample for tract to pull either)
-            gathered = [r for r in ranges if r[3] > 1 and r not in strided]
+            # a dynamic axis or bound: the items are gathered (no Downsample for tract to pull either)
+            gathered = [r for r in ranges if r[3] > 1
+                        and not all(isinstance(v, int) for v in (x.shape[r[0]], r[1], r[2]))]
             if strided or gathered:
                 x = slice_axes(ctx, x, [r for r in ranges if r not in strided and r not in gathered])
                 for ax, b, e, step in strided:
