@@ -22,6 +22,7 @@ from . import structures
 from .branches import trace_branches
 from .control_flow import loop_options, run_eagerly
 from .data_dep import check_number_reads, complex_values_note, number_reads
+from .loops import roll_loops
 from .padded import check_padded
 from .passes import cleanup_slices, complex_to_real, masked_updates, remove_dead_code, remove_inplace
 from .probe import RUNS, analyze, inputs_at
@@ -305,9 +306,12 @@ def _reference(model, args, kwargs, names, dyn, example, known: Optional[tuple] 
     return run
 
 
-def _trace_once(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, ref=None, branches=None):
+def _trace_once(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, ref=None, branches=None,
+                roll=False):
     def one_path(forced):
-        trace = trace_model(model, args, kwargs, names, out_names, leaf_types, leaf_names, forced)
+        trace = trace_model(model, args, kwargs, names, out_names, leaf_types, leaf_names, forced, roll_loops=roll)
+        if roll:
+            trace.control_flow.extend(roll_loops(trace.gm, trace.loops, trace.guards))
         remove_inplace(trace.gm)
         masked_updates(trace.gm)
         cleanup_slices(trace.gm)
@@ -372,6 +376,18 @@ def _wider(a: dict, b: dict) -> bool:
 
 def _trace_and_probe(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, notes, ref, branches=None):
     trace, analysis = _trace_once(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, ref, branches)
+    if _loop_guards(analysis):
+        # a Python loop over a dynamic size may bound the range: trace again rolling such loops into scans
+        rolled = None
+        try:
+            rolled = _trace_once(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, ref, branches,
+                                 roll=True)
+        except Exception:  # noqa: BLE001 - a loop that cannot be rolled: the unrolled trace reports it
+            rolled = None
+        if rolled is not None and not rolled[1].failures and any(
+                note.endswith("(tract_core_scan for tract)") for note in rolled[0].control_flow) and (
+                analysis.failures or _wider(rolled[1].ranges, analysis.ranges)):
+            trace, analysis = rolled
     bounded = any(r.lo is not None or r.hi is not None for r in analysis.ranges.values())
     if not analysis.failures and not bounded:
         return trace.gm, analysis, trace
@@ -443,10 +459,20 @@ def _refuse_single_sizes(analysis):
     raise GuardError("\n".join(lines))
 
 
+def _loop_guards(analysis) -> list:
+    """When the graph is not valid at every size, the decisions that are a Python loop over a
+    size (``for i in range(S)``): those that bound the range, else all (with shapes fitted from
+    probes, a loop's decision may look like it holds where a failure bounds the range)."""
+    if not analysis.failures and not any(r.lo is not None or r.hi is not None for r in analysis.ranges.values()):
+        return []
+    loops = [g for g in analysis.guards if g.what.startswith(("index(", "len(")) and g.source is not None
+             and "range(" in (g.source.code or "")]
+    return [g for g in loops if g.status in ("bounds", "violated")] or loops
+
+
 def _loop_hint(analysis) -> list:
     """What to do with a Python loop over a dynamic size, when one of the decisions is one."""
-    loops = [g for g in analysis.guards if g.status in ("bounds", "violated") and g.what.startswith(("index(", "len("))
-             and g.source is not None and "range(" in (g.source.code or "")]
+    loops = _loop_guards(analysis)
     if not loops:
         return []
     return [f"A Python loop over a dynamic size (at {loops[0].source}) is unrolled at the example size: write its "

@@ -395,27 +395,7 @@ class Recorder:
         """A GraphModule computing one step from ``(*slots, *outer)``, and the outer proxies it reads."""
         from .proxy import CustomProxy
 
-        g = fx.Graph()
-        env: dict = {}
-        for s in slots:
-            env[s.node] = g.placeholder(s.node.name)
-        outer_nodes: list = []
-        inside = set(body_nodes) | {s.node for s in slots}
-
-        def outer(n):
-            if n not in env:
-                outer_nodes.append(n)
-                env[n] = g.placeholder(f"outer_{n.name}")
-            return env[n]
-
-        for n in body_nodes:
-            for a in n.all_input_nodes:
-                if a not in inside:
-                    outer(a)
-            env[n] = g.node_copy(n, lambda a: env[a])
-        g.output(tuple(env[o.node] if o.node in env else outer(o.node) for o in outs))
-        _hoist_placeholders(g)  # outer placeholders were made after body nodes
-        gm = fx.GraphModule(self.tracer.root, g)
+        gm, outer_nodes = body_module(self.tracer.root, body_nodes, [s.node for s in slots], [o.node for o in outs])
         proxies = [CustomProxy(n, self.tracer) for n in outer_nodes]
         for p, n in zip(proxies, outer_nodes):
             p.__dict__["value"] = n.meta.get("value")
@@ -641,6 +621,33 @@ def _while_unrolled(self, cond_fn, body_fn, carried_inputs, extra: tuple, where:
                       "the carries (select on the condition; standard NNEF has no loop)")
     return tuple(carry)
 
+
+
+def body_module(root: torch.nn.Module, body_nodes: list, slots: list, outs: list):
+    """A GraphModule computing one step of a loop from ``(*slots, *outer)``, and the outer nodes it
+    reads (values made before the loop, in the order of its last placeholders). ``body_nodes``,
+    ``slots`` and ``outs`` are nodes of the recorded graph."""
+    g = fx.Graph()
+    env: dict = {}
+    for s in slots:
+        env[s] = g.placeholder(s.name)
+    outer_nodes: list = []
+    inside = set(body_nodes) | set(slots)
+
+    def outer(n):
+        if n not in env:
+            outer_nodes.append(n)
+            env[n] = g.placeholder(f"outer_{n.name}")
+        return env[n]
+
+    for n in body_nodes:
+        for a in n.all_input_nodes:
+            if a not in inside:
+                outer(a)
+        env[n] = g.node_copy(n, lambda a: env[a])
+    g.output(tuple(env[o] if o in env else outer(o) for o in outs))
+    _hoist_placeholders(g)  # outer placeholders were made after body nodes
+    return fx.GraphModule(root, g), outer_nodes
 
 
 def _hoist_placeholders(g: fx.Graph) -> None:

@@ -23,6 +23,7 @@ from .proxy import _DATA_TENSOR_METHODS, _STATIC_TENSOR_METHODS, CustomAttribute
 from .control_flow import control_flow_patches, decide_in_body
 from .data_dep import depends_on_data, in_loop_body, on_slot_data, read_number, sizes_from_shape_tensors
 from .data_sizes import DataInt, check_no_data_sizes, mark_data_number
+from .loops import loop_range_patch
 from .padded import mark_padded, masked_index_add, padded_call, padded_nonzero, wrapped_indices
 from .source import user_frame_location
 from .strided import is_as_strided, record_as_strided
@@ -135,6 +136,8 @@ class CustomTracer(fx.Tracer):
         self._root_params: Optional[set] = None
         self._foreign: dict = {}
         self.control_flow_notes: list = []
+        self.roll_loops = False  # range() of traced sizes records its loops (see .loops)
+        self.loops: list = []
 
     # proxies and values ---------------------------------------------------------------
     def proxy(self, node):
@@ -448,7 +451,8 @@ def tracing_patches(tracer: CustomTracer):
             setattr(torch, name, wrap(fn))
         for name, fn in checks.items():
             setattr(torch, name, _concrete_check(fn, _CHECK_FUNCTIONS[name]))
-        with control_flow_patches(tracer):
+        with control_flow_patches(tracer), (loop_range_patch(tracer) if tracer.roll_loops
+                                             else contextlib.nullcontext()):
             yield
     finally:
         builtins.isinstance = _orig_isinstance
@@ -504,6 +508,7 @@ class TraceResult:
     example_inputs: list  # flat tensors in placeholder order
     control_flow: list = dataclasses.field(default_factory=list)  # how cond/scan/while_loop were converted
     decisions: list = dataclasses.field(default_factory=list)  # numbered data decisions (branches="select")
+    loops: list = dataclasses.field(default_factory=list)  # Python loops over traced sizes (roll_loops)
 
 
 class _TraceRoot(torch.nn.Module):
@@ -529,15 +534,17 @@ class _LeafRoot(torch.nn.Module):
 
 def trace_model(model: torch.nn.Module, args: tuple, kwargs: dict, flat_names: list,
                 output_names: Optional[list] = None, leaf_types: tuple = (), leaf_names: tuple = (),
-                forced: Optional[dict] = None) -> TraceResult:
+                forced: Optional[dict] = None, roll_loops: bool = False) -> TraceResult:
     """Trace ``model(*args, **kwargs)``; tensors inside the inputs become placeholders
-    named ``flat_names`` (in :func:`structures.flatten` order). ``forced``: see :class:`CustomTracer`."""
+    named ``flat_names`` (in :func:`structures.flatten` order). ``forced``: see :class:`CustomTracer`;
+    ``roll_loops``: note the Python loops over ranges of traced sizes (:mod:`.loops`)."""
     if isinstance(model, tuple(leaf_types)):
         model = _LeafRoot(model)  # a root that an extractor lowers whole: one call_module node
     flat = structures.flatten((args, kwargs), "")
     if len(flat) != len(flat_names):
         raise TraceError(f"expected {len(flat_names)} input names for {len(flat)} input tensors")
     tracer = CustomTracer(leaf_types, leaf_names, forced)
+    tracer.roll_loops = roll_loops
     # the tracer runs the forward on ``values``, which in-place updates of the inputs change; the
     # example inputs handed back are the inputs as given
     originals = {name: t.detach().clone() for name, (_, t) in zip(flat_names, flat)}
@@ -577,7 +584,7 @@ def trace_model(model: torch.nn.Module, args: tuple, kwargs: dict, flat_names: l
     gm = _graph_module_class()(root, graph, class_name=type(model).__name__)
     names = list(output_names) if output_names else outs
     return TraceResult(gm, list(flat_names), names, tracer.guards, [originals[n] for n in flat_names],
-                       list(tracer.control_flow_notes), list(tracer.decisions))
+                       list(tracer.control_flow_notes), list(tracer.decisions), list(tracer.loops))
 
 
 def _module_state(model: torch.nn.Module) -> list:

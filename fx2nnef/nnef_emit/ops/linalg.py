@@ -91,7 +91,10 @@ def _matmul(ctx: EmitContext, a: Value, b: Value, transpose_b: bool = False) -> 
     r = max(rank(a), rank(b))
     a, b = unsqueeze_to(ctx, a, r), unsqueeze_to(ctx, b, r)
     out_shape = tuple(a.shape[:-1]) + (b.shape[-2] if transpose_b else b.shape[-1],)
-    y = ctx.op("matmul", a, b, transposeA=False, transposeB=transpose_b, out_shape=out_shape)
+    if ctx.loop_body and ctx.target == "tract" and not a.is_constant and not b.is_constant:
+        y = _product_summed(ctx, a, b, transpose_b, out_shape)
+    else:
+        y = ctx.op("matmul", a, b, transposeA=False, transposeB=transpose_b, out_shape=out_shape)
     if ra == 1 and rb == 1:
         return ctx.op("squeeze", y, axes=[r - 2, r - 1])
     if ra == 1:
@@ -99,6 +102,26 @@ def _matmul(ctx: EmitContext, a: Value, b: Value, transpose_b: bool = False) -> 
     if rb == 1:
         return ctx.op("squeeze", y, axes=[r - 1])
     return y
+
+
+def _product_summed(ctx: EmitContext, a: Value, b: Value, transpose_b: bool, out_shape: tuple) -> Value:
+    """``a @ b`` (equal ranks ``r``) as ``sum(a[..., :, :, None] * b[..., None, :, :], axis=r-1)``.
+
+    NOTE: tract 0.23.9 never finishes loading a tract_core_scan whose body multiplies two values
+    of the step (a state and a slice, two slices) with ``matmul`` when a scanned input comes from
+    another product (Mamba's ``state @ C[:, t]``, fed by the linear that made ``C``); the same
+    product as a broadcast multiply and a sum loads and runs. A product with a weight keeps
+    ``matmul``."""
+    r = rank(a)
+    if transpose_b:
+        perm = list(range(r - 2)) + [r - 1, r - 2]
+        b = ctx.op("transpose", b, axes=perm, out_shape=tuple(b.shape[:-2]) + (b.shape[-1], b.shape[-2]))
+    wide_a = ctx.op("unsqueeze", a, axes=[r], out_shape=tuple(a.shape) + (1,))
+    wide_b = ctx.op("unsqueeze", b, axes=[r - 2], out_shape=tuple(b.shape[:-2]) + (1,) + tuple(b.shape[-2:]))
+    prod = ctx.op("mul", *broadcast_operands(ctx, wide_a, wide_b))
+    summed = ctx.op("sum_reduce", prod, axes=[r - 1],
+                    out_shape=tuple(out_shape[:-1]) + (1,) + (out_shape[-1],))
+    return ctx.op("squeeze", summed, axes=[r - 1], out_shape=out_shape)
 
 
 @register(F.linear)

@@ -1,0 +1,698 @@
+"""Python loops over a dynamic size, rolled into one scan.
+
+``for t in range(x.shape[1]): h = cell(x[:, t], h); outs.append(h)`` runs as Python while the
+concrete-value tracer records it, so the graph holds the loop unrolled at the example size:
+valid at that size only. When such a loop bounds a dynamic size, the model is traced again with
+``range`` noting where each iteration starts (:func:`loop_range_patch`), and :func:`roll_loops`
+checks that every iteration recorded the same calls as the first one, reading only
+
+- values of the iteration before (the carries; values made before the loop in the first one),
+- values made before the loop (loop-invariant), and
+- the loop index, only to take the index-th slice of a tensor made before the loop (a scanned
+  input: ``x[:, t]``, ``x[t]``, ``x.select(1, t)``);
+
+and that after the loop the graph reads only the last iteration's carries and, given whole to
+``torch.stack`` or ``torch.cat``, lists of one value per iteration (the stacked outputs). The
+first iteration then becomes the body of a :class:`~.control_flow.ScanCall`, as ``torch``'s scan
+gives it, and the other iterations go. The rolled loop is run once on the example's values and
+must give what the unrolled one gave. Anything else (a ``break``, a decision on tensor data in
+the loop, an iteration that differs, the index used in arithmetic, a list read item by item)
+leaves the loop unrolled, as before: the export then names the loop's line.
+"""
+from __future__ import annotations
+
+import builtins
+import contextlib
+import dataclasses
+import operator
+from typing import Optional
+
+import torch
+import torch.fx as fx
+
+from .control_flow import ScanCall, body_module, carry_slot, scanned_slot
+from .data_dep import depends_on_data
+from .source import user_frame_location
+
+_builtin_range = builtins.range
+_orig_isinstance = builtins.isinstance
+
+
+@dataclasses.dataclass
+class LoopRecord:
+    """One ``for`` over a ``range`` of traced sizes, as the tracer ran it."""
+
+    args: tuple  # range's arguments as given (traced sizes or ints)
+    values: list  # the loop index at each iteration, in the order run
+    guards: list  # the guards range() recorded on its traced arguments
+    source: object  # where the range was made
+    reverse: bool = False  # iterated through reversed()
+    starts: list = dataclasses.field(default_factory=list)  # the graph's last node as each iteration starts
+    end: Optional[fx.Node] = None  # the graph's last node when the loop ran out
+    done: bool = False  # ran out (no break)
+
+
+class _NoRoll(Exception):
+    """This loop stays unrolled; the message says why (for the notes)."""
+
+
+class RollFailed(Exception):
+    """A loop rolled into a graph that does not give the unrolled loop's values: the graph is
+    left half-edited, and the trace must be dropped."""
+
+
+def _last_node(graph: fx.Graph) -> fx.Node:
+    return graph._root.prev
+
+
+class _LoopIter:
+    def __init__(self, tracer, rec: LoopRecord):
+        self.tracer, self.rec, self.i = tracer, rec, 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        last = _last_node(self.tracer.graph)
+        if self.i == len(self.rec.values):
+            self.rec.end, self.rec.done = last, True
+            raise StopIteration
+        self.rec.starts.append(last)
+        self.i += 1
+        return self.rec.values[self.i - 1]
+
+
+class _TracedRange:
+    """``range`` of traced sizes: a plain range of their example values (each read recorded as a
+    guard, as ``range`` itself does), whose iteration notes where each step starts in the graph."""
+
+    def __init__(self, tracer, args: tuple):
+        before = len(tracer.guards)
+        self._range = _builtin_range(*[operator.index(a) for a in args])
+        self._tracer, self._args = tracer, args
+        self._guards = tracer.guards[before:]
+        self._source = user_frame_location()
+
+    def _loop(self, values, reverse: bool):
+        rec = LoopRecord(self._args, list(values), list(self._guards), self._source, reverse)
+        self._tracer.loops.append(rec)
+        return _LoopIter(self._tracer, rec)
+
+    def __iter__(self):
+        return self._loop(self._range, False)
+
+    def __reversed__(self):
+        return self._loop(self._range[::-1], True)
+
+    def __len__(self):
+        return len(self._range)
+
+    def __getitem__(self, i):
+        return self._range[i]
+
+    def __contains__(self, v):
+        return v in self._range
+
+    def __eq__(self, other):
+        return self._range == (other._range if _orig_isinstance(other, _TracedRange) else other)
+
+    def __hash__(self):
+        return hash(self._range)
+
+    def __repr__(self):
+        return repr(self._range)
+
+    def __getattr__(self, k):  # start, stop, step, index, count
+        if k.startswith("_"):
+            raise AttributeError(k)
+        return getattr(self._range, k)
+
+
+class _RangeType(type):
+    def __instancecheck__(cls, obj):
+        return _orig_isinstance(obj, (_builtin_range, _TracedRange))
+
+
+@contextlib.contextmanager
+def loop_range_patch(tracer):
+    """``range`` that records the loops over traced sizes in ``tracer.loops``."""
+    from .proxy import CustomProxy
+
+    class Range(metaclass=_RangeType):
+        def __new__(cls, *args):
+            if any(_orig_isinstance(a, CustomProxy) for a in args):
+                return _TracedRange(tracer, args)
+            return _builtin_range(*args)
+
+    builtins.range = Range
+    try:
+        yield
+    finally:
+        builtins.range = _builtin_range
+
+
+# rolling --------------------------------------------------------------------------------------
+
+def roll_loops(gm: fx.GraphModule, loops: list, guards: list) -> list:
+    """Roll each loop of ``loops`` (see the module's doc) in ``gm``; edits ``guards`` (drops the
+    loop's own guards and the repeats of a guard of the first iteration). Returns notes: one per
+    loop, rolled or why not."""
+    notes = []
+    nodes = list(gm.graph.nodes)
+    order = {n: i for i, n in enumerate(nodes)}
+    spans = []
+    for rec in loops:
+        if rec.done and rec.starts and all(s in order for s in rec.starts) and rec.end in order:
+            spans.append((order[rec.starts[0]], order[rec.end], rec))
+    # loops inside another loop's iterations are unrolled with it (an outer loop rolls if its
+    # iterations repeat; an inner one over a dynamic size cannot be inside a rolled one)
+    top = [s for s in spans if not any(o is not s and o[0] <= s[0] and s[1] <= o[1] and o[1] - o[0] > s[1] - s[0]
+                                       for o in spans)]
+    for _, _, rec in sorted(top, key=lambda s: -s[0]):  # the last one first: earlier markers stay valid
+        try:
+            notes.append(_roll(gm, rec, guards))
+        except _NoRoll as exc:
+            notes.append(f"the Python loop at {rec.source or 'an unknown line'} stays unrolled: {exc}")
+    return notes
+
+
+@dataclasses.dataclass
+class _Plan:
+    segs: list  # per iteration, its nodes (get_attr excluded)
+    carries: dict  # position (or (position, item) of a tuple) -> the value before the loop it starts from
+    carry_uses: list  # (position, path, carry position): where the first iteration reads a carry
+    index_uses: dict  # position -> path of the loop index in that node's arguments
+    extra: list  # per iteration, its reads of the items of a tuple the iteration before made
+
+
+def _roll(gm: fx.GraphModule, rec: LoopRecord, guards: list) -> str:
+    graph = gm.graph
+    where_text = str(rec.source) if rec.source is not None else "an unknown line"
+    n_iter = len(rec.values)
+    if n_iter < 2:
+        raise _NoRoll(f"it runs {n_iter} time(s) on the example; trace with an example where it runs at least twice")
+    memo: dict = {}
+    if any(_orig_isinstance(a, fx.Proxy) and depends_on_data(a.node, memo) for a in rec.args):
+        raise _NoRoll("its length is read from tensor data")
+    low, hi, offset, reverse = _bounds(rec)
+    plan = _match(graph, rec)
+    segs = plan.segs
+    where = {n: (k, p) for k, seg in enumerate(segs) for p, n in enumerate(seg)}
+    first = segs[0]
+    inside = set(where) | {n for group in plan.extra for n in group}
+
+    # the scanned inputs: (tensor, axis) of each use of the index, and what the use keeps
+    scanned: dict = {}
+    uses: dict = {}  # position -> (scan key, the index without the loop's entry or None)
+    for p, path in plan.index_uses.items():
+        uses[p] = _index_use(first[p], path, inside, scanned)
+
+    # decisions taken in the loop: on data, refused; a repeat of the first iteration's, dropped
+    drop = [g for g in rec.guards]
+    for g in guards:
+        w = where.get(g.node)
+        if w is None:
+            continue
+        if depends_on_data(g.node, memo):
+            raise _NoRoll(f"it takes a decision on tensor data ({g.text}{' at ' + str(g.source) if g.source else ''})")
+        k, p = w
+        if p in uses:
+            raise _NoRoll(f"a decision reads the slice it takes ({g.text})")
+        if k > 0:
+            if not any(h.node is first[p] and h.op == g.op and h.expected == g.expected for h in guards):
+                raise _NoRoll(f"iteration {k} takes another decision than the first ({g.text})")
+            drop.append(g)
+
+    # what the graph reads after the loop: the last carries, and whole lists given to stack / cat
+    last = segs[-1]
+    finals: dict = {}  # carry -> (outside user of the last iteration's value, whether it is the item read)
+    stacks: list = []
+    for k, seg in enumerate(segs):
+        for p, n in enumerate(seg):
+            for u in n.users:
+                if u in inside:
+                    continue
+                if k == n_iter - 1 and p in plan.carries and not _is_stack_of(u, n):
+                    finals.setdefault(p, []).append((u, False))
+                    continue
+                if k == n_iter - 1 and u.op == "call_function" and u.target is operator.getitem \
+                        and len(u.args) == 2 and (p, u.args[1]) in plan.carries:
+                    finals.setdefault((p, u.args[1]), []).append((u, True))
+                    continue
+                stacks.append(u)
+    ys: list = []  # positions of the stacked outputs
+    post: dict = {}
+    for u in dict.fromkeys(stacks):
+        p, backwards, fn, dim = _stack_use(u, where, n_iter, rec)
+        if p not in ys:
+            ys.append(p)
+        post[u] = (p, backwards, fn, dim)
+    for p in list(plan.carries) + ys:
+        value = _carried(first, p)
+        if not _orig_isinstance(value, torch.Tensor):
+            raise _NoRoll(f"it carries a {type(value).__name__}, not a tensor")
+    carry_pos = sorted(plan.carries, key=lambda c: (c, -1) if type(c) is int else c)
+    hi_value = (hi.value if _orig_isinstance(hi, fx.Proxy) else hi) + offset
+    for x, axis in scanned:
+        if len(_builtin_range(x.meta["value"].shape[axis])[low:hi_value]) != n_iter:
+            raise _NoRoll(f"%{x.name} has {x.meta['value'].shape[axis]} items along dim {axis}, not the loop's "
+                          f"{n_iter} from {low}")
+
+    # -- from here the graph changes ----------------------------------------------------------
+    source = rec.source
+    module_meta = {k: first[0].meta[k] for k in ("module_path", "module_type") if k in first[0].meta}
+    start = first[0]
+    for n in nodes_between(graph, rec.starts[0], rec.end):
+        if n.op == "get_attr":
+            start.prepend(n)  # read before the loop: the scanned inputs and the scan read them there
+
+    def new(target, args, kind="call_function", value=None):
+        n = graph.create_node(kind, target, args, {})
+        n.meta["value"] = value if value is not None else _run(kind, target, args)
+        n.meta["source"] = source
+        n.meta.update(module_meta)
+        return n
+
+    xs, scan_slots = [], []
+    with graph.inserting_before(start):
+        hi_arg = hi.node if _orig_isinstance(hi, fx.Proxy) else hi  # in the graph, a node
+        if offset:
+            hi_arg = new(operator.add, (hi_arg, offset)) if _orig_isinstance(hi_arg, fx.Node) else hi_arg + offset
+        for (x, axis) in scanned:
+            moved = x if axis == 0 else new(torch.movedim, (x, axis, 0))
+            piece = moved if _whole(x, axis, low, hi, offset) else new(operator.getitem, (moved, slice(low, hi_arg)))
+            xs.append(piece)
+        if not xs:  # nothing scanned: the loop runs over its indices
+            xs.append(new(torch.arange, (low, hi_arg)))
+        for piece in xs:
+            slot = new(scanned_slot, (piece, 0))
+            slot.meta["loop_slot"] = True
+            scan_slots.append(slot)
+        carry_slots = {}
+        for q in carry_pos:
+            slot = new(carry_slot, (plan.carries[q],))
+            slot.meta["loop_slot"] = True
+            carry_slots[q] = slot
+    for p, path, q in plan.carry_uses:
+        _set_at(first[p], path, carry_slots[q])
+    keys = list(scanned)
+    for p, (key, rest) in uses.items():
+        node = first[p]
+        slot = scan_slots[keys.index(key)]
+        if rest is None:
+            repl = slot
+        else:
+            with graph.inserting_before(node):
+                repl = new(operator.getitem, (slot, rest))
+        node.replace_all_uses_with(repl)
+        graph.erase_node(node)
+        first[p] = repl
+    end = first[-1]
+    item_nodes = {}
+    for q in carry_pos:
+        if type(q) is not int:  # the item of a tuple the first iteration made, as the next one reads it
+            with graph.inserting_after(end):
+                end = item_nodes[q] = new(operator.getitem, (first[q[0]], q[1]))
+    slots = list(carry_slots.values()) + scan_slots
+    body_nodes = _depending(graph, slots, end)
+    outs = [item_nodes.get(q) or first[q] for q in carry_pos] + [first[p] for p in ys]
+    body, outer = body_module(gm, body_nodes, slots, outs)
+    call = ScanCall(body, "scan", where_text, 0, reverse, len(carry_pos))
+    init = [plan.carries[q] for q in carry_pos]
+    args = (init, xs, outer, list(carry_slots.values()), scan_slots, outs)
+    with torch.no_grad():
+        value = call(*[[a.meta["value"] for a in group] for group in args[:3]])
+    with graph.inserting_after(end):
+        scan = new(call, args, value=value)
+    scan.meta["control_flow"] = f"Python loop at {where_text}"
+    results = []
+    prev = scan
+    for i in range(len(value)):
+        with graph.inserting_after(prev):
+            prev = new(operator.getitem, (scan, i))
+        results.append(prev)
+    for j, q in enumerate(carry_pos):
+        if not _same_value(results[j].meta["value"], _carried(last, q)):
+            raise RollFailed(f"the Python loop at {where_text}, rolled, does not give the unrolled loop's values")
+        for u, item in finals.get(q, []):
+            if item:
+                u.replace_all_uses_with(results[j])
+                graph.erase_node(u)
+            else:
+                u.replace_input_with(last[q], results[j])
+    for u, (p, backwards, fn, dim) in post.items():
+        y = results[len(carry_pos) + ys.index(p)]
+        with graph.inserting_before(u):
+            if backwards != reverse:
+                y = new(torch.flip, (y, [0]))
+            if dim != 0:
+                y = new(torch.movedim, (y, 0, dim))
+            if fn == "cat":
+                y = new(torch.flatten, (y, dim, dim + 1))
+        if not _same_value(y.meta["value"], u.meta["value"]):
+            raise RollFailed(f"the Python loop at {where_text}, rolled, does not give the unrolled loop's values")
+        u.replace_all_uses_with(y)
+        graph.erase_node(u)
+    gone = {n for seg in segs[1:] for n in seg} | {n for group in plan.extra for n in group}
+    for n in reversed([n for n in graph.nodes if n in gone]):
+        graph.erase_node(n)
+    for g in drop:
+        if g in guards:
+            guards.remove(g)
+    gm.recompile()
+    return (f"the Python loop at {where_text} is rolled into a scan: {n_iter} iterations at the example, "
+            f"{len(carry_pos)} carried value(s), {len(xs) if scanned else 0} scanned input(s), {len(ys)} stacked "
+            "output(s); it runs for any length (tract_core_scan for tract)")
+
+
+def _carried(seg: list, key):
+    """The value an iteration passes on for the carry ``key``: a position, or (position, item)."""
+    if type(key) is int:
+        return seg[key].meta.get("value")
+    whole = seg[key[0]].meta.get("value")
+    return whole[key[1]] if _orig_isinstance(whole, (tuple, list)) and -len(whole) <= key[1] < len(whole) else None
+
+
+def nodes_between(graph: fx.Graph, after: fx.Node, last: fx.Node) -> list:
+    out = []
+    n = after.next
+    while True:
+        out.append(n)
+        if n is last:
+            return out
+        n = n.next
+
+
+def _bounds(rec: LoopRecord):
+    """``(low, hi, offset, reverse)``: the loop visits the indices ``low .. hi + offset - 1``
+    (``hi`` a traced size or an int), upwards or downwards."""
+    args = list(rec.args)
+    start, stop, step = (0, args[0], 1) if len(args) == 1 else (args[0], args[1], args[2] if len(args) > 2 else 1)
+    if _orig_isinstance(step, fx.Proxy):
+        raise _NoRoll("its step is a traced size")
+    if step == 1:
+        if _orig_isinstance(start, fx.Proxy):
+            raise _NoRoll("it starts at a traced size")
+        return start, stop, 0, rec.reverse
+    if step == -1 and not rec.reverse:
+        if _orig_isinstance(stop, fx.Proxy):
+            raise _NoRoll("it counts down to a traced size")
+        return stop + 1, start, 1, True
+    raise _NoRoll(f"its step is {step}")
+
+
+def _whole(x: fx.Node, axis: int, low, hi, offset: int) -> bool:
+    """Whether ``x`` is scanned whole along ``axis``: the loop runs from 0 to its size there."""
+    if low != 0 or offset or not _orig_isinstance(hi, fx.Proxy):
+        return False
+    h = hi.node
+    if h.op == "call_method" and h.target == "size" and len(h.args) == 2 and h.args[0] is x:
+        rank = x.meta["value"].dim()
+        return h.args[1] % rank == axis
+    return False
+
+
+def _match(graph: fx.Graph, rec: LoopRecord) -> _Plan:
+    """Check that every iteration records the calls of the first; find carries and index uses."""
+    bounds = list(rec.starts) + [rec.end]
+    segs = []
+    for k in range(len(rec.values)):
+        if bounds[k] is bounds[k + 1]:
+            segs.append([])
+            continue
+        segs.append([n for n in nodes_between(graph, bounds[k], bounds[k + 1]) if n.op != "get_attr"])
+    # an item of a tuple the iteration before made (``state[0]`` of an LSTM cell's ``(h, c)``): the
+    # first iteration reads the items of the initial tuple as they are, without such a node
+    items: dict = {}  # node -> (position of the tuple in the iteration before, item)
+    extra: list = [[] for _ in segs]
+    for k in range(1, len(segs)):
+        before = {n: p for p, n in enumerate(segs[k - 1])}
+        for n in segs[k]:
+            if n.op == "call_function" and n.target is operator.getitem and len(n.args) == 2 \
+                    and n.args[0] in before and type(n.args[1]) is int \
+                    and _orig_isinstance(n.args[0].meta.get("value"), (tuple, list)):
+                items[n] = (before[n.args[0]], n.args[1])
+                extra[k].append(n)
+        segs[k] = [n for n in segs[k] if n not in items]
+    size = len(segs[0])
+    if size == 0:
+        raise _NoRoll("its iterations record no call")
+    if any(len(s) != size for s in segs):
+        raise _NoRoll("its iterations record different numbers of calls")
+    where = {n: (k, p) for k, seg in enumerate(segs) for p, n in enumerate(seg)}
+    carries: dict = {}
+    seen: Optional[tuple] = None
+    for k in range(1, len(segs)):
+        found: list = []  # (position, path, kind, detail)
+
+        def same(a, b, p, path):
+            if _orig_isinstance(a, fx.Node) and _orig_isinstance(b, (tuple, list)) and where.get(a, (None,))[0] == k - 1 \
+                    and _orig_isinstance(a.meta.get("value"), (tuple, list)) and len(a.meta["value"]) == len(b):
+                # a tuple the iteration before made, where the first iteration is given the initial tuple
+                pa = where[a][1]
+                for i, item in enumerate(b):
+                    if not _orig_isinstance(item, fx.Node) or where.get(item) is not None:
+                        raise _NoRoll(f"iteration {k} reads a tuple where the first reads other values")
+                    known = carries.setdefault((pa, i), item)
+                    if not _same_outside(known, item):
+                        raise _NoRoll(f"the value carried from %{a.name} starts from two values")
+                    found.append((p, path + (i,), "carry", (pa, i)))
+                return
+            if _orig_isinstance(a, fx.Node):
+                if not _orig_isinstance(b, fx.Node):
+                    raise _NoRoll(f"iteration {k} reads a value where the first reads a constant")
+                wa, wb = where.get(a), where.get(b)
+                if a in items:
+                    if wb is not None or items[a][0] >= size or a.args[0] is not segs[k - 1][items[a][0]]:
+                        raise _NoRoll(f"iteration {k} reads an item of the iteration before where the first reads "
+                                      "its own values")
+                    known = carries.setdefault(items[a], b)
+                    if not _same_outside(known, b):
+                        raise _NoRoll(f"the value carried from %{a.name} starts from two values")
+                    found.append((p, path, "carry", items[a]))
+                    return
+                if wa is None:
+                    if wb is not None or not _same_outside(a, b):
+                        raise _NoRoll(f"iteration {k} reads %{a.name} where the first reads %{b.name}")
+                    return
+                ka, pa = wa
+                if ka == k:
+                    if wb != (0, pa):
+                        raise _NoRoll(f"iteration {k} differs from the first at %{a.name}")
+                    return
+                if ka == k - 1:
+                    if wb is not None:
+                        raise _NoRoll(f"iteration {k} reads the iteration before where the first reads its own values")
+                    known = carries.setdefault(pa, b)
+                    if not _same_outside(known, b):
+                        raise _NoRoll(f"the value carried from %{a.name} starts from two values")
+                    found.append((p, path, "carry", pa))
+                    return
+                raise _NoRoll(f"iteration {k} reads a value of iteration {ka}, not of the one before")
+            if _orig_isinstance(b, fx.Node):
+                raise _NoRoll(f"iteration {k} reads a constant where the first reads a value")
+            if _orig_isinstance(a, (tuple, list)):
+                if type(a) is not type(b) or len(a) != len(b):
+                    raise _NoRoll(f"iteration {k} calls with other arguments")
+                for i, (x, y) in enumerate(zip(a, b)):
+                    same(x, y, p, path + (i,))
+                return
+            if _orig_isinstance(a, dict):
+                if not _orig_isinstance(b, dict) or list(a) != list(b):
+                    raise _NoRoll(f"iteration {k} calls with other arguments")
+                for key in a:
+                    same(a[key], b[key], p, path + (key,))
+                return
+            if _orig_isinstance(a, slice):
+                if not _orig_isinstance(b, slice):
+                    raise _NoRoll(f"iteration {k} calls with other arguments")
+                for i, (x, y) in enumerate(zip((a.start, a.stop, a.step), (b.start, b.stop, b.step))):
+                    same(x, y, p, path + (("slice", i),))
+                return
+            if type(a) is int and type(b) is int and a != b:
+                if a == rec.values[k] and b == rec.values[0]:
+                    found.append((p, path, "index", None))
+                    return
+                raise _NoRoll(f"iteration {k} calls with the constant {a} where the first has {b}")
+            if not _same_constant(a, b):
+                raise _NoRoll(f"iteration {k} calls with {a!r} where the first has {b!r}")
+
+        for p in range(size):
+            a, b = segs[k][p], segs[0][p]
+            if a.op != b.op or not _same_target(a.target, b.target):
+                raise _NoRoll(f"iteration {k} calls {_target_text(a)} where the first calls {_target_text(b)}")
+            same(a.args, b.args, p, ("args",))
+            same(a.kwargs, b.kwargs, p, ("kwargs",))
+        if seen is None:
+            seen = tuple(found)
+        elif tuple(found) != seen:
+            raise _NoRoll(f"iteration {k} reads the carries or the index elsewhere than iteration 1")
+    carry_uses = [(p, path, q) for p, path, kind, q in seen if kind == "carry"]
+    index_uses: dict = {}
+    for p, path, kind, _ in seen:
+        if kind == "index":
+            if p in index_uses:
+                raise _NoRoll(f"%{segs[0][p].name} reads the loop index twice")
+            index_uses[p] = path
+    return _Plan(segs, carries, carry_uses, index_uses, extra)
+
+
+def _index_use(node: fx.Node, path: tuple, inside: set, scanned: dict):
+    """``(scan key, rest)`` of a node that takes the index-th slice of a tensor made before the
+    loop; ``rest`` is the rest of its index (None when it keeps the whole slice)."""
+    x = node.args[0] if node.args else None
+    if not _orig_isinstance(x, fx.Node) or x in inside or not _orig_isinstance(x.meta.get("value"), torch.Tensor):
+        raise _NoRoll(f"the loop index is read by %{node.name}, not as the index of a tensor made before the loop")
+    rank = x.meta["value"].dim()
+    rest = None
+    if node.op == "call_function" and node.target is operator.getitem and path == ("args", 1):
+        axis = 0
+    elif node.op == "call_function" and node.target is operator.getitem and len(path) == 3 and path[1] == 1:
+        idx = node.args[1]
+        i = path[2]
+        axis = 0
+        for e in idx[:i]:
+            if e is Ellipsis or _orig_isinstance(e, fx.Node) or (e is not None and not _orig_isinstance(e, (int, slice))):
+                raise _NoRoll(f"%{node.name} indexes with more than slices and the loop index")
+            if e is not None:
+                axis += 1
+        for e in idx[i + 1:]:
+            if _orig_isinstance(e, fx.Node) or _orig_isinstance(e, slice) and any(
+                    _orig_isinstance(v, fx.Node) for v in (e.start, e.stop, e.step)):
+                raise _NoRoll(f"%{node.name} indexes with traced values besides the loop index")
+        kept = tuple(idx[:i]) + tuple(idx[i + 1:])
+        if any(e != slice(None) for e in kept):
+            rest = kept
+    elif node.op in ("call_method", "call_function") and _target_text(node) == "select" and path == ("args", 2):
+        axis = node.args[1]
+        if not _orig_isinstance(axis, int):
+            raise _NoRoll(f"%{node.name} selects along a traced axis")
+    else:
+        raise _NoRoll(f"the loop index is read by %{node.name} ({_target_text(node)}), not as the index of a tensor")
+    if not -rank <= axis < rank or rank == 0:
+        raise _NoRoll(f"%{node.name} indexes past the rank of its tensor")
+    key = (x, axis % rank)
+    scanned.setdefault(key, None)
+    return key, rest
+
+
+def _is_stack_of(u: fx.Node, n: fx.Node) -> bool:
+    return _target_text(u) in ("stack", "cat", "concat", "concatenate") and bool(u.args) \
+        and _orig_isinstance(u.args[0], (list, tuple)) and n in u.args[0]
+
+
+def _stack_use(u: fx.Node, where: dict, n_iter: int, rec: LoopRecord):
+    """``(position, reversed, "stack" | "cat", dim)`` of ``torch.stack`` / ``torch.cat`` given the
+    list of one value per iteration."""
+    name = _target_text(u)
+    if u.op != "call_function" or name not in ("stack", "cat", "concat", "concatenate") or not u.args \
+            or not _orig_isinstance(u.args[0], (list, tuple)):
+        raise _NoRoll(f"%{u.name} ({name}) reads a value of one iteration after the loop; only the last carries and "
+                      "whole lists given to torch.stack / torch.cat are read")
+    items = list(u.args[0])
+    spots = [where.get(i) if _orig_isinstance(i, fx.Node) else None for i in items]
+    if len(items) != n_iter or any(s is None for s in spots) or len({p for _, p in spots}) != 1:
+        raise _NoRoll(f"torch.{name} (%{u.name}) is given other values than one per iteration")
+    ks = [k for k, _ in spots]
+    if ks == list(_builtin_range(n_iter)):
+        backwards = False
+    elif ks == list(_builtin_range(n_iter - 1, -1, -1)):
+        backwards = True
+    else:
+        raise _NoRoll(f"torch.{name} (%{u.name}) is given the iterations' values out of order")
+    extra = list(u.args[1:]) + list(u.kwargs.values())
+    if len(extra) > 1 or set(u.kwargs) - {"dim"} or any(not _orig_isinstance(e, int) for e in extra):
+        raise _NoRoll(f"torch.{name} (%{u.name}) has arguments besides the list and an int dim")
+    dim = extra[0] if extra else 0
+    rank = items[0].meta["value"].dim() + (1 if name == "stack" else 0)
+    if rank == 0 or not -rank <= dim < rank:
+        raise _NoRoll(f"torch.{name} (%{u.name}) has a dim out of range")
+    return spots[0][1], backwards, "stack" if name == "stack" else "cat", dim % rank
+
+
+def _depending(graph: fx.Graph, slots: list, last: fx.Node) -> list:
+    """The nodes up to ``last`` computed from a slot, in graph order."""
+    reach = set(slots)
+    out = []
+    started = False
+    for n in graph.nodes:
+        if n in reach:
+            started = True
+        elif started and any(a in reach for a in n.all_input_nodes):
+            reach.add(n)
+            out.append(n)
+        if n is last:
+            break
+    return out
+
+
+def _run(kind, target, args):
+    vals = fx.node.map_arg(args, lambda n: n.meta["value"])
+    with torch.no_grad():
+        if kind == "call_function":
+            return target(*vals)
+        return getattr(vals[0], target)(*vals[1:])
+
+
+def _set_at(node: fx.Node, path: tuple, value) -> None:
+    """Replace the argument of ``node`` at ``path`` (as :func:`_match` names it) by ``value``."""
+    def put(x, rest):
+        if not rest:
+            return value
+        key, rest = rest[0], rest[1:]
+        if _orig_isinstance(key, tuple) and key and key[0] == "slice":
+            parts = [x.start, x.stop, x.step]
+            parts[key[1]] = put(parts[key[1]], rest)
+            return slice(*parts)
+        if _orig_isinstance(x, dict):
+            return {**x, key: put(x[key], rest)}
+        items = list(x)
+        items[key] = put(items[key], rest)
+        return type(x)(items) if type(x) in (tuple, list) else tuple(items)
+
+    if path[0] == "args":
+        node.args = put(node.args, path[1:])
+    else:
+        node.kwargs = put(node.kwargs, path[1:])
+
+
+def _same_target(a, b) -> bool:
+    return a is b or (_orig_isinstance(a, str) and a == b)
+
+
+def _target_text(n: fx.Node) -> str:
+    t = n.target
+    return t if _orig_isinstance(t, str) else getattr(t, "__name__", type(t).__name__)
+
+
+def _same_outside(a: fx.Node, b: fx.Node) -> bool:
+    if a is b:
+        return True
+    if a.op == "get_attr" and b.op == "get_attr":
+        if a.target == b.target:
+            return True
+        return _same_constant(a.meta.get("value"), b.meta.get("value"))
+    return False
+
+
+def _same_constant(a, b) -> bool:
+    if type(a) is not type(b):
+        return False
+    if _orig_isinstance(a, torch.Tensor):
+        return a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a, b))
+    if _orig_isinstance(a, float) and a != a:
+        return b != b
+    try:
+        return bool(a == b)
+    except Exception:  # noqa: BLE001 - not comparable: not the same
+        return False
+
+
+def _same_value(a, b) -> bool:
+    if not _orig_isinstance(a, torch.Tensor) or not _orig_isinstance(b, torch.Tensor):
+        return False
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if torch.equal(a, b):
+        return True
+    return a.dtype.is_floating_point and bool(torch.allclose(a, b, rtol=1e-5, atol=1e-6, equal_nan=True))

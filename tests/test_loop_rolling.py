@@ -1,0 +1,242 @@
+"""Python loops over a dynamic size rolled into one scan (``fx_tracer/loops.py``).
+
+``for t in range(S)`` runs as Python while tracing, so the graph first holds the loop unrolled
+at the example size. When that bounds a dynamic size, the export traces again and rolls each
+loop whose iterations repeat into a scan (tract_core_scan). Every export here is checked in
+tract by check_io at the example and at a smaller and a larger size, and run once more at a
+length far from the example; a loop that cannot be rolled still gets the error naming it.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import fx2nnef
+from fx2nnef.targets.tolerance import compare_outputs
+from fx2nnef.targets.tract_runner import run_tract_many
+from harness import FnModule, randn
+
+
+def _export(model, inputs, tmp_path, dyn):
+    names = [f"x{i}" for i in range(len(inputs))]
+    return fx2nnef.export(model, tuple(inputs), tmp_path / "a.nnef.tgz", input_names=names,
+                          target=fx2nnef.TractNNEF(dynamic_axes=dyn))
+
+
+def _rolled(r, count: int = 1) -> None:
+    assert r.check.ok and len(r.check.cases) >= 3, r
+    assert all("refuses" in str(rng) for rng in r.ranges.values()), r.ranges  # only the model's own limits
+    notes = [n for n in r.notes if "is rolled into a scan" in n]
+    assert len(notes) == count, r.notes
+
+
+def _same_in_tract(r, model, inputs) -> None:
+    """The asset run in tract on other inputs gives the model's outputs (tract's approximate level)."""
+    got = run_tract_many(r.path, [[t.numpy() for t in inputs]])[0]
+    with torch.no_grad():
+        exp = model(*inputs)
+    exp = [exp] if isinstance(exp, torch.Tensor) else list(exp)
+    diffs = compare_outputs(None, [e.numpy() for e in exp], got, "approximate")
+    assert all(d.ok for d in diffs), diffs
+
+
+class GRULoop(torch.nn.Module):
+    """A cell stepped in Python: the last state and the stacked states are returned."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(6, 8)
+        self.cell = torch.nn.GRUCell(8, 5)
+
+    def forward(self, x):
+        x = self.proj(x)
+        h = x.new_zeros(x.shape[0], 5)
+        outs = []
+        for t in range(x.shape[1]):
+            h = self.cell(x[:, t], h)
+            outs.append(h)
+        return torch.stack(outs, 1), h
+
+
+class LSTMLoop(torch.nn.Module):
+    """Two carries (a tuple state), outputs concatenated along time after an unsqueeze."""
+
+    def __init__(self):
+        super().__init__()
+        self.cell = torch.nn.LSTMCell(4, 6)
+
+    def forward(self, x):
+        state = (x.new_zeros(x.shape[0], 6), x.new_ones(x.shape[0], 6) * 0.5)
+        outs = []
+        for t in range(x.size(1)):
+            state = self.cell(x[:, t, :], state)
+            outs.append(state[0].unsqueeze(1))
+        return torch.cat(outs, dim=1), state[1]
+
+
+class SelectiveScan(torch.nn.Module):
+    """Mamba's reference loop: slices along different axes of tensors made before the loop, the
+    state multiplied by a slice with matmul, outputs stacked on the last axis."""
+
+    def __init__(self):
+        super().__init__()
+        g = torch.Generator().manual_seed(3)
+        self.A = torch.nn.Parameter(-torch.rand(6, 4, generator=g) - 0.1)
+        self.dt = torch.nn.Linear(6, 6)
+        self.bc = torch.nn.Linear(6, 8)
+
+    def forward(self, x):
+        b, length, d = x.shape
+        dt = torch.nn.functional.softplus(self.dt(x)).transpose(1, 2)
+        B, C = self.bc(x).split(4, dim=-1)
+        dA = torch.exp(self.A[None, :, None, :] * dt[:, :, :, None])
+        dBu = dt[:, :, :, None] * B[:, None, :, :] * x.transpose(1, 2)[:, :, :, None]
+        state = torch.zeros(b, d, 4)
+        outs = []
+        for i in range(length):
+            state = dA[:, :, i] * state + dBu[:, :, i]
+            y = torch.matmul(state, C[:, i, :].unsqueeze(-1))
+            outs.append(y[:, :, 0])
+        return torch.stack(outs, dim=-1), state
+
+
+@pytest.mark.parametrize("model, dyn", [
+    (GRULoop(), {"x0": {0: "B", 1: "S"}}),
+    (LSTMLoop(), {"x0": {1: "S"}}),
+    (SelectiveScan(), {"x0": {0: "B", 1: "S"}}),
+], ids=["gru_cell", "lstm_cell_cat", "selective_scan"])
+def test_python_loop_rolls_into_scan(model, dyn, tmp_path):
+    torch.manual_seed(0)
+    model.eval()
+    x = randn(2, 7, 6 if not isinstance(model, LSTMLoop) else 4)
+    r = _export(model, [x], tmp_path, dyn)
+    _rolled(r)
+    _same_in_tract(r, model, [randn(2, 23, x.shape[2], seed=5)])
+
+
+def _backwards(x):
+    """``reversed(range(S))``; the list reversed in place before the stack."""
+    h = torch.zeros(x.shape[0], x.shape[2])
+    outs = []
+    for t in reversed(range(x.shape[1])):
+        h = torch.tanh(h * 0.7 + x[:, t])
+        outs.append(h)
+    outs.reverse()
+    return torch.stack(outs, 1)
+
+
+def _count_down(x):
+    """``range(S - 1, -1, -1)``, the outputs stacked in the order run."""
+    h = torch.zeros(x.shape[0], x.shape[2])
+    outs = []
+    for t in range(x.shape[1] - 1, -1, -1):
+        h = torch.tanh(h * 0.7 + x[:, t])
+        outs.append(h)
+    return torch.stack(outs, 0), h
+
+
+def _from_one(x):
+    """``range(1, S)``: the first item is the initial state."""
+    h = x[:, 0]
+    outs = []
+    for t in range(1, x.shape[1]):
+        h = h * 0.5 + torch.sin(x[:, t])
+        outs.append(h)
+    return torch.stack(outs, 1)
+
+
+def _no_carry(x):
+    """A list comprehension over the steps: nothing carried."""
+    w = torch.linspace(-1.0, 1.0, x.shape[2] * 3).reshape(x.shape[2], 3)
+    return torch.stack([torch.tanh(x[:, t] @ w) for t in range(x.shape[1])], dim=2)
+
+
+@pytest.mark.parametrize("fn", [_backwards, _count_down, _from_one, _no_carry],
+                         ids=["reversed", "count_down", "from_one", "no_carry"])
+def test_loop_forms_roll(fn, tmp_path):
+    x = randn(3, 6, 4)
+    r = _export(FnModule(fn), [x], tmp_path, {"x0": {1: "S"}})
+    _rolled(r)
+    _same_in_tract(r, FnModule(fn), [randn(3, 17, 4, seed=2)])
+
+
+def _two_loops(x):
+    h = torch.zeros(x.shape[0], x.shape[2])
+    for t in range(x.shape[1]):
+        h = h * 0.9 + x[:, t]
+    g = torch.zeros_like(h)
+    outs = []
+    for t in range(x.shape[1]):
+        g = torch.relu(g - x[:, t] + h)
+        outs.append(g)
+    return torch.stack(outs, 1)
+
+
+def test_two_loops_roll(tmp_path):
+    x = randn(2, 5, 3)
+    r = _export(FnModule(_two_loops), [x], tmp_path, {"x0": {1: "S"}})
+    _rolled(r, 2)
+    _same_in_tract(r, FnModule(_two_loops), [randn(2, 12, 3, seed=1)])
+
+
+def _index_as_number(x):
+    h = torch.zeros(x.shape[0], x.shape[2])
+    for t in range(x.shape[1]):
+        h = h * 0.5 + x[:, t] / (t + 1)
+    return h
+
+
+def _reads_one_step(x):
+    outs = []
+    for t in range(x.shape[1]):
+        outs.append(x[:, t] * 2)
+    return outs[0] + outs[-1]
+
+
+@pytest.mark.parametrize("fn", [_index_as_number, _reads_one_step], ids=["index_as_number", "one_step_read"])
+def test_loop_that_does_not_repeat_stays_unrolled(fn, tmp_path):
+    """A loop whose iterations are not alike (the index read as a number), or whose steps are read
+    one by one after it, keeps the unrolled graph: the export reports the loop's line, as before."""
+    with pytest.raises(fx2nnef.GuardError, match=r"(?s)for t in range\(x\.shape\[1\]\).*Python loop over a dynamic"):
+        _export(FnModule(fn), [randn(2, 6, 3)], tmp_path, {"x0": {1: "S"}})
+
+
+def test_static_export_keeps_python_loop(tmp_path):
+    """Without a dynamic size, nothing is traced again: the loop stays unrolled (no scan)."""
+    r = fx2nnef.export(GRULoop().eval(), (randn(2, 5, 6),), tmp_path / "s.nnef.tgz", target=fx2nnef.TractNNEF())
+    assert r.check.ok
+    assert not any("rolled" in n for n in r.notes)
+
+
+@pytest.mark.parametrize("family", ["mamba", "falcon_mamba"])
+def test_mamba_reference_path_exports_dynamic(family, tmp_path):
+    """transformers' Mamba without its CUDA kernels steps ``for index in range(seq_len)``: both
+    its layers' loops roll, and the model exports with dynamic batch and length."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    if family == "mamba":
+        cfg = transformers.MambaConfig(vocab_size=96, hidden_size=32, state_size=8, num_hidden_layers=2, expand=2,
+                                       conv_kernel=4, use_cache=False)
+        model = transformers.MambaForCausalLM(cfg)
+    else:
+        cfg = transformers.FalconMambaConfig(vocab_size=96, hidden_size=32, state_size=8, num_hidden_layers=2,
+                                             expand=2, conv_kernel=4, use_cache=False)
+        model = transformers.FalconMambaForCausalLM(cfg)
+    with torch.no_grad():
+        for p in model.parameters():  # norm weights away from ones, every weight off its init
+            p.add_(torch.randn_like(p) * 0.05)
+    model.eval()
+
+    class Logits(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = model
+
+        def forward(self, ids):
+            return self.m(input_ids=ids, use_cache=False).logits
+
+    ids = torch.randint(0, 96, (1, 9), generator=torch.Generator().manual_seed(0))
+    r = fx2nnef.export(Logits(), (ids,), tmp_path / "m.nnef.tgz", input_names=["ids"],
+                       target=fx2nnef.TractNNEF(dynamic_axes={"ids": {0: "B", 1: "S"}}))
+    _rolled(r, 2)
+    _same_in_tract(r, Logits(), [torch.randint(0, 96, (2, 21), generator=torch.Generator().manual_seed(1))])
