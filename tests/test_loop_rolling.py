@@ -151,8 +151,19 @@ def _no_carry(x):
     return torch.stack([torch.tanh(x[:, t] @ w) for t in range(x.shape[1])], dim=2)
 
 
-@pytest.mark.parametrize("fn", [_backwards, _count_down, _from_one, _no_carry],
-                         ids=["reversed", "count_down", "from_one", "no_carry"])
+def _written(x):
+    """The outputs written into a tensor made before the loop, one index at a time (RWKV's
+    reference path), part of it only."""
+    out = torch.full((x.shape[0], x.shape[1], x.shape[2] + 2), -1.0)
+    h = torch.zeros(x.shape[0], x.shape[2])
+    for t in range(x.shape[1]):
+        h = torch.maximum(h * 0.8, x[:, t])
+        out[:, t, 1:-1] = h * 2
+    return out
+
+
+@pytest.mark.parametrize("fn", [_backwards, _count_down, _from_one, _no_carry, _written],
+                         ids=["reversed", "count_down", "from_one", "no_carry", "written"])
 def test_loop_forms_roll(fn, tmp_path):
     x = randn(3, 6, 4)
     r = _export(FnModule(fn), [x], tmp_path, {"x0": {1: "S"}})
@@ -208,16 +219,21 @@ def test_static_export_keeps_python_loop(tmp_path):
     assert not any("rolled" in n for n in r.notes)
 
 
-@pytest.mark.parametrize("family", ["mamba", "falcon_mamba"])
+@pytest.mark.parametrize("family", ["mamba", "falcon_mamba", "rwkv"])
 def test_mamba_reference_path_exports_dynamic(family, tmp_path):
-    """transformers' Mamba without its CUDA kernels steps ``for index in range(seq_len)``: both
-    its layers' loops roll, and the model exports with dynamic batch and length."""
+    """transformers' Mamba and RWKV without their CUDA kernels step ``for index in range(seq_len)``
+    (RWKV writing each step's output into a tensor): both layers' loops roll, and the model
+    exports with dynamic batch and length."""
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
     if family == "mamba":
         cfg = transformers.MambaConfig(vocab_size=96, hidden_size=32, state_size=8, num_hidden_layers=2, expand=2,
                                        conv_kernel=4, use_cache=False)
         model = transformers.MambaForCausalLM(cfg)
+    elif family == "rwkv":
+        cfg = transformers.RwkvConfig(vocab_size=96, hidden_size=32, num_hidden_layers=2, attention_hidden_size=32,
+                                      intermediate_size=64, context_length=64, use_cache=False)
+        model = transformers.RwkvForCausalLM(cfg)
     else:
         cfg = transformers.FalconMambaConfig(vocab_size=96, hidden_size=32, state_size=8, num_hidden_layers=2,
                                              expand=2, conv_kernel=4, use_cache=False)

@@ -204,8 +204,16 @@ def _roll(gm: fx.GraphModule, rec: LoopRecord, guards: list) -> str:
     # the scanned inputs: (tensor, axis) of each use of the index, and what the use keeps
     scanned: dict = {}
     uses: dict = {}  # position -> (scan key, the index without the loop's entry or None)
+    writes: dict = {}  # position -> (buffer, its index with the loop's entry, where that entry is)
     for p, path in plan.index_uses.items():
-        uses[p] = _index_use(first[p], path, inside, scanned)
+        if first[p].op == "call_function" and first[p].target is operator.setitem:
+            writes[p] = _index_write(first[p], path, inside)
+        else:
+            uses[p] = _index_use(first[p], path, inside, scanned)
+    written = {n for seg in segs for p, n in enumerate(seg) if p in writes}
+    for buf, _, _ in writes.values():
+        if any(u in inside and u not in written for u in buf.users):
+            raise _NoRoll(f"it reads %{buf.name}, which it also writes one index at a time")
 
     # decisions taken in the loop: on data, refused; a repeat of the first iteration's, dropped
     drop = [g for g in rec.guards]
@@ -295,6 +303,9 @@ def _roll(gm: fx.GraphModule, rec: LoopRecord, guards: list) -> str:
             carry_slots[q] = slot
     for p, path, q in plan.carry_uses:
         _set_at(first[p], path, carry_slots[q])
+    write_ys = [first[p].args[2] for p in writes]  # the value each step writes
+    for p in writes:
+        graph.erase_node(first[p])  # written once, after the loop, from the stacked values
     keys = list(scanned)
     for p, (key, rest) in uses.items():
         node = first[p]
@@ -307,7 +318,10 @@ def _roll(gm: fx.GraphModule, rec: LoopRecord, guards: list) -> str:
         node.replace_all_uses_with(repl)
         graph.erase_node(node)
         first[p] = repl
-    end = first[-1]
+    kept = [p for p in range(len(first)) if p not in writes]
+    if not kept:
+        raise RollFailed(f"the Python loop at {where_text} only writes")  # a write reads a computed value
+    end = first[kept[-1]]  # the first iteration's last node still in the graph
     item_nodes = {}
     for q in carry_pos:
         if type(q) is not int:  # the item of a tuple the first iteration made, as the next one reads it
@@ -315,7 +329,7 @@ def _roll(gm: fx.GraphModule, rec: LoopRecord, guards: list) -> str:
                 end = item_nodes[q] = new(operator.getitem, (first[q[0]], q[1]))
     slots = list(carry_slots.values()) + scan_slots
     body_nodes = _depending(graph, slots, end)
-    outs = [item_nodes.get(q) or first[q] for q in carry_pos] + [first[p] for p in ys]
+    outs = [item_nodes.get(q) or first[q] for q in carry_pos] + [first[p] for p in ys] + write_ys
     body, outer = body_module(gm, body_nodes, slots, outs)
     call = ScanCall(body, "scan", where_text, 0, reverse, len(carry_pos))
     init = [plan.carries[q] for q in carry_pos]
@@ -340,6 +354,21 @@ def _roll(gm: fx.GraphModule, rec: LoopRecord, guards: list) -> str:
                 graph.erase_node(u)
             else:
                 u.replace_input_with(last[q], results[j])
+    after = results[-1]
+    for j, (buf, idx, i) in enumerate(writes.values()):
+        y = results[len(carry_pos) + len(ys) + j]
+        region = _builtin_range(low, hi_value)  # the written indices, as a slice of the buffer
+        whole = slice(low, hi_arg) if region.step == 1 else None
+        entries = (idx,) if i is None else tuple(idx)
+        at = 0 if i is None else i
+        axis = sum(1 for e in entries[:at] if e is None or _orig_isinstance(e, slice))
+        with graph.inserting_after(after):
+            if axis != 0:
+                y = after = new(torch.movedim, (y, 0, axis))
+        with graph.inserting_after(after):
+            spot = whole if i is None else entries[:at] + (whole,) + entries[at + 1:]
+            after = graph.create_node("call_function", operator.setitem, (buf, spot, y), {})
+            after.meta.update(value=None, source=source, **module_meta)
     for u, (p, backwards, fn, dim) in post.items():
         y = results[len(carry_pos) + ys.index(p)]
         with graph.inserting_before(u):
@@ -362,7 +391,7 @@ def _roll(gm: fx.GraphModule, rec: LoopRecord, guards: list) -> str:
     gm.recompile()
     return (f"the Python loop at {where_text} is rolled into a scan: {n_iter} iterations at the example, "
             f"{len(carry_pos)} carried value(s), {len(xs) if scanned else 0} scanned input(s), {len(ys)} stacked "
-            "output(s); it runs for any length (tract_core_scan for tract)")
+            f"and {len(writes)} index-written output(s); it runs for any length (tract_core_scan for tract)")
 
 
 def _carried(seg: list, key):
@@ -574,6 +603,26 @@ def _index_use(node: fx.Node, path: tuple, inside: set, scanned: dict):
     key = (x, axis % rank)
     scanned.setdefault(key, None)
     return key, rest
+
+
+def _index_write(node: fx.Node, path: tuple, inside: set):
+    """``(buffer, index, position of the loop's entry or None)`` of ``buffer[..., t, ...] = value``
+    into a tensor made before the loop."""
+    buf = node.args[0]
+    if not _orig_isinstance(buf, fx.Node) or buf in inside or not _orig_isinstance(buf.meta.get("value"), torch.Tensor):
+        raise _NoRoll(f"%{node.name} writes the loop index into a value made in the loop")
+    if len(node.args) != 3 or not _orig_isinstance(node.args[2], fx.Node):
+        raise _NoRoll(f"%{node.name} writes a constant at the loop index")
+    idx = node.args[1]
+    if path == ("args", 1):
+        return buf, idx, None
+    if len(path) != 3 or path[1] != 1:
+        raise _NoRoll(f"%{node.name} reads the loop index inside a slice")
+    for e in idx:
+        if e is Ellipsis or _orig_isinstance(e, fx.Node) or (_orig_isinstance(e, slice) and any(
+                _orig_isinstance(v, fx.Node) for v in (e.start, e.stop, e.step))):
+            raise _NoRoll(f"%{node.name} writes through an index with traced values or an Ellipsis")
+    return buf, idx, path[2]
 
 
 def _is_stack_of(u: fx.Node, n: fx.Node) -> bool:
