@@ -162,13 +162,25 @@ def _written(x):
     return out
 
 
-@pytest.mark.parametrize("fn", [_backwards, _count_down, _from_one, _no_carry, _written],
-                         ids=["reversed", "count_down", "from_one", "no_carry", "written"])
+def _made_in_loop(x):
+    """The scanned tensor is made again at every step from values made before the loop."""
+    h = torch.zeros(x.shape[0], x.shape[1])
+    outs = []
+    for t in range(x.shape[2]):
+        y = (x * 2).transpose(1, 2)
+        h = torch.sigmoid(h + y[:, t])
+        outs.append(h.sum(-1))
+    return torch.stack(outs, -1)
+
+
+@pytest.mark.parametrize("fn", [_backwards, _count_down, _from_one, _no_carry, _written, _made_in_loop],
+                         ids=["reversed", "count_down", "from_one", "no_carry", "written", "made_in_loop"])
 def test_loop_forms_roll(fn, tmp_path):
-    x = randn(3, 6, 4)
-    r = _export(FnModule(fn), [x], tmp_path, {"x0": {1: "S"}})
+    axis = 2 if fn is _made_in_loop else 1
+    x = randn(3, 6, 4) if axis == 1 else randn(3, 4, 6)
+    r = _export(FnModule(fn), [x], tmp_path, {"x0": {axis: "S"}})
     _rolled(r)
-    _same_in_tract(r, FnModule(fn), [randn(3, 17, 4, seed=2)])
+    _same_in_tract(r, FnModule(fn), [randn(3, 17, 4, seed=2) if axis == 1 else randn(3, 4, 17, seed=2)])
 
 
 def _two_loops(x):

@@ -203,13 +203,21 @@ def _roll(gm: fx.GraphModule, rec: LoopRecord, guards: list) -> str:
 
     # the scanned inputs: (tensor, axis) of each use of the index, and what the use keeps
     scanned: dict = {}
+    # the first iteration's values that repeat at every step (computed from values made before the
+    # loop only): a tensor among them may be scanned
+    varying: set = set()
+    starts_varying = {p for p, _, _ in plan.carry_uses} | set(plan.index_uses)
+    for p, n in enumerate(first):
+        if p in starts_varying or any(a in varying for a in n.all_input_nodes):
+            varying.add(n)
+    local = set(first) - varying
     uses: dict = {}  # position -> (scan key, the index without the loop's entry or None)
     writes: dict = {}  # position -> (buffer, its index with the loop's entry, where that entry is)
     for p, path in plan.index_uses.items():
         if first[p].op == "call_function" and first[p].target is operator.setitem:
             writes[p] = _index_write(first[p], path, inside)
         else:
-            uses[p] = _index_use(first[p], path, inside, scanned)
+            uses[p] = _index_use(first[p], path, inside - local, scanned)
     written = {n for seg in segs for p, n in enumerate(seg) if p in writes}
     for buf, _, _ in writes.values():
         if any(u in inside and u not in written for u in buf.users):
@@ -286,16 +294,19 @@ def _roll(gm: fx.GraphModule, rec: LoopRecord, guards: list) -> str:
         hi_arg = hi.node if _orig_isinstance(hi, fx.Proxy) else hi  # in the graph, a node
         if offset:
             hi_arg = new(operator.add, (hi_arg, offset)) if _orig_isinstance(hi_arg, fx.Node) else hi_arg + offset
-        for (x, axis) in scanned:
+        if not scanned:  # nothing scanned: the loop runs over its indices
+            xs.append(new(torch.arange, (low, hi_arg)))
+            scan_slots.append(new(scanned_slot, (xs[-1], 0)))
+    for (x, axis) in scanned:
+        # a tensor made in the first iteration from values made before the loop is sliced where it is made
+        with graph.inserting_before(x.next if x in local else start):
             moved = x if axis == 0 else new(torch.movedim, (x, axis, 0))
             piece = moved if _whole(x, axis, low, hi, offset) else new(operator.getitem, (moved, slice(low, hi_arg)))
             xs.append(piece)
-        if not xs:  # nothing scanned: the loop runs over its indices
-            xs.append(new(torch.arange, (low, hi_arg)))
-        for piece in xs:
-            slot = new(scanned_slot, (piece, 0))
-            slot.meta["loop_slot"] = True
-            scan_slots.append(slot)
+            scan_slots.append(new(scanned_slot, (piece, 0)))
+    for slot in scan_slots:
+        slot.meta["loop_slot"] = True
+    with graph.inserting_before(start):
         carry_slots = {}
         for q in carry_pos:
             slot = new(carry_slot, (plan.carries[q],))

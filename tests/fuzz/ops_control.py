@@ -75,7 +75,7 @@ def g_loop(b: Builder) -> bool:
     if v is None:
         return False
     v = b.tame(v, 4 if is_float(v.dtype) else 20)
-    kind = rng.choice(["acc", "acc_min", "cat_list", "static", "acc_minus"])
+    kind = rng.choice(["acc", "acc_min", "cat_list", "static", "acc_minus", "rnn", "rnn_write", "rnn_rev"])
     name = b.fresh()
     ax0 = v.shape[0]
     if kind == "acc":
@@ -92,6 +92,23 @@ def g_loop(b: Builder) -> bool:
         lines = [f"{name} = {v.name}[0]", f"for i in range(1, min({v.name}.shape[0], {c})):",
                  f"    {name} = {name} * 0.5 + {v.name}[i]" if is_float(v.dtype) else f"    {name} = {name} + {v.name}[i]"]
         val = Val(name, v.shape[1:], v.dtype, -v.bound * 4, v.bound * 4, 0.0, name)
+    elif kind in ("rnn", "rnn_write", "rnn_rev"):
+        # a loop whose steps repeat: rolled into a scan over a dynamic first axis
+        h = b.fresh()
+        f = is_float(v.dtype)
+        step = f"torch.tanh({h} * 0.5 + {v.name}[i])" if f else f"torch.maximum({h}, {v.name}[i]) // 2 + {v.name}[i] % 3"
+        if kind == "rnn_write":
+            lines = [f"{name} = torch.zeros_like({v.name})", f"{h} = {v.name}[0] * 0", f"for i in range({v.name}.shape[0]):",
+                     f"    {h} = {step}", f"    {name}[i] = {h}"]
+        else:
+            order = f"reversed(range(len({v.name})))" if kind == "rnn_rev" else f"range({v.name}.shape[0])"
+            lines = [f"{h} = {v.name}[0] * 0", f"{name}_steps = []", f"for i in {order}:", f"    {h} = {step}",
+                     f"    {name}_steps.append({h})"]
+            if kind == "rnn_rev":
+                lines.append(f"{name}_steps.reverse()")
+            lines.append(f"{name} = torch.stack({name}_steps, 0)")
+        lo, hi = (-1.0, 1.0) if f else (min(v.lo, 0), max(v.hi, 0) + 3)
+        val = Val(name, v.shape, v.dtype, lo, hi, 0.0, name)
     elif kind == "cat_list":
         a = rng.randrange(v.rank)
         lines = [f"{name} = torch.cat([{v.name}.narrow({a}, i, 1) * i for i in range({v.name}.shape[{a}])], {a})"]
