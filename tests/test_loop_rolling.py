@@ -173,8 +173,19 @@ def _made_in_loop(x):
     return torch.stack(outs, -1)
 
 
-@pytest.mark.parametrize("fn", [_backwards, _count_down, _from_one, _no_carry, _written, _made_in_loop],
-                         ids=["reversed", "count_down", "from_one", "no_carry", "written", "made_in_loop"])
+def _chunked(x):
+    """The step splits its slice in two (a count of pieces, decided again at every step)."""
+    h = torch.zeros(x.shape[0], 2)
+    outs = []
+    for t in range(x.shape[1]):
+        a, b = x[:, t].chunk(2, -1)
+        h = torch.tanh(h * a + b)
+        outs.append(h)
+    return torch.stack(outs, 1)
+
+
+@pytest.mark.parametrize("fn", [_backwards, _count_down, _from_one, _no_carry, _written, _made_in_loop, _chunked],
+                         ids=["reversed", "count_down", "from_one", "no_carry", "written", "made_in_loop", "chunked"])
 def test_loop_forms_roll(fn, tmp_path):
     axis = 2 if fn is _made_in_loop else 1
     x = randn(3, 6, 4) if axis == 1 else randn(3, 4, 6)

@@ -224,12 +224,12 @@ def _roll(gm: fx.GraphModule, rec: LoopRecord, guards: list) -> str:
             raise _NoRoll(f"it reads %{buf.name}, which it also writes one index at a time")
 
     # decisions taken in the loop: on data, refused; a repeat of the first iteration's, dropped
-    drop = [g for g in rec.guards]
+    drop = list(rec.guards)
     for g in guards:
         w = where.get(g.node)
         if w is None:
             continue
-        if depends_on_data(g.node, memo):
+        if g.op != "count" and depends_on_data(g.node, memo):  # a count of pieces is a shape fact
             raise _NoRoll(f"it takes a decision on tensor data ({g.text}{' at ' + str(g.source) if g.source else ''})")
         k, p = w
         if p in uses:
