@@ -184,8 +184,21 @@ def _chunked(x):
     return torch.stack(outs, 1)
 
 
-@pytest.mark.parametrize("fn", [_backwards, _count_down, _from_one, _no_carry, _written, _made_in_loop, _chunked],
-                         ids=["reversed", "count_down", "from_one", "no_carry", "written", "made_in_loop", "chunked"])
+def _over_len(x):
+    """``range(len(x))`` over the dynamic axis 1 of x.transpose(0, 1)."""
+    xt = x.transpose(0, 1)
+    h = xt[0] * 0
+    outs = []
+    for t in range(len(xt)):
+        h = torch.tanh(h * 0.5 + xt[t])
+        outs.append(h)
+    return torch.stack(outs, 1)
+
+
+@pytest.mark.parametrize("fn", [_backwards, _count_down, _from_one, _no_carry, _written, _made_in_loop, _chunked,
+                                _over_len],
+                         ids=["reversed", "count_down", "from_one", "no_carry", "written", "made_in_loop", "chunked",
+                              "over_len"])
 def test_loop_forms_roll(fn, tmp_path):
     axis = 2 if fn is _made_in_loop else 1
     x = randn(3, 6, 4) if axis == 1 else randn(3, 4, 6)

@@ -25,6 +25,7 @@ import builtins
 import contextlib
 import dataclasses
 import operator
+import sys
 from typing import Optional
 
 import torch
@@ -35,6 +36,7 @@ from .data_dep import depends_on_data
 from .source import user_frame_location
 
 _builtin_range = builtins.range
+_builtin_len = builtins.len
 _orig_isinstance = builtins.isinstance
 
 
@@ -135,8 +137,10 @@ class _RangeType(type):
 
 @contextlib.contextmanager
 def loop_range_patch(tracer):
-    """``range`` that records the loops over traced sizes in ``tracer.loops``."""
+    """``range`` that records the loops over traced sizes in ``tracer.loops``; ``len`` of a traced
+    tensor, in the model's code, is its traced size (``for t in range(len(x))``)."""
     from .proxy import CustomProxy
+    from .source import _SKIP_PREFIXES
 
     class Range(metaclass=_RangeType):
         def __new__(cls, *args):
@@ -144,11 +148,17 @@ def loop_range_patch(tracer):
                 return _TracedRange(tracer, args)
             return _builtin_range(*args)
 
-    builtins.range = Range
+    def traced_len(obj):
+        if _orig_isinstance(obj, CustomProxy) and _orig_isinstance(obj.value, torch.Tensor) and obj.value.dim() > 0 \
+                and not sys._getframe(1).f_code.co_filename.startswith(_SKIP_PREFIXES):
+            return tracer.create_proxy("call_method", "size", (obj, 0), {})
+        return _builtin_len(obj)
+
+    builtins.range, builtins.len = Range, traced_len
     try:
         yield
     finally:
-        builtins.range = _builtin_range
+        builtins.range, builtins.len = _builtin_range, _builtin_len
 
 
 # rolling --------------------------------------------------------------------------------------
