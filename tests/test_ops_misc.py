@@ -69,6 +69,9 @@ CASES = [
     OpCase("sort_descending_dim0", lambda x: tuple(torch.sort(x, dim=0, descending=True)), [DISTINCT], khronos=False),
     OpCase("sort_method_stable", lambda x: tuple(x.sort(stable=True)), [DISTINCT], khronos=False),
     OpCase("sort_dyn", lambda x: tuple(torch.sort(untied(x), dim=1)), [DISTINCT], khronos=False, dynamic_axes=DYN_S),
+    # the sorted axis merged with another one by a reshape (gpt-oss's experts: tract must know the sorted length)
+    OpCase("sort_dyn_reshaped", lambda x: (torch.sort(untied(x), dim=1)[0] + x).reshape(x.shape[0], x.shape[1], 2, 2),
+           [DISTINCT], khronos=False, dynamic_axes=DYN_S),
     OpCase("sort_stable_ties", lambda x: tuple(torch.sort(x, stable=True)), [TIES], khronos=False),
     OpCase("sort_stable_ties_descending", lambda x: tuple(torch.sort(x, descending=True, stable=True)), [TIES],
            khronos=False),

@@ -11,11 +11,20 @@ from .creation import dim_tensor
 
 
 def _topk(ctx: EmitContext, x: Value, k, dim: int, largest: bool) -> tuple:
+    """NOTE: tract 0.23.9 gives the result of a ``k`` read from a tensor a size of its own (``k_0``),
+    which no later reshape matches with the size it is (gpt-oss's experts sort their 2*S routed
+    tokens: "256*broadcast((k_0), (2*S)) should be equal to 512*S"); ``k`` written as an expression
+    loads but fails at run time ("Undetermined symbol in expression"). The items are then taken
+    again at ``range(0, k)``, whose size tract knows."""
     ax = axis(dim, rank(x))
     count = ctx.op("squeeze", dim_tensor(ctx, k, DType.I64), axes=[0], out_shape=()) if isinstance(k, SymDim) else k
     shape = tuple(x.shape[:ax]) + (k,) + tuple(x.shape[ax + 1:])
     values, indices = ctx.op("tract_core_topk", x, k=count, axis=ax, largest=largest, n_out=2, out_shape=shape)
     indices.dtype = DType.I64
+    if isinstance(k, SymDim):
+        at = ctx.call("nnef.range", 0, k, 1, DType.I64, (k,))
+        values = ctx.op("tract_core_gather", values, at, axis=ax, out_shape=shape, out_dtype=values.dtype)
+        indices = ctx.op("tract_core_gather", indices, at, axis=ax, out_shape=shape, out_dtype=DType.I64)
     return values, indices
 
 
