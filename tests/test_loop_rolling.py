@@ -219,6 +219,25 @@ def _two_loops(x):
     return torch.stack(outs, 1)
 
 
+def _int_step(x):
+    """An integer state; the step's slice is floor-divided and taken modulo (exact integer ops)."""
+    h = x[0] * 0
+    outs = []
+    for t in range(x.shape[0]):
+        h = torch.maximum(h, x[t] // 3) + x[t] % 4
+        outs.append(h)
+    return torch.stack(outs, 0)
+
+
+def test_integer_loop_rolls(tmp_path):
+    x = torch.randint(-20, 20, (6, 2, 3), generator=torch.Generator().manual_seed(0))
+    r = _export(FnModule(_int_step), [x], tmp_path, {"x0": {0: "T"}})
+    _rolled(r)
+    more = torch.randint(-50, 50, (19, 2, 3), generator=torch.Generator().manual_seed(1))
+    got = run_tract_many(r.path, [[more.numpy()]])[0][0]
+    assert (got == _int_step(more).numpy()).all()
+
+
 def test_two_loops_roll(tmp_path):
     x = randn(2, 5, 3)
     r = _export(FnModule(_two_loops), [x], tmp_path, {"x0": {1: "S"}})

@@ -124,6 +124,8 @@ class EmitContext:
         self._var_cache: dict = {}
         self.graph_outputs: set = set()  # ids of the graph's output Values
         self.graph_inputs: list = []  # the graph's input Values
+        # where runtime_zero reads its zero first (a loop body: its scanned pieces before its state)
+        self.zero_sources: Optional[list] = None
         self.memo: dict = {}  # values built once per graph by helpers (key -> Value)
         self.ranges: dict = {}  # symbol -> SymRange: the sizes the export is valid for (Graph.ranges)
         self.loop_body = 0  # how many tract_core_scan bodies deep this lowering is (see ops.reduce.divide_by_count)

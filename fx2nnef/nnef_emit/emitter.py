@@ -182,15 +182,26 @@ class FragmentBody:
 
 
 def emit_fragment(graph: Graph, target: str, name: str, *, registry: Registry = REGISTRY,
-                  loop_body: int = 0) -> FragmentBody:
+                  loop_body: int = 0, n_state: int = 0) -> FragmentBody:
     """Lower ``graph`` as NNEF fragment ``name``: its inputs are the first parameters, its
-    constants (weights) the following ones, its outputs the results.
+    constants (weights) the following ones, its outputs the results. The first ``n_state`` inputs
+    of a loop body are its state.
 
-    Weights are parameters, not ``variable``s of the body: the Khronos parser refuses
-    ``variable`` inside fragments, and each call can pass its own weights.
+    NOTE: tract 0.23.9 infers facts of a scan's state from the body and refuses the scan when the
+    next state lacks them ("inconsistent fact: body input 0 is 2,3,I64 🬳 2 and body output 0 is
+    2,3,I64"). The body's runtime zero (the exact integer ``//`` and ``%``) read from the state
+    does that, so it is read from the step's slice first (a slice of the scanned piece itself, its
+    scanned axis kept, makes tract panic). An exact ``//`` or ``%`` of the state itself still
+    fails to load (a clear error).
     """
     ctx = _context_for(graph, target, registry)
     ctx.loop_body = loop_body
+    if n_state:
+        # the step's slices (a piece without its scanned axis), then loop-invariant values, then the state
+        later = list(graph.inputs[n_state:])
+        slices = [n.outputs[0] for n in graph.nodes if n.outputs and n.args and any(n.args[0] is v for v in later)
+                  and n.kind == "torch.squeeze"]
+        ctx.zero_sources = slices + later + list(graph.inputs[:n_state])
     lower_nodes(ctx, graph)
     results = _bind_outputs(ctx, graph)
     weights = [(label, value) for label, (value, _) in ctx.variables.items()]

@@ -160,7 +160,7 @@ def runtime_zero(ctx: EmitContext, dtype: DType, r: int) -> Optional[Value]:
     key = ("runtime_zero", dtype, r)
     if key in ctx.memo:
         return ctx.memo[key]
-    source = next((v for v in ctx.graph_inputs if v.shape is not None
+    source = next((v for v in (ctx.zero_sources or ctx.graph_inputs) if v.shape is not None
                    and all(not isinstance(d, int) or d > 0 for d in v.shape)), None)
     if source is None:
         return None

@@ -16,11 +16,12 @@ from ..context import EmitContext
 from ..registry import register
 
 
-def _body_fragment(ctx: EmitContext, body: Graph, kind: str):
+def _body_fragment(ctx: EmitContext, body: Graph, kind: str, n_state: int = 0):
     from ..emitter import emit_fragment  # the emitter imports the op families
 
     placeholder = "__fx2nnef_loop_body__"
-    frag = emit_fragment(body, ctx.target, placeholder, registry=ctx.registry, loop_body=ctx.loop_body + 1)
+    frag = emit_fragment(body, ctx.target, placeholder, registry=ctx.registry, loop_body=ctx.loop_body + 1,
+                         n_state=n_state)
     # named after its text: unique across the graphs of one asset (custom ops), shared when equal
     name = f"{kind}_body_" + hashlib.sha1(frag.text.encode()).hexdigest()[:10]
     ctx.define_fragment(name, frag.text.replace(placeholder, name, 1), frag.fragments, frag.texts)
@@ -70,7 +71,7 @@ def _live(ctx: EmitContext, xs: list, anchors: list) -> list:
 def loop_tract(ctx: EmitContext, init: list, xs: list, full: list, body: Graph, dim: int, reverse: bool,
                n_carry: int, kind: str):
     """A scan or bounded while loop as ``tract_core_scan``."""
-    name, frag = _body_fragment(ctx, body, kind)
+    name, frag = _body_fragment(ctx, body, kind, n_carry)
     params, results = frag.inputs, frag.results
     chunk = -1 if reverse else 1
     n_x = len(xs)
