@@ -91,7 +91,8 @@ def _matmul(ctx: EmitContext, a: Value, b: Value, transpose_b: bool = False) -> 
     r = max(rank(a), rank(b))
     a, b = unsqueeze_to(ctx, a, r), unsqueeze_to(ctx, b, r)
     out_shape = tuple(a.shape[:-1]) + (b.shape[-2] if transpose_b else b.shape[-1],)
-    if ctx.loop_body and ctx.target == "tract" and not a.is_constant and not b.is_constant:
+    if ctx.loop_body and ctx.target == "tract" and not a.is_constant and not b.is_constant \
+            and _static_product(tuple(a.shape) + (out_shape[-1],)) <= _PRODUCT_LIMIT:
         y = _product_summed(ctx, a, b, transpose_b, out_shape)
     else:
         y = ctx.op("matmul", a, b, transposeA=False, transposeB=transpose_b, out_shape=out_shape)
@@ -104,6 +105,16 @@ def _matmul(ctx: EmitContext, a: Value, b: Value, transpose_b: bool = False) -> 
     return y
 
 
+_PRODUCT_LIMIT = 1 << 24  # items of the broadcast product (its static dims): 64 MiB in f32
+
+
+def _static_product(shape) -> int:
+    out = 1
+    for d in shape:
+        out *= d if isinstance(d, int) else 1
+    return out
+
+
 def _product_summed(ctx: EmitContext, a: Value, b: Value, transpose_b: bool, out_shape: tuple) -> Value:
     """``a @ b`` (equal ranks ``r``) as ``sum(a[..., :, :, None] * b[..., None, :, :], axis=r-1)``.
 
@@ -111,7 +122,7 @@ def _product_summed(ctx: EmitContext, a: Value, b: Value, transpose_b: bool, out
     of the step (a state and a slice, two slices) with ``matmul`` when a scanned input comes from
     another product (Mamba's ``state @ C[:, t]``, fed by the linear that made ``C``); the same
     product as a broadcast multiply and a sum loads and runs. A product with a weight keeps
-    ``matmul``."""
+    ``matmul``, so does one whose broadcast product would hold more than ``_PRODUCT_LIMIT`` items."""
     r = rank(a)
     if transpose_b:
         perm = list(range(r - 2)) + [r - 1, r - 2]
