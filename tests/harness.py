@@ -127,3 +127,18 @@ def export_and_run_with_kv_cache(model, full: torch.Tensor, tmp_path: Path, step
         assert all(d.ok for d in diffs), f"S={s}, P={p}:\n" + format_diffs(diffs)
         assert np.isfinite(got[0]).all()
     return r
+
+
+def tract_matches_eager(asset, model, input_sets) -> None:
+    """Run ``asset`` in tract on more inputs (each a list of tensors) and compare with the eager
+    ``model`` at tract's approximate level."""
+    from fx2nnef.targets.tolerance import compare_outputs
+    from fx2nnef.targets.tract_runner import run_tract_many
+
+    got = run_tract_many(asset, [[t.numpy() for t in ins] for ins in input_sets])
+    for ins, outs in zip(input_sets, got):
+        with torch.no_grad():
+            exp = model(*ins)
+        exp = [exp] if isinstance(exp, torch.Tensor) else list(exp)
+        diffs = compare_outputs(None, [e.numpy() for e in exp], outs, "approximate")
+        assert all(d.ok for d in diffs), diffs

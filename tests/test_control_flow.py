@@ -5,7 +5,6 @@ dynamic dim; a cond is also run on inputs that take the other branch, at two siz
 """
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 from torch._higher_order_ops.scan import scan
@@ -13,9 +12,7 @@ from torch._higher_order_ops.while_loop import while_loop
 
 import fx2nnef
 from fx2nnef.errors import TraceError
-from fx2nnef.targets.tolerance import compare_outputs
-from fx2nnef.targets.tract_runner import run_tract_many
-from harness import FnModule, check_op, randn
+from harness import FnModule, check_op, randn, tract_matches_eager
 
 DYN0 = {"x0": {0: "N"}}
 
@@ -32,13 +29,7 @@ def _sizes_checked(r) -> int:
 
 def _run_more(r, model, input_sets):
     """Run the asset in tract on more inputs (e.g. the other branch) and compare with eager."""
-    got = run_tract_many(r.path, [[t.numpy() for t in ins] for ins in input_sets])
-    for ins, outs in zip(input_sets, got):
-        with torch.no_grad():
-            exp = model(*ins)
-        exp = [exp] if isinstance(exp, torch.Tensor) else list(exp)
-        diffs = compare_outputs(None, [e.numpy() for e in exp], outs, "approximate")
-        assert all(d.ok for d in diffs), diffs
+    tract_matches_eager(r.path, model, input_sets)
 
 
 # cond ------------------------------------------------------------------------------------------
@@ -398,5 +389,4 @@ def test_python_loop_that_cannot_roll_points_at_scan(tmp_path):
     r = fx2nnef.export(FnModule(scanned), (x,), tmp_path / "scan.nnef.tgz", input_names=["x"], target=target)
     assert r.check.ok and not r.ranges
     longer = torch.randn(2, 30, 4, generator=torch.Generator().manual_seed(1))
-    got = run_tract_many(r.path, [[longer.numpy()]])[0]
-    assert all(d.ok for d in compare_outputs(None, [loop(longer).numpy()], got, "approximate"))
+    tract_matches_eager(r.path, FnModule(loop), [[longer]])

@@ -12,9 +12,8 @@ import pytest
 import torch
 
 import fx2nnef
-from fx2nnef.targets.tolerance import compare_outputs
 from fx2nnef.targets.tract_runner import run_tract_many
-from harness import FnModule, randn
+from harness import FnModule, randn, tract_matches_eager
 
 
 def _export(model, inputs, tmp_path, dyn):
@@ -32,12 +31,7 @@ def _rolled(r, count: int = 1) -> None:
 
 def _same_in_tract(r, model, inputs) -> None:
     """The asset run in tract on other inputs gives the model's outputs (tract's approximate level)."""
-    got = run_tract_many(r.path, [[t.numpy() for t in inputs]])[0]
-    with torch.no_grad():
-        exp = model(*inputs)
-    exp = [exp] if isinstance(exp, torch.Tensor) else list(exp)
-    diffs = compare_outputs(None, [e.numpy() for e in exp], got, "approximate")
-    assert all(d.ok for d in diffs), diffs
+    tract_matches_eager(r.path, model, [inputs])
 
 
 class GRULoop(torch.nn.Module):
