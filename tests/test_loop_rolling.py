@@ -232,6 +232,23 @@ def test_integer_loop_rolls(tmp_path):
     assert (got == _int_step(more).numpy()).all()
 
 
+def _changed_after(x):
+    """The scanned tensor is changed in place after the loop: the scan reads it as it was."""
+    out = torch.zeros_like(x)
+    h = x[0] * 0
+    for t in range(x.shape[0]):
+        h = torch.tanh(h * 0.5 + x[t])
+        out[t] = h
+    x[::2, 1:] = -1.0
+    return out, x * 2
+
+
+def test_loop_input_changed_after_the_loop(tmp_path):
+    r = _export(FnModule(_changed_after), [randn(5, 3, 2)], tmp_path, {"x0": {0: "T"}})
+    _rolled(r)
+    _same_in_tract(r, FnModule(_changed_after), [randn(12, 3, 2, seed=4)])
+
+
 def test_two_loops_roll(tmp_path):
     x = randn(2, 5, 3)
     r = _export(FnModule(_two_loops), [x], tmp_path, {"x0": {1: "S"}})
