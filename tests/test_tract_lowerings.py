@@ -68,6 +68,9 @@ CASES = [
     OpCase("strided_1x1_conv_after_roll_dyn", lambda x: F.conv2d(x.roll(1), W1X1,
                                                                   stride=2), [torch.randn(1, 1, 6, 4)],
            dynamic_axes={"x0": {2: "S"}}),
+    # ... also with elementwise ops between the roll and the conv (fuzz seed 8090762)
+    OpCase("strided_1x1_conv_after_roll_clamp_dyn", lambda x: F.conv2d(x.roll(1).clamp(-0.5, 0.5) * 2, W1X1, stride=2),
+           [torch.randn(1, 1, 6, 4)], dynamic_axes={"x0": {2: "S"}}),
     OpCase("strided_dynamic_after_chain", _strided_after_chain, [torch.randn(3) * 2], dynamic_axes=DYN0),
     OpCase("bool_ones_like_and", lambda b: torch.ones_like(b) & b[:1], [torch.rand(9) > 0.5], dynamic_axes=DYN0),
     OpCase("bool_ones_like_mul", lambda b: torch.ones_like(b) * b[:1], [torch.rand(9) > 0.5], dynamic_axes=DYN0),

@@ -93,11 +93,11 @@ def conv(ctx: EmitContext, input: Value, weight: Value, bias=None, stride=1, pad
     stride, dilation = ntuple(stride, n, "stride"), ntuple(dilation, n, "dilation")
     pads = conv_padding(padding, kernel, dilation, stride)
     out_shape = node_shape(ctx, int(unbatched))
-    above = producer(ctx, x) if ctx.target == "tract" else None
-    if above is not None and above.op == "reshape" and x.shape is not None:
+    if ctx.target == "tract" and x.shape is not None and _below_reshape(ctx, x):
         # NOTE: tract 0.23.9 makes the stride of a kernel-1 axis a Downsample, which it fails to pull
         # over a reshape above it ("Pulling Downsample over Reshape: Invalid axis", x.roll(1) then
-        # a strided 1x1 conv): below a reshape, those items are taken by slice_axes (no Downsample)
+        # a strided 1x1 conv, also with elementwise ops between: clamp): below a reshape, those
+        # items are taken by slice_axes (no Downsample)
         picked = [(2 + i, 0, x.shape[2 + i], s) for i, (k, s, p) in enumerate(zip(kernel, stride, pads))
                   if k == 1 and s > 1 and tuple(p) == (0, 0)]
         if picked:
@@ -116,6 +116,28 @@ def conv(ctx: EmitContext, input: Value, weight: Value, bias=None, stride=1, pad
     y = ctx.op("conv", x, weight, bias_operand(ctx, bias), border="constant", padding=pads, stride=stride,
                dilation=dilation, groups=groups, out_shape=out_shape)
     return drop_batch(ctx, y, unbatched)
+
+
+# ops that tract pulls a Downsample over, on the way to a reshape above them
+_ELEMENTWISE = {"min", "max", "add", "sub", "mul", "div", "neg", "abs", "exp", "log", "tanh", "sigmoid", "relu",
+                "select", "copy", "tract_core_cast", "pow", "sqrt", "rsqrt", "sin", "cos", "floor", "ceil", "round"}
+
+
+def _below_reshape(ctx: EmitContext, x: Value) -> bool:
+    """Whether ``x`` is a reshape's result, directly or through elementwise ops of its shape."""
+    v = x
+    for _ in range(16):
+        st = producer(ctx, v)
+        if st is None or st.op == "reshape":
+            return st is not None
+        if st.op not in _ELEMENTWISE:
+            return False
+        ins = [a for a in st.args if isinstance(a, Value) and not a.is_constant and a.shape is not None
+               and len(a.shape) == len(v.shape)]
+        if not ins:
+            return False
+        v = ins[0]
+    return False
 
 
 def _deconv(ctx: EmitContext, input: Value, filter: Value, bias, stride, padding, output_padding, groups: int,
