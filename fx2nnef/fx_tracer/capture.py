@@ -378,14 +378,12 @@ def _trace_and_probe(model, args, kwargs, names, out_names, dyn, leaf_types, lea
     trace, analysis = _trace_once(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, ref, branches)
     if _loop_guards(analysis):
         # a Python loop over a dynamic size may bound the range: trace again rolling such loops into scans
-        rolled = None
         try:
             rolled = _trace_once(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, ref, branches,
                                  roll=True)
         except Exception:  # noqa: BLE001 - a loop that cannot be rolled: the unrolled trace reports it
             rolled = None
-        if rolled is not None and not rolled[1].failures and any(
-                note.endswith("(tract_core_scan for tract)") for note in rolled[0].control_flow) and (
+        if rolled is not None and not rolled[1].failures and any(rec.rolled for rec in rolled[0].loops) and (
                 analysis.failures or _wider(rolled[1].ranges, analysis.ranges)):
             trace, analysis = rolled
     bounded = any(r.lo is not None or r.hi is not None for r in analysis.ranges.values())

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import itertools
 import operator
 import sys
 from typing import Optional
@@ -381,15 +382,7 @@ class Recorder:
 
     def _body_nodes(self, start: int, slots: list) -> list:
         """Nodes recorded since ``start`` that depend on a slot: the loop body."""
-        reach = {s.node for s in slots}
-        body = []
-        for i, n in enumerate(self.tracer.graph.nodes):
-            if i < start or n in reach and n.meta.get("loop_slot"):
-                continue
-            if any(a in reach for a in n.all_input_nodes):
-                reach.add(n)
-                body.append(n)
-        return body
+        return slot_dependents(itertools.islice(self.tracer.graph.nodes, start, None), [s.node for s in slots])
 
     def _body_module(self, body_nodes: list, slots: list, outs: list):
         """A GraphModule computing one step from ``(*slots, *outer)``, and the outer proxies it reads."""
@@ -621,6 +614,17 @@ def _while_unrolled(self, cond_fn, body_fn, carried_inputs, extra: tuple, where:
                       "the carries (select on the condition; standard NNEF has no loop)")
     return tuple(carry)
 
+
+
+def slot_dependents(nodes, slots: list) -> list:
+    """Of ``nodes`` (in graph order), those computed from one of the ``slots``: a loop's body."""
+    reach = set(slots)
+    body = []
+    for n in nodes:
+        if n not in reach and any(a in reach for a in n.all_input_nodes):
+            reach.add(n)
+            body.append(n)
+    return body
 
 
 def body_module(root: torch.nn.Module, body_nodes: list, slots: list, outs: list):

@@ -31,7 +31,7 @@ from typing import Optional
 import torch
 import torch.fx as fx
 
-from .control_flow import ScanCall, body_module, carry_slot, scanned_slot
+from .control_flow import ScanCall, body_module, carry_slot, scanned_slot, slot_dependents
 from .data_dep import depends_on_data
 from .source import user_frame_location
 
@@ -52,15 +52,11 @@ class LoopRecord:
     starts: list = dataclasses.field(default_factory=list)  # the graph's last node as each iteration starts
     end: Optional[fx.Node] = None  # the graph's last node when the loop ran out
     done: bool = False  # ran out (no break)
+    rolled: bool = False  # rolled into a scan by roll_loops
 
 
 class _NoRoll(Exception):
     """This loop stays unrolled; the message says why (for the notes)."""
-
-
-class RollFailed(Exception):
-    """A loop rolled into a graph that does not give the unrolled loop's values: the graph is
-    left half-edited, and the trace must be dropped."""
 
 
 def _last_node(graph: fx.Graph) -> fx.Node:
@@ -278,6 +274,11 @@ def _roll(gm: fx.GraphModule, rec: LoopRecord, guards: list) -> str:
         if not _orig_isinstance(value, torch.Tensor):
             raise _NoRoll(f"it carries a {type(value).__name__}, not a tensor")
     carry_pos = sorted(plan.carries, key=lambda c: (c, -1) if type(c) is int else c)
+    kept = [p for p in range(len(first)) if p not in writes]
+    if not kept:
+        raise _NoRoll("it only writes values made before it")
+    if not carry_pos and not ys and not writes:
+        raise _NoRoll("nothing it computes is read after it")
     hi_value = (hi.value if _orig_isinstance(hi, fx.Proxy) else hi) + offset
     for x, axis in scanned:
         if len(_builtin_range(x.meta["value"].shape[axis])[low:hi_value]) != n_iter:
@@ -292,9 +293,9 @@ def _roll(gm: fx.GraphModule, rec: LoopRecord, guards: list) -> str:
         if n.op == "get_attr":
             start.prepend(n)  # read before the loop: the scanned inputs and the scan read them there
 
-    def new(target, args, kind="call_function", value=None):
-        n = graph.create_node(kind, target, args, {})
-        n.meta["value"] = value if value is not None else _run(kind, target, args)
+    def new(target, args, value=None):
+        n = graph.create_node("call_function", target, args, {})
+        n.meta["value"] = value if value is not None else _run(target, args)
         n.meta["source"] = source
         n.meta.update(module_meta)
         return n
@@ -340,9 +341,6 @@ def _roll(gm: fx.GraphModule, rec: LoopRecord, guards: list) -> str:
         node.replace_all_uses_with(repl)
         graph.erase_node(node)
         first[p] = repl
-    kept = [p for p in range(len(first)) if p not in writes]
-    if not kept:
-        raise RollFailed(f"the Python loop at {where_text} only writes")  # a write reads a computed value
     end = first[kept[-1]]  # the first iteration's last node still in the graph
     item_nodes = {}
     for q in carry_pos:
@@ -350,7 +348,7 @@ def _roll(gm: fx.GraphModule, rec: LoopRecord, guards: list) -> str:
             with graph.inserting_after(end):
                 end = item_nodes[q] = new(operator.getitem, (first[q[0]], q[1]))
     slots = list(carry_slots.values()) + scan_slots
-    body_nodes = _depending(graph, slots, end)
+    body_nodes = slot_dependents(_up_to(graph, end), slots)
     outs = [item_nodes.get(q) or first[q] for q in carry_pos] + [first[p] for p in ys] + write_ys
     body, outer = body_module(gm, body_nodes, slots, outs)
     call = ScanCall(body, "scan", where_text, 0, reverse, len(carry_pos))
@@ -382,8 +380,7 @@ def _roll(gm: fx.GraphModule, rec: LoopRecord, guards: list) -> str:
     after = results[-1]
     for j, (buf, idx, i) in enumerate(writes.values()):
         y = results[len(carry_pos) + len(ys) + j]
-        region = _builtin_range(low, hi_value)  # the written indices, as a slice of the buffer
-        whole = slice(low, hi_arg) if region.step == 1 else None
+        whole = slice(low, hi_arg)  # the written indices
         entries = (idx,) if i is None else tuple(idx)
         at = 0 if i is None else i
         axis = sum(1 for e in entries[:at] if e is None or _orig_isinstance(e, slice))
@@ -412,6 +409,7 @@ def _roll(gm: fx.GraphModule, rec: LoopRecord, guards: list) -> str:
         if g in guards:
             guards.remove(g)
     gm.recompile()
+    rec.rolled = True
     return (f"the Python loop at {where_text} is rolled into a scan: {n_iter} iterations at the example, "
             f"{len(carry_pos)} carried value(s), {len(xs) if scanned else 0} scanned input(s), {len(ys)} stacked "
             f"and {len(writes)} index-written output(s); it runs for any length (tract_core_scan for tract)")
@@ -682,28 +680,18 @@ def _stack_use(u: fx.Node, where: dict, n_iter: int, rec: LoopRecord):
     return spots[0][1], backwards, "stack" if name == "stack" else "cat", dim % rank
 
 
-def _depending(graph: fx.Graph, slots: list, last: fx.Node) -> list:
-    """The nodes up to ``last`` computed from a slot, in graph order."""
-    reach = set(slots)
-    out = []
-    started = False
+def _up_to(graph: fx.Graph, last: fx.Node):
+    """The graph's nodes up to ``last``, in order."""
     for n in graph.nodes:
-        if n in reach:
-            started = True
-        elif started and any(a in reach for a in n.all_input_nodes):
-            reach.add(n)
-            out.append(n)
+        yield n
         if n is last:
-            break
-    return out
+            return
 
 
-def _run(kind, target, args):
-    vals = fx.node.map_arg(args, lambda n: n.meta["value"])
+def _run(target, args):
+    """``target(*args)`` on the example values of the nodes among ``args``."""
     with torch.no_grad():
-        if kind == "call_function":
-            return target(*vals)
-        return getattr(vals[0], target)(*vals[1:])
+        return target(*fx.node.map_arg(args, lambda n: n.meta["value"]))
 
 
 def _set_at(node: fx.Node, path: tuple, value) -> None:

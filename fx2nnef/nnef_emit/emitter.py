@@ -10,8 +10,10 @@ import inspect
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
+import torch
+
 from ..errors import EmitError, UnsupportedOpError
-from ..ir import Graph, SymDim, Value, flat_values, sanitize
+from ..ir import Graph, SymDim, Value, flat_values, op_key, sanitize
 from ..ir.dims import substitute
 from . import dat
 from .context import EmitContext, Statement, format_value, nnef_type
@@ -181,6 +183,9 @@ class FragmentBody:
     texts: dict = dataclasses.field(default_factory=dict)  # generated fragments the body calls: name -> text
 
 
+_SQUEEZE = op_key(torch.squeeze)  # how the IR builder takes a scanned piece's step out of it
+
+
 def emit_fragment(graph: Graph, target: str, name: str, *, registry: Registry = REGISTRY,
                   loop_body: int = 0, n_state: int = 0) -> FragmentBody:
     """Lower ``graph`` as NNEF fragment ``name``: its inputs are the first parameters, its
@@ -200,7 +205,7 @@ def emit_fragment(graph: Graph, target: str, name: str, *, registry: Registry = 
         # the step's slices (a piece without its scanned axis), then loop-invariant values, then the state
         later = list(graph.inputs[n_state:])
         slices = [n.outputs[0] for n in graph.nodes if n.outputs and n.args and any(n.args[0] is v for v in later)
-                  and n.kind == "torch.squeeze"]
+                  and n.kind == _SQUEEZE]
         ctx.zero_sources = slices + later + list(graph.inputs[:n_state])
     lower_nodes(ctx, graph)
     results = _bind_outputs(ctx, graph)
