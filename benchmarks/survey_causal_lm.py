@@ -2,7 +2,12 @@
 dynamic sequence axis, check in tract. One child process per family (a crash or a hang costs
 one row); one JSON line per family on stdout or in --out.
 
-    python benchmarks/survey_causal_lm.py [--only mixtral,qwen2_moe] [--out survey.jsonl] [--timeout 240]
+    python benchmarks/survey_causal_lm.py [--only mixtral,qwen2_moe] [--out survey.jsonl] [--timeout 240] [--llm]
+
+``--llm``: the deployment path instead, ``export_causal_lm`` (the KV-cache I/O contract: prompt,
+prompt after a past and decoding checked in tract against transformers' ``DynamicCache``, then 3
+greedy tokens equal to ``model.generate``); a family without a per-layer key/value cache is a
+row "no kv cache".
 """
 from __future__ import annotations
 
@@ -29,6 +34,9 @@ SIZES = dict(
     # multi-head latent attention (DeepSeek) and friends
     q_lora_rank=32, kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=16,
 )
+
+
+LLM_MODE = "--llm" in sys.argv
 
 
 def one(model_type: str) -> dict:
@@ -78,10 +86,39 @@ def one(model_type: str) -> dict:
             if p.numel() > 1 and bool((p == p.flatten()[0]).all()):
                 p.add_(0.1 * torch.randn(p.shape))
     t0 = time.time()
+    if LLM_MODE:
+        return _llm_row(row, model, model_type, t0)
     r = fx2nnef.export(model, (ids,), f"/tmp/survey_{model_type}.nnef.tgz",
                        target=fx2nnef.TractNNEF(dynamic_axes={"input_ids": {1: "S"}}))
     row.update(status="ok" if r.check.ok else "mismatch", seconds=round(time.time() - t0, 1),
                max_abs=float(r.max_abs_diff))
+    return row
+
+
+def _llm_row(row: dict, model, model_type: str, t0: float) -> dict:
+    """The row of ``export_causal_lm`` on ``model`` (its cache turned on)."""
+    import shutil
+    import tempfile
+
+    from fx2nnef.errors import InvalidArgumentError
+    from fx2nnef.llm import export_causal_lm
+
+    model.config.use_cache = True
+    out = Path(tempfile.mkdtemp(prefix=f"survey_llm_{model_type}_")) / "out"
+    try:
+        r = export_causal_lm(model, out, generate=3)
+    except InvalidArgumentError as e:
+        if "cache" not in str(e):
+            raise
+        row.update(status="no kv cache", note=str(e)[:160])
+        return row
+    finally:
+        shutil.rmtree(out.parent, ignore_errors=True)
+    checks = r.manifest["checks"]
+    row.update(status="ok", seconds=round(time.time() - t0, 1),
+               modes={k: v.get("max_abs_logits", v.get("max_abs")) for k, v in checks.items()
+                      if isinstance(v, dict) and k != "generate"},
+               generate=checks.get("generate"))
     return row
 
 
@@ -101,11 +138,13 @@ def survey_main(script: str, one, families, timeout: float) -> None:
     ap.add_argument("--out", default="")
     ap.add_argument("--timeout", type=float, default=timeout)
     ap.add_argument("--child", default="")
+    ap.add_argument("--llm", action="store_true", help="export_causal_lm (KV-cache contract) instead of export")
     a = ap.parse_args()
     if a.child:
         print_row(one, a.child)
         return
-    run_children(script, a.only.split(",") if a.only else families(), a.out, a.timeout)
+    run_children(script, a.only.split(",") if a.only else families(), a.out, a.timeout,
+                 ["--llm"] if getattr(a, "llm", False) else [])
 
 
 def print_row(one, family: str) -> None:
@@ -117,13 +156,13 @@ def print_row(one, family: str) -> None:
     print("SURVEY " + json.dumps(row))
 
 
-def run_children(script: str, families: list, out_path: str, timeout: float) -> None:
+def run_children(script: str, families: list, out_path: str, timeout: float, extra: tuple = ()) -> None:
     """Run ``script --child FAMILY`` for each family in a fresh process; write its JSON row (a
     crash or a timeout is a row too) to ``out_path`` (appended) or stdout."""
     out = open(out_path, "a") if out_path else sys.stdout
     for fam in families:
         try:
-            p = subprocess.run([sys.executable, script, "--child", fam], capture_output=True, text=True,
+            p = subprocess.run([sys.executable, script, "--child", fam, *extra], capture_output=True, text=True,
                                timeout=timeout)
             line = next((l for l in p.stdout.splitlines() if l.startswith("SURVEY ")), None)
             row = json.loads(line[7:]) if line else {"family": fam, "status": "crash",

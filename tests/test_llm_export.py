@@ -273,3 +273,44 @@ def test_float16_module_is_not_converted_in_place(tmp_path):
     model = _llama()
     export_causal_lm(model, tmp_path / "out", dtype="f16", check=False)
     assert next(model.parameters()).dtype == torch.float32
+
+
+def test_generation_check_ignores_the_models_logits_processors(tmp_path):
+    """BART's generation config forces end-of-sequence at the last step (forced_eos_token_id),
+    which ``model.generate`` applies whatever config it is given; the asset's greedy tokens are
+    compared with the argmax decoding, which that processor is not part of."""
+    torch.manual_seed(0)
+    model = _randomize_norms(T.BartForCausalLM(T.BartConfig(
+        d_model=64, decoder_layers=2, decoder_attention_heads=4, decoder_ffn_dim=128, encoder_layers=2,
+        encoder_attention_heads=4, encoder_ffn_dim=128, vocab_size=128, max_position_embeddings=128,
+        forced_eos_token_id=2, eos_token_id=2)).eval())
+    prompt = torch.randint(0, 128, (1, 5), generator=torch.Generator().manual_seed(5))
+    cfg = T.GenerationConfig(max_new_tokens=3, do_sample=False, eos_token_id=None, pad_token_id=0)
+    with torch.no_grad():
+        forced = model.generate(prompt, generation_config=cfg, attention_mask=torch.ones_like(prompt))[0, 5:]
+    assert forced[-1] == 2  # generate forces the token: not what the logits give
+    assert llm_export.greedy_reference(model, prompt, 3)[-1] != 2
+    r = export_causal_lm(model, tmp_path / "out", generate=3)
+    assert r.checks["generate"]["equal"]
+
+
+def _qwen3_next():
+    return T.Qwen3NextForCausalLM(T.Qwen3NextConfig(
+        **SMALL, head_dim=16, layer_types=["linear_attention", "full_attention"], num_experts=4,
+        num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=32, linear_num_key_heads=2,
+        linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16))
+
+
+@pytest.mark.parametrize("make, found", [
+    (_qwen3_next, "LinearAttentionLayer at layer 0"),
+    (lambda: T.MambaForCausalLM(T.MambaConfig(hidden_size=32, state_size=8, num_hidden_layers=2, vocab_size=64)),
+     "LinearAttentionLayer at layers 0, 1"),
+])
+def test_state_caches_are_refused_by_name(make, found, tmp_path):
+    """Recurrent and convolution states (Mamba, Qwen3-Next's linear attention) are not in the
+    KV-cache contract: a clear error names the layers, before anything is traced or written."""
+    torch.manual_seed(0)
+    with pytest.raises(InvalidArgumentError, match="holds more than keys and values") as err:
+        export_causal_lm(make().eval(), tmp_path / "out")
+    assert found in str(err.value) and "fx2nnef.export" in str(err.value)
+    assert list(tmp_path.iterdir()) == []

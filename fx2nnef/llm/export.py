@@ -96,7 +96,7 @@ def export_causal_lm(model_or_dir, out_dir, *, dtype: Optional[str] = None, weig
     bfloat16 written as f32). ``weights``: passed to ``TractNNEF(weights=...)`` when given.
     ``last_logits_only``: logits of the last position only (``[1, 1, V]``). ``batch_symbol``:
     a symbol ``B`` for the batch axis instead of 1. ``generate``: the number of greedy tokens
-    the asset must produce exactly as ``model.generate(do_sample=False)``. ``check``: run the
+    the asset must produce exactly as transformers' greedy decoding (:func:`greedy_reference`). ``check``: run the
     export's own size checks and the three modes (prompt, prompt with past, decode) in tract
     against transformers with a ``DynamicCache``. ``fused``: tract fused ops to use where the
     model's pattern matches exactly, as ``TractNNEF(fused=...)`` ("rms_norm", "rope", "sdpa" or "all").
@@ -331,24 +331,37 @@ def check_modes(wrapper: FlatCacheLM, layout: CacheLayout, asset: Path, dtype: t
 
 
 def check_generation(model: torch.nn.Module, asset: Path, steps: int, seed: int = 0, timeout: float = 600.0) -> dict:
-    """Greedy tokens from the asset in tract must equal ``model.generate(do_sample=False)``.
-
-    End-of-sequence is ignored on both sides so that all ``steps`` tokens are compared.
-    """
-    from transformers import GenerationConfig
-
+    """Greedy tokens from the asset in tract must equal transformers' greedy decoding
+    (:func:`greedy_reference`). End-of-sequence is ignored on both sides so that all ``steps``
+    tokens are compared."""
     g = torch.Generator().manual_seed(seed + 2)
     prompt = torch.randint(0, int(model.config.vocab_size), (1, 5), generator=g)
-    config = GenerationConfig(max_new_tokens=steps, do_sample=False, eos_token_id=None,
-                              pad_token_id=0, bos_token_id=None)
-    with torch.no_grad():
-        expected = model.generate(prompt, generation_config=config, attention_mask=torch.ones_like(prompt))
-    expected = [int(t) for t in expected[0, prompt.shape[1]:]]
+    expected = greedy_reference(model, prompt, steps)
     got = greedy_generate(asset, prompt.numpy(), steps, timeout=timeout)
     if got != expected:
-        raise CheckIOError(f"greedy generation differs: tract gave {got}, transformers' generate gave {expected} "
+        raise CheckIOError(f"greedy generation differs: tract gave {got}, transformers' greedy decoding gave {expected} "
                            f"after the prompt {prompt[0].tolist()}. Nothing was written.", [], "")
     return {"steps": steps, "prompt": prompt[0].tolist(), "tokens": got, "equal": True}
+
+
+def greedy_reference(model: torch.nn.Module, prompt: torch.Tensor, steps: int) -> list[int]:
+    """The argmax of the model's last logits, ``steps`` times, each token fed back with the
+    model's own cache: ``model.generate(do_sample=False)`` without its logits processors.
+
+    ``generate`` applies what the model's generation config asks for (BART's forced
+    end-of-sequence at the last step, repetition penalties, suppressed tokens), and a config value
+    left unset is filled from the model's, so those cannot be turned off there. They act on the
+    logits after the asset, in the application's decoding loop, not in the exported graph."""
+    tokens: list[int] = []
+    ids, past = prompt, None
+    with torch.no_grad():
+        for _ in range(steps):
+            out = model(input_ids=ids, use_cache=True, **({} if past is None else {"past_key_values": past}))
+            token = int(out.logits[0, -1].argmax())
+            tokens.append(token)
+            past = out.past_key_values
+            ids = torch.tensor([[token]], dtype=prompt.dtype)
+    return tokens
 
 
 def _copy_companions(model, source_dir: Optional[Path], stage: Path) -> None:

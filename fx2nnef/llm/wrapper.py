@@ -47,6 +47,11 @@ class CacheLayout:
         return flat
 
 
+# transformers' cache layers holding one key and one value tensor, grown along the length axis
+# (a sliding window is rebuilt full-length: the model's own mask applies the window)
+_KV_LAYERS = ("DynamicLayer", "DynamicSlidingWindowLayer")
+
+
 def cache_layout(model: torch.nn.Module) -> CacheLayout:
     """The cache layout of a transformers causal LM, read by running it on one token.
 
@@ -55,14 +60,35 @@ def cache_layout(model: torch.nn.Module) -> CacheLayout:
     """
     param = next(model.parameters())
     ids = torch.zeros(1, 1, dtype=torch.long, device=param.device)
-    with torch.no_grad():
-        out = model(input_ids=ids, use_cache=True)
-    layers = getattr(getattr(out, "past_key_values", None), "layers", None)
+    name = type(model).__name__
+    try:
+        with torch.no_grad():
+            out = model(input_ids=ids, use_cache=True)
+    except Exception as exc:  # noqa: BLE001 - the model's own error, named in ours
+        first = str(exc).strip().split("\n")[0][:300]
+        raise InvalidArgumentError(
+            f"{name} fails on one token with use_cache=True, the run that tells its cache layout: "
+            f"{type(exc).__name__}: {first}. Fix the model or its config, or export it with fx2nnef.export "
+            "and your own inputs (use_cache=False)") from exc
+    cache = getattr(out, "past_key_values", None) or getattr(out, "cache_params", None)  # Mamba: cache_params
+    layers = getattr(cache, "layers", None)
+    other = {}  # layer class -> indices of layers keeping more than keys and values
+    for i, layer in enumerate(layers or []):
+        if type(layer).__name__ not in _KV_LAYERS:
+            other.setdefault(type(layer).__name__, []).append(i)
+    if other:
+        kinds = "; ".join(f"{cls} at layer{'s' if len(ix) > 1 else ''} {', '.join(map(str, ix[:8]))}"
+                          + (" ..." if len(ix) > 8 else "") for cls, ix in other.items())
+        raise InvalidArgumentError(
+            f"{name}'s cache holds more than keys and values ({kinds}: recurrent or convolution states, an "
+            "indexer cache, compressed keys, or a layer that shares another's cache), which the LLM I/O "
+            "contract (one key and one value tensor per layer, grown by S) does not carry; export it with "
+            "fx2nnef.export and your own inputs (use_cache=False and a dynamic sequence axis)")
     shapes = [(getattr(l, "keys", None), getattr(l, "values", None)) for l in layers or []]
     if not shapes or any(k is None or v is None or k.ndim != 4 or v.ndim != 4 or k.shape[1] != shapes[0][0].shape[1]
                          for k, v in shapes):
         raise InvalidArgumentError(
-            f"{type(model).__name__} does not keep a key/value cache of [batch, kv_heads, length, head_dim] "
+            f"{name} does not keep a key/value cache of [batch, kv_heads, length, head_dim] "
             "tensors per layer (a transformers DynamicCache), which the LLM I/O contract needs; export it "
             "with fx2nnef.export and your own inputs instead")
     k, v = shapes[0]
