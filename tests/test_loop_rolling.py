@@ -201,6 +201,64 @@ def test_loop_forms_roll(fn, tmp_path):
     _same_in_tract(r, FnModule(fn), [randn(3, 17, 4, seed=2) if axis == 1 else randn(3, 4, 17, seed=2)])
 
 
+def _over_unbind(x):
+    """``for t in x.unbind(1)``: the pieces of a tensor along the dynamic axis."""
+    h = torch.zeros(x.shape[0], x.shape[2])
+    outs = []
+    for t in x.unbind(1):
+        h = torch.tanh(h * 0.7 + t)
+        outs.append(h)
+    return torch.stack(outs, 1), h
+
+
+def _over_tensor(x):
+    """``for t in x``: iterating a tensor along its first axis (the dynamic one)."""
+    h = torch.zeros(x.shape[0], x.shape[2])
+    outs = []
+    for t in x.transpose(0, 1):
+        h = torch.maximum(h * 0.5, t)
+        outs.append(h)
+    return torch.stack(outs, 1) * 2
+
+
+def _comprehension_of_pieces(x):
+    """A comprehension over the pieces, stacked back: no carry."""
+    return torch.stack([torch.sigmoid(t) * t.sum(-1, keepdim=True) for t in torch.unbind(x, dim=1)], dim=1)
+
+
+@pytest.mark.parametrize("fn", [_over_unbind, _over_tensor, _comprehension_of_pieces],
+                         ids=["unbind", "tensor", "comprehension"])
+def test_loop_over_pieces_rolls(fn, tmp_path):
+    """A loop over the pieces of a tensor along a dynamic axis (``for t in x.unbind(1)``, ``for t
+    in x``) is a loop over ``range(x.size(d))`` taking the d-th slice: it rolls the same way."""
+    r = _export(FnModule(fn), [randn(3, 6, 4)], tmp_path, {"x0": {1: "S"}})
+    _rolled(r)
+    _same_in_tract(r, FnModule(fn), [randn(3, 15, 4, seed=2)])
+
+
+def _zip_of_pieces(x):
+    """Two tensors' pieces walked together (zip of two unbinds): alike steps, two loops at once."""
+    y = x * 2 + 1
+    h = torch.zeros(x.shape[0], x.shape[2])
+    outs = []
+    for a, b in zip(x.unbind(1), y.unbind(1)):
+        h = torch.tanh(h + a * b)
+        outs.append(h)
+    return torch.stack(outs, 1)
+
+
+def test_zip_of_pieces_is_right_rolled_or_refused(tmp_path):
+    """Loops whose iterations interleave (zip) must never give a wrong graph: the export either
+    rolls and matches the model at other lengths, or names the loop."""
+    try:
+        r = _export(FnModule(_zip_of_pieces), [randn(3, 6, 4)], tmp_path, {"x0": {1: "S"}})
+    except fx2nnef.GuardError as exc:
+        assert "for a, b in zip(" in str(exc)
+        return
+    assert r.check.ok
+    _same_in_tract(r, FnModule(_zip_of_pieces), [randn(3, 11, 4, seed=3)])
+
+
 def _two_loops(x):
     h = torch.zeros(x.shape[0], x.shape[2])
     for t in range(x.shape[1]):

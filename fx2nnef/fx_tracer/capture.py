@@ -463,9 +463,17 @@ def _loop_guards(analysis) -> list:
     probes, a loop's decision may look like it holds where a failure bounds the range)."""
     if not analysis.failures and not any(r.lo is not None or r.hi is not None for r in analysis.ranges.values()):
         return []
-    loops = [g for g in analysis.guards if g.what.startswith(("index(", "len(")) and g.source is not None
-             and "range(" in (g.source.code or "")]
+    loops = [g for g in analysis.guards if g.source is not None and _is_loop_decision(g.what, g.source.code or "")]
     return [g for g in loops if g.status in ("bounds", "violated")] or loops
+
+
+def _is_loop_decision(what: str, code: str) -> bool:
+    """A loop over a traced size: ``for i in range(S)``, or over the pieces of a tensor (``for t in
+    x``, ``for t in x.unbind(1)``, comprehensions too), whose count or length is the decision."""
+    if what.startswith(("index(", "len(")) and "range(" in code:
+        return True
+    return (what.startswith("len(") or (what.startswith("unbind(") and " tensors" in what)) \
+        and re.search(r"\bfor\b.+\bin\b", code) is not None
 
 
 def _loop_hint(analysis) -> list:

@@ -126,6 +126,51 @@ class _TracedRange:
         return getattr(self._range, k)
 
 
+class _PieceIter:
+    """The iteration of a tensor (``for t in x``) or of its ``unbind`` (``for t in x.unbind(d)``)
+    as a loop over ``range(x.size(d))`` that takes ``x[i]`` (``x.select(d, i)``) at each step,
+    inside the step: the pieces are then index uses of the loop, as ``x[:, t]`` in a range loop."""
+
+    def __init__(self, inner: _LoopIter, x, dim: int):
+        self.inner, self.x, self.dim = inner, x, dim
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        i = next(self.inner)
+        return self.x[i] if self.dim == 0 else self.x.select(self.dim, i)
+
+
+def iterate_pieces(proxy):
+    """During the rolling trace, the loop over the pieces of ``proxy`` (a tensor of rank >= 1, or
+    the result of ``unbind`` of one along a plain int dim), or None to iterate it as usual."""
+    from .proxy import CustomProxy
+
+    tracer, value, node = proxy.tracer, proxy.value, proxy.node
+    if _orig_isinstance(value, torch.Tensor):
+        if value.dim() == 0:
+            return None
+        x, dim, count = proxy, 0, []
+    elif _orig_isinstance(value, (tuple, list)) and node.op in ("call_method", "call_function") \
+            and _target_text(node) == "unbind" and node.args and _orig_isinstance(node.args[0], fx.Node):
+        dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
+        base = node.args[0].meta.get("value")
+        if not _orig_isinstance(dim, int) or not _orig_isinstance(base, torch.Tensor):
+            return None
+        x = CustomProxy(node.args[0], tracer)
+        x.__dict__["value"] = base
+        # unbind's count of pieces is the loop's length: a guard of the loop, dropped when it rolls
+        count = [g for g in tracer.guards if g.node is node and g.op == "count"]
+    else:
+        return None
+    size = tracer.create_proxy("call_method", "size", (x, dim), {})
+    loop = _TracedRange(tracer, (size,))
+    inner = loop._loop(loop._range, False)
+    inner.rec.guards.extend(count)
+    return _PieceIter(inner, x, dim)
+
+
 class _RangeType(type):
     def __instancecheck__(cls, obj):
         return _orig_isinstance(obj, (_builtin_range, _TracedRange))

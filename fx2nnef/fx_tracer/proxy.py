@@ -91,6 +91,11 @@ class CustomProxy(fx.Proxy):
         v = self.value
         if isinstance(v, dict):
             return iter(list(v.keys()))
+        if self.tracer.roll_loops:  # a loop over the pieces may roll into a scan
+            from .loops import iterate_pieces
+            pieces = iterate_pieces(self)
+            if pieces is not None:
+                return pieces
         n = len(self)
         return iter([self[i] for i in range(n)])
 
