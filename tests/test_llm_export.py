@@ -314,3 +314,20 @@ def test_state_caches_are_refused_by_name(make, found, tmp_path):
         export_causal_lm(make().eval(), tmp_path / "out")
     assert found in str(err.value) and "fx2nnef.export" in str(err.value)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_layers_with_other_head_sizes(tmp_path):
+    """Gemma 4's global layers have a larger head size than its sliding ones: each layer's
+    cache gets its own shape (the contract's tensors differ per layer), and all modes check."""
+    torch.manual_seed(0)
+    config = T.Gemma4TextConfig(**{**SMALL, "vocab_size": 128}, head_dim=16, global_head_dim=32,
+                                layer_types=["sliding_attention", "full_attention"], sliding_window=4,
+                                hidden_size_per_layer_input=0)
+    model = _randomize_norms(T.Gemma4ForCausalLM(config).eval())
+    layout = cache_layout(model)
+    assert [d for _, d in layout.keys] == [16, 32]
+    r = export_causal_lm(model, tmp_path / "out", generate=3)
+    assert r.checks["generate"]["equal"] and r.checks["decode"]["P"] > 4  # past the sliding window
+    manifest = json.loads((tmp_path / "out" / "fx2nnef.json").read_text())
+    assert manifest["inputs"]["in_cache_key_0"]["shape"][-1] == 16
+    assert manifest["inputs"]["in_cache_key_1"]["shape"][-1] == 32

@@ -224,10 +224,11 @@ def _manifest(model, layout: CacheLayout, dtype: str, weights, last_logits_only:
     inputs = {"input_ids": {"shape": [batch, "S"], "dtype": "i64"}}
     outputs = {"outputs": {"shape": [batch, 1 if last_logits_only else "S", int(model.config.vocab_size)],
                            "dtype": dtype}}
-    for i in range(layout.num_layers):
-        for kind, dim in (("key", layout.key_dim), ("value", layout.value_dim)):
-            inputs[f"in_cache_{kind}_{i}"] = {"shape": [batch, layout.kv_heads, "P", dim], "dtype": dtype}
-            outputs[f"out_cache_{kind}_{i}"] = {"shape": [batch, layout.kv_heads, "P+S", dim], "dtype": dtype}
+    names = zip(layout.input_names()[1:], layout.output_names()[1:], layout.shapes(batch, "P"),
+                layout.shapes(batch, "P+S"))
+    for in_name, out_name, in_shape, out_shape in names:
+        inputs[in_name] = {"shape": in_shape, "dtype": dtype}
+        outputs[out_name] = {"shape": out_shape, "dtype": dtype}
     return {
         "format": "fx2nnef-llm/1",
         "architecture": type(model).__name__,

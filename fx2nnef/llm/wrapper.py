@@ -17,12 +17,21 @@ from ..errors import InvalidArgumentError
 
 @dataclass(frozen=True)
 class CacheLayout:
-    """Shape facts of a model's KV cache: layers, kv heads, head size (keys and values)."""
+    """Shape facts of a model's KV cache: per layer, the ``(heads, head size)`` of its keys and of
+    its values. Layers may differ (Gemma 4: a larger head size in its global layers)."""
 
-    num_layers: int
-    kv_heads: int
-    key_dim: int
-    value_dim: int
+    keys: tuple
+    values: tuple
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.keys)
+
+    @property
+    def kv_heads(self):
+        """The number of key/value heads, or the list of them per layer when layers differ."""
+        heads = [h for h, _ in self.keys]
+        return heads[0] if len(set(heads)) == 1 else heads
 
     def input_names(self) -> list[str]:
         """``input_ids`` then ``in_cache_key_i``, ``in_cache_value_i`` layer by layer."""
@@ -38,13 +47,16 @@ class CacheLayout:
             names += [f"out_cache_key_{i}", f"out_cache_value_{i}"]
         return names
 
+    def shapes(self, batch, length) -> list[list]:
+        """The cache shapes in the contract's order, with ``batch`` and ``length`` (ints or names)."""
+        out = []
+        for (kh, kd), (vh, vd) in zip(self.keys, self.values):
+            out += [[batch, kh, length, kd], [batch, vh, length, vd]]
+        return out
+
     def empty(self, past: int, dtype: torch.dtype, batch: int = 1) -> list[torch.Tensor]:
         """Zero caches of length ``past``, flat in the contract's order."""
-        flat = []
-        for _ in range(self.num_layers):
-            flat.append(torch.zeros(batch, self.kv_heads, past, self.key_dim, dtype=dtype))
-            flat.append(torch.zeros(batch, self.kv_heads, past, self.value_dim, dtype=dtype))
-        return flat
+        return [torch.zeros(*shape, dtype=dtype) for shape in self.shapes(batch, past)]
 
 
 # transformers' cache layers holding one key and one value tensor, grown along the length axis
@@ -85,14 +97,13 @@ def cache_layout(model: torch.nn.Module) -> CacheLayout:
             "contract (one key and one value tensor per layer, grown by S) does not carry; export it with "
             "fx2nnef.export and your own inputs (use_cache=False and a dynamic sequence axis)")
     shapes = [(getattr(l, "keys", None), getattr(l, "values", None)) for l in layers or []]
-    if not shapes or any(k is None or v is None or k.ndim != 4 or v.ndim != 4 or k.shape[1] != shapes[0][0].shape[1]
-                         for k, v in shapes):
+    if not shapes or any(k is None or v is None or k.ndim != 4 or v.ndim != 4 for k, v in shapes):
         raise InvalidArgumentError(
             f"{name} does not keep a key/value cache of [batch, kv_heads, length, head_dim] "
             "tensors per layer (a transformers DynamicCache), which the LLM I/O contract needs; export it "
             "with fx2nnef.export and your own inputs instead")
-    k, v = shapes[0]
-    return CacheLayout(len(shapes), int(k.shape[1]), int(k.shape[-1]), int(v.shape[-1]))
+    return CacheLayout(tuple((int(k.shape[1]), int(k.shape[-1])) for k, _ in shapes),
+                       tuple((int(v.shape[1]), int(v.shape[-1])) for _, v in shapes))
 
 
 class FlatCacheLM(torch.nn.Module):
