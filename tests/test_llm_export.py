@@ -301,18 +301,37 @@ def _qwen3_next():
         linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16))
 
 
-@pytest.mark.parametrize("make, found", [
-    (_qwen3_next, "LinearAttentionLayer at layer 0"),
-    (lambda: T.MambaForCausalLM(T.MambaConfig(hidden_size=32, state_size=8, num_hidden_layers=2, vocab_size=64)),
-     "LinearAttentionLayer at layers 0, 1"),
-])
-def test_state_caches_are_refused_by_name(make, found, tmp_path):
-    """Recurrent and convolution states (Mamba, Qwen3-Next's linear attention) are not in the
-    KV-cache contract: a clear error names the layers, before anything is traced or written."""
+def _lfm2():
+    return T.Lfm2ForCausalLM(T.Lfm2Config(**{**SMALL, "num_hidden_layers": 3}, layer_types=["conv", "full_attention", "conv"]))
+
+
+@pytest.mark.parametrize("make, states", [
+    (_qwen3_next, ["in_conv_state_0", "in_recurrent_state_0"]),  # gated delta net, then attention
+    (_lfm2, ["in_conv_state_0", "in_conv_state_2"]),  # short convolutions around attention
+], ids=["qwen3_next", "lfm2"])
+def test_hybrid_models_carry_their_states(make, states, tmp_path):
+    """Linear-attention and convolution layers keep fixed-size states, which the contract carries
+    as inputs and outputs beside the attention layers' caches (zeros start a sequence); the three
+    modes and greedy generation match transformers with its own cache."""
     torch.manual_seed(0)
-    with pytest.raises(InvalidArgumentError, match="holds more than keys and values") as err:
-        export_causal_lm(make().eval(), tmp_path / "out")
-    assert found in str(err.value) and "fx2nnef.export" in str(err.value)
+    model = _randomize_norms(make().eval())
+    r = export_causal_lm(model, tmp_path / "out", generate=4)
+    assert r.checks["generate"]["equal"] and r.checks["prompt_with_past"]["P"] > 0
+    manifest = json.loads((tmp_path / "out" / "fx2nnef.json").read_text())
+    assert all(name in manifest["inputs"] and "out" + name[2:] in manifest["outputs"] for name in states)
+    assert all("P" not in manifest["inputs"][name]["shape"] for name in states)  # fixed sizes
+    assert "in_cache_key_1" in manifest["inputs"]
+
+
+def test_state_space_model_with_another_decoding_path_is_refused(tmp_path):
+    """transformers' Mamba scans a prompt from a zero state and steps one token from its cached
+    state: a graph traced on a prompt is valid for S >= 2 only, so one asset cannot serve both
+    under the contract; the error says so and nothing is written."""
+    torch.manual_seed(0)
+    model = T.MambaForCausalLM(T.MambaConfig(hidden_size=32, state_size=8, num_hidden_layers=2, vocab_size=64)).eval()
+    with pytest.raises(InvalidArgumentError, match="valid for S >= 2") as err:
+        export_causal_lm(model, tmp_path / "out")
+    assert "prompts and decoding" in str(err.value)
     assert list(tmp_path.iterdir()) == []
 
 

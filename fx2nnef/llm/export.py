@@ -142,6 +142,7 @@ def export_causal_lm(model_or_dir, out_dir, *, dtype: Optional[str] = None, weig
                                _properties(manifest), target_kwargs, timeout, seed,
                                out_dir.with_name(out_dir.name + ".debug"))
         timings["export"] = time.perf_counter() - t0
+        _refuse_prompt_only(model, result)
         if fused:
             manifest["fused"] = fused_counts(result.graph, fused)
         weights_written = getattr(result, "weights", [])
@@ -233,7 +234,7 @@ def _manifest(model, layout: CacheLayout, dtype: str, weights, last_logits_only:
         "format": "fx2nnef-llm/1",
         "architecture": type(model).__name__,
         "inputs": inputs, "outputs": outputs,
-        "symbols": (["B"] if batch_symbol else []) + ["S", "P"],
+        "symbols": (["B"] if batch_symbol else []) + ["S"] + (["P"] if layout.has_length else []),
         "dtype": dtype, "weights": weights or "native", "check_tolerance": "very" if dtype == "f16" else "approximate",
         "last_logits_only": last_logits_only,
         "num_layers": layout.num_layers, "kv_heads": layout.kv_heads,
@@ -262,12 +263,13 @@ def _export_asset(wrapper: FlatCacheLM, layout: CacheLayout, path: Path, dtype: 
     vocab = int(wrapper.model.config.vocab_size)
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(0, vocab, (batch, 3), generator=g)
-    cache = [torch.randn(t.shape, generator=g).to(dtype) for t in layout.empty(5, dtype, batch)]
+    cache = layout.random(5, dtype, batch, g)
     names = layout.input_names()
     dyn = {"input_ids": {1: "S", **({0: "B"} if batch_symbol else {})}}
-    for name in names[1:]:
-        dyn[name] = {2: "P", **({0: "B"} if batch_symbol else {})}
-    target = TractNNEF(check_io=check, dynamic_axes=dyn, specific_properties=properties, asserts=contract_asserts(wrapper.model),
+    for name, slot in zip(names[1:], layout.slots):
+        dyn[name] = {**({2: "P"} if slot.grows else {}), **({0: "B"} if batch_symbol else {})}
+    dyn = {k: v for k, v in dyn.items() if v}
+    target = TractNNEF(check_io=check, dynamic_axes=dyn, specific_properties=properties, asserts=contract_asserts(wrapper.model, layout.has_length),
                        dump_identity_properties=True, timeout=timeout, check_io_tolerance=tolerance_for(dtype),
                        **target_kwargs)
     with torch.no_grad():
@@ -275,14 +277,15 @@ def _export_asset(wrapper: FlatCacheLM, layout: CacheLayout, path: Path, dtype: 
                       output_names=layout.output_names(), debug_bundle=str(debug_bundle))
 
 
-def contract_asserts(model: torch.nn.Module) -> list[str]:
+def contract_asserts(model: torch.nn.Module, has_length: bool = True) -> list[str]:
     """The symbol assertions of the contract: sizes, the context bound, the two scenarios
-    (``tg``: text generation, one token; ``pp``: prompt processing, no past)."""
-    asserts = ["P >= 0", "S >= 1"]
+    (``tg``: text generation, one token; ``pp``: prompt processing, no past). A cache of
+    states only (Mamba) has no length P."""
+    asserts = ["P >= 0", "S >= 1"] if has_length else ["S >= 1"]
     max_pos = getattr(model.config, "max_position_embeddings", None)
     if isinstance(max_pos, int) and max_pos > 0:
-        asserts.append(f"S+P < {max_pos}")
-    return asserts + ["tg: S==1", "pp: P==0"]
+        asserts.append(f"S+P < {max_pos}" if has_length else f"S < {max_pos}")
+    return asserts + (["tg: S==1", "pp: P==0"] if has_length else [])
 
 
 def tolerance_for(dtype: torch.dtype) -> str:
@@ -302,15 +305,55 @@ def mode_cases(wrapper: FlatCacheLM, layout: CacheLayout, dtype: torch.dtype, se
     full = torch.randint(0, int(wrapper.model.config.vocab_size), (1, total), generator=g)
     with torch.no_grad():
         past = wrapper(full, *layout.empty(0, dtype))[1:]
+    if layout.has_states:
+        _check_zero_states(wrapper, layout, full[:, :MODE_PROMPT], dtype)
     cases = {}
     for mode, p, s in (("prompt", 0, MODE_PROMPT), ("prompt_with_past", MODE_PROMPT, MODE_CHUNK),
                        ("decode", total - 1, 1)):
         ids = full[:, p:p + s]
-        cache = [t[:, :, :p].contiguous() for t in past]
+        if layout.has_states:  # the states after the first p tokens: the prefix is run
+            with torch.no_grad():
+                cache = [t.contiguous() for t in wrapper(full[:, :p], *layout.empty(0, dtype))[1:]] if p else \
+                    layout.empty(0, dtype)
+        else:
+            cache = [t[:, :, :p].contiguous() for t in past]
         with torch.no_grad():
             expected = wrapper(ids, *cache)
         cases[mode] = ([ids.numpy()] + [t.numpy() for t in cache], [t.numpy() for t in expected], {"P": p, "S": s})
     return cases
+
+
+def _refuse_prompt_only(model: torch.nn.Module, result: ExportResult) -> None:
+    """One graph serves prompts and decoding only if it is valid at S=1. A state-space layer
+    that scans from zero for a prompt and steps from its state for one token (transformers'
+    Mamba: "initial hidden state is not supported" on the prompt path) makes the graph traced
+    on a prompt valid for S >= 2 only."""
+    rng = (getattr(result, "ranges", None) or {}).get("S")
+    if rng is None or rng.contains(1):
+        return
+    raise InvalidArgumentError(
+        f"{type(model).__name__}'s graph traced on a prompt is valid for {rng} only: the model takes other "
+        "code for one token (a step from its cached state) than for a prompt, so one asset cannot serve "
+        "prompts and decoding under the LLM contract. Nothing was written; export the two paths with "
+        "fx2nnef.export and your own inputs (S fixed to 1 for decoding)")
+
+
+def _check_zero_states(wrapper: FlatCacheLM, layout: CacheLayout, ids: torch.Tensor, dtype: torch.dtype) -> None:
+    """The contract starts a sequence from zero states, run as states already there: the
+    model's logits that way must be those of its own first call (no state yet), which takes
+    other code in transformers (padding instead of a previous state, a scan from zero)."""
+    with torch.no_grad():
+        fresh = wrapper.model(input_ids=ids, use_cache=True).logits
+        zero = wrapper(ids, *layout.empty(0, dtype))[0]
+    if wrapper.last_logits_only:
+        fresh = fresh[:, -1:]
+    tol = 1e-2 if dtype == torch.float16 else 1e-4
+    if fresh.shape != zero.shape or not torch.allclose(fresh.float(), zero.float(), rtol=tol, atol=tol):
+        raise InvalidArgumentError(
+            f"{type(wrapper.model).__name__} gives other logits from zero states than on its first call "
+            "(max difference "
+            f"{(fresh.float() - zero.float()).abs().max().item() if fresh.shape == zero.shape else 'in shape'}): "
+            "the LLM contract's state inputs cannot start a sequence for it; export it with fx2nnef.export")
 
 
 def check_modes(wrapper: FlatCacheLM, layout: CacheLayout, asset: Path, dtype: torch.dtype, seed: int = 0,
