@@ -1,4 +1,4 @@
-"""einsum, outer, topk/sort/argsort, repeat_interleave and isnan/isinf/isfinite."""
+"""einsum, outer, topk/sort/argsort, bucketize/searchsorted, cdist, repeat_interleave and isnan/isinf/isfinite."""
 import pytest
 import torch
 
@@ -86,6 +86,24 @@ CASES = [
            dynamic_axes=DYN_S),
     OpCase("repeat_interleave_kv", lambda x: x.repeat_interleave(2, dim=1),
            [randn(1, 2, 5, 4)], khronos=False, dynamic_axes={"x0": {2: "S"}}),
+    # bucketize / searchsorted: the count of boundaries below each value (NaN counts as above all)
+    OpCase("bucketize", lambda x: torch.bucketize(x, torch.tensor([-1.0, 0.0, 0.5, 1.0])), [F32], khronos=False),
+    OpCase("bucketize_right_int32", lambda x: torch.bucketize(x.round(), torch.tensor([-1.0, 0.0, 1.0]), right=True,
+                                                             out_int32=True), [F32], khronos=False),
+    OpCase("bucketize_special", lambda x: torch.bucketize(x, torch.tensor([-5.0, 0.0, 7.0, 1e30])), [SPECIAL],
+           khronos=False),
+    OpCase("bucketize_i64", lambda x: torch.bucketize(x, torch.tensor([-2, 0, 3])), [I64], khronos=False),
+    OpCase("bucketize_dyn", lambda x: torch.bucketize(x, torch.tensor([-1.0, 0.0, 1.0])), [F32], khronos=False,
+           dynamic_axes=DYN_S),
+    OpCase("searchsorted_1d", lambda s, x: torch.searchsorted(s, x), [torch.tensor([-1.0, 0.0, 0.5, 2.0]), F32],
+           khronos=False),
+    OpCase("searchsorted_batched_right", lambda s, x: torch.searchsorted(s.sort(-1)[0], x, side="right"),
+           [randn(2, 3, 5, seed=3), F32], khronos=False),
+    # cdist: norms of every pairwise difference
+    OpCase("cdist", torch.cdist, [randn(2, 5, 4), randn(2, 3, 4, seed=1)]),
+    OpCase("cdist_p1", lambda a, b: torch.cdist(a, b, p=1.0), [randn(5, 4), randn(6, 4, seed=1)], khronos=False),
+    OpCase("cdist_pinf_dyn", lambda a, b: torch.cdist(a, b, p=float("inf")), [randn(2, 5, 4), randn(2, 3, 4, seed=1)],
+           khronos=False, dynamic_axes={"x0": {1: "P"}, "x1": {1: "R"}}),
     # isnan / isinf / isfinite
     OpCase("isnan", torch.isnan, [SPECIAL]),
     OpCase("isinf", torch.isinf, [SPECIAL]),

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ...errors import EmitError
 from ...ir import DType, Value, product
 from ..context import TRACT_DATUM, EmitContext, stored_transposed
 from ..helpers import (broadcast_operands, cast, dims_list, ew, opaque, producer, rank, result_dtype, tiled_from, un,
@@ -357,3 +358,20 @@ def solve_triangular(ctx: EmitContext, input: Value, B: Value, *, upper: bool, l
         if j + 1 < steps:
             p = _matmul(ctx, p, p)
     return x
+
+
+@register(torch.cdist)
+def cdist(ctx: EmitContext, x1: Value, x2: Value, p: float = 2.0, compute_mode=None):
+    """cdist(Tensor x1, Tensor x2, float p=2, str? compute_mode=None) -> Tensor
+
+    The p-norm of every difference ``x1[..., i, :] - x2[..., j, :]`` (a broadcast difference,
+    then a reduction over the features): exact where torch's matrix-product form for p=2
+    (``compute_mode``) rounds, so tract matches torch at the check's tolerance."""
+    from .reduce import vector_norm
+
+    if not isinstance(p, (int, float)) or p < 0:
+        raise EmitError(f"cdist with p={p!r} is not supported (a number >= 0)")
+    a = ctx.call("Tensor.unsqueeze", x1, rank(x1) - 1)  # [..., P, 1, M]
+    b = ctx.call("Tensor.unsqueeze", x2, rank(x2) - 2)  # [..., 1, R, M]
+    diff = ew(ctx, "sub", a, b)
+    return vector_norm(ctx, diff, float(p), [rank(diff) - 1], False)

@@ -1,13 +1,18 @@
-"""Sorting: topk, sort and argsort (tract only: standard NNEF has no sort)."""
+"""Sorting: topk, sort and argsort (tract only: standard NNEF has no sort); bucketize and searchsorted
+(a count of comparisons: integer sums, tract only)."""
 from __future__ import annotations
 
+import numpy as np
 import torch
 
+from ...errors import EmitError
 from ...ir import DType, SymDim, Value
 from ..context import EmitContext
-from ..helpers import axis, rank
+from ..helpers import axis, cast, compare, rank, result_dtype, select
 from ..registry import register
 from .creation import dim_tensor
+from .reduce import reduce
+from .shape import unsqueeze
 
 
 def _topk(ctx: EmitContext, x: Value, k, dim: int, largest: bool) -> tuple:
@@ -47,3 +52,49 @@ def sort(ctx: EmitContext, input: Value, dim=-1, descending=False, *, stable=Fal
 def argsort(ctx: EmitContext, input: Value, dim=-1, descending=False, *, stable=False):
     """argsort(Tensor self, int dim=-1, bool descending=False, *, bool stable=False) -> Tensor"""
     return sort(ctx, input, dim, descending)[1]
+
+
+# bucketize / searchsorted: a count of the boundaries below each value -------------------------------
+def _count_below(ctx: EmitContext, values: Value, boundaries: Value, right: bool, out_int32: bool,
+                 batched: bool) -> Value:
+    """For each item of ``values``, how many of ``boundaries`` (sorted along their last axis) are
+    below it (``<``; ``<=`` with ``right``): the index a binary search gives. ``batched``:
+    ``boundaries [..., M]`` pairs with ``values [..., K]`` on the leading axes, else it is 1-D.
+    A NaN value counts as above every boundary, as in torch."""
+    if boundaries.is_constant and boundaries.dtype.is_float:
+        if np.isnan(np.asarray(boundaries.data, dtype=np.float64)).any():
+            raise EmitError("bucketize/searchsorted with NaN among the boundaries: torch sorts NaN last, the "
+                            "count of boundaries below a value cannot; drop the NaN boundaries")
+    x = unsqueeze(ctx, values, rank(values))  # [..., K, 1]
+    b = unsqueeze(ctx, boundaries, rank(boundaries) - 1) if batched else boundaries  # [..., 1, M] or [M]
+    dtype = result_dtype(values, boundaries)
+    below = compare(ctx, "le" if right else "lt", cast(ctx, b, dtype), cast(ctx, x, dtype))
+    count = reduce(ctx, "sum_reduce", cast(ctx, below, DType.I64), [rank(below) - 1], False)
+    if values.dtype.is_float:
+        n = boundaries.shape[-1]
+        count = select(ctx, compare(ctx, "ne", values, values), n if isinstance(n, int) else
+                       dim_tensor(ctx, boundaries, rank(boundaries) - 1), count)
+    return cast(ctx, count, DType.I32) if out_int32 else count
+
+
+@register(torch.bucketize, target="tract")
+def bucketize(ctx: EmitContext, input: Value, boundaries: Value, *, out_int32: bool = False, right: bool = False,
+              out=None):
+    """bucketize.Tensor(Tensor self, Tensor boundaries, *, bool out_int32=False, bool right=False) -> Tensor"""
+    if rank(boundaries) != 1:
+        raise EmitError(f"bucketize needs 1-D boundaries, got rank {rank(boundaries)}")
+    return _count_below(ctx, input, boundaries, right, out_int32, batched=False)
+
+
+@register(torch.searchsorted, target="tract")
+def searchsorted(ctx: EmitContext, sorted_sequence: Value, input: Value, *, out_int32: bool = False,
+                 right: bool = False, side=None, sorter=None, out=None):
+    """searchsorted.Tensor(Tensor sorted_sequence, Tensor self, *, bool out_int32=False, bool right=False, str? side=None, Tensor? sorter=None) -> Tensor"""
+    if sorter is not None:
+        raise EmitError("searchsorted with a sorter is not supported; sort the sequence first")
+    if side is not None:
+        right = side == "right"
+    batched = rank(sorted_sequence) > 1
+    if batched and rank(sorted_sequence) != rank(input):
+        raise EmitError("searchsorted of a batched sequence needs a values tensor of the same rank")
+    return _count_below(ctx, input, sorted_sequence, right, out_int32, batched)
