@@ -140,6 +140,12 @@ CASES = [
     OpCase("embedding_module", None, [randint(0, 10, 2, 3)], module=torch.nn.Embedding(10, 4, padding_idx=0)),
     OpCase("embedding_dyn", None, [randint(0, 10, 2, 3)], module=torch.nn.Embedding(10, 4), dynamic_axes={"x0": {1: "S"}}, **TRACT),
     # conditions and masks
+    # a constant boolean mask (made in forward, or a buffer) reads its True positions: a gather
+    OpCase("const_mask_last", lambda x: x[..., torch.tensor([True, False, True, True])], [F32]),
+    OpCase("const_mask_two_axes", lambda x: x[:, torch.tensor([[True, False, True, False]] * 2 + [[False] * 3 + [True]])],
+           [F32], **TRACT),
+    OpCase("const_mask_first_dyn", lambda x: x[:, torch.tensor([False, True, True, False])] * 2, [randn(2, 4, 3)],
+           dynamic_axes={"x0": {0: "B"}}, **TRACT),
     OpCase("where", lambda c, x, y: torch.where(c, x, y), [B, F32, randn(3, 4, seed=1)]),
     OpCase("where_scalar", lambda x: torch.where(x > 0, x, 0.0), [F32], **TRACT),
     OpCase("where_scalars_f16", lambda x: torch.where(x > 0, 1.0, x), [F16], **TRACT_ONLY),

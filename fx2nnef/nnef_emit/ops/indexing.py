@@ -51,6 +51,30 @@ def _items(index, r: int) -> list:
     return items[:at] + [slice(None)] * missing + items[at + 1:]
 
 
+def _constant_masks_as_positions(ctx: EmitContext, index):
+    """``index`` with each constant boolean mask (a buffer, ``torch.tensor([True, False, ...])``)
+    replaced by the integer positions of its True items, one index tensor per axis it covers:
+    ``x[:, keep]`` is then ``x[:, keep.nonzero()]``, a gather of a known size, as in torch."""
+    items = list(index) if isinstance(index, tuple) else [index]
+    if not any(_is_mask(i) and i.is_constant for i in items):
+        return index
+    out = []
+    for item in items:
+        if not (_is_mask(item) and item.is_constant):
+            out.append(item)
+            continue
+        data = np.asarray(item.data, dtype=bool)
+        if data.ndim == 0:  # x[True] adds a unit axis; x[False] selects nothing
+            out.append(bool(data))
+            continue
+        positions = np.nonzero(data)
+        if positions[0].size == 0:
+            raise EmitError("a constant boolean mask index with no True item selects nothing: empty tensors "
+                            "cannot be exported")
+        out.extend(ctx.const(p.astype(np.int64), DType.I64) for p in positions)
+    return tuple(out)
+
+
 def _position(i, n, ctx: Optional[EmitContext] = None, clamp: bool = False):
     """A non-negative index into an axis of size ``n``. An index computed from the dynamic sizes
     (``x[..., -S:]``) counts from the end where it is negative: it must be so at every size of
@@ -156,7 +180,7 @@ def _sliced(ctx: EmitContext, x: Value, items: list):
 @register("operator.getitem")
 def getitem(ctx: EmitContext, input: Value, index):
     """getitem(Tensor self, Index index) -> Tensor"""
-    items = _items(index, rank(input))
+    items = _items(_constant_masks_as_positions(ctx, index), rank(input))
     if any(i is False for i in items):
         raise EmitError("x[False] selects nothing: empty tensors cannot be exported")
     if any(_is_mask(i) for i in items):
