@@ -17,6 +17,15 @@ DYN_S = {"x0": {1: "S"}}
 DYN_B = {"x0": {0: "B"}}
 
 CASES = [
+    # meshgrid (ij and xy) and linspace, also over dynamic sizes
+    OpCase("meshgrid_ij", lambda a, b: tuple(torch.meshgrid(a, b, indexing="ij")), [randn(3), randn(4, seed=1)]),
+    OpCase("meshgrid_xy_three", lambda a, b, c: tuple(torch.meshgrid(a, b, c, indexing="xy")),
+           [randn(3), randn(4, seed=1), randn(2, seed=2)], khronos=False),
+    OpCase("meshgrid_positions_dyn", lambda x: x[..., None] + torch.stack(torch.meshgrid(
+        torch.arange(x.shape[0]), torch.arange(x.shape[1]), indexing="ij"), -1).float(), [F32], khronos=False,
+           dynamic_axes={"x0": {0: "B", 1: "S"}}),
+    OpCase("linspace_dyn", lambda x: x * torch.linspace(-1.0, 2.5, x.shape[1]), [randn(2, 7)], khronos=False,
+           dynamic_axes=DYN_S),
     # arange: one, two and three bounds, dtypes, symbolic bounds
     OpCase("arange_end", lambda x: torch.arange(x.shape[1]), [F32], khronos=False, dynamic_axes=DYN_S),
     OpCase("arange_start_end", lambda x: torch.arange(2, x.shape[1] + 3), [F32], khronos=False, dynamic_axes=DYN_S),

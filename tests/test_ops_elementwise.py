@@ -12,7 +12,14 @@ F16 = randn(2, 3, 4, dtype=torch.float16)
 I64 = randint(-5, 5, 2, 3, 4)
 B = randbool(2, 3, 4)
 
+# atan2 at every quadrant, on the axes and at the origin
+ANGLES_Y = torch.tensor([[1.0, 1.0, -1.0, -1.0, 0.0, 0.0, 2.0, -3.0, 0.0, 1e-3]])
+ANGLES_X = torch.tensor([[1.0, -1.0, -1.0, 1.0, 1.0, -1.0, 0.0, 0.0, 0.0, -5.0]])
+
 CASES = [
+    OpCase("atan2_quadrants", torch.atan2, [ANGLES_Y, ANGLES_X], khronos=False),
+    OpCase("atan2_method_random", lambda y, x: y.atan2(x), [F32, randn(2, 3, 4, seed=5)]),
+    OpCase("erfc", torch.erfc, [F32 * 2]),
     OpCase("exp", torch.exp, [F32]), OpCase("log", torch.log, [POS]), OpCase("sin", torch.sin, [F32]),
     OpCase("cos", torch.cos, [F32]), OpCase("tanh", torch.tanh, [F32]), OpCase("sigmoid", torch.sigmoid, [F32]),
     OpCase("abs", torch.abs, [F32]), OpCase("neg", torch.neg, [F32]), OpCase("sqrt", torch.sqrt, [POS]),

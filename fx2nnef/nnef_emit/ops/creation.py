@@ -16,7 +16,7 @@ import torch
 
 from ...ir import DType, SymDim, Value
 from ..context import EmitContext
-from ..helpers import cast, dims_list, opaque, unsqueeze_to
+from ..helpers import cast, compare, dims_list, ew, opaque, select, unsqueeze_to
 from ..registry import register
 
 
@@ -194,3 +194,50 @@ def eye(ctx: EmitContext, n, m=None, *, out=None, dtype: Optional[DType] = None,
     rows = ctx.op("unsqueeze", ctx.call("nnef.range", 0, n, 1, DType.I64, (n,)), axes=[1], out_shape=(n, 1))
     cols = ctx.op("unsqueeze", ctx.call("nnef.range", 0, m, 1, DType.I64, (m,)), axes=[0], out_shape=(1, m))
     return cast(ctx, ctx.op("eq", rows, cols, out_dtype=DType.BOOL, out_shape=(n, m)), dtype or DType.F32)
+
+
+@register(torch.meshgrid)
+def meshgrid(ctx: EmitContext, *tensors, indexing: Optional[str] = None):
+    """meshgrid(Tensor[] tensors, *, str? indexing=None) -> Tensor[]: each 1-D input laid along
+    its own axis and broadcast to the grid of all their sizes (``"xy"``: the first two swapped)."""
+    from .shape import expand_to, reshape_to
+
+    if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)):
+        tensors = tuple(tensors[0])
+    if any(not isinstance(t, Value) or len(t.shape) > 1 for t in tensors):
+        ctx.fail("torch.meshgrid takes 0-d or 1-D tensors")
+    flat = [reshape_to(ctx, t, [1]) if len(t.shape) == 0 else t for t in tensors]
+    order = list(range(len(flat)))
+    if indexing == "xy" and len(flat) >= 2:
+        order[0], order[1] = 1, 0
+    sizes = [flat[k].shape[0] for k in order]  # the grid's axis a holds input order[a]
+    out = []
+    for k, t in enumerate(flat):
+        a = order.index(k)
+        laid = reshape_to(ctx, t, [sizes[a] if i == a else 1 for i in range(len(flat))])
+        out.append(expand_to(ctx, laid, sizes))
+    return tuple(out)
+
+
+@register(torch.linspace)
+def linspace(ctx: EmitContext, start, end, steps, *, out=None, dtype: Optional[DType] = None, layout=None,
+             device=None, pin_memory=False, requires_grad=False):
+    """linspace(Scalar start, Scalar end, int steps, *, ScalarType? dtype=None, ...) -> Tensor
+
+    ``steps`` evenly spaced values from ``start`` to ``end``, both included, computed as torch
+    does: from the start for the first half, from the end for the second."""
+    if any(isinstance(v, Value) for v in (start, end)):
+        ctx.fail("torch.linspace with bounds read from tensor data is not supported; use Python numbers")
+    dtype = dtype or DType.F32
+    n = steps
+    idx = ctx.call("nnef.range", 0, n, 1, DType.F32, (n,))
+    count = cast(ctx, dim_tensor(ctx, n, DType.I64), DType.F32)
+
+    # the step (end - start) / (n - 1), as a 1-item tensor when n is a dynamic size (n = 1: 0)
+    gaps = ew(ctx, "max", ew(ctx, "sub", count, 1.0), 1.0)
+    step = ew(ctx, "div", float(end) - float(start), gaps)
+    first = ew(ctx, "add", ew(ctx, "mul", idx, step), float(start))
+    last = ew(ctx, "sub", float(end), ew(ctx, "mul", ew(ctx, "sub", ew(ctx, "sub", count, 1.0), idx), step))
+    half = cast(ctx, dim_tensor(ctx, n // 2 if isinstance(n, int) else SymDim.floordiv(n, 2), DType.I64), DType.F32)
+    y = select(ctx, compare(ctx, "lt", idx, half), first, last)
+    return cast(ctx, y, dtype) if dtype is not DType.F32 else y

@@ -509,3 +509,29 @@ def isclose(ctx: EmitContext, input: Value, other, rtol: float = 1e-05, atol: fl
     within = ctx.call("nnef.compare", "le", *broadcast_operands(ctx, actual, allowed, dtype))
     finite = ctx.call("nnef.compare", "le", actual, _largest(dtype))
     return ew(ctx, "or", close, ew(ctx, "and", within, finite))
+
+
+# ---- atan2 / erfc ----------------------------------------------------------------------------------------------------
+@register(torch.atan2, torch.arctan2, "Tensor.atan2", "Tensor.arctan2")
+def atan2(ctx: EmitContext, input: Value, other, *, out=None):
+    """atan2(Tensor self, Tensor other) -> Tensor: the angle of the point (other, self).
+
+    ``atan(y / x)``, plus or minus pi where x < 0 (by the sign of y), and ``sign(y) * pi / 2``
+    where x == 0 (0 at the origin), as torch gives for every sign except that of a zero."""
+    import math
+
+    dtype = result_dtype(input, other)
+    dtype = dtype if dtype.is_float else DType.F32
+    y, x = cast(ctx, input, dtype), cast(ctx, other, dtype)
+    q = ew(ctx, "div", y, x)
+    ratio = ctx.op("atan", q, out_dtype=dtype, out_shape=q.shape)
+    turn = select(ctx, ctx.call("nnef.compare", "ge", y, 0.0), math.pi, -math.pi)
+    r = select(ctx, ctx.call("nnef.compare", "lt", x, 0.0), ew(ctx, "add", ratio, turn), ratio)
+    sign = ctx.op("sign", y, out_dtype=dtype, out_shape=y.shape)
+    return select(ctx, ctx.call("nnef.compare", "eq", x, 0.0), ew(ctx, "mul", sign, math.pi / 2), r)
+
+
+@register(torch.erfc, torch.special.erfc, "Tensor.erfc")
+def erfc(ctx: EmitContext, input: Value, *, out=None):
+    """erfc(Tensor self) -> Tensor: 1 - erf(x) (absolute error near the float epsilon where it is tiny)."""
+    return ew(ctx, "sub", 1.0, ctx.call("torch.erf", input))

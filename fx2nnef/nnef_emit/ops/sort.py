@@ -73,7 +73,7 @@ def _count_below(ctx: EmitContext, values: Value, boundaries: Value, right: bool
     if values.dtype.is_float:
         n = boundaries.shape[-1]
         count = select(ctx, compare(ctx, "ne", values, values), n if isinstance(n, int) else
-                       dim_tensor(ctx, boundaries, rank(boundaries) - 1), count)
+                       dim_tensor(ctx, n, DType.I64), count)
     return cast(ctx, count, DType.I32) if out_int32 else count
 
 
