@@ -66,13 +66,27 @@ class Training(nn.Module):
         return self.drop(x) + 1
 
 
+class CallableChecks(nn.Module):
+    """``callable`` of a traced value answers for the value (transformers' torch_compilable_check
+    calls its condition when it is callable: a traced size comparison is a bool, not a function)."""
+
+    def forward(self, x):
+        cond = x.shape[1] * 2 == x.shape[1] + x.shape[1]
+        if callable(cond):
+            cond = cond()
+        assert cond
+        fn = x.relu if callable(x.relu) else None
+        return fn() + (1 if callable(x) else 0)
+
+
 @pytest.mark.parametrize("model, args, kwargs", [
     (Loops(), (randn(3, 8), randn(3, 8, seed=2)), {"scale": 0.5, "double": True}),
+    (CallableChecks(), (randn(2, 5),), {}),
     (ShapeMath(), (randn(2, 3, 8),), {}),
     (Aliasing(), (randn(3, 4),), {}),
     (Pieces(), (randn(4, 6),), {}),
     (Training().train(), (randn(2, 3),), {}),
-], ids=["loops", "shape_math", "aliasing", "pieces", "training_mode"])
+], ids=["loops", "callable", "shape_math", "aliasing", "pieces", "training_mode"])
 def test_odd_python(model, args, kwargs, tmp_path):
     r = fx2nnef.export(model, args, tmp_path / "m.nnef.tgz", kwargs=kwargs)
     assert r.check.ok

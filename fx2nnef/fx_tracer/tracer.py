@@ -409,6 +409,17 @@ def _traced_isinstance(obj, cls):
     return _orig_isinstance(obj, cls)
 
 
+_orig_callable = builtins.callable
+
+
+def _traced_callable(obj):
+    # a proxy records calls (it has __call__) whatever its value; the model's code asks about the value
+    # (transformers' torch_compilable_check calls a condition when it is callable)
+    if type(obj) in _TRACED_TYPES:
+        return _orig_callable(obj.value)
+    return _orig_callable(obj)
+
+
 @contextlib.contextmanager
 def tracing_patches(tracer: CustomTracer):
     """Answer ``isinstance`` from example values, record factories called with size proxies and
@@ -443,6 +454,7 @@ def tracing_patches(tracer: CustomTracer):
     methods = {name: getattr(torch.Tensor, name) for name in _SIZED_METHODS}
     checks = {name: getattr(torch, name) for name in _CHECK_FUNCTIONS if hasattr(torch, name)}
     builtins.isinstance = _traced_isinstance
+    builtins.callable = _traced_callable
     torch.Tensor.__getitem__ = getitem
     try:
         for name, fn in methods.items():
@@ -456,6 +468,7 @@ def tracing_patches(tracer: CustomTracer):
             yield
     finally:
         builtins.isinstance = _orig_isinstance
+        builtins.callable = _orig_callable
         torch.Tensor.__getitem__ = orig_getitem
         for name, fn in methods.items():
             setattr(torch.Tensor, name, fn)
