@@ -255,3 +255,30 @@ def test_transformers_model(name, tmp_path):
     model = _perturbed(make())
     res = fx2nnef.export(model, (x,), tmp_path / "m.nnef.tgz", target=fx2nnef.TractNNEF(check_io=True, dynamic_axes=dyn))
     assert res.check.ok and (len(res.check.cases) >= 2 if dyn else len(res.check.cases) == 1)
+
+
+def test_deformable_detr_multi_scale_sampling(tmp_path):
+    """Deformable DETR's attention samples its value maps at learned points (F.grid_sample on
+    every level, then a weighted sum) and checks its sizes with torch_compilable_check; the
+    detector exports and matches in tract (boxes and class logits)."""
+    import transformers as T
+
+    torch.manual_seed(0)
+    backbone = T.ResNetConfig(hidden_sizes=[16, 32, 64, 128], embedding_size=16, depths=[1, 1, 1, 1],
+                              layer_type="basic", out_features=["stage2", "stage3", "stage4"])
+    cfg = T.DeformableDetrConfig(backbone_config=backbone, use_timm_backbone=False, use_pretrained_backbone=False,
+                                 d_model=32, encoder_ffn_dim=64, decoder_ffn_dim=64, num_queries=20, decoder_layers=2,
+                                 encoder_layers=1, num_labels=5, decoder_attention_heads=4, encoder_attention_heads=4)
+    detr = T.DeformableDetrForObjectDetection(cfg).eval()
+
+    class Boxes(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.detr = detr
+
+        def forward(self, pixel_values):
+            out = self.detr(pixel_values=pixel_values)
+            return out.logits, out.pred_boxes
+
+    r = fx2nnef.export(Boxes().eval(), (randn(1, 3, 160, 160),), tmp_path / "detr.nnef.tgz", target=fx2nnef.TractNNEF())
+    assert r.check.ok

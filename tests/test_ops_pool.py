@@ -82,6 +82,10 @@ PAD_CASES = [
     case("pad_f16", lambda x: F.pad(x, (1, 1, 1, 1), mode="reflect"), [X2.half()], tolerance="exact", **TRACT_ONLY),
 ]
 
+# sampling points from -1.3 to 1.3 (some outside the input), and 2-D affine maps
+GRID = torch.rand(2, 4, 6, 2, generator=torch.Generator().manual_seed(4)) * 2.6 - 1.3
+THETA = torch.tensor([[[0.9, 0.2, 0.1], [-0.3, 1.1, 0.0]], [[1.2, 0.0, -0.2], [0.1, 0.8, 0.3]]])
+
 RESAMPLE_CASES = [
     case("nearest_scale2", nn.Upsample(scale_factor=2), [X2], tolerance="exact"),
     case("nearest_size_2x3", lambda x: F.interpolate(x, size=(14, 27)), [X2], tolerance="exact"),
@@ -110,6 +114,17 @@ RESAMPLE_CASES = [
          dynamic_axes={"x0": {0: "B", 2: "H"}}, khronos=False),
     case("pixel_unshuffle", nn.PixelUnshuffle(2), [randn(2, 3, 6, 4)], tolerance="exact"),
     case("pixel_unshuffle_dyn", nn.PixelUnshuffle(2), [randn(2, 3, 6, 4)], tolerance="exact", **DYN_BATCH),
+    # grid_sample: points beyond the edges too (zeros / border), both corner conventions; affine_grid
+    case("grid_sample_bilinear", lambda x, g: F.grid_sample(x, g, align_corners=False), [X2, GRID], **TRACT_ONLY),
+    case("grid_sample_align_border", lambda x, g: F.grid_sample(x, g, padding_mode="border", align_corners=True),
+         [X2, GRID], **TRACT_ONLY),
+    case("grid_sample_nearest", lambda x, g: F.grid_sample(x, g, mode="nearest", align_corners=False), [X2, GRID],
+         tolerance="exact", **TRACT_ONLY),
+    case("grid_sample_dyn", lambda x, g: F.grid_sample(x, g, align_corners=False), [X2, GRID], khronos=False,
+         dynamic_axes={"x0": {0: "B", 2: "H", 3: "W"}, "x1": {0: "B", 1: "P"}}),
+    case("affine_grid_sample", lambda x, t: F.grid_sample(x, F.affine_grid(t, (2, 3, 5, 6), align_corners=False),
+                                                          align_corners=False), [X2, THETA], **TRACT_ONLY),
+    case("affine_grid_align", lambda t: F.affine_grid(t, (2, 3, 4, 7), align_corners=True), [THETA]),
 ]
 
 CASES = POOL_CASES + PAD_CASES + RESAMPLE_CASES

@@ -213,3 +213,114 @@ def pixel_unshuffle(ctx: EmitContext, input: Value, downscale_factor: int):
     perm = list(range(c)) + [c, c + 2, c + 4, c + 1, c + 3]
     y = transpose(ctx, y, perm)
     return ctx.op("reshape", y, shape=[out[c]], axis_start=c, axis_count=3, out_shape=out)
+
+
+# grid_sample / affine_grid ---------------------------------------------------------------------
+def _size_f32(ctx: EmitContext, n):
+    """A spatial size as an f32 operand: a number, or a 1-item tensor for a dynamic size."""
+    from ...ir import DType
+    from ..helpers import cast
+    from .creation import dim_tensor
+
+    return float(n) if isinstance(n, int) else cast(ctx, dim_tensor(ctx, n, DType.I64), DType.F32)
+
+
+@register(F.grid_sample, target="tract")
+def grid_sample(ctx: EmitContext, input: Value, grid: Value, mode: str = "bilinear", padding_mode: str = "zeros",
+                align_corners: Optional[bool] = None):
+    """grid_sample(Tensor input, Tensor grid, str mode='bilinear', str padding_mode='zeros', bool? align_corners=None) -> Tensor
+
+    4-D only: each output point reads ``input`` at the grid's (x, y), from -1 to 1 across the
+    width and the height, as torch maps them (``align_corners``). Bilinear: the four pixels
+    around the point, weighted; nearest: the nearest pixel (ties to even, as torch). A pixel
+    outside the input reads 0 (``zeros``) or the point is first clamped to the edge (``border``).
+    The pixels are read with ``tract_core_gather_elements`` from the flattened input."""
+    from ...ir import DType
+    from ..helpers import cast, compare, ew, select
+    from .shape import expand_to, reshape_to
+
+    if rank(input) != 4 or rank(grid) != 4:
+        raise EmitError("grid_sample is supported on 4-D inputs (N, C, H, W) only")
+    if mode not in ("bilinear", "nearest"):
+        raise EmitError(f"grid_sample mode {mode!r} is not supported (bilinear, nearest)")
+    if padding_mode not in ("zeros", "border"):
+        raise EmitError(f"grid_sample padding_mode {padding_mode!r} is not supported (zeros, border)")
+    n, c, h, w = input.shape
+    _, ho, wo, _ = grid.shape
+    g = cast(ctx, grid, DType.F32) if grid.dtype is not DType.F32 else grid
+    wf, hf = _size_f32(ctx, w), _size_f32(ctx, h)
+
+    def last(size):  # the last position along an axis, size - 1
+        return size - 1.0 if isinstance(size, float) else ew(ctx, "sub", size, 1.0)
+
+    def coordinate(k, size):
+        v = ctx.call("Tensor.select", g, 3, k)  # [N, Ho, Wo]
+        one = ew(ctx, "add", v, 1.0)
+        if align_corners:
+            pos = ew(ctx, "mul", one, (size - 1.0) * 0.5 if isinstance(size, float) else ew(ctx, "mul", last(size), 0.5))
+        else:
+            pos = ew(ctx, "mul", ew(ctx, "sub", ew(ctx, "mul", one, size), 1.0), 0.5)
+        if padding_mode == "border":
+            pos = ew(ctx, "min", ew(ctx, "max", pos, 0.0), last(size))
+        return pos
+
+    ix, iy = coordinate(0, wf), coordinate(1, hf)
+    w_last, h_last = last(wf), last(hf)
+    flat = reshape_to(ctx, input, [n, c, -1 if isinstance(h, int) and isinstance(w, int) else h * w])
+    count = ho * wo
+
+    def read(px, py):
+        """``input`` at the integer-valued float positions (px, py), 0 where outside; [N, C, Ho*Wo]."""
+        inside = ew(ctx, "and", ew(ctx, "and", compare(ctx, "ge", px, 0.0), compare(ctx, "le", px, w_last)),
+                    ew(ctx, "and", compare(ctx, "ge", py, 0.0), compare(ctx, "le", py, h_last)))
+        cx = ew(ctx, "min", ew(ctx, "max", px, 0.0), w_last)
+        cy = ew(ctx, "min", ew(ctx, "max", py, 0.0), h_last)
+        idx = cast(ctx, ew(ctx, "add", ew(ctx, "mul", cy, wf), cx), DType.I64)  # [N, Ho, Wo]
+        idx = expand_to(ctx, reshape_to(ctx, idx, [n, 1, count]), (n, c, count))
+        got = ctx.op("tract_core_gather_elements", flat, idx, axis=2, out_shape=(n, c, count), out_dtype=input.dtype)
+        return got, reshape_to(ctx, cast(ctx, inside, DType.F32), [n, 1, count])
+
+    if mode == "nearest":
+        got, inside = read(ctx.call("nnef.round_even", ix), ctx.call("nnef.round_even", iy))
+        out = ew(ctx, "mul", got, cast(ctx, inside, input.dtype))
+    else:
+        x0, y0 = ctx.op("floor", ix, out_dtype=DType.F32, out_shape=ix.shape), \
+            ctx.op("floor", iy, out_dtype=DType.F32, out_shape=iy.shape)
+        x1, y1 = ew(ctx, "add", x0, 1.0), ew(ctx, "add", y0, 1.0)
+        fx1, fy1 = ew(ctx, "sub", ix, x0), ew(ctx, "sub", iy, y0)
+        fx0, fy0 = ew(ctx, "sub", 1.0, fx1), ew(ctx, "sub", 1.0, fy1)
+        out = None
+        for px, py, wx, wy in ((x0, y0, fx0, fy0), (x1, y0, fx1, fy0), (x0, y1, fx0, fy1), (x1, y1, fx1, fy1)):
+            got, inside = read(px, py)
+            weight = ew(ctx, "mul", reshape_to(ctx, ew(ctx, "mul", wx, wy), [n, 1, count]), inside)
+            term = ew(ctx, "mul", got, cast(ctx, weight, input.dtype))
+            out = term if out is None else ew(ctx, "add", out, term)
+    return reshape_to(ctx, out, [n, c, ho, wo])
+
+
+@register(F.affine_grid)
+def affine_grid(ctx: EmitContext, theta: Value, size, align_corners: Optional[bool] = None):
+    """affine_grid(Tensor theta, int[] size, bool? align_corners=None) -> Tensor
+
+    2-D (size N, C, H, W, static H and W): the points of a base grid (x, y, 1), from -1 to 1
+    (pixel centres unless ``align_corners``), mapped by each ``theta`` [N, 2, 3]: [N, H, W, 2]."""
+    from ...ir import DType
+    from ..helpers import cast
+
+    if len(size) != 4 or rank(theta) != 3:
+        raise EmitError("affine_grid is supported for 2-D grids (size N, C, H, W) only")
+    n, _, h, w = size
+    if not (isinstance(h, int) and isinstance(w, int)):
+        raise EmitError(f"affine_grid needs static H and W, got {h}, {w}")
+
+    def axis_points(k):
+        if align_corners:
+            return np.linspace(-1.0, 1.0, k, dtype=np.float32) if k > 1 else np.zeros(1, np.float32)
+        return ((np.arange(k, dtype=np.float32) * 2 + 1) / k - 1).astype(np.float32)
+
+    ys, xs = np.meshgrid(axis_points(h), axis_points(w), indexing="ij")
+    base = np.stack([xs, ys, np.ones_like(xs)], -1).reshape(1, h * w, 3).astype(np.float32)
+    t = cast(ctx, theta, DType.F32) if theta.dtype is not DType.F32 else theta
+    points = ctx.call("torch.matmul", ctx.const(base, DType.F32), ctx.call("Tensor.transpose", t, 1, 2))
+    out = ctx.call("Tensor.reshape", points, (n, h, w, 2))
+    return cast(ctx, out, theta.dtype) if theta.dtype is not DType.F32 else out
