@@ -4,6 +4,11 @@ dynamic length for raw audio), check in tract. One child process per family; one
 family on stdout or in --out.
 
     python benchmarks/survey_vision_audio.py [--only vit,wav2vec2] [--out survey.jsonl] [--timeout 300]
+
+Object detection, semantic segmentation and depth estimation families are rows named
+``detection/FAMILY``, ``segmentation/FAMILY`` and ``depth/FAMILY`` (``--only detection/detr``); they
+run after the classification ones (their default configs keep their default backbones, reduced to two
+layers where a field says so; inputs of 224 x 224).
 """
 from __future__ import annotations
 
@@ -19,8 +24,14 @@ LAYERS = dict(num_hidden_layers=2, num_layers=2, encoder_layers=2, decoder_layer
 
 def _families() -> dict:
     from transformers.models.auto.modeling_auto import (MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING_NAMES as AUDIO,
-                                                        MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES as IMAGE)
-    return {**{k: ("image", v) for k, v in IMAGE.items()}, **{k: ("audio", v) for k, v in AUDIO.items()}}
+                                                        MODEL_FOR_DEPTH_ESTIMATION_MAPPING_NAMES as DEPTH,
+                                                        MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES as IMAGE,
+                                                        MODEL_FOR_OBJECT_DETECTION_MAPPING_NAMES as DETECTION,
+                                                        MODEL_FOR_SEMANTIC_SEGMENTATION_MAPPING_NAMES as SEGMENTATION)
+    out = {**{k: ("image", v) for k, v in IMAGE.items()}, **{k: ("audio", v) for k, v in AUDIO.items()}}
+    for task, names in (("detection", DETECTION), ("segmentation", SEGMENTATION), ("depth", DEPTH)):
+        out.update({f"{task}/{k}": ("image", v) for k, v in names.items()})
+    return out
 
 
 def _example(kind: str, config, model):
@@ -55,7 +66,7 @@ def one(family: str) -> dict:
     if isinstance(cls_name, (tuple, list)):  # several heads (DeiT with and without its teacher): the first
         cls_name = cls_name[0]
     row = {"family": family, "kind": kind, "class": cls_name}
-    cfg_cls = T.CONFIG_MAPPING[family]
+    cfg_cls = T.CONFIG_MAPPING[family.split("/")[-1]]
     default = cfg_cls()
     known = set(default.to_dict())
     config = cfg_cls(**{k: v for k, v in LAYERS.items() if k in known})
@@ -73,7 +84,10 @@ def one(family: str) -> dict:
             self.model = model
 
         def forward(self, inputs):
-            return self.model(**{name: inputs}).logits
+            out = self.model(**{name: inputs})
+            found = tuple(getattr(out, k) for k in ("logits", "pred_boxes", "predicted_depth")
+                          if isinstance(getattr(out, k, None), torch.Tensor))
+            return found if len(found) > 1 else found[0]
 
     wrapped = Logits().eval()
     with torch.no_grad():

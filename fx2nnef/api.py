@@ -94,13 +94,18 @@ def export(model: torch.nn.Module, args=(), path=None, *, kwargs: Optional[dict]
                                     output_names=output_names, branches=branches,
                                     max_loop_iterations=max_loop_iterations)
     timings: dict = {}
-    with eval_mode(model):
+    with eval_mode(model) as autocast:
         with _timed(timings, "trace"):
             cap = capture(model, args, kwargs or {}, target=target, input_names=input_names,
                           output_names=output_names,
                           leaf_modules=tuple(leaf_modules) + tuple(registered_module_classes()),
                           max_loop_iterations=max_loop_iterations, branches=branches,
                           scalars_as_inputs=scalars_as_inputs)
+        if autocast:
+            cap.notes.append("torch.autocast regions (" + ", ".join(f"{d} {str(t).replace('torch.', '')}"
+                                                                     for d, t in autocast)
+                             + ") ran without autocast, in the types of their inputs: the export computes and "
+                               "is checked that way")
         timings.update(cap.runs)
         return _lower_write_check(cap, Path(path), target, timings, debug_bundle, compression_level, progress)
 

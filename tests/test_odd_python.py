@@ -206,3 +206,38 @@ def test_forward_that_stores_values_on_its_module(dynamic, tmp_path):
         fresh = CachesOnItself().eval()
         fresh.load_state_dict(model.state_dict())
         assert torch.allclose(model(x), fresh(x))
+
+
+class ModelSideEffects(nn.Module):
+    """Code that catches the failure of a call on the example (``try`` / ``except RuntimeError``),
+    numpy on a traced size, and a torch.autocast region."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        try:
+            y = x @ torch.ones(5, 5)  # wrong on purpose: the model's own fallback runs
+        except RuntimeError:
+            y = x * 2
+        import numpy as np
+        y = y * float(np.sqrt(x.shape[-1]))
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            z = self.lin(y)
+        return z.float() + y
+
+
+def test_try_except_numpy_size_and_autocast(tmp_path):
+    """The except path is traced as it runs eagerly (the tracer's error is also a RuntimeError);
+    numpy reads a traced size as int() does; autocast regions run in float32, with a note, and
+    the export matches the model run that way at every checked size."""
+    model = ModelSideEffects().eval()
+    r = fx2nnef.export(model, (randn(3, 4),), tmp_path / "m.nnef.tgz",
+                       target=fx2nnef.TractNNEF(dynamic_axes={"x": {0: "B"}}))
+    assert r.check.ok and len(r.check.cases) == 3
+    assert any("torch.autocast regions (cpu bfloat16)" in n for n in r.notes), r.notes
+    with torch.no_grad():
+        assert torch.is_autocast_enabled("cpu") is False
+        with torch.autocast("cpu", dtype=torch.bfloat16):  # the patch is gone after the export
+            assert torch.is_autocast_enabled("cpu")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import operator
 
+import numpy as np
 import torch
 import torch.fx as fx
 
@@ -80,6 +81,17 @@ class CustomProxy(fx.Proxy):
 
     def __float__(self):
         return self.tracer.guard(self, float, "float")
+
+    def __array__(self, dtype=None, copy=None):
+        """numpy on a traced Python number (``np.sqrt(x.shape[-1])``): its value, read as
+        ``int()``/``float()`` would be (a decision, recorded as a guard). numpy on a traced tensor
+        would read its data: refused."""
+        v = self.value
+        if isinstance(v, (bool, int, float)):
+            op, fn = ("bool", bool) if isinstance(v, bool) else ("int", int) if isinstance(v, int) else ("float", float)
+            return np.asarray(self.tracer.guard(self, fn, op), dtype=dtype)
+        raise TypeError(f"numpy cannot read the traced tensor %{self.node.name}: its data is not known while "
+                        "tracing; compute it with torch ops")
 
     def __len__(self):
         v = self.value

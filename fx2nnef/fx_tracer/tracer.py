@@ -50,6 +50,25 @@ class GuardRecord:
     branch_note: str = ""  # how the decision was merged, or why it could not be
 
 
+_EAGER_FAILURES: dict = {}
+
+
+def _eager_failure(exc: Exception, message: str) -> TraceError:
+    """A TraceError that is also of the failed call's exception class, when the two can be
+    combined: the model's own ``try: ... except RuntimeError:`` around a call that fails on the
+    example takes its other path while tracing, as it does eagerly."""
+    cls = type(exc)
+    if cls not in _EAGER_FAILURES:
+        try:
+            _EAGER_FAILURES[cls] = type(f"TraceError_{cls.__name__}", (TraceError, cls), {"__module__": __name__})
+        except TypeError:  # exception classes with other instance layouts (OSError) do not combine
+            _EAGER_FAILURES[cls] = TraceError
+    try:
+        return _EAGER_FAILURES[cls](message)
+    except Exception:  # noqa: BLE001 - a class whose constructor wants other arguments
+        return TraceError(message)
+
+
 def _may_call_modules(kind, target) -> bool:
     """Whether running ``target`` on concrete values may call an ``nn.Module`` (or read one's
     attributes), so that torch.fx's patches of ``Module.__call__``/``__getattr__`` must be
@@ -202,8 +221,8 @@ class CustomTracer(fx.Tracer):
         except Exception as exc:
             loc = user_frame_location()
             what = target if isinstance(target, str) else getattr(target, "__name__", repr(target))
-            raise TraceError(
-                f"running '{what}' on the example inputs failed{' at ' + str(loc) if loc else ''}"
+            raise _eager_failure(
+                exc, f"running '{what}' on the example inputs failed{' at ' + str(loc) if loc else ''}"
                 f"{': ' + loc.code if loc and loc.code else ''}: {type(exc).__name__}: {exc}. "
                 "Check that the model runs eagerly on these example inputs."
             ) from exc
