@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 import fx2nnef
 from fx2nnef.targets.tract_runner import run_tract_many
-from harness import FnModule
+from harness import FnModule, randn, tract_matches_eager
 
 
 def _export(fn, shapes, dyn, tmp_path, *, check_io=False, dtype=torch.float32):
@@ -398,15 +398,28 @@ def test_decision_equal_at_its_flip_but_not_beyond(kind, tmp_path):
     assert f"extension tract_assert S <= {bound};" in _asserts(r)
 
 
-def test_probe_fitting_is_bounded_where_a_kernel_decision_changes_far_away(tmp_path):
-    """A size read as a Python number (``range(chunks)``) makes the shapes come from probe fitting,
-    which sees sizes up to about 3x the example only; torch's kernels decide on S far above
-    (one chunk of 64 up to S=64, shapes fitted as 64 - S): the replay's decisions bound the range
-    there, as on the replay's own path (before, the pad was refused as cropping at S=65)."""
-    def fn(x):
-        s = x.shape[1]
-        y = F.pad(x, (0, 0, 0, (64 - s % 64) % 64)).reshape(x.shape[0], -1, 64, x.shape[2])
-        return torch.cat([y[:, i].cumsum(1) for i in range(y.shape[1])], 1)[:, :s]
-    r = _one_symbol(fn, (2, 10, 3), 1, tmp_path, top=64)
-    assert r.ranges["S"].hi == 64 and r.ranges["S"].lo is None, r.ranges
-    assert "extension tract_assert S <= 64;" in _asserts(r)
+def _chunked_cumsum(x):
+    s = x.shape[1]
+    y = F.pad(x, (0, 0, 0, (64 - s % 64) % 64)).reshape(x.shape[0], -1, 64, x.shape[2])
+    return torch.cat([y[:, i].cumsum(1) for i in range(y.shape[1])], 1)[:, :s]
+
+
+def test_loop_over_chunks_beyond_the_example_is_traced_there_and_rolls(tmp_path):
+    """A loop over the chunks of 64 of the sequence runs once at S=10: the graph holds up to
+    S=64, where torch's kernels and the loop decide otherwise. The export traces again just past
+    that bound (S=65, two chunks), where the loop rolls into a scan: valid for every length,
+    checked in tract at lengths of one, two and three chunks."""
+    r = _one_symbol(_chunked_cumsum, (2, 10, 3), 1, tmp_path, top=12)
+    assert not r.ranges, r.ranges
+    assert any("is rolled into a scan" in n for n in r.notes), r.notes
+    model = FnModule(_chunked_cumsum)
+    tract_matches_eager(r.path, model, [[randn(2, n, 3, seed=n)] for n in (64, 65, 130, 191)])
+
+
+def test_far_decision_of_torch_kernels_alone_is_not_traced_again(tmp_path):
+    """Sizes where only torch's kernels decide otherwise, far above the example: the trace there
+    would give the same graph, so the export keeps the bound without tracing again."""
+    model = nn.Sequential(nn.Conv1d(1, 4, 10, stride=5), nn.ReLU(), nn.Conv1d(4, 4, 3, stride=2)).eval()
+    r = fx2nnef.export(model, (torch.randn(1, 1, 400),), tmp_path / "m.nnef.tgz", input_names=["x"],
+                       target=fx2nnef.TractNNEF(dynamic_axes={"x": {2: "T"}}, check_io=False))
+    assert r.timings["graph_runs"] <= 12, r.timings

@@ -305,10 +305,19 @@ def _lfm2():
     return T.Lfm2ForCausalLM(T.Lfm2Config(**{**SMALL, "num_hidden_layers": 3}, layer_types=["conv", "full_attention", "conv"]))
 
 
+def _granite_hybrid():
+    """Granite 4's Mamba-2 mixer scans the sequence in chunks of 16 here: the export's example (3
+    tokens) is within one chunk, and the graph must hold for prompts of several chunks."""
+    return T.GraniteMoeHybridForCausalLM(T.GraniteMoeHybridConfig(
+        **SMALL, layer_types=["mamba", "attention"], mamba_n_heads=4, mamba_d_head=32, mamba_d_state=16,
+        mamba_chunk_size=16, num_local_experts=2, num_experts_per_tok=1))
+
+
 @pytest.mark.parametrize("make, states", [
     (_qwen3_next, ["in_conv_state_0", "in_recurrent_state_0"]),  # gated delta net, then attention
     (_lfm2, ["in_conv_state_0", "in_conv_state_2"]),  # short convolutions around attention
-], ids=["qwen3_next", "lfm2"])
+    (_granite_hybrid, ["in_conv_state_0", "in_recurrent_state_0"]),  # chunked Mamba-2, then attention
+], ids=["qwen3_next", "lfm2", "granite_hybrid"])
 def test_hybrid_models_carry_their_states(make, states, tmp_path):
     """Linear-attention and convolution layers keep fixed-size states, which the contract carries
     as inputs and outputs beside the attention layers' caches (zeros start a sequence); the three
@@ -321,6 +330,7 @@ def test_hybrid_models_carry_their_states(make, states, tmp_path):
     assert all(name in manifest["inputs"] and "out" + name[2:] in manifest["outputs"] for name in states)
     assert all("P" not in manifest["inputs"][name]["shape"] for name in states)  # fixed sizes
     assert "in_cache_key_1" in manifest["inputs"]
+    assert not r.export.ranges, r.export.ranges  # every prompt length
 
 
 def test_state_space_model_with_another_decoding_path_is_refused(tmp_path):

@@ -369,12 +369,18 @@ def _wider(a: dict, b: dict) -> bool:
             return False
         if ra.step > rb.step:
             return False
-        if key(ra) != key(rb) or ra.step < rb.step:
+        if (ra.hi is not None and rb.hi is not None and ra.hi < rb.hi) or \
+                (ra.lo is not None and rb.lo is not None and ra.lo > rb.lo):
+            return False
+        if key(ra) != key(rb) or ra.step < rb.step or (ra.hi is not None and rb.hi is not None and ra.hi > rb.hi) \
+                or (ra.lo is not None and rb.lo is not None and ra.lo < rb.lo):
             better = True
     return better
 
 
-def _trace_and_probe(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, notes, ref, branches=None):
+def _trace_rolling(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, ref=None, branches=None):
+    """A trace and its analysis; when a Python loop over a dynamic size bounds the range, the trace
+    again with such loops rolled into scans, kept if that is valid for more sizes."""
     trace, analysis = _trace_once(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, ref, branches)
     if _loop_guards(analysis):
         # a Python loop over a dynamic size may bound the range: trace again rolling such loops into scans
@@ -386,10 +392,15 @@ def _trace_and_probe(model, args, kwargs, names, out_names, dyn, leaf_types, lea
         if rolled is not None and not rolled[1].failures and any(rec.rolled for rec in rolled[0].loops) and (
                 analysis.failures or _wider(rolled[1].ranges, analysis.ranges)):
             trace, analysis = rolled
+    return trace, analysis
+
+
+def _trace_and_probe(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, notes, ref, branches=None):
+    trace, analysis = _trace_rolling(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, ref, branches)
     bounded = any(r.lo is not None or r.hi is not None for r in analysis.ranges.values())
     if not analysis.failures and not bounded:
         return trace.gm, analysis, trace
-    if not analysis.failures and not analysis.graph_bounded:
+    if not analysis.failures and not analysis.graph_bounded and not _far_bounds(analysis):
         # only the model's own refusals bound the range: a trace at other sizes cannot widen it
         _refuse_single_sizes(analysis)
         _note_ranges(analysis, notes)
@@ -397,23 +408,28 @@ def _trace_and_probe(model, args, kwargs, names, out_names, dyn, leaf_types, lea
     # A decision was baked on a dynamic size: trace again at larger sizes and keep that
     # trace if it reproduces the model at the example sizes and is valid for more sizes.
     first_failures = analysis.failures
-    bigger = {s: v + 2 for s, v in analysis.base_env.items()}
-    retraced = None
-    # where the replay says the trace would take the example's decisions at those sizes, it would
-    # give this graph again: nothing to gain (two more analyses of a large model)
-    same = analysis.same_path is not None and analysis.same_path(bigger)
-    try:
-        if not same:
+    retraced, bigger = None, None
+    for bigger, by_replay in _retrace_sizes(analysis):
+        # where the replay says the trace would take the example's decisions at those sizes, it would
+        # give this graph again: nothing to gain (two more analyses of a large model). Past a size
+        # where the graph stops reproducing the model with no decision changing, something the
+        # replay does not see was baked (a chunk axis of 1): the trace there may differ
+        if by_replay and analysis.same_path is not None and analysis.same_path(bigger):
+            continue
+        try:
             a2, k2 = _with_flat(args, kwargs, inputs_at(trace.example_inputs, names, dyn, bigger))
-            trace2, analysis2 = _trace_once(model, a2, k2, names, out_names, dyn, leaf_types, leaf_names,
-                                            branches=branches)
+            trace2, analysis2 = _trace_rolling(model, a2, k2, names, out_names, dyn, leaf_types, leaf_names,
+                                               branches=branches)
             if not analysis2.failures:
                 # the graph must also reproduce the example sizes: analyze at the user's inputs
-                analysis_back = analyze(trace2.gm, trace.example_inputs, names, dyn, trace2.guards, ref)
+                analysis_back = analyze(trace2.gm, trace.example_inputs, names, dyn, trace2.guards, ref,
+                                        hint_env=bigger)
+                _join_far_bounds(analysis_back, analysis2)
                 if not analysis_back.failures and (first_failures or _wider(analysis_back.ranges, analysis.ranges)):
                     retraced = (trace2, analysis_back)
-    except Exception:  # noqa: BLE001 - fall through to the original report
-        retraced = None
+                    break
+        except Exception:  # noqa: BLE001 - fall through to the original report
+            continue
     if retraced is None:
         if not first_failures:
             _refuse_single_sizes(analysis)
@@ -436,6 +452,66 @@ def _trace_and_probe(model, args, kwargs, names, out_names, dyn, leaf_types, lea
                  + " and checked at the example sizes")
     _note_ranges(analysis_back, notes)
     return trace2.gm, analysis_back, trace2
+
+
+_FAR = "beyond the sizes checked"
+_FAR_RETRACE = 1024  # the largest size traced again past a far bound (unless 4x the example is larger)
+
+
+def _far_bounds(analysis) -> dict:
+    """symbol -> upper bound of the ranges that end where a decision changes far above the sizes
+    checked (the number of chunks of a chunked scan at 65 for an example of 3 tokens): a trace
+    past it may hold on both sides."""
+    return {s: r.hi for s, r in analysis.ranges.items() if r.hi is not None and _FAR in (r.why or "")}
+
+
+def _join_far_bounds(back, there) -> None:
+    """``back`` (a graph traced at larger sizes, analyzed at the example) ends where a decision
+    changes far above the example; ``there`` (the same graph and replay hints, analyzed at the
+    sizes it was traced at) checked the sizes past that point. The graph then holds on both sides:
+    the range of ``back`` goes on as far as that of ``there``."""
+    from ..ir.dims import SymRange
+
+    for s, r in list(back.ranges.items()):
+        if r.hi is None or _FAR not in (r.why or ""):
+            continue
+        other = there.ranges.get(s)
+        if other is not None and not (other.contains(r.hi + 1) and other.step == 1 and r.step == 1):
+            continue
+        hi = None if other is None else other.hi
+        if hi is None and r.lo is None and r.step == 1:
+            del back.ranges[s]
+        else:
+            why = "; ".join(x for x in ((r.why or "").split("; ") + [other.why if other is not None else ""])
+                            if x and _FAR not in x)
+            back.ranges[s] = SymRange(s, r.lo, hi, r.step, r.rest, why)
+
+
+def _retrace_sizes(analysis) -> list:
+    """``(sizes, by_replay)`` to trace again at when the example's trace holds for a bounded range:
+    two above the example; just past each far bound where one of the tracer's decisions changes
+    (a loop over the chunks of a chunked scan runs twice there, and rolls; up to
+    ``_FAR_RETRACE``, the replay may have fixed that count at the example); just past each upper
+    bound where the graph stops reproducing the model, and where the replay's shapes stop holding
+    (a sequence within one chunk traces a chunk axis of 1). ``by_replay``: skip the sizes where the
+    replay says the trace takes the example's decisions (it would give this graph again); not for
+    the last two kinds, where the replay missed what changed."""
+    base = analysis.base_env
+    out = [({s: v + 2 for s, v in base.items()}, True)]
+
+    def add(env, by_replay):
+        if all(env != e for e, _ in out):
+            out.append((env, by_replay))
+
+    for s, hi in _far_bounds(analysis).items():
+        if hi + 1 <= max(4 * base[s], _FAR_RETRACE):  # a trace far above the example costs its sizes
+            add({**base, s: hi + 1}, False)
+    for s, r in analysis.ranges.items():
+        if r.hi is not None and r.hi + 1 > base[s] + 2 and "differs from the model" in (r.why or ""):
+            add({**base, s: r.hi + 1}, False)
+    if analysis.replay_break is not None:
+        add(dict(analysis.replay_break), False)
+    return out
 
 
 _FEWEST_SIZES = 3

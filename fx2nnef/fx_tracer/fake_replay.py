@@ -57,9 +57,11 @@ class Replay:
 
 
 def replay(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, base_env: dict,
-           guard_nodes: list) -> Replay:
+           guard_nodes: list, hint_env: Optional[dict] = None) -> Replay:
     """Replay ``gm`` once on fake inputs whose dynamic axes are symbols; raise
-    :class:`ReplayUnavailable` when that cannot give exact shapes."""
+    :class:`ReplayUnavailable` when that cannot give exact shapes. ``hint_env``: the sizes the
+    symbols take as hints (the ShapeEnv decides there), when not the example's: the sizes a graph
+    was traced at, so that an axis of 1 at the example (one chunk) is not fixed to 1."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.symbolic_shapes import DimDynamic
 
@@ -70,7 +72,7 @@ def replay(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, b
     for name, v in base_env.items():
         # a hint of 1 makes every broadcast decide "== 1" and fix the symbol: replay as at 2; the
         # shapes are then checked against the real run at the example sizes
-        hint = max(v, 2)
+        hint = max((hint_env or {}).get(name, v), 2)
         sym = shape_env.create_symbol(hint, _SymbolSource(name), dynamic_dim=DimDynamic.DYNAMIC,
                                       do_not_specialize_zero_one=True)
         symbols[sym] = name

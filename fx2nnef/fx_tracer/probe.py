@@ -60,6 +60,7 @@ class Analysis:
     # env -> whether the tracer's decisions there are the example's (a trace there gives this
     # graph again); None when the probes, not the replay, gave the shapes
     same_path: Optional[Callable[[dict], bool]] = None
+    replay_break: Optional[dict] = None  # sizes above the example where the replay's shapes stopped holding
 
 
 class _Recorder(fx.Interpreter):
@@ -720,7 +721,7 @@ def _bisect_refused(results: dict, rng: SymRange, v: int) -> list:
 
 
 def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, guards: list,
-            reference=None) -> Analysis:
+            reference=None, hint_env: Optional[dict] = None) -> Analysis:
     """Run the graph at the example sizes and at probe sizes below and above; fit shapes;
     check guards; decide the sizes the graph is valid for.
 
@@ -755,19 +756,26 @@ def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, 
         return _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, base_values,
                          base_records, base_failures, None)
     rep = None
+    above = None
     try:
         started = time.perf_counter()
         try:
-            rep = replay(gm, example, names, dynamic_axes, base_env, [g.node for g in guards])
+            rep = replay(gm, example, names, dynamic_axes, base_env, [g.node for g in guards], hint_env)
         finally:
             RUNS.shapes += time.perf_counter() - started
         return _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, base_values,
                          base_records, base_failures, rep)
     except ReplayUnavailable as exc:
         why = str(exc)
+        env = getattr(exc, "env", None)
+        if env is not None and all(env[s] >= base_env[s] for s in base_env) and env != base_env:
+            above = env
     analysis = _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, base_values,
                          base_records, base_failures, None, kernel_checks=rep.checks if rep is not None else None)
     analysis.shapes_from = "probes (" + why + ")"
+    # the example's sizes made the ShapeEnv fix what holds there only (an axis of 1: one chunk of
+    # a chunked scan); a trace at the size where the shapes stopped holding may be general
+    analysis.replay_break = above
     return analysis
 
 
@@ -832,7 +840,9 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
         if len(moved) == 1 and env[moved[0]] < base_env[moved[0]] and key not in checks and key in flip_keys:
             shape_bound.setdefault(moved[0], set()).add(env[moved[0]])
             return ("bad", [], wrong)
-        raise ReplayUnavailable(f"at {_env_text(env)}, {wrong}")
+        exc = ReplayUnavailable(f"at {_env_text(env)}, {wrong}")
+        exc.env = env  # where the replay's shapes stop holding: a replay with hints there may hold
+        raise exc
 
     def probe(env):
         if _env_key(env) in kernel_only:
