@@ -210,7 +210,7 @@ def test_forward_that_stores_values_on_its_module(dynamic, tmp_path):
 
 class ModelSideEffects(nn.Module):
     """Code that catches the failure of a call on the example (``try`` / ``except RuntimeError``),
-    numpy on a traced size, and a torch.autocast region."""
+    numpy on a traced size, a torch.autocast region and a checkpointed call."""
 
     def __init__(self):
         super().__init__()
@@ -225,13 +225,15 @@ class ModelSideEffects(nn.Module):
         y = y * float(np.sqrt(x.shape[-1]))
         with torch.autocast("cpu", dtype=torch.bfloat16):
             z = self.lin(y)
-        return z.float() + y
+        from torch.utils.checkpoint import checkpoint
+        return checkpoint(self.lin, z.float(), use_reentrant=False) + y
 
 
-def test_try_except_numpy_size_and_autocast(tmp_path):
+def test_try_except_numpy_size_autocast_and_checkpoint(tmp_path):
     """The except path is traced as it runs eagerly (the tracer's error is also a RuntimeError);
     numpy reads a traced size as int() does; autocast regions run in float32, with a note, and
-    the export matches the model run that way at every checked size."""
+    the export matches the model run that way at every checked size; torch.utils.checkpoint
+    just runs its function (the trace runs without autograd)."""
     model = ModelSideEffects().eval()
     r = fx2nnef.export(model, (randn(3, 4),), tmp_path / "m.nnef.tgz",
                        target=fx2nnef.TractNNEF(dynamic_axes={"x": {0: "B"}}))

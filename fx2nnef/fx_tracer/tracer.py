@@ -588,7 +588,10 @@ def trace_model(model: torch.nn.Module, args: tuple, kwargs: dict, flat_names: l
     def call(proxies):
         by_key = dict(zip(keys, proxies))
         a, k = structures.rebuild((args, kwargs), lambda key, _t: by_key[key])
-        out = model.forward(*a, **k)
+        # no autograd, as in the reference runs: a forward that checkpoints its blocks
+        # (torch.utils.checkpoint) then just runs them
+        with torch.no_grad():
+            out = model.forward(*a, **k)
         flat_out = structures.flatten(out, "")
         holder["out_names"] = [n or "output" for n, _ in flat_out]
         return [p for _, p in flat_out]
