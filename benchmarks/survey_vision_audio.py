@@ -69,7 +69,8 @@ def one(family: str) -> dict:
     cfg_cls = T.CONFIG_MAPPING[family.split("/")[-1]]
     default = cfg_cls()
     known = set(default.to_dict())
-    config = cfg_cls(**{k: v for k, v in LAYERS.items() if k in known})
+    extra = {"use_timm_backbone": False, "use_pretrained_backbone": False}  # no timm, nothing downloaded
+    config = cfg_cls(**{k: v for k, v in {**LAYERS, **extra}.items() if k in known})
     torch.manual_seed(0)
     model = getattr(T, cls_name)(config).eval()
     with torch.no_grad():  # constant parameters (norm weights, zero biases) get noise: bugs then show
@@ -94,7 +95,7 @@ def one(family: str) -> dict:
         wrapped(x)
     row["params"] = sum(p.numel() for p in model.parameters())
     t0 = time.time()
-    r = fx2nnef.export(wrapped, (x,), f"/tmp/survey_{family}.nnef.tgz", input_names=[name],
+    r = fx2nnef.export(wrapped, (x,), f"/tmp/survey_{family.replace('/', '_')}.nnef.tgz", input_names=[name],
                        target=fx2nnef.TractNNEF(dynamic_axes={name: axes}))
     row.update(status="ok" if r.check.ok else "mismatch", seconds=round(time.time() - t0, 1),
                max_abs=float(r.max_abs_diff), ranges={k: str(v) for k, v in r.ranges.items()})

@@ -18,6 +18,7 @@ def ints(*shape, seed=0):
 DYN0 = {"x0": {0: "S"}}
 ZERO = torch.tensor(0)
 W1X1 = torch.randn(3, 1, 1, 1, generator=torch.Generator().manual_seed(3))
+W_CAT = torch.randn(4, 16, generator=torch.Generator().manual_seed(4))
 
 def _and_zero_twice(y, then):
     """``y & 0`` read by an integer add and by a float product: tract knows it is a uniform zero."""
@@ -72,6 +73,11 @@ CASES = [
     OpCase("strided_1x1_conv_after_roll_clamp_dyn", lambda x: F.conv2d(x.roll(1).clamp(-0.5, 0.5) * 2, W1X1, stride=2),
            [torch.randn(1, 1, 6, 4)], dynamic_axes={"x0": {2: "S"}}),
     OpCase("strided_dynamic_after_chain", _strided_after_chain, [torch.randn(3) * 2], dynamic_axes=DYN0),
+    # a linear of a concatenation holding an expanded piece (DPT's "project" readout): tract split
+    # the product per piece and failed at load ("Trying to substitute a B,6,4,F32 by B,1,4,F32")
+    OpCase("linear_of_concat_with_expanded_piece",
+           lambda h: F.linear(torch.cat([h[:, 1:], h[:, :1].expand_as(h[:, 1:])], -1), W_CAT),
+           [torch.randn(2, 7, 8)], dynamic_axes=DYN0),
     OpCase("bool_ones_like_and", lambda b: torch.ones_like(b) & b[:1], [torch.rand(9) > 0.5], dynamic_axes=DYN0),
     OpCase("bool_ones_like_mul", lambda b: torch.ones_like(b) * b[:1], [torch.rand(9) > 0.5], dynamic_axes=DYN0),
     OpCase("int_arange_mask_times", lambda y: (torch.arange(y.shape[0]) < 3).long() * y[:1], [ints(9)],

@@ -69,6 +69,20 @@ def _contraction_tile_made_opaque(ctx: EmitContext, v: Value, ax: int) -> Value:
     return v
 
 
+def _concat_of_tile_made_opaque(ctx: EmitContext, v: Value) -> Value:
+    """NOTE: tract 0.23.9 splits a matmul of a concatenation along the contracted axis into one
+    product per piece, and one whose piece is a ``tile`` broadcasting a size-1 axis (DPT's readout,
+    ``cat([x, cls.expand_as(x)], -1)`` then a linear) gets its shape wrong at load ("Trying to
+    substitute a B,6,4,F32 by B,1,4,F32 ... concat-einsum"). A runtime zero added to the
+    concatenation hides the pieces."""
+    st = producer(ctx, v)
+    if st is None or st.op != "concat" or not st.args or not isinstance(st.args[0], (list, tuple)):
+        return v
+    if any(isinstance(p, Value) and tiled_from(ctx, p) is not None for p in st.args[0]):
+        return opaque(ctx, v)
+    return v
+
+
 def _matmul(ctx: EmitContext, a: Value, b: Value, transpose_b: bool = False) -> Value:
     """NNEF matmul needs equal ranks: vectors become matrices and lower ranks get unit batch axes.
     A right operand stored as f16 (f16 weights) is read as stored: the product stays in ``a``'s dtype;
@@ -85,6 +99,7 @@ def _matmul(ctx: EmitContext, a: Value, b: Value, transpose_b: bool = False) -> 
         if untiled is not None:
             return untiled
         a, b = (_contraction_tile_made_opaque(ctx, v, ax) for v, ax in ((a, r - 1), (b, r - 1 if transpose_b else r - 2)))
+        a, b = (v if v.is_constant else _concat_of_tile_made_opaque(ctx, v) for v in (a, b))
     if ra == 1:
         a = ctx.op("unsqueeze", a, axes=[0], out_shape=(1,) + tuple(a.shape))
     if rb == 1:
