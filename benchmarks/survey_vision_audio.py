@@ -69,7 +69,8 @@ def one(family: str) -> dict:
     cfg_cls = T.CONFIG_MAPPING[family.split("/")[-1]]
     default = cfg_cls()
     known = set(default.to_dict())
-    extra = {"use_timm_backbone": False, "use_pretrained_backbone": False}  # no timm, nothing downloaded
+    # no timm and nothing downloaded; families whose default backbone is timm's still need timm
+    extra = {"use_timm_backbone": False, "use_pretrained_backbone": False}
     config = cfg_cls(**{k: v for k, v in {**LAYERS, **extra}.items() if k in known})
     torch.manual_seed(0)
     model = getattr(T, cls_name)(config).eval()
