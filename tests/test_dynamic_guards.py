@@ -416,9 +416,10 @@ def test_loop_over_chunks_beyond_the_example_is_traced_there_and_rolls(tmp_path)
     tract_matches_eager(r.path, model, [[randn(2, n, 3, seed=n)] for n in (64, 65, 130, 191)])
 
 
-def test_far_decision_of_torch_kernels_alone_is_not_traced_again(tmp_path):
-    """Sizes where only torch's kernels decide otherwise, far above the example: the trace there
-    would give the same graph, so the export keeps the bound without tracing again."""
+def test_far_decision_far_above_the_example_is_not_traced_again(tmp_path):
+    """A bound where torch's kernels decide otherwise far above the example (T=20481 for an example
+    of 400, past 1024 and 4x the example) is kept without a trace there: it would cost a trace
+    and two analyses at that size."""
     model = nn.Sequential(nn.Conv1d(1, 4, 10, stride=5), nn.ReLU(), nn.Conv1d(4, 4, 3, stride=2)).eval()
     r = fx2nnef.export(model, (torch.randn(1, 1, 400),), tmp_path / "m.nnef.tgz", input_names=["x"],
                        target=fx2nnef.TractNNEF(dynamic_axes={"x": {2: "T"}}, check_io=False))

@@ -489,13 +489,13 @@ def _join_far_bounds(back, there) -> None:
 
 def _retrace_sizes(analysis) -> list:
     """``(sizes, by_replay)`` to trace again at when the example's trace holds for a bounded range:
-    two above the example; just past each far bound where one of the tracer's decisions changes
-    (a loop over the chunks of a chunked scan runs twice there, and rolls; up to
-    ``_FAR_RETRACE``, the replay may have fixed that count at the example); just past each upper
-    bound where the graph stops reproducing the model, and where the replay's shapes stop holding
-    (a sequence within one chunk traces a chunk axis of 1). ``by_replay``: skip the sizes where the
-    replay says the trace takes the example's decisions (it would give this graph again); not for
-    the last two kinds, where the replay missed what changed."""
+    two above the example; just past each far bound up to ``_FAR_RETRACE`` (or 4x the example:
+    a trace there costs its sizes), where a loop over the chunks of a chunked scan runs twice and
+    rolls; just past each upper bound where the graph stops reproducing the model, and where the
+    replay's shapes stop holding (a sequence within one chunk traces a chunk axis of 1).
+    ``by_replay``: skip the sizes where the replay says the trace takes the example's decisions (it
+    would give this graph again); only for the first, since at the others the replay may have fixed
+    at the example what changes there (the number of chunks)."""
     base = analysis.base_env
     out = [({s: v + 2 for s, v in base.items()}, True)]
 
