@@ -69,9 +69,14 @@ def one(family: str) -> dict:
     cfg_cls = T.CONFIG_MAPPING[family.split("/")[-1]]
     default = cfg_cls()
     known = set(default.to_dict())
-    # no timm and nothing downloaded; families whose default backbone is timm's still need timm
+    # no timm and nothing downloaded: a default timm backbone becomes a small transformers ResNet
     extra = {"use_timm_backbone": False, "use_pretrained_backbone": False}
-    config = cfg_cls(**{k: v for k, v in {**LAYERS, **extra}.items() if k in known})
+    backbone = getattr(default, "backbone_config", None)
+    if getattr(backbone, "model_type", None) == "timm_backbone":
+        extra["backbone_config"] = T.ResNetConfig(hidden_sizes=[32, 64, 128, 256], embedding_size=32,
+                                                  depths=[1, 1, 1, 1], layer_type="basic",
+                                                  out_features=["stage2", "stage3", "stage4"])
+    config = cfg_cls(**{k: v for k, v in {**LAYERS, **extra}.items() if k in known or k == "backbone_config"})
     torch.manual_seed(0)
     model = getattr(T, cls_name)(config).eval()
     with torch.no_grad():  # constant parameters (norm weights, zero biases) get noise: bugs then show
