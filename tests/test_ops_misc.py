@@ -51,6 +51,10 @@ CASES = [
     OpCase("einsum_f16", einsum("bij,bjk->bik"), [randn(2, 3, 4, dtype=torch.float16),
                                                   randn(2, 4, 5, dtype=torch.float16, seed=1)],
            khronos=False),
+    # linear with a 1-D weight: a dot product with each row (D-FINE's box integral)
+    OpCase("linear_1d_weight", lambda x, w: torch.nn.functional.linear(x.softmax(-1), w), [F32, randn(4, seed=2)]),
+    OpCase("linear_1d_weight_bias", lambda x, w: torch.nn.functional.linear(x, w, torch.tensor(0.5)), [F32, randn(4, seed=2)],
+           khronos=False, dynamic_axes={"x0": {1: "S"}}),
     # outer
     OpCase("outer", torch.outer, [randn(3), randn(4, seed=1)]),
     OpCase("outer_method", lambda a, b: a.outer(b), [randn(3), randn(4, seed=1)]),

@@ -159,8 +159,11 @@ def linear(ctx: EmitContext, input: Value, weight: Value, bias=None):
     rank-4 product with a broadcast weight whose result is reshaped, sliced and concatenated into
     the contracted axis of another matmul (DeepSeek's latent attention: "concat-einsum ... Condition
     failed"). The products are the same."""
+    if rank(weight) == 1:  # a dot product with each row: the last axis goes (D-FINE's box integral)
+        y = ctx.call("torch.matmul", input, weight)
+        return y if bias is None else ew(ctx, "add", y, bias)
     if rank(weight) != 2:
-        ctx.fail("linear weight must be 2-D")
+        ctx.fail("linear weight must be 1-D or 2-D")
     lead = tuple(input.shape[:-1])
     if len(lead) > 2:
         rows = 1
