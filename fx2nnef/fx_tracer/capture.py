@@ -400,7 +400,7 @@ def _trace_and_probe(model, args, kwargs, names, out_names, dyn, leaf_types, lea
     bounded = any(r.lo is not None or r.hi is not None for r in analysis.ranges.values())
     if not analysis.failures and not bounded:
         return trace.gm, analysis, trace
-    if not analysis.failures and not analysis.graph_bounded and not _far_bounds(analysis):
+    if not analysis.failures and not analysis.graph_bounded and not _near_far_bounds(analysis):
         # only the model's own refusals bound the range: a trace at other sizes cannot widen it
         _refuse_single_sizes(analysis)
         _note_ranges(analysis, notes)
@@ -465,6 +465,13 @@ def _far_bounds(analysis) -> dict:
     return {s: r.hi for s, r in analysis.ranges.items() if r.hi is not None and _FAR in (r.why or "")}
 
 
+def _near_far_bounds(analysis) -> dict:
+    """The far bounds worth a trace past them: up to ``_FAR_RETRACE`` or 4x the example (a trace
+    there costs its sizes)."""
+    base = analysis.base_env
+    return {s: hi for s, hi in _far_bounds(analysis).items() if hi + 1 <= max(4 * base[s], _FAR_RETRACE)}
+
+
 def _join_far_bounds(back, there) -> None:
     """``back`` (a graph traced at larger sizes, analyzed at the example) ends where a decision
     changes far above the example; ``there`` (the same graph and replay hints, analyzed at the
@@ -503,9 +510,8 @@ def _retrace_sizes(analysis) -> list:
         if all(env != e for e, _ in out):
             out.append((env, by_replay))
 
-    for s, hi in _far_bounds(analysis).items():
-        if hi + 1 <= max(4 * base[s], _FAR_RETRACE):  # a trace far above the example costs its sizes
-            add({**base, s: hi + 1}, False)
+    for s, hi in _near_far_bounds(analysis).items():
+        add({**base, s: hi + 1}, False)
     for s, r in analysis.ranges.items():
         if r.hi is not None and r.hi + 1 > base[s] + 2 and "differs from the model" in (r.why or ""):
             add({**base, s: r.hi + 1}, False)
