@@ -1,6 +1,7 @@
 """``fx2nnef.export``: trace, lower, write and check a model in one call."""
 from __future__ import annotations
 
+import gc
 import shutil
 import sys
 import time
@@ -36,6 +37,25 @@ def _timed(timings: dict, key: str):
         finally:
             timings[key] = timings.get(key, 0.0) + time.perf_counter() - t0
     return ctx()
+
+
+@contextmanager
+def _old_objects_skipped():
+    """Keep the objects alive before the export out of the garbage collector's full passes while
+    it runs (``gc.freeze``), then give them back (``gc.unfreeze``).
+
+    A process that imported torch, transformers and sympy holds about a million tracked objects;
+    the symbolic replay creates enough new ones to set off full collections that walk them all,
+    a tenth of a second each, for nothing: what the export leaves behind is among its own objects,
+    which are still collected. A caller's own ``gc.freeze()`` is left as it is."""
+    if gc.get_freeze_count():
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def export(model: torch.nn.Module, args=(), path=None, *, kwargs: Optional[dict] = None,
@@ -94,7 +114,7 @@ def export(model: torch.nn.Module, args=(), path=None, *, kwargs: Optional[dict]
                                     output_names=output_names, branches=branches,
                                     max_loop_iterations=max_loop_iterations)
     timings: dict = {}
-    with eval_mode(model) as autocast:
+    with _old_objects_skipped(), eval_mode(model) as autocast:
         with _timed(timings, "trace"):
             cap = capture(model, args, kwargs or {}, target=target, input_names=input_names,
                           output_names=output_names,
