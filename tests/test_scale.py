@@ -352,3 +352,31 @@ def test_outputs_are_compared_piece_by_piece_with_the_same_verdict(monkeypatch):
     assert pieces == whole
     assert "NaN/inf differ at 3 position(s); first at index (1, 1, 0)" in whole[0].note  # NaN = NaN at 3
     assert "worst at index (2, 5, 1)" in whole[0].note and not whole[0].ok
+
+
+def test_collector_freeze_is_undone_and_a_callers_own_is_kept(tmp_path, monkeypatch):
+    """The export keeps older objects out of full collections while it runs (gc.freeze) and gives
+    them back after, on success and on failure; a caller that froze objects itself keeps them frozen."""
+    import gc
+
+    seen = []
+    real_capture = fx2nnef.api.capture
+
+    def spy(*args, **kwargs):
+        seen.append(gc.get_freeze_count())
+        return real_capture(*args, **kwargs)
+
+    monkeypatch.setattr(fx2nnef.api, "capture", spy)
+    assert gc.get_freeze_count() == 0
+    fx2nnef.export(mlp(), (randn(3, 16),), tmp_path / "a.nnef.tgz")
+    assert seen[-1] > 0 and gc.get_freeze_count() == 0
+    with pytest.raises(Exception):
+        fx2nnef.export(mlp(), (randn(3, 7),), tmp_path / "b.nnef.tgz")  # wrong width: fails in the trace
+    assert gc.get_freeze_count() == 0
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        fx2nnef.export(mlp(), (randn(3, 16),), tmp_path / "c.nnef.tgz")
+        assert gc.get_freeze_count() > frozen // 2  # still frozen (some of those objects died since)
+    finally:
+        gc.unfreeze()
