@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from ...errors import EmitError
-from ...ir import Value
+from ...ir import Value, simplify
 from ..context import EmitContext
 from ..helpers import rank
 from ..registry import register
@@ -37,11 +37,19 @@ def transpose(ctx: EmitContext, x: Value, perm: list) -> Value:
     return ctx.op("transpose", x, axes=perm, out_shape=tuple(x.shape[p] for p in perm))
 
 
-def apply_along(ctx: EmitContext, x: Value, axis: int, m: np.ndarray) -> Value:
-    """``m`` (a constant [n_out, n_in] matrix) applied to ``x`` along ``axis``, by matmul
-    (from the left for the second-to-last axis, from the right after moving the axis last otherwise)."""
+def apply_along(ctx: EmitContext, x: Value, axis: int, m) -> Value:
+    """``m`` (an [n_out, n_in] matrix: a numpy constant, or a Value computed at run time) applied
+    to ``x`` along ``axis``, by matmul (from the left for the second-to-last axis, from the right
+    after moving the axis last otherwise)."""
     r = rank(x)
-    c = ctx.const(m.reshape((1,) * (r - 2) + m.shape), x.dtype, name="resample")
+    if isinstance(m, Value):
+        from ..helpers import cast
+
+        m = cast(ctx, m, x.dtype) if m.dtype is not x.dtype else m
+        c = m if r == 2 else ctx.op("unsqueeze", m, axes=list(range(r - 2)), out_shape=(1,) * (r - 2) + tuple(m.shape),
+                                    out_dtype=m.dtype)
+    else:
+        c = ctx.const(m.reshape((1,) * (r - 2) + m.shape), x.dtype, name="resample")
     if axis == r - 2:
         return ctx.op("matmul", c, x, transposeA=False, transposeB=False, out_shape=with_dim(x.shape, axis, m.shape[0]))
     perm = list(range(r))
@@ -70,8 +78,12 @@ class Window:
 
 
 def ceil_extra(length, k: int, s: int, p: int, d: int) -> int:
-    """Padding that torch's ceil_mode adds after an axis (a last window must start inside the input)."""
-    length = static_dims([length], "ceil_mode=True")[0]
+    """Padding that torch's ceil_mode adds after an axis (a last window must start inside the input).
+
+    On a dynamic axis it is the most ceil_mode can add, ``s - 1``: the pool then computes every
+    window torch keeps and perhaps one more, which :func:`cut_windows` drops."""
+    if not isinstance(length, int):
+        return s - 1
     span = d * (k - 1) + 1
     out = -(-(length + 2 * p - span) // s) + 1
     if (out - 1) * s >= length + p:
@@ -90,6 +102,31 @@ def window(x: Value, n: int, kernel_size, stride, padding, dilation, ceil_mode: 
     return Window(kernel, stride, padding, dilation, extra)
 
 
+def pooled_shape(x: Value, win: Window) -> tuple:
+    """The shape a pool with ``win`` gives on ``x`` (floor division of the padded spans)."""
+    from ...ir import SymDim, simplify
+
+    out = list(x.shape[:2])
+    for size, k, s, p, d, e in zip(x.shape[2:], win.kernel, win.stride, win.padding, win.dilation, win.extra):
+        total = size + 2 * p + e - (d * (k - 1) + 1)
+        out.append(simplify(SymDim.floordiv(total, s) + 1) if not isinstance(total, int) else total // s + 1)
+    return tuple(out)
+
+
+def cut_windows(ctx: EmitContext, y: Value, shape) -> Value:
+    """``y`` cut to the traced result ``shape`` on the spatial axes where a dynamic ceil_mode
+    computed one window more than torch keeps (torch drops a window that would start in the
+    padding); an error when the traced sizes are unknown."""
+    from ...ir import simplify
+    from .shape import slice_axes
+
+    if shape is None or any(d is None for d in shape):
+        raise EmitError("ceil_mode=True on a dynamic size needs the traced output size, which is unknown here")
+    cuts = [(ax, 0, want, 1) for ax, (have, want) in enumerate(zip(y.shape, shape))
+            if ax >= 2 and simplify(have - want) != 0]
+    return slice_axes(ctx, y, cuts) if cuts else y
+
+
 NO_INDICES = ("max pooling with return_indices=True is not supported (tract has no argmax pooling); "
               "use return_indices=False")
 
@@ -100,7 +137,12 @@ def _max_pool(ctx: EmitContext, input: Value, kernel_size, stride, padding, dila
         raise EmitError(NO_INDICES)
     x, unbatched = add_batch(ctx, input, n)
     win = window(x, n, kernel_size, stride, padding, dilation, ceil_mode)
-    y = ctx.op("max_pool", x, border="ignore", **win.attrs(), out_shape=node_shape(ctx, int(unbatched)))
+    shape = node_shape(ctx, int(unbatched))
+    if ceil_mode and not all(isinstance(d, int) for d in x.shape[2:]):
+        y = ctx.op("max_pool", x, border="ignore", **win.attrs(), out_shape=pooled_shape(x, win))
+        y = cut_windows(ctx, y, shape)
+    else:
+        y = ctx.op("max_pool", x, border="ignore", **win.attrs(), out_shape=shape)
     return drop_batch(ctx, y, unbatched)
 
 
@@ -148,7 +190,20 @@ def _avg_pool(ctx: EmitContext, input: Value, kernel_size, stride, padding, ceil
     x, unbatched = add_batch(ctx, input, n)
     win = window(x, n, kernel_size, stride, padding, 1, ceil_mode)
     shape = node_shape(ctx, int(unbatched))
-    if divisor_override is None and not (count_include_pad and any(win.extra)):
+    if ceil_mode and not all(isinstance(d, int) for d in x.shape[2:]):
+        # dynamic ceil_mode: torch's divisor (count_include_pad) counts the window within the input
+        # and its padding, not ceil's extra: pad with zeros first, then pool ignoring the extra
+        if divisor_override is None and count_include_pad and any(win.padding):
+            pads = [p for q in reversed(win.padding) for p in (q, q)]
+            x = ctx.call("F.pad", x, pads)
+            win = dataclasses.replace(win, padding=[0] * n)
+        if divisor_override is None:
+            y = ctx.op("avg_pool", x, border="ignore", **win.attrs(), out_shape=pooled_shape(x, win))
+        else:
+            total = ctx.op("box", x, border="constant", normalize=False, **win.attrs(), out_shape=pooled_shape(x, win))
+            y = ctx.op("div", total, float(divisor_override), out_shape=total.shape)
+        y = cut_windows(ctx, y, shape)
+    elif divisor_override is None and not (count_include_pad and any(win.extra)):
         border = "constant" if count_include_pad else "ignore"
         y = ctx.op("avg_pool", x, border=border, **win.attrs(), out_shape=shape)
     else:
@@ -206,6 +261,52 @@ def _adaptive_axis(ctx: EmitContext, x: Value, axis: int, out: int, kind: str) -
     return ctx.op("concat", parts, axis=axis, out_shape=with_dim(x.shape, axis, out))
 
 
+def bin_mask(ctx: EmitContext, size, out: int) -> tuple:
+    """``(mask, begin, end)``: the [out, size] bool matrix of torch's adaptive windows over a
+    dynamic ``size``, computed at run time (row i is true on ``begin[i] <= h < end[i]``, for
+    ``begin[i] = floor(i*size/out)``, ``end[i] = ceil((i+1)*size/out)``, both [out, 1] i64)."""
+    from ...ir import DType
+    from ..helpers import compare, ew
+    from .creation import dim_tensor
+
+    n = dim_tensor(ctx, size, DType.I64)  # [1]
+    i = ctx.const(np.arange(out, dtype=np.int64).reshape(out, 1), DType.I64)
+    i_next = ctx.const(np.arange(1, out + 1, dtype=np.int64).reshape(out, 1), DType.I64)
+    # integer division of non-negative numbers: exact floors (a float division is not, in tract)
+    begin = ew(ctx, "div", ew(ctx, "mul", i, n), out)  # [out, 1]
+    end = ew(ctx, "div", ew(ctx, "add", ew(ctx, "mul", i_next, n), out - 1), out)
+    h = ctx.call("nnef.range", 0, size, 1, DType.I64, (size,))
+    h = ctx.op("unsqueeze", h, axes=[0], out_shape=(1, size), out_dtype=DType.I64)  # [1, size]
+    # NOTE: compare differences with 0: tract fails to run a comparison of two symbolic-shape tensors
+    after = compare(ctx, "ge", ew(ctx, "sub", h, begin), 0)
+    before = compare(ctx, "lt", ew(ctx, "sub", h, end), 0)
+    return ew(ctx, "and", after, before), begin, end
+
+
+def _adaptive_axis_dynamic(ctx: EmitContext, x: Value, axis: int, out: int, kind: str) -> Value:
+    """Adaptive pooling along a dynamic axis, with the windows computed at run time: a matmul
+    with the matrix of window means for avg; for max, the input spread over the ``out`` windows
+    (-inf outside each) and reduced with max_reduce."""
+    from ...ir import DType
+    from ..helpers import cast, ew, select
+
+    size = x.shape[axis]
+    mask, begin, end = bin_mask(ctx, size, out)
+    if kind == "avg":
+        count = cast(ctx, ew(ctx, "sub", end, begin), DType.F32)  # [out, 1], at least 1
+        weights = ew(ctx, "div", cast(ctx, mask, DType.F32), count)
+        return apply_along(ctx, x, axis, weights)
+    r = rank(x)
+    spread = tuple(x.shape[:axis]) + (1,) + tuple(x.shape[axis:])
+    xs = ctx.op("unsqueeze", x, axes=[axis], out_shape=spread, out_dtype=x.dtype)
+    mshape = (1,) * axis + (out, size) + (1,) * (r - axis - 1)
+    m = ctx.op("reshape", mask, shape=list(mshape), out_shape=mshape, out_dtype=DType.BOOL)
+    picked = select(ctx, m, xs, float("-inf"))  # [..., out, size, ...]
+    reduced = ctx.op("max_reduce", picked, axes=[axis + 1], out_shape=with_dim(picked.shape, axis + 1, 1),
+                     out_dtype=x.dtype)
+    return ctx.op("squeeze", reduced, axes=[axis + 1], out_shape=with_dim(x.shape, axis, out), out_dtype=x.dtype)
+
+
 def adaptive_pool(ctx: EmitContext, input: Value, output_size, n: int, kind: str) -> Value:
     """Adaptive pooling: a reduce for output 1, a pool when the sizes divide, else axis by axis."""
     x, unbatched = add_batch(ctx, input, n)
@@ -215,6 +316,17 @@ def adaptive_pool(ctx: EmitContext, input: Value, output_size, n: int, kind: str
     if all(o == 1 for o in outs):
         y = ctx.op(ADAPTIVE_REDUCE[kind], x, axes=list(range(2, n + 2)), out_shape=shape)
         return drop_batch(ctx, y, unbatched)
+    if not all(isinstance(d, int) for d in x.shape[2:]):
+        # a dynamic axis: its windows are computed at run time; static axes as below
+        for axis, (i, o) in enumerate(zip(x.shape[2:], outs), start=2):
+            if not isinstance(o, int):
+                if simplify(o - i) != 0:
+                    raise EmitError(f"adaptive pooling to a dynamic size {o} is not supported")
+            elif not isinstance(i, int):
+                x = _adaptive_axis_dynamic(ctx, x, axis, o, kind)
+            elif i != o:
+                x = _adaptive_axis(ctx, x, axis, o, kind)
+        return drop_batch(ctx, x, unbatched)
     ins = static_dims(x.shape[2:], f"adaptive pooling to {outs}")
     if all(i % o == 0 for i, o in zip(ins, outs)):
         pool, border = ADAPTIVE_POOL[kind]

@@ -148,6 +148,53 @@ def linear_upsample_axis(ctx: EmitContext, x: Value, axis: int, k: int) -> Value
                   out_shape=with_dim(x.shape, axis, simplify(n * k)))
 
 
+def linear_matrix_at_runtime(ctx: EmitContext, n_in, n_out, scale_factor: Optional[float],
+                             align_corners: bool) -> Value:
+    """The [n_out, n_in] matrix of torch's linear interpolation along an axis of dynamic size,
+    computed at run time: output j reads the source position ``src_j`` (torch's
+    ``area_pixel_compute_source_index``, clamped to [0, n_in - 1] as torch's clamped neighbour
+    index amounts to), with weight ``max(0, 1 - |src_j - h|)`` on pixel h, which are torch's two
+    weights ``1 - t`` and ``t`` on the pixels around ``src_j``."""
+    from ...ir import DType
+    from ..helpers import ew
+    from .creation import dim_tensor
+
+    def as_f32(d):  # a size as a number or a [1] f32 tensor
+        if isinstance(d, int):
+            return float(d)
+        return ctx.call("nnef.cast", dim_tensor(ctx, d, DType.I64), DType.F32, (1,))
+
+    def num(a, op, b):  # a op b on numbers or tensors
+        if not isinstance(a, Value) and not isinstance(b, Value):
+            return float(np.float32({"sub": a - b, "div": np.float32(a) / np.float32(b) if b else 0.0,
+                                     "max": max(a, b)}[op]))
+        if not isinstance(a, Value):
+            a = ctx.const(np.full([1], a, dtype=np.float32), DType.F32)
+        return ew(ctx, op, a, b)
+
+    if isinstance(n_out, int):
+        dst = ctx.const(np.arange(n_out, dtype=np.float32).reshape(n_out, 1), DType.F32)
+    else:
+        dst = ctx.call("nnef.range", 0, n_out, 1, DType.F32, (n_out,))
+        dst = ctx.op("unsqueeze", dst, axes=[1], out_shape=(n_out, 1), out_dtype=DType.F32)
+    last = as_f32(n_in - 1) if isinstance(n_in, SymDim) else float(n_in - 1)
+    if align_corners:  # (n_in - 1) / (n_out - 1), and 0 for one output (every output reads pixel 0)
+        steps = as_f32(n_out - 1) if isinstance(n_out, SymDim) else float(n_out - 1)
+        scale = num(last, "div", num(steps, "max", 1.0))
+        src = ew(ctx, "mul", dst, scale)
+    else:
+        scale = float(np.float32(1.0 / scale_factor)) if scale_factor else num(as_f32(n_in), "div", as_f32(n_out))
+        src = ew(ctx, "sub", ew(ctx, "mul", ew(ctx, "add", dst, 0.5), scale), 0.5)
+    src = ew(ctx, "min", ew(ctx, "max", src, 0.0), last)  # [n_out, 1]
+    if isinstance(n_in, int):
+        h = ctx.const(np.arange(n_in, dtype=np.float32).reshape(1, n_in), DType.F32)
+    else:
+        h = ctx.call("nnef.range", 0, n_in, 1, DType.F32, (n_in,))
+        h = ctx.op("unsqueeze", h, axes=[0], out_shape=(1, n_in), out_dtype=DType.F32)
+    dist = ctx.op("abs", ew(ctx, "sub", src, h), out_dtype=DType.F32, out_shape=(n_out, n_in))
+    return ew(ctx, "max", ew(ctx, "sub", 1.0, dist), 0.0)
+
+
 def _axis_scales(scale_factor, recompute_scale_factor, n: int) -> list:
     """The scale factor torch uses for source indices along each axis (None: taken from the sizes)."""
     if scale_factor is None or recompute_scale_factor:
@@ -180,8 +227,22 @@ def interpolate(ctx: EmitContext, input: Value, size=None, scale_factor=None, mo
             for axis, k in enumerate(factors, start=2):
                 x = linear_upsample_axis(ctx, x, axis, k)
             return x
+    if mode != "bicubic" and not all(isinstance(d, int) for d in list(input.shape[2:]) + outs):
+        x = input
+        for axis, (n_in, n_out, sf) in enumerate(zip(input.shape[2:], outs, scales), start=2):
+            if n_out is None:
+                raise EmitError(f"{mode} interpolation on a dynamic size needs the traced output size, unknown here")
+            if simplify(n_out - n_in) == 0 and (sf is None or sf == 1.0):
+                continue  # the same size: torch's source positions are the pixels themselves
+            if isinstance(n_in, int) and isinstance(n_out, int):
+                x = apply_along(ctx, x, axis, resample_matrix(n_in, n_out, sf, bool(align_corners), False))
+            else:
+                x = apply_along(ctx, x, axis, linear_matrix_at_runtime(ctx, n_in, n_out, sf, bool(align_corners)))
+        return x
     x = input
-    ins = static_dims(input.shape[2:], f"{mode} interpolation with align_corners=True or a non-integer factor")
+    ins = static_dims(input.shape[2:], f"{mode} interpolation" if mode == "bicubic" else
+                      f"{mode} interpolation with a non-integer factor")
+    static_dims(outs, f"{mode} interpolation")
     for axis, (n_in, n_out, sf) in enumerate(zip(ins, outs, scales), start=2):
         m = resample_matrix(n_in, n_out, sf, bool(align_corners), mode == "bicubic")
         if m.shape[0] != m.shape[1] or not np.array_equal(m, np.eye(n_in)):
@@ -311,7 +372,7 @@ def affine_grid(ctx: EmitContext, theta: Value, size, align_corners: Optional[bo
         raise EmitError("affine_grid is supported for 2-D grids (size N, C, H, W) only")
     n, _, h, w = size
     if not (isinstance(h, int) and isinstance(w, int)):
-        raise EmitError(f"affine_grid needs static H and W, got {h}, {w}")
+        return _affine_grid_dynamic(ctx, theta, n, h, w, bool(align_corners))
 
     def axis_points(k):
         if align_corners:
@@ -323,4 +384,37 @@ def affine_grid(ctx: EmitContext, theta: Value, size, align_corners: Optional[bo
     t = cast(ctx, theta, DType.F32) if theta.dtype is not DType.F32 else theta
     points = ctx.call("torch.matmul", ctx.const(base, DType.F32), ctx.call("Tensor.transpose", t, 1, 2))
     out = ctx.call("Tensor.reshape", points, (n, h, w, 2))
+    return cast(ctx, out, theta.dtype) if theta.dtype is not DType.F32 else out
+
+
+def _affine_grid_dynamic(ctx: EmitContext, theta: Value, n, h, w, align_corners: bool) -> Value:
+    """affine_grid over a dynamic H or W: the base coordinates along each axis computed at run
+    time, ``(2*j - (size - 1)) / size`` (pixel centres) or ``... / max(size - 1, 1)``
+    (``align_corners``, 0 for a single pixel as torch), then each output point is
+    ``x_w * theta[:, :, 0] + y_h * theta[:, :, 1] + theta[:, :, 2]`` by broadcasting: [N, H, W, 2]."""
+    from ...ir import DType
+    from ..helpers import cast, ew
+    from .shape import reshape_to
+
+    def coordinates(size, at: int) -> Value:
+        """The base coordinates along one axis, shaped [1, H, 1, 1] (``at`` 1) or [1, 1, W, 1]."""
+        if isinstance(size, int):
+            j = ctx.const(np.arange(size, dtype=np.float32), DType.F32)
+        else:
+            j = ctx.call("nnef.range", 0, size, 1, DType.F32, (size,))
+        last = float(size - 1) if isinstance(size, int) else _size_f32(ctx, size - 1)
+        numerator = ew(ctx, "sub", ew(ctx, "mul", j, 2.0), last)
+        if align_corners:
+            denominator = float(max(size - 1, 1)) if isinstance(size, int) else ew(ctx, "max", last, 1.0)
+        else:
+            denominator = _size_f32(ctx, size)
+        c = ew(ctx, "div", numerator, denominator)
+        shape = [1, 1, 1, 1]
+        shape[at] = size
+        return reshape_to(ctx, c, shape)
+
+    t = cast(ctx, theta, DType.F32) if theta.dtype is not DType.F32 else theta
+    xs, ys = coordinates(w, 2), coordinates(h, 1)
+    cols = [reshape_to(ctx, ctx.call("Tensor.select", t, 2, k), [n, 1, 1, 2]) for k in range(3)]
+    out = ew(ctx, "add", ew(ctx, "add", ew(ctx, "mul", xs, cols[0]), ew(ctx, "mul", ys, cols[1])), cols[2])
     return cast(ctx, out, theta.dtype) if theta.dtype is not DType.F32 else out

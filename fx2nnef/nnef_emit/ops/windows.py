@@ -87,7 +87,7 @@ def im2col(ctx: EmitContext, input: Value, kernel_size, dilation=1, padding=0, s
 @register(F.fold)
 def col2im(ctx: EmitContext, input: Value, output_size, kernel_size, dilation=1, padding=0, stride=1):
     """fold(Tensor input, int[2] output_size, int[2] kernel_size, int[2] dilation, int[2] padding, int[2] stride) -> Tensor"""
-    (h, w), (kh, kw) = ntuple(output_size, 2, "F.fold output_size"), ntuple(kernel_size, 2, "F.fold kernel_size")
+    (h, w), (kh, kw) = _output_size(output_size), ntuple(kernel_size, 2, "F.fold kernel_size")
     (dh, dw), (ph, pw) = ntuple(dilation, 2, "F.fold dilation"), ntuple(padding, 2, "F.fold padding")
     sh, sw = ntuple(stride, 2, "F.fold stride")
     if rank(input) not in (2, 3):
@@ -101,7 +101,8 @@ def col2im(ctx: EmitContext, input: Value, output_size, kernel_size, dilation=1,
     oh = _window_count(hp, kh, sh, dh, "F.fold")
     ow = _window_count(wp, kw, sw, dw, "F.fold")
     x = reshape_to(ctx, x, [n, c, kh, kw, oh, ow])
-    if (dh, dw) == (1, 1) and (sh, sw) == (kh, kw):
+    static = all(isinstance(d, int) for d in (hp, wp))
+    if (dh, dw) == (1, 1) and (sh, sw) == (kh, kw) and static:
         # patches side by side: a transpose and a reshape, then zeros where no patch reaches
         y = permute_axes(ctx, x, [0, 1, 4, 2, 5, 3])
         y = reshape_to(ctx, y, [n, c, oh * kh, ow * kw])
@@ -110,15 +111,25 @@ def col2im(ctx: EmitContext, input: Value, output_size, kernel_size, dilation=1,
         y = None
         for i in range(kh):
             for j in range(kw):
-                grid = _placed(ctx, x, i, j, (i * dh, j * dw), (sh, sw), (oh, ow), (hp, wp))
+                grid = _placed(ctx, x, i, j, (i * dh, j * dw), (sh, sw), (oh, ow), (hp, wp), (kh, kw), (dh, dw))
                 y = grid if y is None else ew(ctx, "add", y, grid)
     if ph or pw:
         y = ctx.call("F.pad", y, [-pw, -pw, -ph, -ph])
     return y if rank(input) == 3 else reshape_to(ctx, y, list(y.shape[1:]))
 
 
+def _output_size(output_size) -> list:
+    """F.fold's output size as 2 sizes (ints, or dynamic sizes)."""
+    items = [output_size] * 2 if isinstance(output_size, (int, SymDim)) else list(output_size)
+    if len(items) == 1:
+        items = items * 2
+    if len(items) != 2 or not all(isinstance(i, (int, SymDim)) for i in items):
+        raise EmitError(f"F.fold output_size must be an int or 2 ints, got {output_size!r}")
+    return items
+
+
 def _placed(ctx: EmitContext, x: Value, i: int, j: int, offset: tuple, stride: tuple, counts: tuple,
-            size: tuple) -> Value:
+            size: tuple, kernel: tuple = (1, 1), dilation: tuple = (1, 1)) -> Value:
     """Kernel position ``(i, j)`` of ``x`` (N, C, kh, kw, oh, ow) on the padded output grid
     ``size``: item ``(a, b)`` at ``offset + (a, b) * stride``, zeros elsewhere."""
     piece = slice_axis(ctx, slice_axis(ctx, x, 2, i, i + 1), 3, j, j + 1)
@@ -129,4 +140,12 @@ def _placed(ctx: EmitContext, x: Value, i: int, j: int, offset: tuple, stride: t
         piece = ctx.call("F.pad", piece, [0, sw - 1, 0, 0, 0, sh - 1])
     piece = reshape_to(ctx, piece, [n, c, oh * sh, ow * sw])
     (top, left), (hp, wp) = offset, size
-    return ctx.call("F.pad", piece, [left, wp - left - ow * sw, top, hp - top - oh * sh])
+    if isinstance(hp, int) and isinstance(wp, int):
+        return ctx.call("F.pad", piece, [left, wp - left - ow * sw, top, hp - top - oh * sh])
+    # a dynamic output size: tract's pad takes static amounts only. The windows end at most
+    # ``span - 1`` items before the end (the last one starts within ``stride`` of it), so a static
+    # pad of ``span - 1 - offset`` after the pieces reaches the end, and a slice cuts the rest
+    (kh, kw), (dh, dw) = kernel, dilation
+    after_h, after_w = max(0, (kh - 1) * dh - top), max(0, (kw - 1) * dw - left)
+    piece = ctx.call("F.pad", piece, [left, after_w, top, after_h])
+    return slice_axis(ctx, slice_axis(ctx, piece, 2, 0, hp), 3, 0, wp)
