@@ -207,12 +207,60 @@ def test_slice_from_the_end_by_a_dynamic_size(tmp_path):
     _export(fn, (2, 4, 9), 2, tmp_path, [1, 5, 20])
 
 
-def test_slice_bound_clamped_at_some_sizes_only_is_refused(tmp_path):
-    """``x[:, -12:]`` on a dynamic S: torch clamps the start to 0 below S=12 (min(S, 12) items,
-    XLNet's memory slice): no tract slice gives that at every size; the error says so (before:
-    a start of S - 12, which tract refused at run time for S < 12, the example included)."""
-    with pytest.raises(fx2nnef.UnsupportedOpError, match=r"slice bound -12 is before the start of the axis at S=1 "
-                                                         r"and not at S=13.*min\(S, 12\)"):
-        fx2nnef.export(FnModule(lambda x: x[:, -12:] * 2), (torch.randn(2, 7, 3),), tmp_path / "m.nnef.tgz",
+def _bounded_export(fn, shape, tmp_path, sizes, hi):
+    """Export ``fn`` with axis 1 dynamic; the range must end at ``hi`` (asserted in graph.nnef)
+    and the asset match eager PyTorch in tract at ``sizes`` within it."""
+    model = FnModule(fn)
+    r = fx2nnef.export(model, (torch.randn(shape),), tmp_path / "m.nnef.tgz", input_names=["x"],
+                       target=fx2nnef.TractNNEF(dynamic_axes={"x": {1: "S"}}))
+    assert r.ranges["S"].hi == hi, r.ranges
+    ins = [torch.randn(shape[0], n, *shape[2:], generator=torch.Generator().manual_seed(n)) for n in sizes]
+    for i, g in zip(ins, run_tract_many(r.path, [[i.numpy()] for i in ins])):
+        e = model(i).numpy()
+        assert g[0].shape == e.shape, (i.shape, g[0].shape, e.shape)
+        np.testing.assert_allclose(g[0], e, atol=1e-4, rtol=5e-4, err_msg=str(i.shape))
+    return r
+
+
+def test_slice_clamped_at_the_example_holds_up_to_the_bound(tmp_path):
+    """``x[:, -12:]`` of S=7 items: torch clamps the start to 0 up to S=12 (min(S, 12) items,
+    XLNet's memory slice), and takes the last 12 past it. The fake replay decides ``S <= 12``; at
+    S=12 both sides give 12 items, and a fake run at S=13 shows the graph's S items are not
+    torch's 12: the export holds for S <= 12 (before: refused, and before that a start of S - 12,
+    which tract refused at run time for S < 12, the example included)."""
+    r = _bounded_export(lambda x: x[:, -12:] * 2, (2, 7, 3), tmp_path, [1, 5, 12], hi=12)
+    assert "above S=12" in r.ranges["S"].why
+
+
+def test_slice_end_past_the_example_holds_up_to_the_end(tmp_path):
+    """``x[:, 8:12]`` of S=10 items holds S - 8 of them up to S=12 and 4 past it: the export holds
+    for 8 <= S <= 12, with the end at S (tract refuses an end past the axis)."""
+    r = _bounded_export(lambda x: x[:, 8:12] * 2, (2, 10, 3), tmp_path, [9, 12], hi=12)
+    assert r.ranges["S"].lo == 8
+
+
+def test_slice_end_crossed_within_the_range_is_refused(tmp_path):
+    """A Python loop over chunks of 4 of S=10 items, traced again at S=13 (4 chunks) and valid in
+    torch for 8 <= S <= 15: the chunk 8:12 holds min(12, S) - 8 items, which no tract slice gives
+    at every size of that range; the error says so before anything is written (before: tract
+    refused the slice at run time, at the example)."""
+    def chunks(x):
+        return torch.cat([x[:, i:i + 4].softmax(1) for i in range(0, x.shape[1], 4)], 1)
+    with pytest.raises(fx2nnef.UnsupportedOpError, match=r"slice end 12 is past the axis of size S at S=\d+ and "
+                                                         r"not at S=\d+.*min\(12, S\)"):
+        fx2nnef.export(FnModule(chunks), (torch.randn(2, 10, 3),), tmp_path / "m.nnef.tgz",
                        input_names=["x"], target=fx2nnef.TractNNEF(dynamic_axes={"x": {1: "S"}}))
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("size", [
+    pytest.param(lambda s: math.ceil(s / 4) * 4, id="ceil_of_true_division"),
+    pytest.param(lambda s: math.floor(s / 4) * 4 + 4, id="floor_of_true_division"),
+    pytest.param(lambda s: math.ceil(s * 0.25) * 4, id="ceil_of_product_by_a_quarter"),
+])
+def test_rounded_division_of_a_size_is_a_floor_division(tmp_path, size):
+    """``math.ceil(S / 4)`` (padding to a multiple of 4) is the exact ``(S + 3) // 4`` for every S
+    (before: refused, the fake replay had no form for ``CeilToInt(IntTrueDiv(S, 4))``)."""
+    def fn(x):
+        return F.pad(x, (0, 0, 0, size(x.shape[1]) - x.shape[1])) * 2
+    _export(fn, (2, 7, 3), 1, tmp_path, [1, 4, 5, 8, 13])

@@ -665,6 +665,15 @@ def to_dim(expr, symbols: dict):
         else:
             q = SymDim.floordiv(num, d)
         return num - d * q if kind in ("Mod", "PythonMod") else q
+    if kind in ("CeilToInt", "FloorToInt"):
+        # math.ceil(S / 4), math.floor(S * 0.25): a true division of an integer size by a positive
+        # integer, rounded, is a floor division (``ceil(a / k) = (a + k - 1) // k``)
+        parts = _int_over(args[0])
+        if parts is not None:
+            num, d = to_dim(parts[0], symbols), parts[1]
+            if kind == "CeilToInt":
+                num = num + (d - 1)
+            return num // d if isinstance(num, int) else SymDim.floordiv(num, d)
     if kind in ("FloorDiv", "CleanDiv", "Mod", "PythonMod") and len(args) == 2:
         # a size divided by a size: exact when the numerator is a multiple of the divisor as
         # polynomials (reshape(-1, 64) of a length padded to a multiple of 64: L // (L // 64) is
@@ -674,6 +683,21 @@ def to_dim(expr, symbols: dict):
         if q is not None:
             return q if kind in ("FloorDiv", "CleanDiv") else 0
     raise ValueError(str(expr))
+
+
+def _int_over(expr) -> Optional[tuple]:
+    """``(a, k)`` when ``expr`` is the float ``a / k`` of an integer expression ``a`` and an integer
+    ``k > 0`` (``IntTrueDiv(a, k)``, or ``ToFloat(a)`` times ``1/k`` exactly, as ``S * 0.25``), else None."""
+    kind = type(expr).__name__
+    if kind == "IntTrueDiv" and expr.args[1].is_Integer and int(expr.args[1]) > 0:
+        return expr.args[0], int(expr.args[1])
+    if kind == "Mul" and len(expr.args) == 2:
+        coef, rest = sorted(expr.args, key=lambda a: not a.is_Number)
+        if coef.is_Number and type(rest).__name__ == "ToFloat" and float(coef) > 0:
+            k = Fraction(float(coef))
+            if k.numerator == 1:
+                return rest.args[0], k.denominator
+    return None
 
 
 def _compile(expr, symbols: dict) -> Callable[[dict], object]:

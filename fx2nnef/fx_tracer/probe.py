@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import time
 from typing import Callable, Optional
 
@@ -485,6 +486,18 @@ def _decide(fn, env):
         return None
 
 
+def _past_flip(signature, base_env: dict, env: dict, s: str, step: int) -> list:
+    """Sizes of ``s`` past a flip at ``env`` (moving away from the example by ``step``) where the
+    decisions are those of the flip: the next one, and the last before the next change (sizes
+    computed in two ways may agree at the flip and part further on), within the scanned sizes."""
+    outcome = _decide(signature, env)
+    top = _scan_top(base_env[s])
+    n = env[s]
+    while 1 <= n + step <= top and _decide(signature, {**base_env, s: n + step}) == outcome:
+        n += step
+    return [m for m in dict.fromkeys((env[s] + step, n)) if m != env[s] and 1 <= m <= top]
+
+
 def _env_key(env: dict) -> tuple:
     return tuple(sorted(env.items()))
 
@@ -794,7 +807,7 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
     checks: set = set()  # env keys of the checks (no decision differs there)
     flip_keys: set = set()
     far: dict = {}
-    shape_bound: dict = {}  # symbol -> sizes below the example where the replay's shapes stop holding
+    shape_bound: dict = {}  # symbol -> sizes where the replay's shapes stop holding (bounds)
     data_dep0 = data_dependence(gm)
     signature = None
     if symbols and rep is not None:
@@ -826,6 +839,7 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
     guard_flips: dict = {}  # id(guard) -> first env where it flipped and the graph differs
     equivalent: dict = {}
     equivalent_envs: list = []  # single-symbol sizes where a decision flipped and the graph still matched
+    kernel_flips: list = []  # single-symbol sizes where only torch's kernels decide otherwise, shapes alike
     results: dict = {s: {} for s in symbols}
     refused: list = []
     errors: list = []
@@ -859,6 +873,8 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
                 wrong = _shape_mismatch(rep, records, env)
                 if wrong is not None:
                     return _shapes_change(env, wrong)
+                if _env_key(env) in flip_keys:
+                    kernel_flips.append(env)
                 return "good"
         inputs = inputs_at(example, names, dynamic_axes, env)
         values, err, records = _run(gm, inputs, keep)
@@ -904,6 +920,20 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
         good.append((env, records if rep is None else None))  # symbolic shapes: no fitting
         return "good"
 
+    def _shapes_past_flip(env):
+        """A fake run at ``env``, past a size where only torch's kernels decide otherwise and the
+        shapes were still alike: shapes that differ there bound the range."""
+        try:
+            started = time.perf_counter()
+            try:
+                records = shapes_at(gm, example, names, dynamic_axes, env, _record)
+            finally:
+                RUNS.shapes += time.perf_counter() - started
+        except ReplayUnavailable:
+            return "unknown"
+        RUNS.fake += 1
+        return "good" if _shape_mismatch(rep, records, env) is None else "bad"
+
     bad_detail: dict = {}
     for env in single:
         (s,) = _moved(env, base_env)
@@ -927,16 +957,25 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
                 continue
             (s,) = moved
             step = 1 if env[s] > base_env[s] else -1
-            outcome = _decide(signature, env)
-            top = _scan_top(base_env[s])
-            n = env[s]
-            while 1 <= n + step <= top and _decide(signature, {**base_env, s: n + step}) == outcome:
-                n += step
-            for m in dict.fromkeys((env[s] + step, n)):
-                if m == env[s] or m in results[s] or not 1 <= m <= top:
+            for m in _past_flip(signature, base_env, env, s, step):
+                if m in results[s]:
                     continue
                 r = probe({**base_env, s: m})
                 results[s][m] = "bad" if isinstance(r, tuple) or r == "error" else r
+        # likewise where only torch's kernels decide otherwise: ``x[:, 8:12]`` of S=10 items
+        # decides S < 12, and at S=12 both sides give 4 items; at S=13 the graph's S - 8 items
+        # are 5, torch's still 4. A fake run there tells, and a different shape bounds the range
+        for env in kernel_flips:
+            (s,) = _moved(env, base_env)
+            step = 1 if env[s] > base_env[s] else -1
+            for m in _past_flip(signature, base_env, env, s, step):
+                if m in results[s]:
+                    continue
+                if _shapes_past_flip({**base_env, s: m}) == "bad":
+                    # alike shapes say nothing of the model there (it may refuse that size): only
+                    # a difference is kept
+                    results[s][m] = "bad"
+                    shape_bound.setdefault(s, set()).add(m)
     for s, n in far.items():
         # every decision is the same from the scanned sizes up to n - 1; at n one changes, and
         # what the model does there is not known: the export is valid below it
@@ -1025,8 +1064,12 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
     for s, sizes in shape_bound.items():
         r = ranges[s]
         for n in sizes:
+            differs = re.compile(rf"the graph differs from the model at {re.escape(s)}={n}(?!\d)")
             if r.lo is not None and n < r.lo:
-                why = r.why.replace(f"the graph differs from the model at {s}={n}", f"shapes change otherwise below {s}={r.lo}")
+                why = differs.sub(f"shapes change otherwise below {s}={r.lo}", r.why)
+                r = ranges[s] = SymRange(s, r.lo, r.hi, r.step, r.rest, why)
+            elif r.hi is not None and n > r.hi:
+                why = differs.sub(f"shapes change otherwise above {s}={r.hi}", r.why)
                 r = ranges[s] = SymRange(s, r.lo, r.hi, r.step, r.rest, why)
     kept = {s: r for s, r in ranges.items() if r.bounded}
     graph_bounded = any(r == "bad" and not ranges[s].contains(n)

@@ -124,17 +124,23 @@ def _bounds(item: slice, n, ctx: Optional[EmitContext] = None) -> tuple:
 
 
 def _clamped_end(ctx: EmitContext, end, n):
-    """A slice end past a dynamic size ``n`` (``x[:, 2:100]`` of S items) as ``n`` when no valid
-    size exceeds ``end``: torch clamps the end to the size, tract refuses an end past it. The
-    range of the export (``S <= 99`` here: the fake replay decides ``S < 100``) makes it exact."""
-    if not isinstance(end, int) or not isinstance(n, SymDim) or len(n.symbols) != 1:
+    """A constant slice end of a dynamic axis of size ``n``: torch clamps it to the size, tract
+    refuses an end past it. Where no size of the export's range exceeds ``end`` (``x[:, 2:100]``
+    of S items, the range ``S <= 99`` set by the fake replay's ``S < 100``), the end is ``n``;
+    where every size reaches it, ``end``; a range on both sides has no single tract slice (the
+    slice holds ``min(end, n) - begin`` items), which is refused with the sizes on each side."""
+    if not isinstance(end, int) or not isinstance(n, SymDim):
         return end
-    (sym,) = n.symbols
-    r = ctx.ranges.get(sym) if isinstance(sym, str) else None
-    if r is None or r.hi is None:
+    past = negative_at(ctx, end - n)  # a size where the axis is longer than the end: end kept
+    if past is None:
+        return n
+    short = negative_at(ctx, n - end)  # a size where the axis is shorter: torch clamps
+    if short is None:
         return end
-    largest = max(n.evaluate({sym: v}) for v in (r.lo or 1, r.hi))
-    return n if largest <= end else end
+    raise EmitError(f"the slice end {end} is past the axis of size {n} at {env_text(short)} and not at "
+                    f"{env_text(past)}, both within the export's range: torch clamps the end to the size, so "
+                    f"the slice holds min({end}, {n}) - begin items, which no single tract slice gives. Keep the "
+                    "slice within the axis (pad the axis first), or make that axis static")
 
 
 def _index_tensor(ctx: EmitContext, item, n) -> Value:
