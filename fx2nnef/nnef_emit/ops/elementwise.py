@@ -535,3 +535,137 @@ def atan2(ctx: EmitContext, input: Value, other, *, out=None):
 def erfc(ctx: EmitContext, input: Value, *, out=None):
     """erfc(Tensor self) -> Tensor: 1 - erf(x) (absolute error near the float epsilon where it is tiny)."""
     return ew(ctx, "sub", 1.0, ctx.call("torch.erf", input))
+
+
+# ---- logaddexp, xlogy, copysign, heaviside, sinc, logit, ldexp, float_power ----------------------------------------
+def _float_operands(ctx: EmitContext, input, other) -> tuple:
+    """Both operands as tensors of torch's float result dtype (integers and bools promote to f32)."""
+    dtype = result_dtype(input, other)
+    dtype = dtype if dtype.is_float else DType.F32
+    a, b = (cast(ctx, v, dtype) if isinstance(v, Value) else ctx.const(np.array(v, dtype=dtype.numpy_name), dtype)
+            for v in (input, other))
+    return a, b, dtype
+
+
+def _both(ctx: EmitContext, a: Value, b: Value) -> Value:
+    """``a and b`` on bool tensors. NOTE: ``helpers.ew`` guards an ``and`` of two computed tensors
+    against tract's FoldUniformMask with a runtime zero, which casts to i64, also for Khronos
+    (no standard cast there): the tract target keeps the guard, the others a plain ``and``."""
+    if ctx.target == "tract":
+        return ew(ctx, "and", a, b)
+    a, b = broadcast_operands(ctx, a, b, DType.BOOL)
+    return ctx.op("and", a, b, out_dtype=DType.BOOL, out_shape=broadcast_shape(a, b))
+
+
+def _is_inf(ctx: EmitContext, x: Value) -> Value:
+    return ctx.call("nnef.compare", "gt", ctx.op("abs", x, out_shape=x.shape), _largest(x.dtype))
+
+
+def _log_add_exp(ctx: EmitContext, input, other, base2: bool) -> Value:
+    a, b, _ = _float_operands(ctx, input, other)
+    m = ew(ctx, "max", a, b)
+    d = ew(ctx, "sub", a, b)
+    gap = ctx.op("neg", ctx.op("abs", d, out_shape=d.shape), out_shape=d.shape)
+    if base2:
+        tail = ew(ctx, "div", ctx.call("torch.log1p", un_exp(ctx, ew(ctx, "mul", gap, float(np.log(2.0))))),
+                  float(np.log(2.0)))
+    else:
+        tail = ctx.call("torch.log1p", un_exp(ctx, gap))
+    y = ew(ctx, "add", m, tail)
+    # two equal infinities: their difference is NaN, torch returns the infinity
+    same_inf = _both(ctx, ctx.call("nnef.compare", "eq", *broadcast_operands(ctx, a, b)), _is_inf(ctx, a))
+    return select(ctx, same_inf, a, y)
+
+
+def un_exp(ctx: EmitContext, x: Value) -> Value:
+    return ctx.op("exp", x, out_shape=x.shape)
+
+
+@register(torch.logaddexp, "Tensor.logaddexp")
+def logaddexp(ctx: EmitContext, input, other):
+    """logaddexp(Tensor self, Tensor other) -> Tensor: ``max + log1p(exp(-|a - b|))`` (two equal
+    infinities give that infinity, as in torch)."""
+    return _log_add_exp(ctx, input, other, base2=False)
+
+
+@register(torch.logaddexp2, "Tensor.logaddexp2")
+def logaddexp2(ctx: EmitContext, input, other):
+    """logaddexp2(Tensor self, Tensor other) -> Tensor: ``max + log1p(2^-|a - b|) / ln 2``."""
+    return _log_add_exp(ctx, input, other, base2=True)
+
+
+@register(torch.xlogy, torch.special.xlogy, "Tensor.xlogy")
+def xlogy(ctx: EmitContext, input, other):
+    """xlogy.Tensor(Tensor self, Tensor other) -> Tensor: ``x * log(y)``, 0 where x == 0 unless y is NaN."""
+    x, y, _ = _float_operands(ctx, input, other)
+    prod = ew(ctx, "mul", x, ctx.op("log", y, out_shape=y.shape))
+    zero = _both(ctx, ctx.call("nnef.compare", "eq", x, 0.0), ctx.call("nnef.compare", "eq", y, y))
+    return select(ctx, zero, 0.0, prod)
+
+
+@register(torch.copysign, "Tensor.copysign")
+def copysign(ctx: EmitContext, input, other):
+    """copysign.Tensor(Tensor self, Tensor other) -> Tensor: ``|a|`` with the sign of ``b``, negative
+    zero included (``1 / b`` is -inf there). A NaN ``b`` counts as positive (torch reads its sign
+    bit: a NaN with the sign bit set, rare, would differ)."""
+    a, b, _ = _float_operands(ctx, input, other)
+    mag = ctx.op("abs", a, out_shape=a.shape)
+    below = ctx.call("nnef.compare", "lt", b, 0.0)
+    inverse = ew(ctx, "div", 1.0, b)
+    neg_zero = _both(ctx, ctx.call("nnef.compare", "eq", b, 0.0), ctx.call("nnef.compare", "lt", inverse, 0.0))
+    negative = ew(ctx, "or", below, neg_zero)
+    return select(ctx, negative, ctx.op("neg", mag, out_shape=mag.shape), mag)
+
+
+@register(torch.heaviside, "Tensor.heaviside")
+def heaviside(ctx: EmitContext, input: Value, values):
+    """heaviside(Tensor self, Tensor values) -> Tensor: ``values`` where x == 0, 1 where x > 0,
+    else 0 (NaN gives 0, as in torch)."""
+    dtype = result_dtype(input, values)
+    if dtype.is_bool:
+        ctx.fail("heaviside of bool tensors is not supported")
+    x = cast(ctx, input, dtype)
+    one, zero = (ctx.const(np.array(k, dtype=dtype.numpy_name), dtype) for k in (1, 0))
+    step = select(ctx, ctx.call("nnef.compare", "gt", *broadcast_operands(ctx, x, 0, dtype)), one, zero)
+    v = cast(ctx, values, dtype) if isinstance(values, Value) else ctx.const(np.array(values, dtype=dtype.numpy_name), dtype)
+    return select(ctx, ctx.call("nnef.compare", "eq", *broadcast_operands(ctx, x, 0, dtype)), v, step)
+
+
+@register(torch.sinc, torch.special.sinc, "Tensor.sinc")
+def sinc(ctx: EmitContext, input: Value):
+    """sinc(Tensor self) -> Tensor: ``sin(pi x) / (pi x)``, 1 at 0."""
+    import math
+
+    x = input if input.dtype.is_float else cast(ctx, input, DType.F32)
+    px = ew(ctx, "mul", x, math.pi)
+    y = ew(ctx, "div", ctx.op("sin", px, out_shape=px.shape), px)
+    return select(ctx, ctx.call("nnef.compare", "eq", x, 0.0), 1.0, y)
+
+
+@register(torch.logit, torch.special.logit, "Tensor.logit")
+def logit(ctx: EmitContext, input: Value, eps=None):
+    """logit(Tensor self, float? eps=None) -> Tensor: ``log(z / (1 - z))``, z = x clamped to
+    [eps, 1 - eps] when eps is given (NaN stays NaN)."""
+    z = input if input.dtype.is_float else cast(ctx, input, DType.F32)
+    if eps is not None:
+        lo, hi = float(eps), 1.0 - float(eps)
+        z = select(ctx, ctx.call("nnef.compare", "lt", z, lo), lo, select(ctx, ctx.call("nnef.compare", "gt", z, hi), hi, z))
+    q = ew(ctx, "div", z, ew(ctx, "sub", 1.0, z))
+    return ctx.op("log", q, out_shape=q.shape)
+
+
+@register(torch.ldexp, "Tensor.ldexp")
+def ldexp(ctx: EmitContext, input, other):
+    """ldexp.Tensor(Tensor self, Tensor other) -> Tensor: ``x * 2 ** e`` (a float result)."""
+    x, e, dtype = _float_operands(ctx, input, other)
+    scale = ew(ctx, "pow", *broadcast_operands(ctx, ctx.const(np.array(2.0, dtype=dtype.numpy_name), dtype), e))
+    return ew(ctx, "mul", x, scale)
+
+
+@register(torch.float_power, "Tensor.float_power")
+def float_power(ctx: EmitContext, input, exponent):
+    """float_power.Tensor_Tensor(Tensor self, Tensor exponent) -> Tensor: ``pow`` in float64."""
+    a, b = (cast(ctx, v, DType.F64) if isinstance(v, Value) else ctx.const(np.array(v, dtype=np.float64), DType.F64)
+            for v in (input, exponent))
+    a, b = broadcast_operands(ctx, a, b, DType.F64)
+    return ctx.op("pow", a, b, out_dtype=DType.F64, out_shape=broadcast_shape(a, b))

@@ -606,3 +606,145 @@ def padded_nonzero(ctx: EmitContext, cond: Value, as_tuple: bool = False):
         return tuple(coords)
     columns = [ctx.op("unsqueeze", c, axes=[1], out_shape=(count, 1), out_dtype=DType.I64) for c in coords]
     return concat(ctx, columns, 1)
+
+
+# ---------------------------------------------------------------------------------------
+# diagonals
+
+
+def _diagonal_length(rows, cols, offset: int):
+    """Length of the diagonal ``offset`` of a ``rows x cols`` matrix, or None when it is the minimum
+    of two sizes that no single expression gives at every size (a dynamic and another size)."""
+    a, b = (rows, cols - offset) if offset >= 0 else (rows + offset, cols)
+    a, b = simplify(a), simplify(b)
+    if isinstance(a, int) and isinstance(b, int):
+        return min(a, b)
+    gap = simplify(a - b)
+    if isinstance(gap, int):
+        return b if gap >= 0 else a
+    return None
+
+
+@register(torch.diagonal, "Tensor.diagonal")
+def diagonal_(ctx: EmitContext, input: Value, offset: int = 0, dim1: int = 0, dim2: int = 1):
+    """diagonal(Tensor(a) self, int offset=0, int dim1=0, int dim2=1) -> Tensor(a)
+
+    The square block holding the diagonal, with ``dim1``/``dim2`` moved last, is flattened; its
+    items ``0, L+1, 2(L+1), ...`` are the diagonal: L more items appended make a ``[L, L+1]``
+    matrix whose first column they are (slices and reshapes only, dynamic sizes included when the
+    diagonal's length is one expression of them, e.g. a square ``N x N``)."""
+    r = rank(input)
+    d1, d2 = axis(dim1, r), axis(dim2, r)
+    if d1 == d2:
+        raise EmitError("diagonal dimensions cannot be identical")
+    rows, cols = input.shape[d1], input.shape[d2]
+    length = _diagonal_length(rows, cols, offset)
+    if length is None:
+        raise EmitError(f"the diagonal {offset} of a {rows} x {cols} matrix has min({rows}, {cols}) items, which depends "
+                        "on which size is smaller; make the matrix square or its sizes static")
+    if isinstance(length, int) and length <= 0:
+        raise EmitError("this diagonal is empty: empty tensors cannot be exported")
+    others = [a for a in range(r) if a not in (d1, d2)]
+    x = permute_axes(ctx, input, others + [d1, d2])
+    lead = [x.shape[a] for a in range(r - 2)]
+    r0, c0 = max(0, -offset), max(0, offset)
+    block = slice_axes(ctx, x, [(ax, b, simplify(b + length), 1) for ax, b, n in ((r - 2, r0, rows), (r - 1, c0, cols))
+                                if not (b == 0 and simplify(b + length - n) == 0)])
+    if isinstance(length, int) and length == 1:
+        return reshape_to(ctx, block, lead + [1])
+    flat = reshape_to(ctx, block, lead + [simplify(length * length)])
+    padded = concat(ctx, [flat, slice_axis(ctx, flat, r - 2, 0, length)], r - 2)
+    grid = reshape_to(ctx, padded, lead + [length, simplify(length + 1)])
+    return reshape_to(ctx, slice_axis(ctx, grid, r - 1, 0, 1), lead + [length])
+
+
+def _identity_mask(ctx: EmitContext, n) -> Value:
+    """``[n, n]`` bool, True on the diagonal (a constant for a static ``n``)."""
+    if isinstance(n, int):
+        return ctx.const(np.eye(n, dtype=bool), DType.BOOL)
+    along = ctx.call("nnef.range", 0, n, 1, DType.I64, (n,))
+    rows = reshape_to(ctx, along, [n, 1])
+    cols = reshape_to(ctx, along, [1, n])
+    return ctx.call("nnef.compare", "eq", expand_to(ctx, rows, (n, n)), expand_to(ctx, cols, (n, n)))
+
+
+@register(torch.diag_embed, "Tensor.diag_embed")
+def diag_embed(ctx: EmitContext, input: Value, offset: int = 0, dim1: int = -2, dim2: int = -1):
+    """diag_embed(Tensor self, int offset=0, int dim1=-2, int dim2=-1) -> Tensor
+
+    The last axis of ``input`` laid on diagonal ``offset`` of new ``(n + |offset|)``-square
+    matrices (zeros elsewhere) placed on output axes ``dim1``, ``dim2``."""
+    r = rank(input)
+    if r == 0:
+        raise EmitError("diag_embed needs at least one dimension")
+    out_r = r + 1
+    d1, d2 = axis(dim1, out_r), axis(dim2, out_r)
+    if d1 == d2:
+        raise EmitError("diag_embed dimensions cannot be identical")
+    n = input.shape[-1]
+    lead = list(input.shape[:-1])
+    square = tuple(lead) + (n, n)
+    items = expand_to(ctx, ctx.op("unsqueeze", input, axes=[r - 1], out_shape=tuple(lead) + (1, n),
+                                  out_dtype=input.dtype), square)
+    mask = expand_to(ctx, unsqueeze_to(ctx, _identity_mask(ctx, n), out_r), square)
+    y = ctx.op("select", mask, items, full_like_value(ctx, 0, input.dtype, square), out_dtype=input.dtype,
+               out_shape=square)
+    k = abs(offset)
+    if k:
+        m = simplify(n + k)
+        cols = full_like_value(ctx, 0, input.dtype, tuple(lead) + (n, k))
+        rows = full_like_value(ctx, 0, input.dtype, tuple(lead) + (k, m))
+        if offset > 0:  # shifted right: zero columns in front, zero rows below
+            y = concat(ctx, [concat(ctx, [cols, y], r), rows], r - 1)
+        else:  # shifted down: zero rows above, zero columns after
+            y = concat(ctx, [rows, concat(ctx, [y, cols], r)], r - 1)
+    batch = iter(range(r - 1))
+    perm = [r - 1 if p == d1 else r if p == d2 else next(batch) for p in range(out_r)]
+    return permute_axes(ctx, y, perm)
+
+
+@register(torch.diag, "Tensor.diag")
+def diag(ctx: EmitContext, input: Value, diagonal: int = 0):
+    """diag(Tensor self, int diagonal=0) -> Tensor: a 1-D input becomes a matrix, a 2-D input gives its diagonal."""
+    if rank(input) == 1:
+        return diag_embed(ctx, input, diagonal)
+    if rank(input) == 2:
+        return diagonal_(ctx, input, diagonal)
+    raise EmitError(f"diag takes a 1-D or 2-D tensor, got rank {rank(input)}")
+
+
+# ---------------------------------------------------------------------------------------
+# index_copy, masked_scatter
+
+
+@register(torch.index_copy, "Tensor.index_copy")
+def index_copy(ctx: EmitContext, input: Value, dim: int, index: Value, source: Value):
+    """index_copy(Tensor self, int dim, Tensor index, Tensor source) -> Tensor: ``x[..., index, ...] = source``
+    along ``dim`` (a scatter in tract; for standard NNEF the index must be constant)."""
+    ax = axis(dim, rank(input))
+    if rank(index) == 0:
+        index = ctx.op("unsqueeze", index, axes=[0], out_shape=(1,), out_dtype=index.dtype)
+        if rank(source) == rank(input) - 1:
+            source = ctx.op("unsqueeze", source, axes=[ax], out_shape=source.shape[:ax] + (1,) + source.shape[ax:],
+                            out_dtype=source.dtype)
+    return setitem(ctx, input, tuple([slice(None)] * ax + [index]), source)
+
+
+@register(torch.masked_scatter, "Tensor.masked_scatter", target="tract")
+def masked_scatter(ctx: EmitContext, input: Value, mask: Value, source: Value):
+    """masked_scatter(Tensor self, Tensor mask, Tensor source) -> Tensor
+
+    The k-th True item of the mask (broadcast to the input, in row-major order) takes
+    ``source.flatten()[k]``: a running count of the flattened mask minus one is the position
+    gathered from the flattened source, kept where the mask holds."""
+    r = max(rank(input), rank(mask))
+    x, m = unsqueeze_to(ctx, input, r), unsqueeze_to(ctx, cast(ctx, mask, DType.BOOL), r)
+    shape = tuple(_broadcast_dim([a, b]) for a, b in zip(x.shape, m.shape))
+    x, m = expand_to(ctx, x, shape), expand_to(ctx, m, shape)
+    flat = reshape_to(ctx, cast(ctx, m, DType.I64), [-1])
+    count = ctx.call("torch.cumsum", flat, 0)
+    pos = ctx.op("max", ctx.op("sub", count, ctx.const(np.array([1], dtype=np.int64), DType.I64), out_shape=count.shape),
+                 ctx.const(np.array([0], dtype=np.int64), DType.I64), out_shape=count.shape)
+    src = reshape_to(ctx, cast(ctx, source, input.dtype), [-1])
+    picked = reshape_to(ctx, gather(ctx, src, pos, 0), list(shape))
+    return ctx.op("select", m, picked, x, out_dtype=input.dtype, out_shape=shape)

@@ -393,3 +393,34 @@ def cdist(ctx: EmitContext, x1: Value, x2: Value, p: float = 2.0, compute_mode=N
     b = ctx.call("Tensor.unsqueeze", x2, rank(x2) - 2)  # [..., 1, R, M]
     diff = ew(ctx, "sub", a, b)
     return vector_norm(ctx, diff, float(p), [rank(diff) - 1], False)
+
+
+@register(torch.cross, "Tensor.cross", torch.linalg.cross)
+def cross(ctx: EmitContext, input: Value, other: Value, dim=None):
+    """cross(Tensor self, Tensor other, int? dim=None) -> Tensor (linalg.cross: dim=-1)
+
+    The vector product along ``dim`` (size 3), the operands broadcast on the other axes;
+    ``dim=None`` (torch.cross) takes the first axis of size 3, as torch does."""
+    r = max(rank(input), rank(other))
+    a, b = unsqueeze_to(ctx, input, r), unsqueeze_to(ctx, other, r)
+    if dim is None:
+        dim = next((i for i in range(r) if a.shape[i] == 3 and b.shape[i] == 3), None)
+        if dim is None:
+            ctx.fail("cross: no dimension of size 3 in the inputs")
+    ax = dim % r if isinstance(dim, int) and -r <= dim < r else None
+    if ax is None:
+        ctx.fail(f"cross: dim {dim} is out of range for rank {r}")
+    if a.shape[ax] != 3 or b.shape[ax] != 3:
+        ctx.fail(f"cross: dimension {dim} must have size 3, got {a.shape[ax]} and {b.shape[ax]}")
+
+    def part(v: Value, i: int) -> Value:
+        shape = v.shape[:ax] + (1,) + v.shape[ax + 1:]
+        return ctx.op("slice", v, axes=[ax], begin=[i], end=[i + 1], out_shape=shape, out_dtype=v.dtype)
+
+    pa, pb = [part(a, i) for i in range(3)], [part(b, i) for i in range(3)]
+    terms = []
+    for i, j in ((1, 2), (2, 0), (0, 1)):
+        terms.append(ctx.call("torch.sub", ctx.call("torch.mul", pa[i], pb[j]), ctx.call("torch.mul", pa[j], pb[i])))
+    shape = list(terms[0].shape)
+    shape[ax] = 3
+    return ctx.op("concat", terms, axis=ax, out_shape=tuple(shape), out_dtype=terms[0].dtype)

@@ -566,3 +566,93 @@ def diff(ctx: EmitContext, input: Value, n: int = 1, dim: int = -1, prepend=None
         op = "ne" if dtype.is_bool else "sub"
         x = ctx.op(op, later, earlier, out_shape=later.shape, out_dtype=dtype)
     return x
+
+
+# ---- nanmean, trapezoid ---------------------------------------------------------------------------------------------
+@register(torch.nanmean, "Tensor.nanmean")
+def nanmean(ctx: EmitContext, input: Value, dim=None, keepdim: bool = False, *, dtype: Optional[DType] = None):
+    """nanmean(Tensor self, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor
+
+    The sum of the non-NaN items over their count (NaN where every item is NaN, as in torch)."""
+    x = cast(ctx, input, dtype) if dtype is not None else input
+    if not x.dtype.is_float:
+        ctx.fail("nanmean is defined on float tensors only (torch refuses integers)")
+    axes_ = reduce_axes(dim, x)
+    valid = compare(ctx, "eq", x, x)
+    total = reduce(ctx, "sum_reduce", select(ctx, valid, x, 0.0), axes_)
+    count = reduce(ctx, "sum_reduce", cast(ctx, valid, x.dtype), axes_)
+    return squeeze_unless(ctx, ew(ctx, "div", total, count), x.shape, axes_, keepdim)
+
+
+@register(torch.trapezoid, torch.trapz)
+def trapezoid(ctx: EmitContext, y: Value, x=None, *, dx=None, dim: int = -1):
+    """trapezoid.x(Tensor y, Tensor x, *, int dim=-1) -> Tensor; trapezoid.dx(Tensor y, *, Scalar dx=1, int dim=-1)
+
+    As torch computes it: with a spacing ``dx``, ``(sum(y) - (y[0] + y[-1]) / 2) * dx``; with
+    sample points ``x``, ``sum(diff(x) * (y[1:] + y[:-1])) / 2``."""
+    y = to_float(ctx, y)
+    a = axis(dim, rank(y))
+    n = y.shape[a]
+    if not isinstance(x, Value):
+        step = float(1.0 if x is None and dx is None else x if x is not None else dx)
+        ends = ew(ctx, "add", slice_axis(ctx, y, a, 0, 1), slice_axis(ctx, y, a, simplify(n - 1), n))
+        total = reduce(ctx, "sum_reduce", y, [a])
+        out = ew(ctx, "mul", ew(ctx, "sub", total, ew(ctx, "mul", ends, 0.5)), step)
+        return squeeze_unless(ctx, out, y.shape, [a], False)
+    x = to_float(ctx, x)
+    if rank(x) == 1 and rank(y) > 1:
+        x = reshape_to(ctx, x, [x.shape[0] if i == a else 1 for i in range(rank(y))])
+    xa = a if rank(x) == rank(y) else axis(dim, rank(x))
+    m = x.shape[xa]
+    gaps = ew(ctx, "sub", slice_axis(ctx, x, xa, 1, m), slice_axis(ctx, x, xa, 0, simplify(m - 1)))
+    pairs = ew(ctx, "add", slice_axis(ctx, y, a, 1, n), slice_axis(ctx, y, a, 0, simplify(n - 1)))
+    total = reduce(ctx, "sum_reduce", ew(ctx, "mul", gaps, pairs), [a])
+    return squeeze_unless(ctx, ew(ctx, "div", total, 2.0), total.shape, [a], False)
+
+
+# ---- logcumsumexp ---------------------------------------------------------------------------------------------------
+@register(torch.logcumsumexp, "Tensor.logcumsumexp")
+def logcumsumexp(ctx: EmitContext, input: Value, dim: int):
+    """logcumsumexp(Tensor self, int dim) -> Tensor
+
+    Along a static axis: a scan of ``logaddexp`` in ceil(log2(n)) steps (each item with the one
+    k places earlier, -inf before the start), stable for any magnitudes; -inf items stay -inf
+    until a finite one comes, +inf and NaN carry forward, as in torch."""
+    x = to_float(ctx, input)
+    if rank(x) == 0:
+        return x
+    a = _scan_axis(dim, x)
+    for k in _scan_steps(ctx, x.shape[a], "logcumsumexp"):
+        x = ctx.call("torch.logaddexp", x, _earlier(ctx, x, a, k, -math.inf))
+    return x
+
+
+@register(torch.logcumsumexp, "Tensor.logcumsumexp", target="tract")
+def logcumsumexp_tract(ctx: EmitContext, input: Value, dim: int):
+    """logcumsumexp(Tensor self, int dim) -> Tensor
+
+    Along a dynamic axis of length n: for each position, the logsumexp of an [n, n] selection of
+    the items up to it (the others -inf), shifted by its own running max (memory grows as n squared)."""
+    x = to_float(ctx, input)
+    if rank(x) == 0 or isinstance(x.shape[_scan_axis(dim, x)], int):
+        return logcumsumexp(ctx, input, dim)
+    a, r = _scan_axis(dim, x), rank(x)
+    n = x.shape[a]
+    order = [i for i in range(r) if i != a] + [a]
+    moved = ctx.call("torch.permute", x, order)
+    square = tuple(moved.shape) + (n,)
+    positions = ctx.call("nnef.range", 0, n, 1, DType.I64, (n,))
+    later = expand_to(ctx, reshape_to(ctx, positions, [1] * (r - 1) + [1, n]), square)
+    rows = expand_to(ctx, reshape_to(ctx, positions, [1] * (r - 1) + [n, 1]), square)
+    prefix = ctx.call("nnef.compare", "le", later, rows)
+    items = expand_to(ctx, ctx.op("unsqueeze", moved, axes=[r - 1], out_shape=tuple(moved.shape[:-1]) + (1, n),
+                                  out_dtype=x.dtype), square)
+    chosen = ctx.op("select", prefix, items, full_like_value(ctx, -math.inf, x.dtype, square), out_dtype=x.dtype,
+                    out_shape=square)
+    m = reduce(ctx, "max_reduce", chosen, [r])
+    # an infinite running max (all -inf so far, or a +inf) is not subtracted: torch's logsumexp does the same
+    finite = compare(ctx, "le", un(ctx, "abs", m), float(np.finfo(np.float32).max))
+    m = select(ctx, finite, m, 0.0)
+    total = reduce(ctx, "sum_reduce", un(ctx, "exp", ew(ctx, "sub", chosen, m)), [r])
+    out = squeeze_unless(ctx, ew(ctx, "add", un(ctx, "log", total), m), square, [r], False)
+    return ctx.call("torch.permute", out, [int(i) for i in np.argsort(order)])

@@ -98,3 +98,74 @@ def searchsorted(ctx: EmitContext, sorted_sequence: Value, input: Value, *, out_
     if batched and rank(sorted_sequence) != rank(input):
         raise EmitError("searchsorted of a batched sequence needs a values tensor of the same rank")
     return _count_below(ctx, input, sorted_sequence, right, out_int32, batched)
+
+
+# median: the middle of a full sort --------------------------------------------------------------------------------------
+def _sorted_middle(ctx: EmitContext, input: Value, dim, keepdim: bool, ignore_nan: bool) -> tuple:
+    """(values, indices) of the lower median along ``dim`` (the flattened tensor when None)."""
+    from ...ir import simplify
+    from .reduce import _arg, squeeze_unless
+    from .shape import reshape_to, slice_axis
+
+    if input.dtype.is_bool:
+        raise EmitError("median of a bool tensor is not supported (torch refuses it too)")
+    x = input
+    if dim is None:
+        x, dim, keepdim = reshape_to(ctx, input, [-1]), 0, False
+    a = axis(dim, rank(x))
+    n = x.shape[a]
+    is_nan = compare(ctx, "ne", x, x) if x.dtype.is_float else None
+    if ignore_nan and is_nan is not None:
+        import math
+        keyed = select(ctx, is_nan, math.inf, x)  # NaN sorted last
+        values, indices = _topk(ctx, keyed, n, a, largest=False)
+        valid = reduce(ctx, "sum_reduce", cast(ctx, ctx.op("not", is_nan, out_shape=x.shape), DType.I64), [a])
+        middle = ctx.op("max", ctx.op("div", ctx.op("sub", valid, ctx.const(np.ones([1] * rank(x), np.int64), DType.I64),
+                                                      out_shape=valid.shape),
+                                      ctx.const(np.full([1] * rank(x), 2, np.int64), DType.I64), out_shape=valid.shape),
+                        ctx.const(np.zeros([1] * rank(x), np.int64), DType.I64), out_shape=valid.shape)
+        v = ctx.op("tract_core_gather_elements", values, middle, axis=a, out_shape=valid.shape, out_dtype=x.dtype)
+        i = ctx.op("tract_core_gather_elements", indices, middle, axis=a, out_shape=valid.shape, out_dtype=DType.I64)
+        none = compare(ctx, "eq", valid, 0)  # every item NaN: NaN, as torch
+        v = select(ctx, none, float("nan"), v)
+        i = select(ctx, none, ctx.const(np.zeros([1] * rank(x), np.int64), DType.I64), i)
+    else:
+        values, indices = _topk(ctx, x, n, a, largest=False)
+        mid = (n - 1) // 2 if isinstance(n, int) else SymDim.floordiv(simplify(n - 1), 2)
+        v = slice_axis(ctx, values, a, mid, simplify(mid + 1))
+        i = slice_axis(ctx, indices, a, mid, simplify(mid + 1))
+        if is_nan is not None:  # any NaN: NaN, at the first NaN's index, as torch
+            has_nan = reduce(ctx, "any_reduce", is_nan, [a])
+            first_nan = _arg(ctx, "argmax_reduce", cast(ctx, is_nan, DType.I64), a, True)
+            v = select(ctx, has_nan, float("nan"), v)
+            i = select(ctx, has_nan, first_nan, i)
+    return squeeze_unless(ctx, v, v.shape, [a], keepdim), squeeze_unless(ctx, i, i.shape, [a], keepdim)
+
+
+def _median(ctx: EmitContext, input: Value, dim, keepdim: bool, ignore_nan: bool):
+    if isinstance(dim, bool):  # median(x, keepdim) is not a signature; a bool here is a misplaced keepdim
+        raise EmitError("median: dim must be an int")
+    values, indices = _sorted_middle(ctx, input, dim, keepdim, ignore_nan)
+    return values if dim is None else (values, indices)
+
+
+@register(torch.median, "Tensor.median", target="tract")
+def median(ctx: EmitContext, input: Value, dim=None, keepdim: bool = False):
+    """median.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices); median(Tensor self) -> Tensor
+
+    The lower of the two middle values for an even count (as torch), from a full stable sort; a
+    NaN along ``dim`` gives NaN at the first NaN's index, as in torch. Indices match torch where
+    the values are distinct; among equal values torch's selection algorithm picks one of them
+    (neither always the first nor the last), this export the one at the middle of a stable sort,
+    which can be another of the equal items."""
+    return _median(ctx, input, dim, keepdim, ignore_nan=False)
+
+
+@register(torch.nanmedian, "Tensor.nanmedian", target="tract")
+def nanmedian(ctx: EmitContext, input: Value, dim=None, keepdim: bool = False):
+    """nanmedian.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices); nanmedian(Tensor self) -> Tensor
+
+    The lower median of the non-NaN items (NaN where all are NaN); the NaN items are sorted as
+    +inf, so with both +inf and NaN along ``dim`` an index may point at a NaN where torch points
+    at an equal +inf. Ties: see ``median``."""
+    return _median(ctx, input, dim, keepdim, ignore_nan=True)
