@@ -93,3 +93,14 @@ def test_capabilities_say_what_each_engine_takes():
     assert TractNNEF.dynamic_dims and not KhronosNNEF.dynamic_dims
     assert TractNNEF.asset_suffix == ".nnef.tgz" and KhronosNNEF.asset_suffix == ""
     assert (TractNNEF.bool_bits, KhronosNNEF.bool_bits) == (8, 1)
+
+
+def test_tract_fold_workaround_stays_out_of_khronos(tmp_path):
+    """tract's uniform-mask folding is worked around with a runtime zero (an i64 cast of an
+    input), which standard NNEF cannot cast: a broadcast bool and of two computed masks exports
+    for Khronos as the plain op (before: "no standard cast from f32 to i64")."""
+    from harness import check_op, randn
+
+    r = check_op(lambda x, y: ((x > 0) & (y > 0)).float(), [randn(3, 1), randn(1, 4, seed=1)], tmp_path,
+                 target="khronos")
+    assert r.check.ok

@@ -230,7 +230,9 @@ def ew(ctx: EmitContext, op: str, a, b, out_dtype: Optional[DType] = None) -> Va
     """
     dtype = next(v.dtype for v in (a, b) if isinstance(v, Value))
     a, b = broadcast_operands(ctx, a, b, dtype)
-    if op in _MASK_FOLDED and isinstance(a, Value) and isinstance(b, Value):
+    if not _is_tract(ctx):
+        pass  # the folding below is tract's; its runtime zero needs a cast standard NNEF lacks
+    elif op in _MASK_FOLDED and isinstance(a, Value) and isinstance(b, Value):
         if not dtype.is_float or _cast_from_exact(ctx, a) or _cast_from_exact(ctx, b):
             a2, b2 = _opaque_carrier(ctx, a, b), _opaque_carrier(ctx, b, a)
             if a2 is a and b2 is b and _both_may_fold(ctx, a, b):
@@ -253,11 +255,18 @@ def ew(ctx: EmitContext, op: str, a, b, out_dtype: Optional[DType] = None) -> Va
 _MASK_FOLDED = ("mul", "div", "and")
 
 
+def _is_tract(ctx: EmitContext) -> bool:
+    """Whether the target is tract or one of its variants."""
+    from .registry import target_lineage
+
+    return "tract" in target_lineage(ctx.target)
+
+
 def _cast_from_exact(ctx: EmitContext, x: Value) -> bool:
     """Whether ``x`` is an integer or bool tensor cast to float, also through float casts (an
     exact quotient is taken in f64): tract may know it is uniform (``(x & 0).float() * 0.5``
     fails to load as the integer product does)."""
-    if ctx.target != "tract":
+    if not _is_tract(ctx):
         return False
     st = producer(ctx, x)
     while st is not None and st.op == "tract_core_cast" and st.args and isinstance(st.args[0], Value):
