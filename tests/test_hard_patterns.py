@@ -4,10 +4,12 @@ with a dynamic dim, at other sizes), or fails with an error naming the construct
 """
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
 import fx2nnef
+from fx2nnef.targets.tract_runner import run_tract_many
 from fx2nnef.errors import TraceError
 from harness import FnModule, check_op, randn
 
@@ -28,13 +30,39 @@ def _export(fn, inputs, tmp_path, dyn=None, module=None):
     ((4, 6), ((2, 3), (6, 2), 1), "permuted"),  # a strided slice with an offset
     ((4, 6), ((3, 8), (8, 1)), "a slice of the flat tensor"),  # a reshape
     ((4, 6), ((5,), (1,), 7), "a slice of the flat tensor"),  # a contiguous run
-    ((10,), ((4, 4), (2, 1)), "gather"),  # overlapping windows
+    ((10,), ((4, 4), (2, 1)), "unfold"),  # every overlapping window that fits: the framing idiom
+    ((10,), ((3, 4), (2, 1)), "gather"),  # overlapping windows, not all of them
     ((4, 6), ((3, 6), (0, 1)), "gather"),  # a broadcast row
-], ids=["transpose", "permute3d", "strided_slice", "reshape", "run", "windows", "broadcast"])
+], ids=["transpose", "permute3d", "strided_slice", "reshape", "run", "windows", "some_windows", "broadcast"])
 def test_as_strided(shape, args, how, tmp_path):
     x = randn(*shape)
     r = check_op(lambda t: t.as_strided(*args) * 2, [x], tmp_path)
     assert r.check.ok and any("as_strided" in n and how in n for n in r.notes), r.notes
+
+
+def test_as_strided_frames_of_a_dynamic_length(tmp_path):
+    """Framing code (``librosa.util.frame``-style): windows of 4 every 2 over a dynamic T, the
+    number of frames computed from T. That is unfold, valid for every T that holds a window
+    (before: the positions were constants, and the check failed at another length)."""
+    def frames(x):
+        b, t = x.shape
+        return x.contiguous().as_strided((b, (t - 4) // 2 + 1, 4), (t, 2, 1)).sum(-1)
+    r = _export(frames, [randn(2, 12)], tmp_path, {"x0": {1: "T"}})
+    assert r.check.ok and r.ranges["T"].lo == 4 and r.ranges["T"].hi is None, r.ranges
+    ins = [randn(2, n, seed=n) for n in (4, 5, 31)]
+    for x, g in zip(ins, run_tract_many(r.path, [[x.numpy()] for x in ins])):
+        np.testing.assert_allclose(g[0], frames(x).numpy(), atol=1e-4, rtol=5e-4)
+
+
+def test_as_strided_with_positions_from_a_dynamic_size_is_bounded_to_them(tmp_path):
+    """A view other than windows (every other item, ``T // 2`` of them) keeps the example's
+    positions: the sizes it reads are decisions, and the export says it holds at the example's
+    length only, with the line (before: claimed for every T, the check failed at T=15)."""
+    def every_other(x):
+        b, t = x.shape
+        return x.contiguous().as_strided((b, t // 2), (t, 2)) * 2
+    with pytest.raises(fx2nnef.GuardError, match=r"as_strided reads .* as a number"):
+        _export(every_other, [randn(2, 12)], tmp_path, {"x0": {1: "T"}})
 
 
 def test_as_strided_function_form(tmp_path):

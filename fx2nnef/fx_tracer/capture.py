@@ -25,7 +25,7 @@ from .data_dep import check_number_reads, complex_values_note, number_reads
 from .loops import roll_loops
 from .padded import check_padded
 from .passes import cleanup_slices, complex_to_real, masked_updates, remove_dead_code, remove_inplace
-from .probe import RUNS, analyze, inputs_at
+from .probe import AT_EXAMPLE, RUNS, analyze, inputs_at
 from .scalars import scalars_to_inputs
 from .stored_values import StoredValues, stored_values
 from .to_ir import build_ir, to_numpy
@@ -435,6 +435,15 @@ def _trace_and_probe(model, args, kwargs, names, out_names, dyn, leaf_types, lea
             _refuse_single_sizes(analysis)
             _note_ranges(analysis, notes)
             return trace.gm, analysis, trace
+        at_example = [f for f in first_failures if f.env == analysis.base_env and f.node is None
+                      and f.message.endswith(AT_EXAMPLE)]
+        if at_example and len(at_example) == len(first_failures):
+            # no size decision: the graph computes otherwise than the model on the very inputs traced
+            raise TraceError(
+                f"the traced graph does not reproduce the model on the example inputs "
+                f"({at_example[0].message[:-len(AT_EXAMPLE)]}): part of the forward computes otherwise when "
+                "traced (a route torch takes for plain tensors only, state changed outside the traced "
+                "calls). Run fx2nnef.diagnose() on the model and these inputs to find the submodule at fault")
         lines = [f"the trace took decisions on dynamic dims {dict(analysis.base_env)} that do not hold at other sizes:"]
         lines += [f"  - {f}" for f in first_failures[:10]]
         lines.append("Make that code independent of the dynamic size, trace with other example sizes, or drop the dim from dynamic_axes.")
@@ -533,7 +542,14 @@ def _refuse_single_sizes(analysis):
     where = "the example size only" if all(r.lo == r.hi for r in single) else "a few sizes only"
     lines = [f"the trace took decisions on dynamic dims that make the graph valid at {where} ("
              + "; ".join(str(r) for r in single) + "):"]
-    lines += [f"  - {g}" for g in analysis.guards if g.status in ("bounds", "violated")][:10]
+    named = [g for g in analysis.guards if g.status in ("bounds", "violated")]
+    if not named:
+        # no decision was seen to flip (the graph may fail to run past the example: constant
+        # positions out of range): every decision taken on the sizes is a suspect
+        named = [g for g in analysis.guards if g.kind == "shape"]
+        if named:
+            lines.append("  (no decision was seen to change at the sizes probed; those taken on the sizes are:)")
+    lines += [f"  - {g}" for g in named][:10]
     lines.append("Make that code independent of the dynamic size, or drop the dim from dynamic_axes.")
     lines += _loop_hint(analysis)
     raise GuardError("\n".join(lines))

@@ -42,6 +42,9 @@ class ProbeFailure:
         return f"at {sizes}{where}: {self.message}"
 
 
+AT_EXAMPLE = " at the example sizes"  # ends the message of a failure on the example inputs
+
+
 @dataclasses.dataclass
 class Analysis:
     symbols: list
@@ -762,7 +765,7 @@ def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, 
     if reference is not None:
         mismatch = _outputs_match(gm, base_values, reference(base_env))
         if mismatch is not None:
-            base_failures.append(ProbeFailure(base_env, None, mismatch + " at the example sizes"))
+            base_failures.append(ProbeFailure(base_env, None, mismatch + AT_EXAMPLE))
     for n in outputs & light:
         base_values[n] = data_less(base_values[n])
     if not symbols:

@@ -36,6 +36,18 @@ def record_as_strided(tracer, args: tuple, kwargs: dict, unwrap):
     """Record the equivalent of ``as_strided`` through ``tracer``; returns its proxy."""
     x, size, stride, offset = _bind(args, kwargs)
     value = unwrap(x)
+    windows = _sliding_windows(value, [int(v) for v in unwrap(size)], [int(v) for v in unwrap(stride)],
+                               unwrap(offset))
+    if windows is not None:
+        k, step = windows
+        proxy = tracer.create_proxy("call_method", "unfold", (x, value.dim() - 1, k, step), {})
+        return proxy, f"windows of {k} every {step} along the last axis (unfold)"
+    # the positions read become constants: a size, stride or offset computed from the traced sizes
+    # is a decision on them (valid at the sizes where it gives the same number, as int() of it)
+    for item in list(size) + list(stride) + ([offset] if offset is not None else []):
+        if hasattr(item, "node") and hasattr(item, "value"):
+            tracer._record_guard(item, "int", int(item.value), f"as_strided reads %{item.node.name} = "
+                                                                f"{int(item.value)} as a number")
     size, stride, offset = [int(s) for s in unwrap(size)], [int(s) for s in unwrap(stride)], unwrap(offset)
     loc = user_frame_location()
     where = f" at {loc}: `{loc.code}`" if loc else ""
@@ -67,6 +79,25 @@ def record_as_strided(tracer, args: tuple, kwargs: dict, unwrap):
                          "positions to store; write the view with slicing, permute and reshape (or unfold)")
     return (tracer.create_proxy("call_function", operator.getitem, (flat, positions), {}),
             "a gather of constant positions of the flat tensor")
+
+
+def _sliding_windows(value: torch.Tensor, size: list, stride: list, offset) -> "tuple | None":
+    """``(k, step)`` when ``as_strided`` reads windows of ``k`` items every ``step`` items along the
+    last axis of the contiguous ``value``, every one that fits (the sliding-window idiom of framing
+    code, ``x.unfold(-1, k, step)``), else None. unfold computes the number of windows from the
+    size, so the export holds at every length; the leading axes are the tensor's own."""
+    if not value.is_contiguous() or value.dim() < 1 or len(size) != value.dim() + 1:
+        return None
+    if offset is not None and int(offset) != value.storage_offset():
+        return None
+    n, k = size[-2], size[-1]
+    step, unit = stride[-2], stride[-1]
+    length = value.shape[-1]
+    if unit != 1 or step < 1 or k < 1 or k > length or n != (length - k) // step + 1:
+        return None
+    if list(size[:-2]) != list(value.shape[:-1]) or list(stride[:-2]) != list(value.stride()[:-1]):
+        return None
+    return k, step
 
 
 def _box(tracer, flat, size: list, stride: list, rel: int, numel: int):

@@ -23,6 +23,7 @@ from .proxy import _DATA_TENSOR_METHODS, _STATIC_TENSOR_METHODS, CustomAttribute
 from .control_flow import control_flow_patches, decide_in_body
 from .data_dep import depends_on_data, in_loop_body, on_slot_data, read_number, sizes_from_shape_tensors
 from .data_sizes import DataInt, check_no_data_sizes, mark_data_number
+from .fast_paths import reproduce_fast_path
 from .loops import loop_range_patch
 from .padded import mark_padded, masked_index_add, padded_call, padded_nonzero, wrapped_indices
 from .source import user_frame_location
@@ -299,7 +300,8 @@ class CustomTracer(fx.Tracer):
                     "weights are not part of the model and it cannot be kept as one call; make it a "
                     "submodule in __init__ (self.name = ...)") from None
             return forward(*args, **kwargs)
-        return super().call_module(m, forward, args, kwargs)
+        out = super().call_module(m, forward, args, kwargs)
+        return reproduce_fast_path(m, args, kwargs, out)
 
     def getattr(self, attr, attr_val, parameter_proxy_cache):
         return super().getattr(attr, attr_val, parameter_proxy_cache)
