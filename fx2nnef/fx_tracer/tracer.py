@@ -25,6 +25,8 @@ from .data_dep import depends_on_data, in_loop_body, on_slot_data, read_number, 
 from .data_sizes import DataInt, check_no_data_sizes, mark_data_number
 from .fast_paths import reproduce_fast_path
 from .loops import loop_range_patch
+from .packed import RECURRENT_TYPES as PACKED_RNN_TYPES
+from .packed import is_packed_call, packed_rnn_call, packed_sequence_patches, refuse_packed_sequences
 from .padded import mark_padded, masked_index_add, padded_call, padded_nonzero, wrapped_indices
 from .source import user_frame_location
 from .strided import is_as_strided, record_as_strided
@@ -288,6 +290,10 @@ class CustomTracer(fx.Tracer):
         return isinstance(m, self.leaf_types) or module_qualified_name in self.leaf_names
 
     def call_module(self, m, forward, args, kwargs):
+        if is_packed_call(args, kwargs) and (isinstance(m, PACKED_RNN_TYPES) or self.is_leaf_module(m, "")):
+            return packed_rnn_call(self, m, args, kwargs)  # pack_padded_sequence -> RNN: see .packed
+        if any(type(a) is torch.nn.utils.rnn.PackedSequence for a in list(args) + list(kwargs.values())):
+            refuse_packed_sequences(m, args, kwargs)
         try:
             self.path_of_module(m)
         except NameError:
@@ -606,7 +612,7 @@ def trace_model(model: torch.nn.Module, args: tuple, kwargs: dict, flat_names: l
     root.__dict__["_fx2nnef_call"] = call
     saved = _module_state(model)
     try:
-        with tracing_patches(tracer):
+        with tracing_patches(tracer), packed_sequence_patches(model):
             graph = tracer.trace(root)
     except TraceError:
         raise

@@ -10,6 +10,13 @@ The time loop is the internal op ``nnef.rnn_sequence``:
 - common rule (standard NNEF, Khronos): a static unroll, one slice per time step;
 - tract: ``tract_core_scan`` over a body fragment of ``fragments/rnn_scan_bodies.nnef``, so
   the sequence length may be a dynamic dim.
+
+Packed sequences (``fx2nnef.packed_rnn``, see ``fx_tracer/packed.py``): the module runs on the
+padded tensor with a mask ``t < lengths[b]`` [B, T]; at a masked step a sequence keeps its
+states, so the final states are each sequence's state at its own end, and the reverse direction
+starts at each sequence's own last step (from the initial state, kept over the padded steps).
+The output is zeroed at the masked steps, as pad_packed_sequence gives it. The masked bodies
+are in ``fragments/rnn_masked_bodies.nnef``.
 """
 from __future__ import annotations
 
@@ -27,6 +34,7 @@ from ..helpers import rank
 from ..registry import register
 
 SCAN_FRAGMENTS = "rnn_scan_bodies"
+MASKED_FRAGMENTS = "rnn_masked_bodies"
 
 
 @dataclasses.dataclass
@@ -188,31 +196,43 @@ def rnn_zeros_tract(ctx: EmitContext, batch, size: int, dtype: DType) -> Value:
 
 
 @register("nnef.rnn_sequence")
-def rnn_sequence(ctx: EmitContext, kind: CellKind, xs: list, states: tuple, w: CellWeights, reverse: bool):
-    """Run a cell over axis 1 of the gate inputs ``xs`` ([B, T, H] each): (y [B, T, H_out], final states)."""
+def rnn_sequence(ctx: EmitContext, kind: CellKind, xs: list, states: tuple, w: CellWeights, reverse: bool,
+                 mask: Optional[Value] = None):
+    """Run a cell over axis 1 of the gate inputs ``xs`` ([B, T, H] each): (y [B, T, H_out], final states).
+    ``mask`` [B, T] (bool): where false, the states are kept (packed sequences)."""
     steps = xs[0].shape[1]
     if not isinstance(steps, int):
         raise EmitError(f"standard NNEF cannot loop over a dynamic sequence length ({steps}): give the time "
                         "axis a static size, or export for tract (tract_core_scan)")
     ys = [None] * steps
     for t in (reversed(range(steps)) if reverse else range(steps)):
-        states = kind.step(ctx, [_index(ctx, x, 1, t) for x in xs], states, w)
+        new = kind.step(ctx, [_index(ctx, x, 1, t) for x in xs], states, w)
+        if mask is not None:
+            keep = ctx.op("slice", mask, axes=[1], begin=[t], end=[t + 1], out_shape=(mask.shape[0], 1))
+            new = tuple(ctx.op("select", keep, n, s, out_dtype=s.dtype, out_shape=s.shape) for n, s in zip(new, states))
+        states = new
         ys[t] = states[0]
     h = ys[0].shape
     return ctx.op("stack", ys, axis=1, out_shape=(h[0], steps, h[1])), states
 
 
 @register("nnef.rnn_sequence", target="tract")
-def rnn_sequence_tract(ctx: EmitContext, kind: CellKind, xs: list, states: tuple, w: CellWeights, reverse: bool):
-    """tract_core_scan over the time axis; reset_every_turn so that a reused state never leaks."""
+def rnn_sequence_tract(ctx: EmitContext, kind: CellKind, xs: list, states: tuple, w: CellWeights, reverse: bool,
+                       mask: Optional[Value] = None):
+    """tract_core_scan over the time axis; reset_every_turn so that a reused state never leaks.
+    ``mask`` [B, T] (bool), scanned too: the masked body keeps the states where it is false."""
     ctx.use_fragment(SCAN_FRAGMENTS)
     chunk = -1 if reverse else 1
     full = [(f"w_{g}", wh) for g, wh in zip(kind.gates, w.w_h)]
     full += [("b_n", w.b_hn)] if w.b_hn is not None else []
     full += [("w_r", w.w_r)] if w.w_r is not None else []
     body = "rnn_lstm_proj_body" if w.w_r is not None else kind.body
-    outs = ctx.op("tract_core_scan", body=body,
-                  scan=[(f"x_{g}", x, 1, chunk) for g, x in zip(kind.gates, xs)], full=full,
+    scan = [(f"x_{g}", x, 1, chunk) for g, x in zip(kind.gates, xs)]
+    if mask is not None:
+        ctx.use_fragment(MASKED_FRAGMENTS)
+        body = body[: -len("_body")] + "_masked_body"
+        scan.append(("m", mask, 1, chunk))
+    outs = ctx.op("tract_core_scan", body=body, scan=scan, full=full,
                   state=[(s, v, f"{s}_next") for s, v in zip(kind.states, states)],
                   output=[("y", "full", 1, chunk)] + [(f"{s}_next", "last", 0, 1) for s in kind.states],
                   reset_every_turn=1, n_out=1 + len(states), out_dtype=w.dtype)
@@ -239,12 +259,64 @@ def _zero_states(ctx: EmitContext, kind: CellKind, batch, config: dict, dtype: D
     return tuple(ctx.call("nnef.rnn_zeros", batch, size, dtype) for size in sizes[:len(kind.states)])
 
 
-def _run_direction(ctx: EmitContext, mode: str, seq: Value, module: dict, suffix: str, init: tuple) -> tuple:
+def _run_direction(ctx: EmitContext, mode: str, seq: Value, module: dict, suffix: str, init: tuple,
+                   mask: Optional[Value] = None) -> tuple:
     """One layer in one direction over ``seq`` [B, T, I]: (y [B, T, H_out], final states)."""
     kind = KINDS[mode]
     w = _load_weights(ctx, module["params"], suffix, mode)
     init = init or _zero_states(ctx, kind, seq.shape[0], module["config"], w.dtype)
-    return ctx.call("nnef.rnn_sequence", kind, _gate_inputs(ctx, seq, kind, w), init, w, suffix.endswith("_reverse"))
+    args = (kind, _gate_inputs(ctx, seq, kind, w), init, w, suffix.endswith("_reverse"))
+    return ctx.call("nnef.rnn_sequence", *args) if mask is None else ctx.call("nnef.rnn_sequence", *args, mask=mask)
+
+
+def _recurrent(ctx: EmitContext, x: Value, hx, module: dict, lengths: Optional[Value] = None) -> tuple:
+    """nn.LSTM / nn.GRU / nn.RNN on ``x`` (module layout); ``lengths`` [B]: packed sequences."""
+    config, batched = module["config"], rank(x) == 3
+    seq = _batch_major(ctx, x, config["batch_first"], batched)
+    mask = None if lengths is None else ctx.call("nnef.rnn_step_mask", lengths, seq.shape[1])
+    given = [s if batched else _unsqueeze(ctx, s, 1) for s in _as_states(hx)]
+    dirs = 2 if config["bidirectional"] else 1
+    finals = []  # final states per layer and direction, torch's order
+    for layer in range(config["num_layers"]):
+        runs = [_run_direction(ctx, config["mode"], seq, module, f"_l{layer}" + ("_reverse" if d else ""),
+                               tuple(_index(ctx, s, 0, layer * dirs + d) for s in given), mask) for d in range(dirs)]
+        seq = _concat_features(ctx, [y for y, _ in runs])
+        finals += [last for _, last in runs]
+    if mask is not None:
+        seq = _zero_masked(ctx, seq, mask)
+    out = _torch_layout(ctx, seq, config["batch_first"], batched)
+    return (out,) + tuple(_stack_states(ctx, list(states), batched) for states in zip(*finals))
+
+
+@register("nnef.rnn_step_mask")
+def rnn_step_mask(ctx: EmitContext, lengths: Value, steps) -> Value:
+    """``t < lengths[b]`` as a bool [B, T] (compared as ``lengths[b] - t > 0``)."""
+    if lengths.dtype is not DType.I64 or rank(lengths) != 1:
+        raise EmitError(f"packed sequence lengths must be an int64 vector, got {lengths.dtype} {lengths.shape}")
+    batch = lengths.shape[0]
+    if isinstance(steps, int):
+        t = ctx.const(np.arange(steps, dtype=np.int64).reshape(1, steps), DType.I64, name="steps")
+    else:
+        t = _unsqueeze(ctx, ctx.call("nnef.range", 0, steps, 1, DType.I64, (steps,)), 0)
+    left = ctx.op("sub", _unsqueeze(ctx, lengths, 1), t, out_shape=(batch, steps))
+    zero = ctx.const(np.zeros((1, 1), dtype=np.int64), DType.I64, name="zero_step")
+    return ctx.op("gt", left, zero, out_dtype=DType.BOOL, out_shape=(batch, steps))
+
+
+@register("nnef.rnn_step_mask", target="khronos")
+def rnn_step_mask_khronos(ctx: EmitContext, lengths: Value, steps) -> Value:
+    """Constant lengths (a Python list) and a static time axis give a constant mask; else refused."""
+    if lengths.is_constant and isinstance(steps, int):
+        mask = np.arange(steps)[None, :] < np.asarray(lengths.data)[:, None]
+        return ctx.const(mask, DType.BOOL, name="step_mask")
+    raise EmitError("packed sequences need the lengths (int64) compared with the time steps; standard NNEF has "
+                    "no integer arithmetic, comparison or cast: export for tract (TractNNEF)")
+
+
+def _zero_masked(ctx: EmitContext, seq: Value, mask: Value) -> Value:
+    """``seq`` [B, T, H] with zeros where ``mask`` [B, T] is false."""
+    zero = ctx.const(np.zeros((1, 1, 1)), seq.dtype, name="zero_output")
+    return ctx.op("select", _unsqueeze(ctx, mask, 2), seq, zero, out_dtype=seq.dtype, out_shape=seq.shape)
 
 
 class RecurrentExtractor(ModuleInfoExtractor):
@@ -252,18 +324,16 @@ class RecurrentExtractor(ModuleInfoExtractor):
 
     def convert_to_nnef(self, ctx: EmitContext, inputs: list, module: dict):
         x, hx = inputs[0], inputs[1] if len(inputs) > 1 else None
-        config, batched = module["config"], rank(x) == 3
-        seq = _batch_major(ctx, x, config["batch_first"], batched)
-        given = [s if batched else _unsqueeze(ctx, s, 1) for s in _as_states(hx)]
-        dirs = 2 if config["bidirectional"] else 1
-        finals = []  # final states per layer and direction, torch's order
-        for layer in range(config["num_layers"]):
-            runs = [_run_direction(ctx, config["mode"], seq, module, f"_l{layer}" + ("_reverse" if d else ""),
-                                   tuple(_index(ctx, s, 0, layer * dirs + d) for s in given)) for d in range(dirs)]
-            seq = _concat_features(ctx, [y for y, _ in runs])
-            finals += [last for _, last in runs]
-        out = _torch_layout(ctx, seq, config["batch_first"], batched)
-        return (out,) + tuple(_stack_states(ctx, list(states), batched) for states in zip(*finals))
+        return _recurrent(ctx, x, hx, module)
+
+
+@register("fx2nnef.packed_rnn")
+def packed_rnn(ctx: EmitContext, x: Value, lengths: Value, hx=None, *, module: dict):
+    """nn.LSTM / nn.GRU / nn.RNN run on pack_padded_sequence(x, lengths) and padded back to x's
+    length (``fx_tracer/packed.py``): x [B, T, I] or [T, B, I] in the module's layout."""
+    if rank(x) != 3:
+        raise EmitError(f"a packed sequence needs a batched 3-D input, got shape {x.shape}")
+    return _recurrent(ctx, x, hx, module, lengths)
 
 
 def _concat_features(ctx: EmitContext, ys: list) -> Value:
