@@ -139,6 +139,13 @@ CASES = [
     OpCase("embedding", lambda i: F.embedding(i, torch.arange(40.0).reshape(10, 4)), [randint(0, 10, 2, 3)], **TRACT),
     OpCase("embedding_module", None, [randint(0, 10, 2, 3)], module=torch.nn.Embedding(10, 4, padding_idx=0)),
     OpCase("embedding_dyn", None, [randint(0, 10, 2, 3)], module=torch.nn.Embedding(10, 4), dynamic_axes={"x0": {1: "S"}}, **TRACT),
+    # max_norm: rows read whose norm exceeds it are scaled to it (torch does so in the weights)
+    OpCase("embedding_max_norm", lambda i: F.embedding(i, torch.arange(40.0).reshape(10, 4) / 8, max_norm=2.0),
+           [randint(0, 10, 2, 5)], **TRACT),
+    OpCase("embedding_max_norm_p1", lambda i: F.embedding(i, torch.arange(40.0).reshape(10, 4) / 8, max_norm=3.0,
+                                                          norm_type=1.0), [randint(0, 10, 2, 5)]),
+    OpCase("embedding_module_max_norm_dyn", None, [randint(0, 10, 2, 5)], module=torch.nn.Embedding(10, 4, max_norm=1.0),
+           dynamic_axes={"x0": {1: "S"}}, **TRACT),
     # conditions and masks
     # a constant boolean mask (made in forward, or a buffer) reads its True positions: a gather
     OpCase("const_mask_last", lambda x: x[..., torch.tensor([True, False, True, True])], [F32]),

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from ...errors import EmitError
 from ...ir import DType, SymDim, Value, simplify
 from ..context import EmitContext
-from ..helpers import axis, broadcast_operands, cast, env_text, negative_at, rank, result_dtype, unsqueeze_to
+from ..helpers import axis, broadcast_operands, cast, compare, env_text, negative_at, rank, result_dtype, unsqueeze_to
 from ..registry import register
 from .shape import concat, expand_to, full_like_value, permute_axes, reshape_to, slice_axes, slice_axis, slice_length
 
@@ -480,9 +480,19 @@ def take_along_dim(ctx: EmitContext, input: Value, indices: Value, dim=None):
 def embedding(ctx: EmitContext, input: Value, weight: Value, padding_idx=None, max_norm=None, norm_type: float = 2.0,
               scale_grad_by_freq: bool = False, sparse: bool = False):
     """embedding(Tensor input, Tensor weight, int? padding_idx=None, float? max_norm=None, ...) -> Tensor"""
-    if max_norm is not None:
-        raise EmitError("embedding with max_norm renormalizes the weights while running; export without max_norm")
-    return gather(ctx, weight, input, 0)
+    rows = gather(ctx, weight, input, 0)
+    if max_norm is None:
+        return rows
+    # torch scales each row it reads whose norm exceeds max_norm by max_norm / (norm + 1e-7), in the
+    # weights themselves; a scaled row stays below max_norm, so scaling the rows read gives the
+    # same output at every call, without changing the weights
+    from ..helpers import ew
+    from .reduce import vector_norm
+
+    norms = vector_norm(ctx, rows, float(norm_type), [rank(rows) - 1], True)
+    scale = ew(ctx, "div", float(max_norm), ew(ctx, "add", norms, 1e-7))
+    scale = _select(ctx, compare(ctx, "gt", norms, float(max_norm)), scale, 1.0)
+    return ew(ctx, "mul", rows, scale)
 
 
 # ---------------------------------------------------------------------------------------
