@@ -131,6 +131,10 @@ FAMILIES = {
                                                                      initializer_range=0.1)),
     "mixtral_moe": lambda: T.MixtralForCausalLM(T.MixtralConfig(**{**SMALL, "intermediate_size": 64},
                                                                 num_local_experts=4, num_experts_per_tok=2)),
+    # its ALiBi table has max_seq_len positions, sliced from 2048 - P - S: non-negative within the
+    # asserted context S+P < max_seq_len (before: refused, P and S each ranged up to the bound)
+    "mpt_alibi_table": lambda: T.MptForCausalLM(T.MptConfig(d_model=64, n_heads=4, n_layers=2, expansion_ratio=2,
+                                                            vocab_size=256, max_seq_len=256)),
 }
 
 

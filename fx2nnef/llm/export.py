@@ -283,6 +283,8 @@ def contract_asserts(model: torch.nn.Module, has_length: bool = True) -> list[st
     states only (Mamba) has no length P."""
     asserts = ["P >= 0", "S >= 1"] if has_length else ["S >= 1"]
     max_pos = getattr(model.config, "max_position_embeddings", None)
+    if max_pos is None:  # MPT names its context (the length of its ALiBi table) max_seq_len
+        max_pos = getattr(model.config, "max_seq_len", None)
     if isinstance(max_pos, int) and max_pos > 0:
         asserts.append(f"S+P < {max_pos}" if has_length else f"S < {max_pos}")
     return asserts + (["tg: S==1", "pp: P==0"] if has_length else [])

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import operator
+import re
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
@@ -99,6 +101,7 @@ def emit_graph(graph: Graph, target: str, *, registry: Registry = REGISTRY, bool
     (progress). Constant data is not read here, except small tensors a converter computes on.
     ``extra_asserts`` are written as ``extension tract_assert`` lines after the graph's own."""
     ctx = _context_for(graph, target, registry)
+    ctx.domain = [c for c in (size_condition(a) for a in extra_asserts) if c is not None]
     for v in graph.inputs:
         ctx.call("nnef.external", v)
     lower_nodes(ctx, graph, on_node=on_node)
@@ -108,6 +111,37 @@ def emit_graph(graph: Graph, target: str, *, registry: Registry = REGISTRY, bool
     for label, (value, source) in sorted(ctx.variables.items()):
         files[f"{label}.dat"] = dat.DatFile(source, bool_bits=bool_bits)
     return Emitted(files, text, dict(sorted(ctx.used_ops.items())), graph.op_counts())
+
+
+_CONDITION = re.compile(r"^\s*([A-Za-z0-9_+\-* ]+?)\s*(<=|>=|==|<|>)\s*([A-Za-z0-9_+\-* ]+?)\s*$")
+_COMPARE = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq}
+
+
+def size_condition(text: str) -> Optional[Callable[[dict], bool]]:
+    """``env -> bool`` for an assertion on the sizes (``S+P < 2048``) written with the export, or
+    None for a scenario's (``tg: S==1``, holding in one use only) or one of another form. The
+    lowering then knows sizes beyond it are not the export's (a slice start ``2048 - P - S``
+    stays non-negative)."""
+    m = _CONDITION.match(text)
+    if m is None or ":" in text:
+        return None
+    left, op, right = m.groups()
+    names = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", left + " " + right))
+
+    def value(expr: str, env: dict) -> int:  # a sum of products of sizes and integers
+        total = 0
+        for sign, term in re.findall(r"([+-]?)\s*([^+-]+)", expr.replace(" ", "")):
+            prod = 1
+            for f in term.split("*"):
+                prod *= int(f) if f.isdigit() else env[f]
+            total += -prod if sign == "-" else prod
+        return total
+
+    def holds(env: dict) -> bool:
+        if not names <= set(env):
+            return True  # not about these sizes
+        return _COMPARE[op](value(left, env), value(right, env))
+    return holds
 
 
 def _context_for(graph: Graph, target: str, registry: Registry) -> EmitContext:

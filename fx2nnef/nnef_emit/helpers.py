@@ -347,8 +347,11 @@ def negative_at(ctx, d) -> Optional[dict]:
     if len(symbols) > 1:  # a grid: the extremes and a few small sizes of each
         tries = [sorted(set(t[:4] + t[-3:])) for t in tries]
     last_good = None
+    domain = getattr(ctx, "domain", ())
     for values in itertools.product(*tries):
         env = dict(zip(symbols, values))
+        if not all(holds(env) for holds in domain):
+            continue  # beyond what the export asserts (S+P < 2048)
         if d.evaluate(env) >= 0:
             last_good = values
             continue
