@@ -4,6 +4,8 @@ Each model is exported with check_io=False (the analysis alone must make it righ
 asset is run in tract at every size of the claimed range from 1 to 3x the example and compared
 with eager PyTorch; sizes outside the range must be reported (str(result), tract_assert).
 """
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -424,3 +426,19 @@ def test_far_decision_far_above_the_example_is_not_traced_again(tmp_path):
     r = fx2nnef.export(model, (torch.randn(1, 1, 400),), tmp_path / "m.nnef.tgz", input_names=["x"],
                        target=fx2nnef.TractNNEF(dynamic_axes={"x": {2: "T"}}, check_io=False))
     assert r.timings["graph_runs"] <= 12, r.timings
+
+
+def test_branch_taken_on_odd_sizes_only_is_traced_there(tmp_path):
+    """MobileViT pads to a multiple of its patch only when needed (``if new != S: interpolate``):
+    an even example skips it, and the graph differs at every odd size, so its range is S=8 alone.
+    The trace at the first size past that bound (S=9, not the S=10 already tried, which takes the
+    example's path) holds the resize, which at even sizes gives the input back: valid for every S
+    (before: refused as valid at the example size only)."""
+    def fn(x):
+        n = math.ceil(x.shape[1] / 2) * 2
+        if n != x.shape[1]:
+            x = F.interpolate(x.unsqueeze(1), size=(n, x.shape[2]), mode="bilinear", align_corners=False).squeeze(1)
+        return x.reshape(x.shape[0], -1, 2, x.shape[2]).sum(2)
+    r = _one_symbol(fn, (2, 8, 3), 1, tmp_path, top=13)
+    assert not r.ranges, r.ranges
+    assert any("traced again at" in n for n in r.notes), r.notes

@@ -522,7 +522,7 @@ def _retrace_sizes(analysis) -> list:
     for s, hi in _near_far_bounds(analysis).items():
         add({**base, s: hi + 1}, False)
     for s, r in analysis.ranges.items():
-        if r.hi is not None and r.hi + 1 > base[s] + 2 and "differs from the model" in (r.why or ""):
+        if r.hi is not None and r.hi + 1 != base[s] + 2 and "differs from the model" in (r.why or ""):
             add({**base, s: r.hi + 1}, False)
     if analysis.replay_break is not None:
         add(dict(analysis.replay_break), False)
