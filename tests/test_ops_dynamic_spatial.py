@@ -217,7 +217,6 @@ def test_vision_nets_dynamic_hw(name, model, example, sizes, tmp_path):
 
 # still refused, with a clear error ----------------------------------------------------------------
 @pytest.mark.parametrize("mode,message", [
-    ("bicubic", "bicubic interpolation needs static spatial sizes"),
     ("nearest", "nearest interpolation with a non-integer factor needs static spatial sizes"),
 ])
 def test_interpolate_dynamic_refused(mode, message, tmp_path):

@@ -148,21 +148,34 @@ def linear_upsample_axis(ctx: EmitContext, x: Value, axis: int, k: int) -> Value
                   out_shape=with_dim(x.shape, axis, simplify(n * k)))
 
 
-def linear_matrix_at_runtime(ctx: EmitContext, n_in, n_out, scale_factor: Optional[float],
-                             align_corners: bool) -> Value:
-    """The [n_out, n_in] matrix of torch's linear interpolation along an axis of dynamic size,
-    computed at run time: output j reads the source position ``src_j`` (torch's
-    ``area_pixel_compute_source_index``, clamped to [0, n_in - 1] as torch's clamped neighbour
-    index amounts to), with weight ``max(0, 1 - |src_j - h|)`` on pixel h, which are torch's two
-    weights ``1 - t`` and ``t`` on the pixels around ``src_j``."""
+def _runtime_f32(ctx: EmitContext, d):
+    """A size as an f32 operand: a number for a static size, a [1] tensor for a dynamic one."""
     from ...ir import DType
-    from ..helpers import ew
     from .creation import dim_tensor
 
-    def as_f32(d):  # a size as a number or a [1] f32 tensor
-        if isinstance(d, int):
-            return float(d)
-        return ctx.call("nnef.cast", dim_tensor(ctx, d, DType.I64), DType.F32, (1,))
+    if isinstance(d, int):
+        return float(d)
+    return ctx.call("nnef.cast", dim_tensor(ctx, d, DType.I64), DType.F32, (1,))
+
+
+def _positions(ctx: EmitContext, n, as_column: bool) -> Value:
+    """0, 1, ..., n - 1 in f32, shaped [n, 1] (``as_column``) or [1, n]; n static or dynamic."""
+    from ...ir import DType
+
+    shape = (n, 1) if as_column else (1, n)
+    if isinstance(n, int):
+        return ctx.const(np.arange(n, dtype=np.float32).reshape(shape), DType.F32)
+    r = ctx.call("nnef.range", 0, n, 1, DType.F32, (n,))
+    return ctx.op("unsqueeze", r, axes=[1 if as_column else 0], out_shape=shape, out_dtype=DType.F32)
+
+
+def _source_positions(ctx: EmitContext, n_in, n_out, scale_factor: Optional[float], align_corners: bool) -> Value:
+    """torch's ``area_pixel_compute_source_index`` for every output position, computed at run
+    time, unclamped: an [n_out, 1] f32 tensor. The step is ``(n_in - 1) / (n_out - 1)`` (0 for
+    one output) with ``align_corners``, else ``1 / scale_factor`` when given (a number, or a
+    Value computed at run time), else ``n_in / n_out``."""
+    from ...ir import DType
+    from ..helpers import cast, ew
 
     def num(a, op, b):  # a op b on numbers or tensors
         if not isinstance(a, Value) and not isinstance(b, Value):
@@ -172,34 +185,95 @@ def linear_matrix_at_runtime(ctx: EmitContext, n_in, n_out, scale_factor: Option
             a = ctx.const(np.full([1], a, dtype=np.float32), DType.F32)
         return ew(ctx, op, a, b)
 
-    if isinstance(n_out, int):
-        dst = ctx.const(np.arange(n_out, dtype=np.float32).reshape(n_out, 1), DType.F32)
-    else:
-        dst = ctx.call("nnef.range", 0, n_out, 1, DType.F32, (n_out,))
-        dst = ctx.op("unsqueeze", dst, axes=[1], out_shape=(n_out, 1), out_dtype=DType.F32)
-    last = as_f32(n_in - 1) if isinstance(n_in, SymDim) else float(n_in - 1)
+    dst = _positions(ctx, n_out, as_column=True)
     if align_corners:  # (n_in - 1) / (n_out - 1), and 0 for one output (every output reads pixel 0)
-        steps = as_f32(n_out - 1) if isinstance(n_out, SymDim) else float(n_out - 1)
-        scale = num(last, "div", num(steps, "max", 1.0))
-        src = ew(ctx, "mul", dst, scale)
+        last = _runtime_f32(ctx, n_in - 1) if isinstance(n_in, SymDim) else float(n_in - 1)
+        steps = _runtime_f32(ctx, n_out - 1) if isinstance(n_out, SymDim) else float(n_out - 1)
+        return ew(ctx, "mul", dst, num(last, "div", num(steps, "max", 1.0)))
+    if isinstance(scale_factor, Value):  # computed from sizes at run time (h / N): 1 / scale_factor
+        scale = ew(ctx, "div", ctx.const(np.ones([1], dtype=np.float32), DType.F32),
+                   cast(ctx, scale_factor, DType.F32))
+    elif scale_factor:
+        scale = float(np.float32(1.0 / scale_factor))
     else:
-        scale = float(np.float32(1.0 / scale_factor)) if scale_factor else num(as_f32(n_in), "div", as_f32(n_out))
-        src = ew(ctx, "sub", ew(ctx, "mul", ew(ctx, "add", dst, 0.5), scale), 0.5)
+        scale = num(_runtime_f32(ctx, n_in), "div", _runtime_f32(ctx, n_out))
+    return ew(ctx, "sub", ew(ctx, "mul", ew(ctx, "add", dst, 0.5), scale), 0.5)
+
+
+def linear_matrix_at_runtime(ctx: EmitContext, n_in, n_out, scale_factor: Optional[float],
+                             align_corners: bool) -> Value:
+    """The [n_out, n_in] matrix of torch's linear interpolation along an axis of dynamic size,
+    computed at run time: output j reads the source position ``src_j`` (torch's
+    ``area_pixel_compute_source_index``, clamped to [0, n_in - 1] as torch's clamped neighbour
+    index amounts to), with weight ``max(0, 1 - |src_j - h|)`` on pixel h, which are torch's two
+    weights ``1 - t`` and ``t`` on the pixels around ``src_j``."""
+    from ...ir import DType
+    from ..helpers import ew
+
+    src = _source_positions(ctx, n_in, n_out, scale_factor, align_corners)
+    last = _runtime_f32(ctx, n_in - 1) if isinstance(n_in, SymDim) else float(n_in - 1)
     src = ew(ctx, "min", ew(ctx, "max", src, 0.0), last)  # [n_out, 1]
-    if isinstance(n_in, int):
-        h = ctx.const(np.arange(n_in, dtype=np.float32).reshape(1, n_in), DType.F32)
-    else:
-        h = ctx.call("nnef.range", 0, n_in, 1, DType.F32, (n_in,))
-        h = ctx.op("unsqueeze", h, axes=[0], out_shape=(1, n_in), out_dtype=DType.F32)
+    h = _positions(ctx, n_in, as_column=False)
     dist = ctx.op("abs", ew(ctx, "sub", src, h), out_dtype=DType.F32, out_shape=(n_out, n_in))
     return ew(ctx, "max", ew(ctx, "sub", 1.0, dist), 0.0)
 
 
+def _cubic_kernel(ctx: EmitContext, x: Value) -> Value:
+    """torch's cubic convolution kernel K at the offsets ``x`` (any shape, f32): the inner piece
+    on |x| <= 1, the outer piece on 1 <= |x| <= 2, 0 beyond. Written without comparisons as
+    ``inner(min(d, 1)) + outer(clamp(d, 1, 2))`` with d = |x|: inner(1) = outer(1) = outer(2) = 0
+    exactly in f32, so each piece vanishes where the other one holds, and K stays continuous."""
+    from ..helpers import ew
+
+    a = CUBIC_A
+    d = ctx.op("abs", x, out_dtype=x.dtype, out_shape=x.shape)
+    u = ew(ctx, "min", d, 1.0)
+    v = ew(ctx, "min", ew(ctx, "max", d, 1.0), 2.0)
+    inner = ew(ctx, "add", ew(ctx, "mul", ew(ctx, "mul", ew(ctx, "sub", ew(ctx, "mul", u, a + 2), a + 3), u), u), 1.0)
+    outer = ew(ctx, "sub", ew(ctx, "mul", ew(ctx, "add", ew(ctx, "mul", ew(ctx, "sub", ew(ctx, "mul", v, a), 5 * a),
+                                                              v), 8 * a), v), 4 * a)
+    return ew(ctx, "add", inner, outer)
+
+
+def cubic_along_at_runtime(ctx: EmitContext, x: Value, axis: int, n_out, scale_factor: Optional[float],
+                           align_corners: bool) -> Value:
+    """torch's bicubic interpolation of ``x`` along ``axis`` to ``n_out``, one of the sizes dynamic,
+    with the interpolation matrix computed at run time.
+
+    torch reads the 4 pixels ``floor(src) - 1 .. floor(src) + 2`` around the (unclamped) source
+    position ``src``, weighted by the cubic kernel K of their offsets, each index clamped to
+    [0, n_in - 1]. As K vanishes at offsets of 2 and more, that is: every integer position p
+    weighs ``K(src - p)`` and reads pixel ``clamp(p, 0, n_in - 1)``; src lies in
+    [-0.5, n_in - 0.5], so only positions -2 .. n_in + 1 count. So ``x`` is first padded with two
+    copies of its edge pixels on each side, then multiplied by the [n_out, n_in + 4] matrix
+    ``K(src_j - p)``. No floor is taken: the matrix is continuous in src, and an ulp of
+    difference in tract's ``src`` moves the result by about an ulp."""
+    from ..helpers import ew
+    from .shape import concat, slice_axis
+
+    n_in = x.shape[axis]
+    src = _source_positions(ctx, n_in, n_out, scale_factor, align_corners)  # [n_out, 1]
+    head = slice_axis(ctx, x, axis, 0, 1)
+    tail = slice_axis(ctx, x, axis, n_in - 1, n_in)
+    padded = concat(ctx, [head, head, x, tail, tail], axis)
+    p = ew(ctx, "sub", _positions(ctx, simplify(n_in + 4), as_column=False), 2.0)  # [1, n_in + 4]
+    return apply_along(ctx, padded, axis, _cubic_kernel(ctx, ew(ctx, "sub", src, p)))
+
+
 def _axis_scales(scale_factor, recompute_scale_factor, n: int) -> list:
-    """The scale factor torch uses for source indices along each axis (None: taken from the sizes)."""
+    """The scale factor torch uses for source indices along each axis (None: taken from the sizes;
+    a Value: computed at run time, from dynamic sizes as in ``scale_factor=(h / N, w / N)``)."""
     if scale_factor is None or recompute_scale_factor:
         return [None] * n
-    return [float(s) for s in (scale_factor if isinstance(scale_factor, (list, tuple)) else [scale_factor] * n)]
+
+    def one(s):
+        if isinstance(s, Value):
+            if not s.is_constant:
+                return s
+            s = np.asarray(s.data).reshape(-1)[0]
+        return float(s)
+
+    return [one(s) for s in (scale_factor if isinstance(scale_factor, (list, tuple)) else [scale_factor] * n)]
 
 
 @register(F.interpolate)
@@ -210,7 +284,10 @@ def interpolate(ctx: EmitContext, input: Value, size=None, scale_factor=None, mo
     outs = list(node_shape(ctx)[2:])
     scales = _axis_scales(scale_factor, recompute_scale_factor, n)
     if antialias:
-        raise EmitError("F.interpolate with antialias=True is not supported")
+        raise EmitError(f"F.interpolate(mode={mode!r}) with antialias=True is not supported")
+    runtime_scales = any(isinstance(s, Value) for s in scales)
+    if runtime_scales and mode not in ("linear", "bilinear", "bicubic", "trilinear"):
+        raise EmitError(f"F.interpolate mode {mode!r} with a scale_factor computed at run time is not supported")
     if mode in ("nearest", "nearest-exact"):
         factors = _integer_factors(list(input.shape[2:]), outs, scales)
         if factors is not None:
@@ -220,29 +297,33 @@ def interpolate(ctx: EmitContext, input: Value, size=None, scale_factor=None, mo
         return adaptive_pool(ctx, input, outs, n, "avg")
     if mode not in ("linear", "bilinear", "bicubic", "trilinear"):
         raise EmitError(f"F.interpolate mode {mode!r} is not supported")
-    if mode != "bicubic" and not align_corners and not all(isinstance(d, int) for d in input.shape[2:]):
+    if mode != "bicubic" and not align_corners and not runtime_scales and \
+            not all(isinstance(d, int) for d in input.shape[2:]):
         factors = _integer_factors(list(input.shape[2:]), outs, scales)
         if factors is not None and all(d is not None for d in input.shape[2:]):
             x = input
             for axis, k in enumerate(factors, start=2):
                 x = linear_upsample_axis(ctx, x, axis, k)
             return x
-    if mode != "bicubic" and not all(isinstance(d, int) for d in list(input.shape[2:]) + outs):
+    if runtime_scales or not all(isinstance(d, int) for d in list(input.shape[2:]) + outs):
+        cubic = mode == "bicubic"
         x = input
         for axis, (n_in, n_out, sf) in enumerate(zip(input.shape[2:], outs, scales), start=2):
             if n_out is None:
                 raise EmitError(f"{mode} interpolation on a dynamic size needs the traced output size, unknown here")
-            if simplify(n_out - n_in) == 0 and (sf is None or sf == 1.0):
+            if not isinstance(sf, Value) and simplify(n_out - n_in) == 0 and (sf is None or sf == 1.0):
                 continue  # the same size: torch's source positions are the pixels themselves
-            if isinstance(n_in, int) and isinstance(n_out, int):
-                x = apply_along(ctx, x, axis, resample_matrix(n_in, n_out, sf, bool(align_corners), False))
+            if isinstance(n_in, int) and isinstance(n_out, int) and not isinstance(sf, Value):
+                m = resample_matrix(n_in, n_out, sf, bool(align_corners), cubic)
+                if m.shape[0] != m.shape[1] or not np.array_equal(m, np.eye(n_in)):
+                    x = apply_along(ctx, x, axis, m)
+            elif cubic:
+                x = cubic_along_at_runtime(ctx, x, axis, n_out, sf, bool(align_corners))
             else:
                 x = apply_along(ctx, x, axis, linear_matrix_at_runtime(ctx, n_in, n_out, sf, bool(align_corners)))
         return x
     x = input
-    ins = static_dims(input.shape[2:], f"{mode} interpolation" if mode == "bicubic" else
-                      f"{mode} interpolation with a non-integer factor")
-    static_dims(outs, f"{mode} interpolation")
+    ins = static_dims(input.shape[2:], f"{mode} interpolation")
     for axis, (n_in, n_out, sf) in enumerate(zip(ins, outs, scales), start=2):
         m = resample_matrix(n_in, n_out, sf, bool(align_corners), mode == "bicubic")
         if m.shape[0] != m.shape[1] or not np.array_equal(m, np.eye(n_in)):

@@ -1,0 +1,186 @@
+"""Bicubic F.interpolate over dynamic sizes (the position-embedding resize of vision transformers):
+a static grid resized to a size computed from the dynamic H and W, a dynamic input resized by a
+factor or to a fixed size, a scale factor computed from sizes (DINOv2 style), then transformers'
+ViT and DINOv2 with ``interpolate_pos_encoding``; each exported with dynamic H and W, checked by
+the export, then run in tract at other sizes (on integer source positions, downscaling, 1x1)
+and compared with PyTorch."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import fx2nnef
+from fx2nnef.errors import UnsupportedOpError
+from harness import FnModule, randn, tract_matches_eager
+
+# the matrix is continuous in the source position: tract's f32 division (an ulp off now and then)
+# moves the result by a few ulps, never by a pixel's difference
+TIGHT = 1e-5
+
+
+def tract_max_diff(asset, model, input_sets) -> float:
+    """Run ``asset`` in tract on each input set, compare with the model at tract's approximate
+    level, and return the largest absolute difference relative to max(1, |expected|)."""
+    import numpy as np
+
+    from fx2nnef.targets.tract_runner import run_tract_many
+
+    tract_matches_eager(asset, model, input_sets)
+    worst = 0.0
+    for ins, outs in zip(input_sets, run_tract_many(asset, [[t.numpy() for t in s] for s in input_sets])):
+        with torch.no_grad():
+            exp = model(*ins).numpy()
+        assert outs[0].shape == exp.shape
+        worst = max(worst, float(np.abs(outs[0] - exp).max(initial=0.0)) / max(1.0, float(np.abs(exp).max(initial=0.0))))
+    return worst
+
+GRID = randn(1, 4, 5, 5, seed=7) * 3  # a position-embedding grid, N = 25
+
+
+def export_dynamic(model, shape, tmp_path, name="x0"):
+    r = fx2nnef.export(model, (randn(*shape),), tmp_path / "bicubic.nnef.tgz", input_names=[name],
+                       target=fx2nnef.TractNNEF(dynamic_axes={name: {2: "H", 3: "W"}}))
+    assert r.check.ok and r.symbols == ["H", "W"]
+    return r
+
+
+def check_sizes(model, shape, sizes, tmp_path):
+    """Export with dynamic H and W on an input of ``shape``, then run the asset at each (H, W) of
+    ``sizes`` (other dims as in ``shape``) and compare with the model."""
+    r = export_dynamic(model, shape, tmp_path)
+    assert not r.ranges, r.ranges  # valid for every size: nothing baked
+    sets = [[randn(*shape[:2], h, w, seed=10 + k)] for k, (h, w) in enumerate(sizes)]
+    assert tract_max_diff(r.path, model, sets) < TIGHT
+    return r
+
+
+# grid of 5x5 resized to (H // 4, W // 4): equal sizes (20), 2x (40) and 0.5x (8, 12) land source
+# positions on integers and half-integers, others between; 1x1 and 2x3 are below the grid
+GRID_SIZES = [(20, 20), (40, 8), (4, 4), (80, 44), (9, 13), (12, 100), (7, 5)]
+
+
+@pytest.mark.parametrize("align_corners", [False, True])
+def test_static_grid_to_dynamic_size(align_corners, tmp_path):
+    def resize(self, x):
+        return F.interpolate(self.grid, size=(x.shape[2] // 4, x.shape[3] // 4), mode="bicubic",
+                             align_corners=align_corners)
+
+    check_sizes(FnModule(resize, grid=GRID), (1, 3, 24, 36), GRID_SIZES, tmp_path)
+
+
+def test_static_grid_scale_factor_from_sizes(tmp_path):
+    """DINOv2's older form: ``scale_factor=(h / sqrt(N), w / sqrt(N))``, the factor a float
+    computed at run time from the sizes, used by torch for the source positions."""
+
+    def resize(self, x):
+        h, w = x.shape[2] // 4, x.shape[3] // 4
+        n = math.sqrt(self.grid.shape[-1] * self.grid.shape[-2])
+        return F.interpolate(self.grid, scale_factor=(h / n, w / n), mode="bicubic", align_corners=False)
+
+    r = export_dynamic(FnModule(resize, grid=GRID), (1, 3, 24, 36), tmp_path)
+    sets = [[randn(1, 3, h, w, seed=10 + k)] for k, (h, w) in enumerate(GRID_SIZES)]
+    assert tract_max_diff(r.path, FnModule(resize, grid=GRID), sets) < TIGHT
+
+
+def test_scale_factor_through_float_is_bounded(tmp_path):
+    """``float(h) / N`` (DINOv2's own code) reads the size as a Python number: the tracer bakes
+    it, and the export says for which sizes it holds instead of being silently wrong."""
+
+    def resize(self, x):
+        h, w = x.shape[2] // 4, x.shape[3] // 4
+        return F.interpolate(self.grid, scale_factor=(float(h) / 5, float(w) / 5), mode="bicubic")
+
+    r = fx2nnef.export(FnModule(resize, grid=GRID), (randn(1, 3, 24, 36),), tmp_path / "f.nnef.tgz",
+                       input_names=["x0"], target=fx2nnef.TractNNEF(dynamic_axes={"x0": {2: "H", 3: "W"}}))
+    assert r.check.ok and set(r.ranges) == {"H", "W"}
+    assert any("float(" in g.what and g.status == "bounds" for g in r.guards)
+
+
+INPUT_RESIZES = [
+    ("scale2", lambda x: F.interpolate(x, scale_factor=2, mode="bicubic"), [(1, 1), (2, 3), (9, 4), (16, 31)]),
+    ("scale2_ac", lambda x: F.interpolate(x, scale_factor=2, mode="bicubic", align_corners=True),
+     [(1, 1), (2, 3), (9, 4)]),
+    ("scale0_5", lambda x: F.interpolate(x, scale_factor=0.5, mode="bicubic"), [(2, 2), (4, 9), (19, 4), (3, 40)]),
+    ("scale1_5", lambda x: F.interpolate(x, scale_factor=1.5, mode="bicubic"), [(1, 2), (6, 13), (11, 3)]),
+    ("scale0_25_recompute", lambda x: F.interpolate(x, scale_factor=0.25, mode="bicubic", recompute_scale_factor=True),
+     [(4, 7), (23, 11), (13, 30)]),
+    ("size_fixed", lambda x: F.interpolate(x, size=(5, 4), mode="bicubic"), [(1, 1), (5, 4), (19, 2), (3, 30)]),
+    ("size_fixed_ac", lambda x: F.interpolate(x, size=(5, 4), mode="bicubic", align_corners=True),
+     [(1, 1), (5, 4), (19, 2), (9, 7)]),
+    ("size_1x1", lambda x: F.interpolate(x, size=(1, 1), mode="bicubic"), [(1, 1), (2, 2), (7, 3)]),
+    ("size_1x1_ac", lambda x: F.interpolate(x, size=1, mode="bicubic", align_corners=True), [(1, 1), (7, 3)]),
+    ("size_from_input", lambda x: F.interpolate(x, size=(x.shape[2] * 2 + 1, x.shape[3] // 2 + 1), mode="bicubic"),
+     [(1, 1), (7, 3), (4, 16)]),
+]
+
+
+@pytest.mark.parametrize("name,fn,sizes", INPUT_RESIZES, ids=[c[0] for c in INPUT_RESIZES])
+def test_dynamic_input(name, fn, sizes, tmp_path):
+    check_sizes(FnModule(fn), (2, 3, 10, 7), sizes, tmp_path)
+
+
+def test_size_without_closed_form_refused(tmp_path):
+    """floor(1.7 * H) has no size expression: refused clearly rather than guessed."""
+    model = FnModule(lambda x: F.interpolate(x, scale_factor=1.7, mode="bicubic"))
+    with pytest.raises(UnsupportedOpError, match="bicubic interpolation on a dynamic size needs the traced output size"):
+        export_dynamic(model, (1, 3, 10, 7), tmp_path)
+
+
+def test_antialias_refused(tmp_path):
+    model = FnModule(lambda self, x: F.interpolate(self.grid, size=(x.shape[2] // 4, x.shape[3] // 4), mode="bicubic",
+                                                   antialias=True), grid=GRID)
+    with pytest.raises(UnsupportedOpError, match="antialias=True is not supported"):
+        export_dynamic(model, (1, 3, 24, 36), tmp_path)
+
+
+# transformers' vision transformers with interpolate_pos_encoding ------------------------------------
+def _randomize_norms(model):
+    g = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, torch.nn.LayerNorm):
+                m.weight.copy_(1 + 0.5 * torch.randn(m.weight.shape, generator=g))
+                m.bias.copy_(0.2 * torch.randn(m.bias.shape, generator=g))
+    return model.eval()
+
+
+class Wrapped(torch.nn.Module):
+    def __init__(self, model, **kwargs):
+        super().__init__()
+        self.model, self.kwargs = model, kwargs
+
+    def forward(self, pixel_values):
+        out = self.model(pixel_values=pixel_values, **self.kwargs)
+        return out.last_hidden_state, out.pooler_output
+
+
+TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, image_size=32,
+            patch_size=8)
+
+
+def _check_vit_like(model, tmp_path):
+    torch.manual_seed(0)
+    r = fx2nnef.export(model, (randn(1, 3, 40, 56),), tmp_path / "vit.nnef.tgz", input_names=["pixel_values"],
+                       target=fx2nnef.TractNNEF(dynamic_axes={"pixel_values": {2: "H", 3: "W"}}))
+    assert r.check.ok and r.symbols == ["H", "W"]
+    # only the patch size bounds the sizes (the patch embedding refuses an image below one patch)
+    assert {k: str(v).split(" (")[0] for k, v in r.ranges.items()} == {"H": "H >= 8", "W": "W >= 8"}, r.ranges
+    sets = [[randn(1, 3, h, w, seed=20 + k)] for k, (h, w) in enumerate([(32, 32), (64, 24), (16, 72)])]
+    tract_matches_eager(r.path, model, sets)
+
+
+def test_vit_interpolate_pos_encoding(tmp_path):
+    from transformers import ViTConfig, ViTModel
+
+    torch.manual_seed(0)
+    vit = _randomize_norms(ViTModel(ViTConfig(**TINY)))
+    _check_vit_like(Wrapped(vit, interpolate_pos_encoding=True), tmp_path)
+
+
+def test_dinov2(tmp_path):
+    from transformers import Dinov2Config, Dinov2Model
+
+    torch.manual_seed(0)
+    dino = _randomize_norms(Dinov2Model(Dinov2Config(**TINY)))
+    _check_vit_like(Wrapped(dino), tmp_path)
