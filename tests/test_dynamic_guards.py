@@ -428,6 +428,23 @@ def test_far_decision_far_above_the_example_is_not_traced_again(tmp_path):
     assert r.timings["graph_runs"] <= 12, r.timings
 
 
+@pytest.mark.parametrize("pad", ["reflect", "zeros"])
+def test_convolution_algorithm_choice_far_above_is_no_bound(tmp_path, pad):
+    """torch's convolution picks another algorithm past a number of items (``4*T <= 20480``): a
+    decision of its kernels alone, after which the replay's shapes still hold (fake runs at the
+    change, just past it and at twice it). The export holds past it, at every T its convolutions
+    accept (before: valid for T <= 20476 only, asserted in graph.nnef); checked in tract at T=30000."""
+    model = nn.Sequential(nn.Conv1d(1, 4, 5, padding=2, padding_mode=pad), nn.ReLU(),
+                          nn.Conv1d(4, 4, 3, stride=2)).eval()
+    r = fx2nnef.export(model, (torch.randn(1, 1, 50),), tmp_path / "m.nnef.tgz", input_names=["x"],
+                       target=fx2nnef.TractNNEF(dynamic_axes={"x": {2: "T"}}))
+    assert r.check.ok and all(rng.hi is None for rng in r.ranges.values()), r.ranges
+    x = torch.randn(1, 1, 30000, generator=torch.Generator().manual_seed(3))
+    (got,) = run_tract_many(r.path, [[x.numpy()]])
+    with torch.no_grad():
+        np.testing.assert_allclose(got[0], model(x).numpy(), atol=1e-4, rtol=5e-4)
+
+
 def test_branch_taken_on_odd_sizes_only_is_traced_there(tmp_path):
     """MobileViT pads to a multiple of its patch only when needed (``if new != S: interpolate``):
     an even example skips it, and the graph differs at every odd size, so its range is S=8 alone.

@@ -505,18 +505,21 @@ def _env_key(env: dict) -> tuple:
     return tuple(sorted(env.items()))
 
 
-def _far_flip(signature, base_env: dict, s: str, top: int, scanned: list, limit: int = 1 << 24) -> Optional[int]:
+def _far_flip(signature, base_env: dict, s: str, top: int, scanned: list, limit: int = 1 << 24,
+              since: Optional[tuple] = None) -> Optional[int]:
     """The first size of ``s`` above ``top`` (the last size scanned one by one) where a decision
     that held at every scanned size changes (``x[:, 2:100]`` decides ``S < 100``), found by
     doubling then bisection; None when there is none up to ``limit``. Decisions that already
-    change within the scan (parities) are left out: the scan probed them."""
+    change within the scan (parities) are left out: the scan probed them. ``since``: the
+    signature at ``top`` when those decisions changed since the scan (past an earlier far flip)."""
     fixed = [i for i in range(len(scanned[0])) if all(sig[i] == scanned[0][i] for sig in scanned)]
     if not fixed:
         return None
+    ref = since if since is not None else scanned[0]
 
     def differs(n):
         sig = signature({**base_env, s: n})
-        return any(sig[i] != scanned[0][i] for i in fixed)
+        return any(sig[i] != ref[i] for i in fixed)
 
     lo, hi = top, 2 * top
     while hi <= limit:
@@ -527,6 +530,27 @@ def _far_flip(signature, base_env: dict, s: str, top: int, scanned: list, limit:
             return hi
         lo, hi = hi, 2 * hi
     return None
+
+
+_FAR_KERNEL_FLIPS = 8  # far changes of torch's kernel decisions looked past, per symbol
+
+
+def _kernel_only_far(signature, base_env: dict, s: str, n: int, shapes_past) -> bool:
+    """Whether the change at ``s = n`` is torch's kernels' alone (the tracer's decisions are the
+    example's there) and the replay's shapes hold at ``n``, just past it and at ``2n`` (fake runs)."""
+    if signature is None:
+        return False
+    base = signature.traced(signature(base_env))
+
+    def holds(m):
+        env = {**base_env, s: m}
+        return shapes_past(env) if signature.traced(signature(env)) == base else "bad"
+
+    # just past n: n + 2 when the graph cannot run at n + 1 (a model of even sizes only)
+    past = holds(n + 1)
+    if past == "unknown":
+        past = holds(n + 2)
+    return past == "good" and holds(n) == "good" and holds(2 * n) == "good"
 
 
 def _scan_top(v: int) -> int:
@@ -981,8 +1005,21 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
                     shape_bound.setdefault(s, set()).add(m)
     for s, n in far.items():
         # every decision is the same from the scanned sizes up to n - 1; at n one changes, and
-        # what the model does there is not known: the export is valid below it
-        results[s].setdefault(n, "unchecked")
+        # what the model does there is not known: the export is valid below it. Unless only
+        # torch's kernels decide there (a convolution picking another algorithm past 20480
+        # items) and the replay's shapes hold at n, just past it and at twice n (a slice end
+        # ``x[:, 2:100]`` decides S < 100 and gives 98 items at S=100 either way, not at 101):
+        # the graph runs the same ops at every size, so the next change is looked for instead
+        for _ in range(_FAR_KERNEL_FLIPS):
+            if not _kernel_only_far(signature, base_env, s, n, _shapes_past_flip):
+                break
+            # the decisions tracked are those the first search tracked (parities left out)
+            scanned = [signature({**base_env, s: k}) for k in range(1, _scan_top(base_env[s]) + 1)]
+            n = _far_flip(signature, base_env, s, n, scanned, since=signature({**base_env, s: n}))
+            if n is None:
+                break
+        if n is not None:  # a change not seen to be the kernels' alone, or one too many of them
+            results[s].setdefault(n, "unchecked")
     ranges = {s: _symbol_range(s, base_env[s], results[s]) for s in symbols}
     for s in symbols:
         # a model accepting only every N-th size: look for a finer step and for the smallest

@@ -114,13 +114,45 @@ def repeat_nearest(ctx: EmitContext, x: Value, factors: list, outs: list) -> Val
 
 
 def gather_nearest(ctx: EmitContext, x: Value, outs: list, scales: list, exact: bool) -> Value:
-    """Nearest resampling with any static sizes: one gather of constant indices per axis."""
-    ins = static_dims(x.shape[2:], "nearest interpolation with a non-integer factor")
-    for axis, (n_in, n_out, sf) in enumerate(zip(ins, outs, scales), start=2):
-        idx = nearest_indices(n_in, n_out, sf, exact)
-        if not np.array_equal(idx, np.arange(n_in)):
-            x = ctx.call("nnef.gather", x, ctx.const(idx), axis, with_dim(x.shape, axis, n_out))
+    """Nearest resampling with any sizes: one gather per axis, of constant indices where the sizes
+    are static, else of indices computed in the graph (:func:`nearest_indices_at_runtime`)."""
+    for axis, (n_in, n_out, sf) in enumerate(zip(list(x.shape[2:]), outs, scales), start=2):
+        if n_out is None or n_in is None:
+            raise EmitError("nearest interpolation on a dynamic size needs the traced output size, unknown here")
+        if isinstance(n_in, int) and isinstance(n_out, int):
+            idx = nearest_indices(n_in, n_out, sf, exact)
+            if not np.array_equal(idx, np.arange(n_in)):
+                x = ctx.call("nnef.gather", x, ctx.const(idx), axis, with_dim(x.shape, axis, n_out))
+        elif sf is not None or simplify(n_out - n_in) != 0:
+            idx = nearest_indices_at_runtime(ctx, n_in, n_out, sf, exact)
+            x = ctx.call("nnef.gather", x, idx, axis, with_dim(x.shape, axis, n_out))
     return x
+
+
+def nearest_indices_at_runtime(ctx: EmitContext, n_in, n_out, scale_factor: Optional[float], exact: bool) -> Value:
+    """The [n_out] i64 source indices of nearest resampling over dynamic sizes, computed in the
+    graph as torch computes them in float32: ``min(floor(dst * scale), n_in - 1)`` (``dst + 0.5``
+    for nearest-exact), ``scale`` being ``1 / scale_factor`` rounded to f32, else ``n_in / n_out``
+    rounded once to f32. That quotient is taken in f64 and cast: tract's f32 division is off by
+    an ulp in about 1 case in 4, which moves a floor at an integer point, while its f64 division
+    is correctly rounded (checked on 20000 pairs of sizes), and an f64 quotient of integers below
+    2**24 rounds to f32 as the f32 division does."""
+    from ...ir import DType
+    from ..helpers import cast, ew, un
+    from .creation import dim_tensor
+
+    if scale_factor:
+        scale = float(np.float32(1.0 / scale_factor))
+    else:
+        q = ew(ctx, "div", cast(ctx, dim_tensor(ctx, n_in, DType.I64), DType.F64),
+               cast(ctx, dim_tensor(ctx, n_out, DType.I64), DType.F64))
+        scale = cast(ctx, q, DType.F32)  # [1]
+    dst = ctx.call("nnef.range", 0, n_out, 1, DType.F32, (n_out,))
+    if exact:
+        dst = ew(ctx, "add", dst, 0.5)
+    src = cast(ctx, un(ctx, "floor", ew(ctx, "mul", dst, scale)), DType.I64)
+    last = n_in - 1 if isinstance(n_in, int) else ew(ctx, "sub", dim_tensor(ctx, n_in, DType.I64), 1)
+    return ew(ctx, "min", src, last)
 
 
 def linear_upsample_axis(ctx: EmitContext, x: Value, axis: int, k: int) -> Value:
