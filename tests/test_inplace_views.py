@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 import fx2nnef
-from fx2nnef.errors import Fx2NnefError, TraceError
+from fx2nnef.errors import TraceError
 from fx2nnef.targets.tolerance import compare_outputs
 from fx2nnef.targets.tract_runner import run_tract_many
 from harness import FnModule, check_op, randn
