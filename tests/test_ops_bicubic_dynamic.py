@@ -127,11 +127,35 @@ def test_size_without_closed_form_refused(tmp_path):
         export_dynamic(model, (1, 3, 10, 7), tmp_path)
 
 
-def test_antialias_refused(tmp_path):
+def test_antialias_on_dynamic_sizes_refused(tmp_path):
     model = FnModule(lambda self, x: F.interpolate(self.grid, size=(x.shape[2] // 4, x.shape[3] // 4), mode="bicubic",
                                                    antialias=True), grid=GRID)
-    with pytest.raises(UnsupportedOpError, match="antialias=True is not supported"):
+    with pytest.raises(UnsupportedOpError, match="antialias=True needs static sizes"):
         export_dynamic(model, (1, 3, 24, 36), tmp_path)
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
+@pytest.mark.parametrize("how", [dict(size=(5, 7)), dict(size=(20, 33)), dict(scale_factor=0.37),
+                                 dict(scale_factor=(0.5, 1.7)), dict(size=(4, 3), align_corners=True)],
+                         ids=["down", "up", "scale", "scales", "align_corners"])
+def test_antialias_static(tmp_path, mode, how):
+    """Antialiased resizing with static sizes (DINOv2 with registers' and TIPS' position
+    embeddings): one matrix per axis, whose weights are read from torch's own resize of unit
+    vectors (before: refused)."""
+    from harness import check_op, randn
+
+    r = check_op(lambda x: F.interpolate(x, mode=mode, antialias=True, **how), [randn(2, 3, 17, 12)], tmp_path)
+    assert r.check.ok
+
+
+def test_antialias_with_an_axis_of_one_refused(tmp_path):
+    """torch's antialiased weights differ on a tensor with a spatial size of 1 (its kernel then
+    mixes every output the same way): refused rather than guessed."""
+    from harness import check_op, randn
+
+    with pytest.raises(UnsupportedOpError, match="spatial size of 1"):
+        check_op(lambda x: F.interpolate(x, size=(5, 1), mode="bilinear", antialias=True), [randn(1, 1, 17, 1)],
+                 tmp_path)
 
 
 # transformers' vision transformers with interpolate_pos_encoding ------------------------------------
@@ -184,3 +208,16 @@ def test_dinov2(tmp_path):
     torch.manual_seed(0)
     dino = _randomize_norms(Dinov2Model(Dinov2Config(**TINY)))
     _check_vit_like(Wrapped(dino), tmp_path)
+
+
+def test_dinov2_with_registers_static(tmp_path):
+    """DINOv2 with registers resizes its position embeddings with antialiased bicubic: exported
+    with static sizes (dynamic ones stay refused clearly, see above)."""
+    import transformers as T
+
+    cfg = T.Dinov2WithRegistersConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                                      image_size=32, patch_size=8, num_register_tokens=2)
+    torch.manual_seed(0)
+    model = _randomize_norms(T.Dinov2WithRegistersModel(cfg).eval())
+    r = fx2nnef.export(model, (torch.randn(1, 3, 40, 56),), tmp_path / "m.nnef.tgz", target=fx2nnef.TractNNEF())
+    assert r.check.ok

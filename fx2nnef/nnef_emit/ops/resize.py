@@ -292,6 +292,23 @@ def cubic_along_at_runtime(ctx: EmitContext, x: Value, axis: int, n_out, scale_f
     return apply_along(ctx, padded, axis, _cubic_kernel(ctx, ew(ctx, "sub", src, p)))
 
 
+def antialias_matrix(n_in: int, n_out: int, scale_factor: Optional[float], mode: str, align_corners: bool) -> np.ndarray:
+    """The [n_out, n_in] matrix of torch's antialiased resampling along one axis, read from torch
+    itself: its resize of the ``n_in`` unit vectors (one per batch item, the other axis of size 1,
+    which its separable filter leaves as it is) gives each input pixel's weight in every output,
+    as torch computes and normalises them."""
+    # NOTE: the other axis is 2 (kept at 2): with an axis of 1, torch's antialiased kernel gives
+    # other weights (each output the same mix), as it does on a user's tensor of that shape, which
+    # the caller refuses
+    eye = torch.eye(n_in, dtype=torch.float32).reshape(n_in, 1, n_in, 1).expand(n_in, 1, n_in, 2).contiguous()
+    how = {"scale_factor": (scale_factor, 1.0)} if scale_factor is not None else {"size": (n_out, 2)}
+    with torch.no_grad():
+        out = F.interpolate(eye, mode=mode, align_corners=align_corners, antialias=True, **how)[..., 0]
+    if out.shape[2] != n_out:
+        raise EmitError(f"antialiased {mode} resampling of {n_in} items gives {out.shape[2]}, the trace {n_out}")
+    return out.reshape(n_in, n_out).T.numpy().astype(np.float64)
+
+
 def _axis_scales(scale_factor, recompute_scale_factor, n: int) -> list:
     """The scale factor torch uses for source indices along each axis (None: taken from the sizes;
     a Value: computed at run time, from dynamic sizes as in ``scale_factor=(h / N, w / N)``)."""
@@ -315,9 +332,23 @@ def interpolate(ctx: EmitContext, input: Value, size=None, scale_factor=None, mo
     n = rank(input) - 2
     outs = list(node_shape(ctx)[2:])
     scales = _axis_scales(scale_factor, recompute_scale_factor, n)
-    if antialias:
-        raise EmitError(f"F.interpolate(mode={mode!r}) with antialias=True is not supported")
     runtime_scales = any(isinstance(s, Value) for s in scales)
+    if antialias:
+        if mode not in ("bilinear", "bicubic"):
+            raise EmitError(f"F.interpolate(mode={mode!r}) with antialias=True is not supported (torch: "
+                            "bilinear and bicubic only)")
+        if runtime_scales or not all(isinstance(d, int) for d in list(input.shape[2:]) + outs):
+            raise EmitError(f"F.interpolate(mode={mode!r}) with antialias=True needs static sizes, got "
+                            f"{list(input.shape[2:])} -> {outs}")
+        if 1 in list(input.shape[2:]) + outs:
+            raise EmitError(f"F.interpolate(mode={mode!r}) with antialias=True and a spatial size of 1 "
+                            f"({list(input.shape[2:])} -> {outs}): torch's weights then depend on the memory layout")
+        x = input
+        for axis, (n_in, n_out, sf) in enumerate(zip(input.shape[2:], outs, scales), start=2):
+            m = antialias_matrix(n_in, n_out, sf, mode, bool(align_corners))
+            if m.shape[0] != m.shape[1] or not np.array_equal(m, np.eye(n_in)):
+                x = apply_along(ctx, x, axis, m)
+        return x
     if runtime_scales and mode not in ("linear", "bilinear", "bicubic", "trilinear"):
         raise EmitError(f"F.interpolate mode {mode!r} with a scale_factor computed at run time is not supported")
     if mode in ("nearest", "nearest-exact"):
