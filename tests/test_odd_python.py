@@ -243,3 +243,59 @@ def test_try_except_numpy_size_autocast_and_checkpoint(tmp_path):
         assert torch.is_autocast_enabled("cpu") is False
         with torch.autocast("cpu", dtype=torch.bfloat16):  # the patch is gone after the export
             assert torch.is_autocast_enabled("cpu")
+
+
+@torch.jit.script
+def _scripted_gate(x: torch.Tensor, k: int) -> torch.Tensor:
+    y = x * torch.sigmoid(1.702 * x)
+    for _ in range(k):
+        y = y + 0.5 * x
+    return y
+
+
+class _ScriptedBlock(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.scale = 0.5
+
+    def forward(self, x):
+        return torch.relu(self.lin(x)) * self.scale + x.mean(-1, keepdim=True)
+
+
+class _WithTorchScript(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.block = torch.jit.script(_ScriptedBlock())
+
+    def forward(self, x):
+        return _scripted_gate(self.block(x), 2) * 2
+
+
+def test_torchscript_functions_and_modules_are_traced_through_their_python(tmp_path):
+    """A ``torch.jit.script``-ed function or submodule takes tensors only, not traced values: its
+    Python source is traced instead (the function's, the scripted module's class forward on the
+    scripted module and its scripted children), with a dynamic size (before: "Expected a value of
+    type 'Tensor'" and "Tensor.forward: no lowering")."""
+    model = _WithTorchScript().eval()
+    r = fx2nnef.export(model, (randn(2, 5, 4),), tmp_path / "m.nnef.tgz",
+                       target=fx2nnef.TractNNEF(dynamic_axes={"x": {1: "S"}}))
+    assert r.check.ok and len(r.check.cases) == 3 and not r.ranges
+    assert _scripted_gate(torch.ones(1), 1).shape == (1,)  # the patch is gone after the export
+
+
+def test_loaded_torchscript_module_is_refused_clearly(tmp_path):
+    """A module loaded with torch.jit.load has no Python class left to trace: the error says so."""
+    path = tmp_path / "block.pt"
+    torch.jit.save(torch.jit.script(_ScriptedBlock()), str(path))
+
+    class Holder(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.block = torch.jit.load(str(path))
+
+        def forward(self, x):
+            return self.block(x)
+
+    with pytest.raises(fx2nnef.TraceError, match="no Python class to trace"):
+        fx2nnef.export(Holder().eval(), (randn(2, 4),), tmp_path / "m.nnef.tgz")

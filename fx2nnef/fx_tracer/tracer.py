@@ -9,6 +9,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import dataclasses
+import functools
 import operator
 from typing import Any, Callable, Optional
 
@@ -294,6 +295,7 @@ class CustomTracer(fx.Tracer):
             return packed_rnn_call(self, m, args, kwargs)  # pack_padded_sequence -> RNN: see .packed
         if any(type(a) is torch.nn.utils.rnn.PackedSequence for a in list(args) + list(kwargs.values())):
             refuse_packed_sequences(m, args, kwargs)
+        forward = _script_module_forward(m, forward)
         try:
             self.path_of_module(m)
         except NameError:
@@ -447,6 +449,33 @@ def _traced_callable(obj):
     return _orig_callable(obj)
 
 
+def _script_function_call(original):
+    """``ScriptFunction.__call__`` that runs a ``@torch.jit.script`` function's Python source when
+    given traced values (TorchScript takes tensors only); its source is what it computes."""
+    def call(self, *args, **kwargs):
+        python = getattr(self, "_torchdynamo_inline", None)
+        if python is not None and (_contains_proxy(args) or _contains_proxy(kwargs)):
+            return python(*args, **kwargs)
+        return original(self, *args, **kwargs)
+    return call
+
+
+def _script_module_forward(m, forward):
+    """The forward to trace through for ``m``: for a ``torch.jit.script``-ed module, its Python
+    class's forward run on the scripted module (its submodules, parameters and constants are
+    there), since TorchScript takes tensors only."""
+    if not isinstance(m, torch.jit.RecursiveScriptModule):
+        return forward
+    py_class = getattr(getattr(m, "_concrete_type", None), "py_class", None)
+    py_forward = getattr(py_class, "forward", None)
+    if py_forward is None:
+        loc = user_frame_location()
+        raise TraceError(f"the TorchScript module {m.original_name}{' at ' + str(loc) if loc else ''} has no "
+                         "Python class to trace (loaded with torch.jit.load?): export the module it was "
+                         "scripted from")
+    return functools.partial(py_forward, m)
+
+
 @contextlib.contextmanager
 def tracing_patches(tracer: CustomTracer):
     """Answer ``isinstance`` from example values, record factories called with size proxies and
@@ -483,6 +512,8 @@ def tracing_patches(tracer: CustomTracer):
     builtins.isinstance = _traced_isinstance
     builtins.callable = _traced_callable
     torch.Tensor.__getitem__ = getitem
+    script_call = torch.jit.ScriptFunction.__call__
+    torch.jit.ScriptFunction.__call__ = _script_function_call(script_call)
     try:
         for name, fn in methods.items():
             setattr(torch.Tensor, name, wrap_method(name, fn))
@@ -497,6 +528,7 @@ def tracing_patches(tracer: CustomTracer):
         builtins.isinstance = _orig_isinstance
         builtins.callable = _orig_callable
         torch.Tensor.__getitem__ = orig_getitem
+        torch.jit.ScriptFunction.__call__ = script_call
         for name, fn in methods.items():
             setattr(torch.Tensor, name, fn)
         for name, fn in saved.items():
