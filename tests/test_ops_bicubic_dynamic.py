@@ -6,6 +6,7 @@ the export, then run in tract at other sizes (on integer source positions, downs
 and compared with PyTorch."""
 import math
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -127,11 +128,28 @@ def test_size_without_closed_form_refused(tmp_path):
         export_dynamic(model, (1, 3, 10, 7), tmp_path)
 
 
-def test_antialias_on_dynamic_sizes_refused(tmp_path):
-    model = FnModule(lambda self, x: F.interpolate(self.grid, size=(x.shape[2] // 4, x.shape[3] // 4), mode="bicubic",
-                                                   antialias=True), grid=GRID)
-    with pytest.raises(UnsupportedOpError, match="antialias=True needs static sizes"):
-        export_dynamic(model, (1, 3, 24, 36), tmp_path)
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
+@pytest.mark.parametrize("how", ["grid_to_size", "half", "to_fixed"])
+def test_antialias_on_dynamic_sizes(tmp_path, mode, how):
+    """Antialiased resizing over dynamic sizes: torch's filter over every input pixel, normalised
+    per row, computed in the graph (continuous in the scale, no floor); run at other sizes,
+    down- and upsampling."""
+    from fx2nnef.targets.tract_runner import run_tract_many
+
+    fns = {
+        "grid_to_size": lambda self, x: F.interpolate(self.grid, size=(x.shape[2] // 4, x.shape[3] // 4), mode=mode,
+                                                      antialias=True),
+        "half": lambda self, x: F.interpolate(x, scale_factor=0.5, mode=mode, antialias=True),
+        "to_fixed": lambda self, x: F.interpolate(x, size=(7, 5), mode=mode, antialias=True),
+    }
+    model = FnModule(fns[how], grid=GRID)
+    r = export_dynamic(model, (1, 3, 40, 56), tmp_path)
+    assert not r.ranges, r.ranges
+    ins = [randn(1, 3, h, w, seed=h) for h, w in ((32, 32), (64, 24), (16, 72), (88, 60))]
+    for x, got in zip(ins, run_tract_many(r.path, [[x.numpy()] for x in ins])):
+        with torch.no_grad():
+            expected = model(x).numpy()
+        np.testing.assert_allclose(got[0], expected, atol=1e-4, rtol=5e-4, err_msg=str(x.shape))
 
 
 @pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
@@ -211,8 +229,10 @@ def test_dinov2(tmp_path):
 
 
 def test_dinov2_with_registers_static(tmp_path):
-    """DINOv2 with registers resizes its position embeddings with antialiased bicubic: exported
-    with static sizes (dynamic ones stay refused clearly, see above)."""
+    """DINOv2 with registers resizes its position embeddings with antialiased bicubic to
+    ``size=(torch_int(height), torch_int(width))``: exported with static sizes, and with dynamic H
+    and W run at other sizes (transformers' torch_int keeps a traced size traced; before: int()
+    fixed it, valid for 40 <= H <= 45 only)."""
     import transformers as T
 
     cfg = T.Dinov2WithRegistersConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
@@ -221,3 +241,16 @@ def test_dinov2_with_registers_static(tmp_path):
     model = _randomize_norms(T.Dinov2WithRegistersModel(cfg).eval())
     r = fx2nnef.export(model, (torch.randn(1, 3, 40, 56),), tmp_path / "m.nnef.tgz", target=fx2nnef.TractNNEF())
     assert r.check.ok
+    r = fx2nnef.export(model, (torch.randn(1, 3, 40, 56),), tmp_path / "d.nnef.tgz", input_names=["pixel_values"],
+                       target=fx2nnef.TractNNEF(dynamic_axes={"pixel_values": {2: "H", 3: "W"}}))
+    assert r.check.ok
+    ins = [torch.randn(1, 3, h, w, generator=torch.Generator().manual_seed(h)) for h, w in ((32, 32), (64, 24))]
+    from fx2nnef.targets.tract_runner import run_tract_many
+    for x, got in zip(ins, run_tract_many(r.path, [[x.numpy()] for x in ins])):
+        with torch.no_grad():
+            expected = model(x).last_hidden_state.numpy()
+        np.testing.assert_allclose(got[0], expected, atol=1e-4, rtol=5e-4)
+    assert not r.ranges["H"].hi and not r.ranges["W"].hi, r.ranges
+    import transformers.models.dinov2_with_registers.modeling_dinov2_with_registers as module
+    from transformers.utils.generic import torch_int
+    assert module.torch_int is torch_int  # the patch is gone after the export

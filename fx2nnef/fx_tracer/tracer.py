@@ -10,7 +10,9 @@ import builtins
 import contextlib
 import dataclasses
 import functools
+import math
 import operator
+import sys
 from typing import Any, Callable, Optional
 
 import torch
@@ -449,6 +451,38 @@ def _traced_callable(obj):
     return _orig_callable(obj)
 
 
+def _traced_torch_int(x):
+    """transformers' ``torch_int`` on a traced size stays traced (an int as it is, a non-negative
+    float floored, as ``int()`` truncates): ``size=(torch_int(height), torch_int(width))`` of a
+    position-embedding resize then follows the image size instead of fixing it."""
+    if type(x) is CustomProxy and isinstance(x.value, (int, float)) and not isinstance(x.value, bool):
+        if isinstance(x.value, int):
+            return x
+        if x.value >= 0:
+            return math.floor(x)
+    return int(x)
+
+
+@contextlib.contextmanager
+def _transformers_number_casts():
+    """Route the ``torch_int`` of every loaded transformers module to :func:`_traced_torch_int`
+    (each module holds its own reference to it)."""
+    generic = sys.modules.get("transformers.utils.generic")
+    original = getattr(generic, "torch_int", None)
+    if original is None:
+        yield
+        return
+    users = [m for name, m in list(sys.modules.items())
+             if name.startswith("transformers") and getattr(m, "torch_int", None) is original]
+    for m in users:
+        m.torch_int = _traced_torch_int
+    try:
+        yield
+    finally:
+        for m in users:
+            m.torch_int = original
+
+
 def _script_function_call(original):
     """``ScriptFunction.__call__`` that runs a ``@torch.jit.script`` function's Python source when
     given traced values (TorchScript takes tensors only); its source is what it computes."""
@@ -521,8 +555,8 @@ def tracing_patches(tracer: CustomTracer):
             setattr(torch, name, wrap(fn))
         for name, fn in checks.items():
             setattr(torch, name, _concrete_check(fn, _CHECK_FUNCTIONS[name]))
-        with control_flow_patches(tracer), (loop_range_patch(tracer) if tracer.roll_loops
-                                             else contextlib.nullcontext()):
+        with control_flow_patches(tracer), _transformers_number_casts(), \
+                (loop_range_patch(tracer) if tracer.roll_loops else contextlib.nullcontext()):
             yield
     finally:
         builtins.isinstance = _orig_isinstance

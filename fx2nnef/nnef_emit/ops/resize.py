@@ -209,6 +209,20 @@ def _source_positions(ctx: EmitContext, n_in, n_out, scale_factor: Optional[floa
     from ...ir import DType
     from ..helpers import cast, ew
 
+    dst = _positions(ctx, n_out, as_column=True)
+    scale = _source_step(ctx, n_in, n_out, scale_factor, align_corners)
+    if align_corners:
+        return ew(ctx, "mul", dst, scale)
+    return ew(ctx, "sub", ew(ctx, "mul", ew(ctx, "add", dst, 0.5), scale), 0.5)
+
+
+def _source_step(ctx: EmitContext, n_in, n_out, scale_factor, align_corners: bool):
+    """torch's ``area_pixel_compute_scale``: ``(n_in - 1) / (n_out - 1)`` (0 for one output) with
+    ``align_corners``, else ``1 / scale_factor`` when given (a number, or a Value computed at run
+    time), else ``n_in / n_out``; a number, or a [1] f32 tensor when a size is dynamic."""
+    from ...ir import DType
+    from ..helpers import cast, ew
+
     def num(a, op, b):  # a op b on numbers or tensors
         if not isinstance(a, Value) and not isinstance(b, Value):
             return float(np.float32({"sub": a - b, "div": np.float32(a) / np.float32(b) if b else 0.0,
@@ -217,19 +231,16 @@ def _source_positions(ctx: EmitContext, n_in, n_out, scale_factor: Optional[floa
             a = ctx.const(np.full([1], a, dtype=np.float32), DType.F32)
         return ew(ctx, op, a, b)
 
-    dst = _positions(ctx, n_out, as_column=True)
     if align_corners:  # (n_in - 1) / (n_out - 1), and 0 for one output (every output reads pixel 0)
         last = _runtime_f32(ctx, n_in - 1) if isinstance(n_in, SymDim) else float(n_in - 1)
         steps = _runtime_f32(ctx, n_out - 1) if isinstance(n_out, SymDim) else float(n_out - 1)
-        return ew(ctx, "mul", dst, num(last, "div", num(steps, "max", 1.0)))
+        return num(last, "div", num(steps, "max", 1.0))
     if isinstance(scale_factor, Value):  # computed from sizes at run time (h / N): 1 / scale_factor
-        scale = ew(ctx, "div", ctx.const(np.ones([1], dtype=np.float32), DType.F32),
-                   cast(ctx, scale_factor, DType.F32))
-    elif scale_factor:
-        scale = float(np.float32(1.0 / scale_factor))
-    else:
-        scale = num(_runtime_f32(ctx, n_in), "div", _runtime_f32(ctx, n_out))
-    return ew(ctx, "sub", ew(ctx, "mul", ew(ctx, "add", dst, 0.5), scale), 0.5)
+        return ew(ctx, "div", ctx.const(np.ones([1], dtype=np.float32), DType.F32),
+                  cast(ctx, scale_factor, DType.F32))
+    if scale_factor:
+        return float(np.float32(1.0 / scale_factor))
+    return num(_runtime_f32(ctx, n_in), "div", _runtime_f32(ctx, n_out))
 
 
 def linear_matrix_at_runtime(ctx: EmitContext, n_in, n_out, scale_factor: Optional[float],
@@ -250,14 +261,42 @@ def linear_matrix_at_runtime(ctx: EmitContext, n_in, n_out, scale_factor: Option
     return ew(ctx, "max", ew(ctx, "sub", 1.0, dist), 0.0)
 
 
-def _cubic_kernel(ctx: EmitContext, x: Value) -> Value:
+def antialias_matrix_at_runtime(ctx: EmitContext, n_in, n_out, scale_factor, mode: str, align_corners: bool) -> Value:
+    """The [n_out, n_in] matrix of torch's antialiased resampling along an axis of dynamic size,
+    computed at run time. torch weighs pixel h of output j by ``f((h - c_j + 0.5) * inv)``, with
+    the centre ``c_j = scale * (j + 0.5)``, ``inv = 1 / max(scale, 1)`` and the filter f (a triangle
+    for bilinear, the cubic kernel with a = -0.5 for bicubic), over a window that holds every
+    pixel of the input where f is not 0 and no other (no edge clamping), then divides each row by
+    its sum. So f over every pixel, normalised per row, is torch's matrix; it has no floor and is
+    continuous in the scale, so an ulp of difference in tract's scale moves the result by about
+    an ulp."""
+    from ...ir import DType
+    from ..helpers import ew
+    from .reduce import reduce
+
+    scale = _source_step(ctx, n_in, n_out, scale_factor, align_corners)
+    centre = ew(ctx, "mul", ew(ctx, "add", _positions(ctx, n_out, as_column=True), 0.5), scale)  # [n_out, 1]
+    if isinstance(scale, Value):
+        inv = ew(ctx, "div", ctx.const(np.ones([1], dtype=np.float32), DType.F32), ew(ctx, "max", scale, 1.0))
+    else:
+        inv = float(np.float32(1.0) / np.float32(max(scale, 1.0)))
+    offsets = ew(ctx, "mul", ew(ctx, "add", ew(ctx, "sub", _positions(ctx, n_in, as_column=False), centre), 0.5), inv)
+    if mode == "bilinear":
+        d = ctx.op("abs", offsets, out_dtype=DType.F32, out_shape=offsets.shape)
+        w = ew(ctx, "max", ew(ctx, "sub", 1.0, d), 0.0)
+    else:
+        w = _cubic_kernel(ctx, offsets, a=-0.5)
+    total = reduce(ctx, "sum_reduce", w, [1], True)
+    return ew(ctx, "div", w, total)
+
+
+def _cubic_kernel(ctx: EmitContext, x: Value, a: float = CUBIC_A) -> Value:
     """torch's cubic convolution kernel K at the offsets ``x`` (any shape, f32): the inner piece
     on |x| <= 1, the outer piece on 1 <= |x| <= 2, 0 beyond. Written without comparisons as
     ``inner(min(d, 1)) + outer(clamp(d, 1, 2))`` with d = |x|: inner(1) = outer(1) = outer(2) = 0
     exactly in f32, so each piece vanishes where the other one holds, and K stays continuous."""
     from ..helpers import ew
 
-    a = CUBIC_A
     d = ctx.op("abs", x, out_dtype=x.dtype, out_shape=x.shape)
     u = ew(ctx, "min", d, 1.0)
     v = ew(ctx, "min", ew(ctx, "max", d, 1.0), 2.0)
@@ -337,17 +376,21 @@ def interpolate(ctx: EmitContext, input: Value, size=None, scale_factor=None, mo
         if mode not in ("bilinear", "bicubic"):
             raise EmitError(f"F.interpolate(mode={mode!r}) with antialias=True is not supported (torch: "
                             "bilinear and bicubic only)")
-        if runtime_scales or not all(isinstance(d, int) for d in list(input.shape[2:]) + outs):
-            raise EmitError(f"F.interpolate(mode={mode!r}) with antialias=True needs static sizes, got "
-                            f"{list(input.shape[2:])} -> {outs}")
         if 1 in list(input.shape[2:]) + outs:
             raise EmitError(f"F.interpolate(mode={mode!r}) with antialias=True and a spatial size of 1 "
                             f"({list(input.shape[2:])} -> {outs}): torch's weights then depend on the memory layout")
+        if any(d is None for d in outs):
+            raise EmitError(f"antialiased {mode} interpolation on a dynamic size needs the traced output size, "
+                            "unknown here")
         x = input
         for axis, (n_in, n_out, sf) in enumerate(zip(input.shape[2:], outs, scales), start=2):
-            m = antialias_matrix(n_in, n_out, sf, mode, bool(align_corners))
-            if m.shape[0] != m.shape[1] or not np.array_equal(m, np.eye(n_in)):
-                x = apply_along(ctx, x, axis, m)
+            if isinstance(n_in, int) and isinstance(n_out, int) and not isinstance(sf, Value):
+                m = antialias_matrix(n_in, n_out, sf, mode, bool(align_corners))
+                if m.shape[0] != m.shape[1] or not np.array_equal(m, np.eye(n_in)):
+                    x = apply_along(ctx, x, axis, m)
+            else:
+                x = apply_along(ctx, x, axis, antialias_matrix_at_runtime(ctx, n_in, n_out, sf, mode,
+                                                                          bool(align_corners)))
         return x
     if runtime_scales and mode not in ("linear", "bilinear", "bicubic", "trilinear"):
         raise EmitError(f"F.interpolate mode {mode!r} with a scale_factor computed at run time is not supported")
