@@ -299,3 +299,18 @@ def test_loaded_torchscript_module_is_refused_clearly(tmp_path):
 
     with pytest.raises(fx2nnef.TraceError, match="no Python class to trace"):
         fx2nnef.export(Holder().eval(), (randn(2, 4),), tmp_path / "m.nnef.tgz")
+
+
+def test_round_of_a_traced_size_is_a_decision(tmp_path):
+    """``round(S / 4)`` reads the size as a Python number, like int(): a decision whose range is
+    where it gives the example's number (Python rounds halves to even: 6 <= S <= 10 for S=7)
+    (before: a TypeError, the proxy had no __round__)."""
+    import torch.nn.functional as F
+
+    class Pad(nn.Module):
+        def forward(self, x):
+            return F.pad(x, (0, 0, 0, round(x.shape[1] / 4) * 4 - x.shape[1] + 2)) * 2
+
+    r = fx2nnef.export(Pad().eval(), (randn(2, 7, 3),), tmp_path / "m.nnef.tgz",
+                       target=fx2nnef.TractNNEF(dynamic_axes={"x": {1: "S"}}))
+    assert r.check.ok and (r.ranges["S"].lo, r.ranges["S"].hi) == (6, 10), r.ranges

@@ -213,7 +213,7 @@ def _output_nodes(gm) -> set:
 
 
 def _guard_holds(g: GuardRecord, value) -> bool:
-    fn = {"bool": bool, "int": int, "index": int, "float": float, "len": int, "count": len}.get(g.op)
+    fn = {"bool": bool, "int": int, "index": int, "float": float, "round": round, "len": int, "count": len}.get(g.op)
     try:
         return fn(value) == g.expected if fn else True
     except Exception:  # noqa: BLE001
@@ -452,7 +452,7 @@ def guard_flip_sizes(gm, example, names, dynamic_axes, guards, base_env, data_de
     return found
 
 
-_NUMBER_GUARDS = ("int", "len", "index", "float")
+_NUMBER_GUARDS = ("int", "len", "index", "float", "round")
 
 
 def _signature(rep: Replay, guards: list, data_dep: set):

@@ -82,6 +82,11 @@ class CustomProxy(fx.Proxy):
     def __float__(self):
         return self.tracer.guard(self, float, "float")
 
+    def __round__(self, ndigits=None):
+        if ndigits is not None:  # a float: its value read as float() does, then rounded
+            return round(float(self), ndigits)
+        return self.tracer.guard(self, round, "round")
+
     def __array__(self, dtype=None, copy=None):
         """numpy on a traced Python number (``np.sqrt(x.shape[-1])``): its value, read as
         ``int()``/``float()`` would be (a decision, recorded as a guard). numpy on a traced tensor

@@ -353,7 +353,7 @@ class CustomTracer(fx.Tracer):
 
 
 # Python conversions of a traced value that hand the model a number (checked by data_dep.check_number_reads)
-_NUMBER_READS = {"int", "index", "float"}
+_NUMBER_READS = {"int", "index", "float", "round"}
 
 # ops returning a number of tensors that a size decides
 _SPLITTING = {"split", "chunk", "unbind", "tensor_split", "split_with_sizes", "hsplit", "vsplit", "dsplit",
