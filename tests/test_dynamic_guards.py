@@ -459,3 +459,19 @@ def test_branch_taken_on_odd_sizes_only_is_traced_there(tmp_path):
     r = _one_symbol(fn, (2, 8, 3), 1, tmp_path, top=13)
     assert not r.ranges, r.ranges
     assert any("traced again at" in n for n in r.notes), r.notes
+
+
+def test_refusal_far_below_the_example_is_bisected_close(tmp_path):
+    """A reflect pad of 64 refuses T <= 64; for an example of 4000 the probes bisect between the
+    refused sizes and the good ones to within a few sizes of it (before: 4 probes, T >= 1032)."""
+    class Frames(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv1d(1, 2, 128, stride=64)
+
+        def forward(self, x):
+            return self.conv(F.pad(x.unsqueeze(1), (64, 64), mode="reflect"))
+
+    r = fx2nnef.export(Frames().eval(), (torch.randn(1, 4000),), tmp_path / "m.nnef.tgz", input_names=["x"],
+                       target=fx2nnef.TractNNEF(dynamic_axes={"x": {1: "T"}}))
+    assert r.check.ok and 65 <= r.ranges["T"].lo <= 72 and r.ranges["T"].hi is None, r.ranges

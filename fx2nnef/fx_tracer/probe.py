@@ -1025,7 +1025,10 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
         # a model accepting only every N-th size: look for a finer step and for the smallest
         # accepted size below the lowest probed one (a few more runs only for such models)
         v = base_env[s]
-        for _ in range(4):
+        # up to 12 probes: a bound set by the model's refusals far below the example (a reflect
+        # pad refusing T <= 64 for an example of 4000) is bisected to within a few sizes; those
+        # probes run below the example, at its cost or less
+        for _ in range(12):
             rng = ranges[s]
             finer = [v + d for d in range(rng.step - 1, 0, -1) if rng.step % d == 0 and v + d not in results[s]]
             # the smallest size on the step, when nothing bounds the range below: probed, not assumed
