@@ -142,3 +142,27 @@ def test_khronos_names_tract_only_ops(tmp_path):
     # static shapes fold the arange to a constant: exports fine for Khronos
     r = fx2nnef.export(Arange(), (randn(2, 5),), tmp_path / "k", target=fx2nnef.KhronosNNEF())
     assert r.check.ok
+
+
+def test_a_size_without_form_is_named_not_a_converter_crash():
+    """A tensor whose size on some axis follows no form found for the dynamic sizes (fitted from
+    probes, None in the IR) makes its op fail with a message that says so and what to do (before:
+    the converter's own TypeError, "unsupported operand type(s) for *: 'int' and 'NoneType'")."""
+    from fx2nnef.ir import DType, Graph
+    from fx2nnef.nnef_emit.emitter import _unknown_size
+
+    g = Graph()
+    known, unknown = g.new_value("a", DType.F32, (1, 8)), g.new_value("b", DType.F32, (1, None, 8))
+
+    class Node:
+        outputs = [known]
+
+        def __init__(self, inputs):
+            self._inputs = inputs
+
+        def inputs(self):
+            return self._inputs
+
+    assert _unknown_size(Node([known])) is None
+    message = _unknown_size(Node([unknown]))
+    assert "'b' on axis 1 follows no form" in message and "other example sizes" in message

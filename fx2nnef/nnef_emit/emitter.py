@@ -195,13 +195,28 @@ def lower_nodes(ctx: EmitContext, graph: Graph, on_node: Optional[Callable[[], N
             problems.append(Problem(node.kind, node.where, str(exc)))
             failed.update(id(o) for o in node.outputs)
         except Exception as exc:  # noqa: BLE001 - a converter bug must still name the op
-            problems.append(Problem(node.kind, node.where, f"{type(exc).__name__}: {exc}"))
+            unknown = _unknown_size(node)
+            problems.append(Problem(node.kind, node.where, unknown or f"{type(exc).__name__}: {exc}"))
             failed.update(id(o) for o in node.outputs)
         if on_node is not None:
             on_node()
     ctx.node = None
     if problems:
         raise UnsupportedOpError(_problem_message(problems, target), problems)
+
+
+def _unknown_size(node) -> Optional[str]:
+    """Why ``node`` cannot be lowered when one of its tensors has a size no form was found for
+    (shapes fitted from probe runs that follow no polynomial or floor division), else None."""
+    for v in list(node.inputs()) + list(node.outputs):
+        shape = getattr(v, "shape", None)
+        if shape is not None and any(d is None for d in shape):
+            axes = [i for i, d in enumerate(shape) if d is None]
+            return (f"the size of '{v.name}' on axis {axes[0]} follows no form found for the dynamic sizes (the "
+                    "shapes were fitted from probe runs; see the notes for why the fake replay could not give "
+                    "them): export with other example sizes (a size of 1 deep in the model fixes it in the "
+                    "replay), or make those axes static")
+    return None
 
 
 @dataclasses.dataclass
