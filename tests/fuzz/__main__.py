@@ -1,6 +1,7 @@
 """Fuzz campaign from the command line (run from ``tests/``).
 
     python -m fuzz run --first 0 --count 2000 --out /tmp/fuzz     # one JSON line per program
+    python -m fuzz run --count 500 --focus fft,stft --out /tmp/f2  # those generators drawn 8x more often
     python -m fuzz minimise --out /tmp/fuzz --per-class 2         # smallest reproducer per class
     python -m fuzz summary --out /tmp/fuzz                        # counts per verdict and per class
 
@@ -24,6 +25,10 @@ from .runner import FAILING, minimise, run_program
 
 
 def _run(args) -> None:
+    from . import generator
+
+    for name in filter(None, args.focus.split(",")):
+        generator.FOCUS[name if name.startswith("g_") else "g_" + name] = args.focus_factor
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     counts: collections.Counter = collections.Counter()
@@ -109,6 +114,8 @@ def main() -> None:
     run.add_argument("--count", type=int, default=100)
     run.add_argument("--step", type=int, default=1)
     run.add_argument("--out", required=True)
+    run.add_argument("--focus", default="", help="generators drawn more often, e.g. fft,stft,resize")
+    run.add_argument("--focus-factor", type=float, default=8.0)
     mini = sub.add_parser("minimise")
     mini.add_argument("--out", required=True)
     mini.add_argument("--per-class", type=int, default=2)

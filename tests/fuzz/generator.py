@@ -17,16 +17,24 @@ from .builder import Builder
 from .ops_control import g_branch, g_loop, g_size_scalar
 from .ops_shapes import (g_cat_stack, g_conv_pool, g_expand_repeat, g_flip_roll, g_getitem, g_inplace_view, g_linear,
                          g_permute, g_reshape, g_setitem, g_softmax_norm, g_split, g_unsqueeze)
-from .ops_values import (g_arith, g_bitwise, g_compare, g_div, g_logical, g_pow, g_reduce, g_unary,
-                         g_where_clamp)
+from .ops_shapes import g_diag, g_scatter2, g_window
+from .ops_signal import g_fft, g_pool2, g_resize, g_stft
+from .ops_values import (g_arith, g_bitwise, g_compare, g_div, g_logical, g_pow, g_reduce, g_reduce2, g_special,
+                         g_unary, g_where_clamp)
 from .program import Program, d_eval
 GENERATORS = [
     (g_arith, 8), (g_div, 4), (g_pow, 2), (g_compare, 3), (g_logical, 2), (g_bitwise, 2), (g_where_clamp, 4),
     (g_unary, 6), (g_reduce, 6), (g_reshape, 4), (g_permute, 3), (g_unsqueeze, 2), (g_expand_repeat, 2),
     (g_cat_stack, 3), (g_split, 2), (g_flip_roll, 3), (g_getitem, 6), (g_setitem, 4), (g_inplace_view, 5),
     (g_linear, 4), (g_conv_pool, 2), (g_softmax_norm, 3), (g_branch, 4), (g_loop, 2), (g_size_scalar, 3),
+    # ops added later: FFT/STFT, pooling and resizing over dynamic sizes, special functions, scans,
+    # diagonals, scatters, windows and sizes computed from sizes
+    (g_fft, 2), (g_stft, 1), (g_pool2, 1), (g_resize, 1), (g_special, 3), (g_reduce2, 2), (g_diag, 2),
+    (g_scatter2, 2), (g_window, 3),
 ]
-_CONV_BOOST = {g_conv_pool: 12, g_softmax_norm: 4}
+_CONV_BOOST = {g_conv_pool: 12, g_softmax_norm: 4, g_pool2: 8, g_resize: 8, g_fft: 3}
+# generator name -> weight factor, for campaigns on some families (``python -m fuzz run --focus``)
+FOCUS: dict = {}
 
 
 def build(seed: int) -> Builder:
@@ -39,7 +47,8 @@ def build(seed: int) -> Builder:
     b.make_inputs()
     rng = b.rng
     target = rng.randint(2, 7)
-    weights = [(_CONV_BOOST.get(g, w) if b.theme.startswith("conv") else w) for g, w in GENERATORS]
+    weights = [(_CONV_BOOST.get(g, w) if b.theme.startswith("conv") else w) * FOCUS.get(g.__name__, 1)
+               for g, w in GENERATORS]
     for _ in range(40):
         if len(b.stmts) >= target:
             break

@@ -5,7 +5,7 @@ from typing import Optional
 
 from .builder import Builder, Val, broadcast, is_float, is_int
 from .ops_values import _scalar
-from .program import Dim, Stmt, d_add, d_ceildiv, d_floordiv, d_mul
+from .program import Dim, Stmt, d_add, d_ceildiv, d_eval, d_floordiv, d_mul
 
 
 
@@ -385,7 +385,8 @@ def _index(b: Builder, v: Val) -> Optional[tuple]:
             parts.append("None")
             shape.append(1)
         k += 1
-    while parts and parts[-1] == ":" and rng.random() < 0.7:
+    # (after an ellipsis the trailing ":" must stay: without them the ellipsis would cover other axes)
+    while parts and parts[-1] == ":" and not used_ellipsis and rng.random() < 0.7:
         parts.pop()
     if not parts:
         parts = ["..."]
@@ -776,4 +777,199 @@ def g_softmax_norm(b: Builder) -> bool:
         b.emit(f"self.{name}({v.name})", v.shape, "float32", -12, 12, "norm")
     else:
         b.emit(f"F.layer_norm({v.name}, ({last},), eps={_NORM_EPS})", v.shape, "float32", -8, 8, "norm")
+    return True
+
+
+def _square(b: Builder) -> Optional[Val]:
+    """A value whose last two axes are equal (preferably dynamic): a live one, or an outer product."""
+    sq = b.pick(lambda u: u.rank >= 2 and u.shape[-1] == u.shape[-2] and u.dtype != "bool" and u.group != "masked")
+    if sq is not None and b.rng.random() < 0.7:
+        return sq
+    v = b.pick(lambda u: u.rank in (1, 2) and u.dtype in ("float32", "int64") and not isinstance(u.shape[-1], int)
+               and b.numel_at_example(u.shape) <= 40)
+    if v is None:
+        return sq
+    v = b.tame(v, 4 if is_float(v.dtype) else 5)
+    return b.emit(f"{v.name}[..., :, None] * {v.name}[..., None, :]", v.shape + (v.shape[-1],), v.dtype,
+                  -v.bound ** 2, v.bound ** 2, "arith")
+
+
+def g_diag(b: Builder) -> bool:
+    """diagonal / diag / diag_embed on square (dynamic) sizes."""
+    rng = b.rng
+    kind = rng.choice(["diagonal", "diagonal", "diag_embed", "diag"])
+    if kind == "diag_embed":
+        v = b.pick(lambda u: u.rank in (1, 2) and u.dtype != "bool" and b.numel_at_example(u.shape) <= 40)
+        if v is None:
+            return False
+        o = rng.choice([0, 0, 1, -1, 2])
+        n = d_add(v.shape[-1], abs(o))
+        expr = f"torch.diag_embed({v.name}{f', offset={o}' if o else ''})"
+        if v.rank == 1 and rng.random() < 0.5:
+            expr = f"torch.diag({v.name}{f', {o}' if o else ''})"
+        b.emit(expr, v.shape[:-1] + (n, n), v.dtype, min(v.lo, 0), max(v.hi, 0), "diag")
+        return True
+    rect = b.pick(lambda u: u.rank == 2 and u.dtype != "bool" and len(u.dyn_axes()) == 1 and u.group != "masked")
+    if rect is not None and rng.random() < 0.2:
+        # min(S, c) items: the export is bounded on one side of c, or refused
+        n = f"min({rect.shape[0]}, {rect.shape[1]})"
+        b.emit(f"{rect.name}.diagonal()", (n,), rect.dtype, rect.lo, rect.hi, "diag", group=rect.group, contiguous=False)
+        return True
+    sq = _square(b)
+    if sq is None:
+        return False
+    n = sq.shape[-1]
+    o = rng.choice([0, 0, 1, -1])
+    if isinstance(n, int) and n <= abs(o):
+        return False
+    if not isinstance(n, int) and o:
+        b.min_dims.append((n, abs(o) + 1))
+    if kind == "diag" and sq.rank == 2:
+        expr = f"torch.diag({sq.name}{f', {o}' if o else ''})"
+        b.emit(expr, (d_add(n, -abs(o)),), sq.dtype, sq.lo, sq.hi, "diag")
+        return True
+    shape = sq.shape[:-2] + (d_add(n, -abs(o)),)
+    if sq.rank == 2 and rng.random() < 0.4:
+        expr = f"{sq.name}.diagonal({o})" if o else f"{sq.name}.diagonal()"
+    else:
+        expr = f"torch.diagonal({sq.name}, offset={o}, dim1=-2, dim2=-1)"
+    b.emit(expr, shape, sq.dtype, sq.lo, sq.hi, "diag", group=sq.group, contiguous=False, expanded=sq.expanded)
+    return True
+
+
+def g_scatter2(b: Builder) -> bool:
+    """masked_scatter, index_copy (distinct indices) and cross products."""
+    rng = b.rng
+    kind = rng.choice(["masked_scatter", "index_copy", "index_copy_perm", "cross"])
+    if kind == "cross":
+        v = b.pick(lambda u: is_float(u.dtype) and u.rank >= 1 and b.numel_at_example(u.shape) <= 200)
+        if v is None:
+            return False
+        threes = [i for i, d in enumerate(v.shape) if d == 3]
+        if threes and rng.random() < 0.7:
+            a = rng.choice(threes)
+            other = b.pick(lambda u: u is not v and u.dtype == v.dtype and u.shape == v.shape)
+            w = other.name if other is not None and rng.random() < 0.6 else \
+                b.param(tuple(3 if i == a else 1 for i in range(v.rank)))
+            wb = other.bound if other is not None and w == other.name else 1.0
+            fn = rng.choice([f"torch.cross({v.name}, {w}, dim={a})", f"torch.linalg.cross({v.name}, {w}, dim={a})"])
+            b.emit(fn, v.shape, "float32", -2 * v.bound * wb, 2 * v.bound * wb, "cross")
+            return True
+        p, q = b.param((3,)), b.param((3,))
+        b.emit(f"torch.linalg.cross({v.name}.unsqueeze(-1) * {p}, {q}.expand({v.name}.shape + (3,)))",
+               v.shape + (3,), "float32", -2 * v.bound, 2 * v.bound, "cross")
+        return True
+    v = b.pick(lambda u: u.rank >= 1 and u.dtype != "bool" and u.group != "masked")
+    if v is None:
+        return False
+    if kind == "masked_scatter":
+        m = b.pick(lambda m: m.dtype == "bool" and broadcast(v.shape, m.shape) == v.shape)
+        mexpr = m.name if m is not None else f"({v.name} > {0 if not is_float(v.dtype) else 0.3})"
+        src = b.pick(lambda u: u is not v and u.dtype == v.dtype and u.shape == v.shape)
+        a = rng.randrange(v.rank)
+        sexpr = src.name if src is not None else f"{v.name}.flip({a})"
+        lo, hi = (min(v.lo, src.lo), max(v.hi, src.hi)) if src is not None else (v.lo, v.hi)
+        b.emit(f"{v.name}.masked_scatter({mexpr}, {sexpr})", v.shape, v.dtype, lo, hi, "scatter2")
+        return True
+    a, spelled = b.rdim(v.rank)
+    n = v.shape[a]
+    if kind == "index_copy_perm":
+        # every index once, in reverse: the source lands mirrored
+        src = b.pick(lambda u: u is not v and u.dtype == v.dtype and u.shape == v.shape)
+        sexpr = src.name if src is not None else f"{v.name}.roll(1, {spelled})"
+        lo, hi = (min(v.lo, src.lo), max(v.hi, src.hi)) if src is not None else (v.lo, v.hi)
+        b.emit(f"{v.name}.index_copy({spelled}, torch.arange({b.dim_code(v, a)}).flip(0), {sexpr})", v.shape,
+               v.dtype, lo, hi, "scatter2")
+        return True
+    idx = rng.choice([[0], [1, 0], [0, 2], [2, 1]])
+    need = max(idx) + 1
+    if isinstance(n, int) and n < need:
+        return False
+    if not isinstance(n, int):
+        b.min_dims.append((n, need))
+    src_shape = list(v.shape)
+    src_shape[a] = len(idx)
+    if rng.random() < 0.5 and all(isinstance(d, int) for d in src_shape) and v.dtype == "float32":
+        sexpr, lo, hi = b.param(src_shape), -1, 1
+    else:
+        sexpr, lo, hi = f"{v.name}.narrow({spelled}, {need - len(idx)}, {len(idx)}).flip({spelled})", v.lo, v.hi
+    fn = rng.choice([f"{v.name}.index_copy({spelled}, torch.tensor({idx}), {sexpr})",
+                     f"torch.index_copy({v.name}, {spelled}, torch.tensor({idx}), {sexpr})"])
+    b.emit(fn, v.shape, v.dtype, min(v.lo, lo), max(v.hi, hi), "scatter2")
+    return True
+
+
+def g_window(b: Builder) -> bool:
+    """Sizes computed from sizes: as_strided sliding windows, slices with constant bounds past the
+    example size, F.pad to a multiple of k with math.ceil(S / k)."""
+    rng = b.rng
+    kind = rng.choice(["as_strided", "as_strided", "slice_past", "slice_past", "ceil_pad"])
+    v = b.pick(lambda u: u.rank >= 1 and u.dyn_axes() and u.group != "masked" and b.numel_at_example(u.shape) <= 300)
+    if v is None:
+        return False
+    if kind == "as_strided":
+        if v.rank > 3:
+            return False
+        L = v.shape[-1]
+        k = rng.choice([2, 3, 4])
+        step = rng.choice([1, 2, k])
+        if isinstance(L, int) and L < k:
+            return False
+        last = b.dim_code(v, v.rank - 1)
+        n_code = f"({last} - {k}) // {step} + 1"
+        n = d_add(d_floordiv(d_add(L, -k), step), 1) if not isinstance(L, int) else (L - k) // step + 1
+        sizes = [b.dim_code(v, i) for i in range(v.rank - 1)] + [n_code, str(k)]
+        strides = []
+        by_stride = rng.random() < 0.3
+        for i in range(v.rank - 1):
+            strides.append(f"{v.name}_c.stride({i})" if by_stride else
+                           " * ".join(b.dim_code(v, j) for j in range(i + 1, v.rank)))
+        strides += [str(step), "1"]
+        if not isinstance(L, int):
+            b.min_dims.append((L, k))
+        b.ambiguous.add(v.group)  # a view of v when v is contiguous, else of a copy
+        call = f"as_strided(({', '.join(sizes)}), ({', '.join(strides)}))"
+        if by_stride:
+            name = b.fresh()
+            val = Val(name, v.shape[:-1] + (n, k), v.dtype, v.lo, v.hi, 0.0, "amb:" + v.group, False)
+            b.stmts.append(Stmt([f"{v.name}_c = {v.name}.contiguous()", f"{name} = {v.name}_c.{call}"], "window", (name,)))
+            b.families.add("window")
+            b.vals.append(val)
+            return True
+        b.emit(f"{v.name}.contiguous().{call}", v.shape[:-1] + (n, k), v.dtype, v.lo, v.hi, "window",
+               group="amb:" + v.group, contiguous=False)
+        return True
+    a = rng.choice(v.dyn_axes())
+    d = v.shape[a]
+    ex = d_eval(d, b.example)
+    if kind == "slice_past":
+        end = ex + rng.randint(1, 6)
+        if rng.random() < 0.3:
+            idx, size = f"-{end}:", f"min({d}, {end})"
+        else:
+            # start 0 (x[:, :b] past the example size) included: the slice cleanup no longer
+            # takes it for a full slice
+            start = rng.randint(0, max(0, min(2, ex - 1)))
+            idx, size = f"{start}:{end}", f"(min({d}, {end}) - {start})"
+            b.min_dims.append((d, start + 1))
+        parts = ", ".join([":"] * a + [idx])
+        shape = list(v.shape)
+        shape[a] = size
+        b.emit(f"{v.name}[{parts}]", shape, v.dtype, v.lo, v.hi, "window", group=v.group, contiguous=False,
+               expanded=v.expanded)
+        return True
+    if v.dtype == "bool":
+        return False
+    k = rng.choice([2, 3, 4, 8])
+    last = v.rank - 1
+    L = v.shape[last]
+    dim = b.dim_code(v, last)
+    grow = f"math.ceil({dim} / {k}) * {k} - {dim}"
+    value = ""
+    if rng.random() < 0.4:
+        value = f", value={1.5 if is_float(v.dtype) else 1}"
+    front = rng.choice([0, 0, 1])
+    shape = list(v.shape)
+    shape[last] = d_add(d_mul(d_ceildiv(L, k), k), front)
+    b.emit(f"F.pad({v.name}, ({front}, {grow}){value})", shape, v.dtype, min(v.lo, 0, 1), max(v.hi, 0, 1.5), "window")
     return True

@@ -478,3 +478,100 @@ def g_reduce(b: Builder) -> bool:
                else f"{v.name}.std({spelled}, correction=0{kd})", shape, "float32", 0, B * B, "reduce")
         return True
     return False
+
+
+def g_special(b: Builder) -> bool:
+    """The special elementwise ops: logaddexp(2), xlogy, copysign, heaviside, sinc, logit, ldexp."""
+    rng = b.rng
+    v = b.pick(lambda v: is_float(v.dtype))
+    if v is None:
+        return False
+    kind = rng.choice(["logaddexp", "logaddexp2", "xlogy", "copysign", "heaviside", "sinc", "logit_eps", "logit",
+                       "ldexp"])
+    if kind == "sinc":
+        v = b.tame(v, 8)
+        b.emit(rng.choice([f"torch.sinc({v.name})", f"{v.name}.sinc()"]), v.shape, "float32", -0.25, 1, "special")
+        return True
+    if kind == "logit_eps":
+        eps = rng.choice([0.05, 0.1, 0.25])
+        hi = float(abs(__import__("math").log(eps / (1 - eps))))
+        b.emit(f"torch.logit({v.name}, eps={eps})", v.shape, "float32", -hi, hi, "special")
+        return True
+    if kind == "logit":
+        v = b.tame(v, 4)
+        b.emit(f"torch.logit(torch.sigmoid({v.name}) * 0.9 + 0.05)", v.shape, "float32", -3, 3, "special")
+        return True
+    u = _partner(b, v, ("float32",))
+    shape = broadcast(v.shape, u.shape)
+    if shape is None:
+        return False
+    if kind in ("logaddexp", "logaddexp2"):
+        v = b.tame(v, 8)
+        u = b.tame(u, 8) if u.name.isidentifier() else u
+        b.emit(f"torch.{kind}({v.name}, {u.name})", shape, "float32", min(v.lo, u.lo), max(v.hi, u.hi) + 1, "special")
+        return True
+    if kind == "xlogy":
+        v = b.tame(v, 8)
+        u = b.tame(u, 8) if u.name.isidentifier() else u
+        b.emit(f"torch.xlogy({v.name}, {u.name}.abs() + 0.1)", shape, "float32", -8 * 2.5, 8 * 2.5, "special")
+        return True
+    if kind == "copysign":
+        # -relu(u) is -0.0 where u <= 0: the sign of a negative zero is taken too
+        sign = u.name if rng.random() < 0.7 else f"-F.relu({u.name})"
+        b.emit(rng.choice([f"torch.copysign({v.name}, {sign})", f"{v.name}.copysign({sign})"]), shape, "float32",
+               -v.bound, v.bound, "special")
+        return True
+    if kind == "heaviside":
+        # x is often exactly 0 after relu or a clamp: then the values are taken
+        x = v if rng.random() < 0.5 else b.emit(f"F.relu({v.name})", v.shape, "float32", 0, max(v.hi, 0), "unary")
+        b.emit(f"torch.heaviside({x.name}, {u.name})", shape, "float32", min(0, u.lo), max(1, u.hi), "special")
+        return True
+    eshape = v.shape[-1:] if v.rank and isinstance(v.shape[-1], int) else (1,)
+    e = b.param(eshape, "int64", -2, 2, "int")
+    v = b.tame(v, 8)
+    b.emit(f"torch.ldexp({v.name}, {e})", broadcast(v.shape, eshape), "float32", -v.bound * 4, v.bound * 4, "special")
+    return True
+
+
+def g_reduce2(b: Builder) -> bool:
+    """Scans and reductions added later: logcumsumexp, nanmean, median and nanmedian over a dim, trapezoid."""
+    rng = b.rng
+    v = b.pick(lambda v: v.rank >= 1 and v.dtype != "bool")
+    if v is None:
+        return False
+    kind = rng.choice(["logcumsumexp", "nanmean", "median", "median", "nanmedian", "trapezoid"])
+    axis, spelled = b.rdim(v.rank)
+    keep = rng.random() < 0.4
+    kd = ", keepdim=True" if keep else ""
+    shape = list(v.shape)
+    if keep:
+        shape[axis] = 1
+    else:
+        del shape[axis]
+    fl = is_float(v.dtype)
+    n = d_eval(v.shape[axis], {k: 20 for k in b.example})
+    if kind == "median":
+        expr = rng.choice([f"{v.name}.median({spelled}{kd}).values", f"torch.median({v.name}, dim={spelled}{kd})[0]"])
+        b.emit(expr, shape, v.dtype, v.lo, v.hi, "reduce2")
+        return True
+    if not fl:
+        return False
+    if kind == "logcumsumexp":
+        v = b.tame(v, 8)
+        b.emit(rng.choice([f"torch.logcumsumexp({v.name}, {spelled})", f"{v.name}.logcumsumexp(dim={spelled})"]),
+               v.shape, "float32", -8, 12, "reduce2")
+        return True
+    if kind == "trapezoid":
+        b.emit(f"torch.trapezoid({v.name}, dim={spelled})", v.shape[:axis] + v.shape[axis + 1:], "float32",
+               -v.bound * n, v.bound * n, "reduce2")
+        return True
+    # NaN where the value is in its top part, except at each line's minimum: no line is all NaN
+    # (a NaN result would flow into ops whose NaN handling differs, relu(NaN) is NaN in torch only)
+    cut = round(v.lo + 0.8 * (v.hi - v.lo), 2)
+    masked = (f"{v.name}.masked_fill(({v.name} > {cut}) & ({v.name} != {v.name}.amin({spelled}, keepdim=True)), "
+              f"float('nan'))")
+    if kind == "nanmean":
+        b.emit(f"{masked}.nanmean({spelled}{kd})", shape, "float32", v.lo, v.hi, "reduce2")
+    else:
+        b.emit(f"{masked}.nanmedian({spelled}{kd}).values", shape, "float32", v.lo, v.hi, "reduce2")
+    return True

@@ -106,7 +106,7 @@ class Program:
 
     def source(self) -> str:
         """The whole program as Python source: imports, Program, make_inputs, sizes."""
-        lines = ["import torch", "import torch.nn.functional as F", "", "", "class Program(torch.nn.Module):",
+        lines = ["import math", "import torch", "import torch.nn.functional as F", "", "", "class Program(torch.nn.Module):",
                  "    def __init__(self):", "        super().__init__()"]
         lines += ["        " + line for line in self.init_lines]
         if self.init_lines:

@@ -157,7 +157,7 @@ def _diff_reason(diff) -> str:
 
 
 def _numpy(t) -> np.ndarray:
-    return t.detach().cpu().numpy().copy()
+    return t.detach().cpu().resolve_neg().resolve_conj().numpy().copy()  # x.imag of a conj view has the neg bit
 
 
 def _first_line(error: BaseException, limit: int = 200) -> str:

@@ -69,6 +69,38 @@ def _contraction_tile_made_opaque(ctx: EmitContext, v: Value, ax: int) -> Value:
     return v
 
 
+# NNEF ops computed item by item, and moves of axes: a broadcast (a ``tile`` of size-1 axes) stays one through them
+_ITEMWISE = frozenset({
+    "neg", "exp", "log", "sin", "cos", "tan", "abs", "sign", "tanh", "sigmoid", "sqrt", "rsqrt", "floor", "ceil",
+    "round", "not", "recip", "sinh", "cosh", "asin", "acos", "atan", "asinh", "acosh", "atanh", "tract_core_erf",
+    "tract_core_cast", "add", "sub", "mul", "div", "pow", "min", "max", "select", "and", "or", "lt", "gt", "le",
+    "ge", "eq", "ne", "relu", "elu", "leaky_relu", "softplus", "clamp", "copy", "exp2", "log2", "square",
+    "transpose", "unsqueeze", "squeeze",
+})
+
+
+def _itemwise_of_tile_made_opaque(ctx: EmitContext, v: Value, depth: int = 6) -> Value:
+    """NOTE: tract 0.23.9 also sees a broadcast through item-wise ops: a matmul operand computed
+    from an ``expand`` by unary ops (``(-x.expand(B, -1, -1)) @ w``, an exp, a cast, a GELU) is
+    taken as a tile and mis-handled as in ``_untiled_matmul``: a load failure ("Trying to
+    substitute a 3,T,4,F32 by 1,T,4,F32") with a static count, and silently size 1 on that axis
+    with a dynamic one. A runtime zero added to the operand hides the broadcast."""
+    frontier, seen = [v], set()
+    for _ in range(depth):
+        nxt = []
+        for u in frontier:
+            st = producer(ctx, u)
+            if st is None or id(st) in seen:
+                continue
+            seen.add(id(st))
+            if u is not v and st.op == "tile" and tiled_from(ctx, u) is not None:
+                return opaque(ctx, v)
+            if st.op in _ITEMWISE:
+                nxt += [a for a in st.args if isinstance(a, Value) and not a.is_constant]
+        frontier = nxt
+    return v
+
+
 def _concat_of_tile_made_opaque(ctx: EmitContext, v: Value) -> Value:
     """NOTE: tract 0.23.9 splits a matmul of a concatenation along the contracted axis into one
     product per piece, and one whose piece is a ``tile`` broadcasting a size-1 axis (DPT's readout,
@@ -100,6 +132,7 @@ def _matmul(ctx: EmitContext, a: Value, b: Value, transpose_b: bool = False) -> 
             return untiled
         a, b = (_contraction_tile_made_opaque(ctx, v, ax) for v, ax in ((a, r - 1), (b, r - 1 if transpose_b else r - 2)))
         a, b = (v if v.is_constant else _concat_of_tile_made_opaque(ctx, v) for v in (a, b))
+        a, b = (v if v.is_constant else _itemwise_of_tile_made_opaque(ctx, v) for v in (a, b))
     if ra == 1:
         a = ctx.op("unsqueeze", a, axes=[0], out_shape=(1,) + tuple(a.shape))
     if rb == 1:
@@ -403,6 +436,8 @@ def cross(ctx: EmitContext, input: Value, other: Value, dim=None):
     ``dim=None`` (torch.cross) takes the first axis of size 3, as torch does."""
     r = max(rank(input), rank(other))
     a, b = unsqueeze_to(ctx, input, r), unsqueeze_to(ctx, other, r)
+    if dim is None and ctx.node is not None and "linalg" in str(ctx.node.kind):
+        dim = -1  # torch.linalg.cross's default: the last axis, not the first one of size 3
     if dim is None:
         dim = next((i for i in range(r) if a.shape[i] == 3 and b.shape[i] == 3), None)
         if dim is None:

@@ -316,6 +316,9 @@ def adaptive_pool(ctx: EmitContext, input: Value, output_size, n: int, kind: str
     if all(o == 1 for o in outs):
         y = ctx.op(ADAPTIVE_REDUCE[kind], x, axes=list(range(2, n + 2)), out_shape=shape)
         return drop_batch(ctx, y, unbatched)
+    dynamic_out = next((o for o, i in zip(outs, x.shape[2:]) if not isinstance(o, int) and isinstance(i, int)), None)
+    if dynamic_out is not None:  # (area interpolation of a static size to another tensor's dynamic size)
+        raise EmitError(f"adaptive pooling to a dynamic size {dynamic_out} is not supported")
     if not all(isinstance(d, int) for d in x.shape[2:]):
         # a dynamic axis: its windows are computed at run time; static axes as below
         for axis, (i, o) in enumerate(zip(x.shape[2:], outs), start=2):

@@ -400,6 +400,9 @@ def interpolate(ctx: EmitContext, input: Value, size=None, scale_factor=None, mo
             return repeat_nearest(ctx, input, factors, outs)
         return gather_nearest(ctx, input, outs, scales, mode == "nearest-exact")
     if mode == "area":
+        # an unknown size (None) would mean "keep the input size" to adaptive_pool
+        if any(d is None for d in outs):
+            raise EmitError("area interpolation on a dynamic size needs the traced output size, unknown here")
         return adaptive_pool(ctx, input, outs, n, "avg")
     if mode not in ("linear", "bilinear", "bicubic", "trilinear"):
         raise EmitError(f"F.interpolate mode {mode!r} is not supported")

@@ -1,0 +1,104 @@
+"""Bugs found by the differential fuzzer (tests/fuzz), each as a small module exported with
+dynamic axes, checked by the export and then run in tract at other sizes against PyTorch."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from harness import check_op, randn, tract_matches_eager
+
+W = randn(6, 4, seed=3)
+
+
+def _check_sizes(fn, shapes, sizes, dynamic_axes, tmp_path, tolerance="approximate"):
+    """Export ``fn`` on inputs of ``shapes`` (checked at that size), then run the asset in tract at
+    each of ``sizes`` (one shape list per run) and compare with eager PyTorch."""
+    xs = [randn(*s, seed=k) for k, s in enumerate(shapes)]
+    result = check_op(fn, xs, tmp_path, tolerance=tolerance, dynamic_axes=dynamic_axes)
+    from harness import FnModule
+
+    sets = [[randn(*s, seed=10 + k + j) for j, s in enumerate(shape_set)] for k, shape_set in enumerate(sizes)]
+    tract_matches_eager(result.path, FnModule(fn), sets)
+    return result
+
+
+# tract 0.23.9 took a matmul operand computed from an expand by item-wise ops as a broadcast and
+# got its shape wrong: a load failure with a static count, size 1 (silently) with a dynamic one
+ITEMWISE_OF_EXPAND = [
+    ("neg", lambda x, z: (-x.expand(z.shape[0], -1, -1)) @ W),
+    ("exp", lambda x, z: torch.exp(x.expand(z.shape[0], -1, -1)) @ W),
+    ("gelu", lambda x, z: F.gelu(x.expand(z.shape[0], -1, -1)) @ W),
+    ("cast", lambda x, z: (x * 3).long().expand(z.shape[0], -1, -1).float() @ W),
+    ("linear", lambda x, z: F.linear(-x.expand(z.shape[0], -1, -1), W.t())),
+    ("transposed", lambda x, z: W.t() @ (-x.expand(z.shape[0], -1, -1)).mT),
+    ("dynamic_right", lambda x, z: torch.tanh(x.expand(z.shape[0], -1, -1)) @ x[0].t()),
+    ("static_count", lambda x, z: (-x.expand(3, -1, -1)) @ W),
+]
+
+
+@pytest.mark.parametrize("name,fn", ITEMWISE_OF_EXPAND, ids=[c[0] for c in ITEMWISE_OF_EXPAND])
+def test_matmul_of_itemwise_op_on_expand(name, fn, tmp_path):
+    _check_sizes(fn, [(1, 7, 6), (5,)], [[(1, 2, 6), (1,)], [(1, 9, 6), (3,)], [(1, 1, 6), (8,)]],
+                 {"x0": {1: "T"}, "x1": {0: "B"}}, tmp_path)
+
+
+def test_matmul_of_itemwise_op_on_row_expand(tmp_path):
+    """The row axis of the left operand broadcast to a dynamic count."""
+    _check_sizes(lambda x: (-x.expand(-1, x.shape[0], -1)) @ W, [(7, 1, 6)], [[(2, 1, 6)], [(9, 1, 6)], [(1, 1, 6)]],
+                 {"x0": {0: "T"}}, tmp_path)
+
+
+def test_irfft_of_rfft_of_expand(tmp_path):
+    """Fuzz seed 101 (default run): the inverse DFT's matmul took the negated imaginary part,
+    computed from an expand, as a tile and tract failed to load the asset."""
+    def fn(y):
+        v = y.roll(1).expand(3, -1, -1)
+        return torch.atan(torch.fft.irfft(torch.fft.rfft(v, dim=-1), n=v.shape[2], dim=-1))
+
+    _check_sizes(fn, [(7, 6)], [[(7, 1)], [(1, 2)], [(15, 13)], [(6, 5)]], {"x0": {0: "T", 1: "S"}}, tmp_path)
+
+
+def test_area_interpolation_to_an_unknown_size_is_refused(tmp_path):
+    """Fuzz seed 1103: area interpolation by 1.5 of a ceil_mode pool's dynamic output, whose size
+    the trace does not know, was lowered as adaptive pooling to None (keep the size): wrong shape
+    at every size where floor(1.5 * n) != n, and right at the example (n = 1) where they agree."""
+    from fx2nnef.errors import UnsupportedOpError
+
+    def fn(x):
+        return F.interpolate(F.avg_pool2d(x, 2, stride=3, ceil_mode=True), scale_factor=1.5, mode="area")
+
+    with pytest.raises(UnsupportedOpError, match="area interpolation on a dynamic size"):
+        check_op(fn, [randn(1, 2, 6, 3)], tmp_path, dynamic_axes={"x0": {3: "S"}})
+
+
+def test_area_interpolation_over_dynamic_sizes(tmp_path):
+    """Area interpolation to fixed sizes over a dynamic axis still exports (adaptive windows)."""
+    _check_sizes(lambda x: F.interpolate(x, size=(3, 4), mode="area"), [(1, 2, 6, 9)],
+                 [[(1, 2, 6, 4)], [(1, 2, 6, 13)], [(1, 2, 6, 2)]], {"x0": {3: "S"}}, tmp_path)
+
+
+CROSS = [
+    # torch.linalg.cross without dim works on the last axis, even when an earlier axis also has size 3
+    ("linalg_default_last_axis", lambda x, y: torch.linalg.cross(x, y)),
+    ("linalg_expanded_operand", lambda x, y: torch.linalg.cross(x * y, torch.tensor([0.3, -0.5, 0.8]).expand(x.shape))),
+    ("torch_cross_first_axis_of_3", lambda x, y: torch.cross(x, y, dim=0)),
+]
+
+
+@pytest.mark.parametrize("name,fn", CROSS, ids=[c[0] for c in CROSS])
+def test_cross_axis(name, fn, tmp_path):
+    """Fuzz seed 2279 (focused run): torch.linalg.cross(a, b) of [3, 4, S, 3] operands was taken
+    along axis 0 (torch.cross's dim=None rule), silently wrong at every size."""
+    _check_sizes(fn, [(3, 4, 5, 3), (3, 4, 5, 3)], [[(3, 4, 1, 3), (3, 4, 1, 3)], [(3, 4, 9, 3), (3, 4, 9, 3)]],
+                 {"x0": {2: "S"}, "x1": {2: "S"}}, tmp_path)
+
+
+def test_area_interpolation_of_a_static_size_to_a_dynamic_one_is_refused_clearly(tmp_path):
+    """Fuzz seed 2161 (focused run): a static 7 x 7 map resized with mode='area' to another
+    tensor's dynamic size failed inside the lowering (TypeError: int % SymDim)."""
+    from fx2nnef.errors import UnsupportedOpError
+
+    def fn(x):
+        return F.interpolate(F.adaptive_max_pool2d(x, (7, 7)), size=x.shape[-2:], mode="area")
+
+    with pytest.raises(UnsupportedOpError, match="adaptive pooling to a dynamic size"):
+        check_op(fn, [randn(1, 3, 6, 7)], tmp_path, dynamic_axes={"x0": {2: "S", 3: "T"}})
