@@ -155,8 +155,8 @@ def test_khronos(case, tmp_path):
 @pytest.mark.parametrize("fn, reason", [
     (lambda x: F.max_pool2d(x, 2, return_indices=True)[0], "return_indices"),
     (lambda x: F.adaptive_max_pool2d(x, 2, return_indices=True)[0], "return_indices"),
-    (lambda x: F.interpolate(x, scale_factor=0.5, mode="bilinear", antialias=True), "antialias"),
-], ids=["max_pool_indices", "adaptive_max_indices", "antialias"])
+    (lambda x: F.interpolate(x, size=(5, 1), mode="bilinear", antialias=True), "antialias=True and a spatial size of 1"),
+], ids=["max_pool_indices", "adaptive_max_indices", "antialias_size_1"])
 def test_unsupported(fn, reason, tmp_path):
     with pytest.raises(fx2nnef.UnsupportedOpError, match=reason):
         run_case(OpCase("unsupported", fn, [SQ]), tmp_path, "tract")

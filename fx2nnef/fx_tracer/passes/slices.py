@@ -10,7 +10,7 @@ _BIG = 2**62
 
 
 def _is_full(item, size) -> bool:
-    """``item`` selects the whole axis of length ``size`` (``size=None``: length unknown)."""
+    """``item`` selects the whole axis at every length (``size``: its length at the example)."""
     if item is Ellipsis:
         return True
     if not isinstance(item, slice):
@@ -20,7 +20,10 @@ def _is_full(item, size) -> bool:
         return False
     if start not in (None, 0) or step not in (None, 1):
         return False
-    return stop is None or stop >= _BIG or (size is not None and stop >= size)
+    # a constant end at or past the example's size (``x[:9]`` of S=5) is no full slice when the
+    # axis is dynamic: past that end the slice holds 9 items, not S; it stays a slice, whose
+    # lowering knows the axis (an end past a static size is dropped there)
+    return stop is None or stop >= _BIG
 
 
 def cleanup_slices(gm: fx.GraphModule) -> bool:
