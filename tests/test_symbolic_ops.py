@@ -264,3 +264,10 @@ def test_rounded_division_of_a_size_is_a_floor_division(tmp_path, size):
     def fn(x):
         return F.pad(x, (0, 0, 0, size(x.shape[1]) - x.shape[1])) * 2
     _export(fn, (2, 7, 3), 1, tmp_path, [1, 4, 5, 8, 13])
+
+
+def test_slice_from_the_start_past_the_example_is_bounded(tmp_path):
+    """``x[:, :9]`` of S=5 items holds S of them up to S=9 and 9 past it: not a full slice (the
+    slice cleanup dropped it, claiming every size: 11 items at S=11), bounded at S <= 9."""
+    r = _bounded_export(lambda x: x[:, :9] * 2, (2, 5, 3), tmp_path, [1, 5, 9], hi=9)
+    assert r.ranges["S"].lo is None
