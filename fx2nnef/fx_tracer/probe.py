@@ -885,18 +885,23 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
         exc.env = env  # where the replay's shapes stop holding: a replay with hints there may hold
         raise exc
 
+    def fake_records(env):
+        """Every node's record from a fake run at ``env``, or None when a node needs data or the
+        sizes are refused."""
+        started = time.perf_counter()
+        try:
+            records = shapes_at(gm, example, names, dynamic_axes, env, _record)
+        except ReplayUnavailable:
+            return None
+        finally:
+            RUNS.shapes += time.perf_counter() - started
+        RUNS.fake += 1
+        return records
+
     def probe(env):
         if _env_key(env) in kernel_only:
-            try:
-                started = time.perf_counter()
-                try:
-                    records = shapes_at(gm, example, names, dynamic_axes, env, _record)
-                finally:
-                    RUNS.shapes += time.perf_counter() - started
-            except ReplayUnavailable:  # a node needs data, or the sizes are refused: run for real
-                records = None
+            records = fake_records(env)  # None: run for real
             if records is not None:
-                RUNS.fake += 1
                 wrong = _shape_mismatch(rep, records, env)
                 if wrong is not None:
                     return _shapes_change(env, wrong)
@@ -950,15 +955,9 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
     def _shapes_past_flip(env):
         """A fake run at ``env``, past a size where only torch's kernels decide otherwise and the
         shapes were still alike: shapes that differ there bound the range."""
-        try:
-            started = time.perf_counter()
-            try:
-                records = shapes_at(gm, example, names, dynamic_axes, env, _record)
-            finally:
-                RUNS.shapes += time.perf_counter() - started
-        except ReplayUnavailable:
+        records = fake_records(env)
+        if records is None:
             return "unknown"
-        RUNS.fake += 1
         return "good" if _shape_mismatch(rep, records, env) is None else "bad"
 
     bad_detail: dict = {}

@@ -474,6 +474,15 @@ def cumprod_tract(ctx: EmitContext, input: Value, dim: int, *, dtype: Optional[D
     x = cast(ctx, input, _accumulate_dtype(input, dtype))
     if rank(x) == 0 or isinstance(x.shape[_scan_axis(dim, x)], int):
         return cumprod(ctx, input, dim, dtype=dtype)
+    chosen, order, r = _prefixes(ctx, x, dim, 1)
+    product = reduce(ctx, "tract_core_product_reduce", chosen, [r], keepdim=False)
+    return ctx.call("torch.permute", product, [int(i) for i in np.argsort(order)])
+
+
+def _prefixes(ctx: EmitContext, x: Value, dim: int, fill) -> tuple:
+    """``(chosen, order, r)``: ``x`` with the scanned axis ``dim`` moved last (``order``), spread
+    over a new last axis of the same length n where row i keeps the items up to i and ``fill``
+    after it (an [..., n, n] tensor, reduced over axis ``r`` to a running reduction)."""
     a, r = _scan_axis(dim, x), rank(x)
     n = x.shape[a]
     order = [i for i in range(r) if i != a] + [a]
@@ -485,10 +494,9 @@ def cumprod_tract(ctx: EmitContext, input: Value, dim: int, *, dtype: Optional[D
     prefix = ctx.call("nnef.compare", "le", later, rows)
     items = expand_to(ctx, ctx.op("unsqueeze", moved, axes=[r - 1], out_shape=tuple(moved.shape[:-1]) + (1, n),
                                   out_dtype=x.dtype), square)
-    chosen = ctx.op("select", prefix, items, full_like_value(ctx, 1, x.dtype, square), out_dtype=x.dtype,
+    chosen = ctx.op("select", prefix, items, full_like_value(ctx, fill, x.dtype, square), out_dtype=x.dtype,
                     out_shape=square)
-    product = reduce(ctx, "tract_core_product_reduce", chosen, [r], keepdim=False)
-    return ctx.call("torch.permute", product, [int(i) for i in np.argsort(order)])
+    return chosen, order, r
 
 
 def _lowest(dtype: DType, largest: bool):
@@ -636,19 +644,8 @@ def logcumsumexp_tract(ctx: EmitContext, input: Value, dim: int):
     x = to_float(ctx, input)
     if rank(x) == 0 or isinstance(x.shape[_scan_axis(dim, x)], int):
         return logcumsumexp(ctx, input, dim)
-    a, r = _scan_axis(dim, x), rank(x)
-    n = x.shape[a]
-    order = [i for i in range(r) if i != a] + [a]
-    moved = ctx.call("torch.permute", x, order)
-    square = tuple(moved.shape) + (n,)
-    positions = ctx.call("nnef.range", 0, n, 1, DType.I64, (n,))
-    later = expand_to(ctx, reshape_to(ctx, positions, [1] * (r - 1) + [1, n]), square)
-    rows = expand_to(ctx, reshape_to(ctx, positions, [1] * (r - 1) + [n, 1]), square)
-    prefix = ctx.call("nnef.compare", "le", later, rows)
-    items = expand_to(ctx, ctx.op("unsqueeze", moved, axes=[r - 1], out_shape=tuple(moved.shape[:-1]) + (1, n),
-                                  out_dtype=x.dtype), square)
-    chosen = ctx.op("select", prefix, items, full_like_value(ctx, -math.inf, x.dtype, square), out_dtype=x.dtype,
-                    out_shape=square)
+    chosen, order, r = _prefixes(ctx, x, dim, -math.inf)
+    square = tuple(chosen.shape)
     m = reduce(ctx, "max_reduce", chosen, [r])
     # an infinite running max (all -inf so far, or a +inf) is not subtracted: torch's logsumexp does the same
     finite = compare(ctx, "le", un(ctx, "abs", m), float(np.finfo(np.float32).max))
