@@ -464,6 +464,18 @@ class _Rewriter:
             out_re, out_im = self.call(torch.movedim, out_re, -1, d), self.call(torch.movedim, out_im, -1, d)
         return out_re, out_im
 
+    def full_window(self, window, win: int, n_fft: int, dtype):
+        """The window of an STFT as ``n_fft`` points of ``dtype``: ones when None, centred with zeros
+        when shorter (``win_length < n_fft``), as torch.stft and torch.istft take it."""
+        if window is None:
+            window = self.call(torch.ones, win, dtype=dtype)
+        elif self.value(window).dtype != dtype:
+            window = self.call("to", window, dtype)
+        if win < n_fft:
+            left = (n_fft - win) // 2
+            window = self.call(F.pad, window, (left, n_fft - win - left))
+        return window
+
     def scaled(self, cos, sin, big_n, dtype, root: bool):
         if isinstance(big_n, int):
             f = 1.0 / (math.sqrt(big_n) if root else big_n)
@@ -540,13 +552,7 @@ class _Rewriter:
         onesided = True if b["onesided"] is None else b["onesided"]
         cols = n_fft // 2 + 1 if onesided else n_fft
         cos, sin = self.dft_matrices(n_fft, cols, n_fft, None, False, dtype)
-        if window is None:
-            window = self.call(torch.ones, win, dtype=dtype)
-        elif self.value(window).dtype != dtype:
-            window = self.call("to", window, dtype)
-        if win < n_fft:
-            left = (n_fft - win) // 2
-            window = self.call(F.pad, window, (left, n_fft - win - left))
+        window = self.full_window(window, win, n_fft, dtype)
         w = self.call(operator.getitem, window, (slice(None), None))
         if b["normalized"]:
             w = self.call(operator.mul, w, 1.0 / math.sqrt(n_fft))
@@ -586,13 +592,7 @@ class _Rewriter:
         dtype = self.value(frames).dtype
         if b["normalized"]:
             frames = self.call(operator.mul, frames, math.sqrt(n_fft))
-        if window is None:
-            window = self.call(torch.ones, win, dtype=dtype)
-        elif self.value(window).dtype != dtype:
-            window = self.call("to", window, dtype)
-        if win < n_fft:
-            left = (n_fft - win) // 2
-            window = self.call(F.pad, window, (left, n_fft - win - left))
+        window = self.full_window(window, win, n_fft, dtype)
         frames = self.call(operator.mul, frames, window)
         # the squared window of every frame: the same shape as the frames, from the frames' shape
         first = self.call(operator.getitem, frames, (Ellipsis, slice(0, 1)))
