@@ -684,12 +684,17 @@ def _conv_len(L: Dim, k: int, s: int, p: int, dil: int = 1) -> Dim:
     return d_add(d_floordiv(inner, s), 1)
 
 
+def feature_map(b: Builder):
+    """A float [N, C, L] or [N, C, H, W] value with at most 8 (static) channels, tamed, or None."""
+    v = b.pick(lambda v: is_float(v.dtype) and v.rank in (3, 4) and isinstance(v.shape[1], int) and v.shape[1] <= 8)
+    return None if v is None else b.tame(v)
+
+
 def g_conv_pool(b: Builder) -> bool:
     rng = b.rng
-    v = b.pick(lambda v: is_float(v.dtype) and v.rank in (3, 4) and isinstance(v.shape[1], int) and v.shape[1] <= 8)
+    v = feature_map(b)
     if v is None:
         return False
-    v = b.tame(v)
     two = v.rank == 4
     kind = rng.choice(["conv", "conv", "maxpool", "avgpool", "adaptive", "upsample", "batchnorm", "groupnorm"])
     C = v.shape[1]

@@ -4,6 +4,7 @@ and F.interpolate in its nearest, linear and bicubic modes."""
 from __future__ import annotations
 
 from .builder import Builder, is_float
+from .ops_shapes import feature_map
 from .program import Dim, d_add, d_eval, d_floordiv, d_mul
 
 _NORMS = ["", "", ", norm='ortho'", ", norm='forward'", ", norm='backward'"]
@@ -129,10 +130,9 @@ def _ceil_pool_len(L: Dim, k: int, s: int, p: int) -> Dim:
 def g_pool2(b: Builder) -> bool:
     """Adaptive pooling to a fixed size over dynamic sizes, and ceil_mode max/avg pooling."""
     rng = b.rng
-    v = b.pick(lambda v: is_float(v.dtype) and v.rank in (3, 4) and isinstance(v.shape[1], int) and v.shape[1] <= 8)
+    v = feature_map(b)
     if v is None:
         return False
-    v = b.tame(v)
     two = v.rank == 4
     sp = list(v.shape[2:])
     kind = rng.choice(["adaptive", "adaptive", "ceil_max", "ceil_avg"])

@@ -367,6 +367,18 @@ def g_unary(b: Builder) -> bool:
     return True
 
 
+def _reduction(b: Builder, v) -> tuple:
+    """``(axis, spelled, keep, keepdim text, result shape)`` of a reduction of ``v`` over a random axis."""
+    axis, spelled = b.rdim(v.rank)
+    keep = b.rng.random() < 0.4
+    shape = list(v.shape)
+    if keep:
+        shape[axis] = 1
+    else:
+        del shape[axis]
+    return axis, spelled, keep, (", keepdim=True" if keep else ""), shape
+
+
 def g_reduce(b: Builder) -> bool:
     rng = b.rng
     v = b.pick(lambda v: v.rank >= 1)
@@ -374,14 +386,7 @@ def g_reduce(b: Builder) -> bool:
         return False
     kind = rng.choice(["sum", "mean", "amax", "amin", "max_dim", "min_dim", "argmax", "argmin", "prod", "any",
                        "all", "cumsum", "norm", "sum_all", "max_all", "logsumexp", "var", "count"])
-    axis, spelled = b.rdim(v.rank)
-    keep = rng.random() < 0.4
-    kd = ", keepdim=True" if keep else ""
-    shape = list(v.shape)
-    if keep:
-        shape[axis] = 1
-    else:
-        del shape[axis]
+    axis, spelled, keep, kd, shape = _reduction(b, v)
     n = d_eval(v.shape[axis], {k: 20 for k in b.example})
     fl = is_float(v.dtype)
     B = v.bound
@@ -540,14 +545,7 @@ def g_reduce2(b: Builder) -> bool:
     if v is None:
         return False
     kind = rng.choice(["logcumsumexp", "nanmean", "median", "median", "nanmedian", "trapezoid"])
-    axis, spelled = b.rdim(v.rank)
-    keep = rng.random() < 0.4
-    kd = ", keepdim=True" if keep else ""
-    shape = list(v.shape)
-    if keep:
-        shape[axis] = 1
-    else:
-        del shape[axis]
+    axis, spelled, keep, kd, shape = _reduction(b, v)
     fl = is_float(v.dtype)
     n = d_eval(v.shape[axis], {k: 20 for k in b.example})
     if kind == "median":
