@@ -1009,11 +1009,12 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
         # items) and the replay's shapes hold at n, just past it and at twice n (a slice end
         # ``x[:, 2:100]`` decides S < 100 and gives 98 items at S=100 either way, not at 101):
         # the graph runs the same ops at every size, so the next change is looked for instead
+        scanned = None
         for _ in range(_FAR_KERNEL_FLIPS):
             if not _kernel_only_far(signature, base_env, s, n, _shapes_past_flip):
                 break
-            # the decisions tracked are those the first search tracked (parities left out)
-            scanned = [signature({**base_env, s: k}) for k in range(1, _scan_top(base_env[s]) + 1)]
+            if scanned is None:  # the decisions tracked are those the first search tracked (parities left out)
+                scanned = [signature({**base_env, s: k}) for k in range(1, _scan_top(base_env[s]) + 1)]
             n = _far_flip(signature, base_env, s, n, scanned, since=signature({**base_env, s: n}))
             if n is None:
                 break

@@ -10,6 +10,7 @@ import numpy as np
 from ..errors import EmitError
 from ..ir import DType, ReshapedData, SymDim, Value
 from .context import EmitContext
+from .registry import target_lineage
 
 
 def rank(v: Value) -> int:
@@ -257,8 +258,6 @@ _MASK_FOLDED = ("mul", "div", "and")
 
 def _is_tract(ctx: EmitContext) -> bool:
     """Whether the target is tract or one of its variants."""
-    from .registry import target_lineage
-
     return "tract" in target_lineage(ctx.target)
 
 
