@@ -102,3 +102,27 @@ def test_area_interpolation_of_a_static_size_to_a_dynamic_one_is_refused_clearly
 
     with pytest.raises(UnsupportedOpError, match="adaptive pooling to a dynamic size"):
         check_op(fn, [randn(1, 3, 6, 7)], tmp_path, dynamic_axes={"x0": {2: "S", 3: "T"}})
+
+
+def _in_place_abs_through_views(x):
+    top = torch.where(x > 0.2, x, 0.1).amax()
+    row = top.unsqueeze(0)
+    row.unsqueeze(0).abs_()  # changes row and top through the views
+    return row, top
+
+
+RANK0 = [
+    ("in_place_through_views", _in_place_abs_through_views),
+    ("reshape_to_scalar", lambda x: x.sum(0, keepdim=True).reshape(())),
+    ("view_to_scalar", lambda x: x[:1].view([]) * 2),
+]
+
+
+@pytest.mark.parametrize("name,fn", RANK0, ids=[c[0] for c in RANK0])
+def test_reshape_to_rank_0_loads_in_tract(name, fn, tmp_path):
+    """Fuzz seed 3226: a one-item tensor reshaped to rank 0 was a reshape with shape [], which
+    tract refused at load (its shape concat has no input). It is a squeeze."""
+    _check_sizes(fn, [(6,)], [[(1,)], [(9,)]], {"x0": {0: "S"}}, tmp_path)
+    for target in ("tract", "khronos"):
+        (tmp_path / target).mkdir()
+        check_op(fn, [randn(5)], tmp_path / target, target=target)

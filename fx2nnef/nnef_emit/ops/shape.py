@@ -73,6 +73,9 @@ def reshape_to(ctx: EmitContext, x: Value, sizes: list) -> Value:
     sizes = dims_list(sizes)
     if x.shape is not None and list(x.shape) == sizes:
         return x
+    if not sizes and x.shape is not None:
+        # to rank 0: tract builds a reshape's shape with a concat, which refuses an empty list at load
+        return ctx.op("squeeze", x, axes=list(range(len(x.shape))), out_shape=(), out_dtype=x.dtype)
     out_shape = resolve_sizes(x.shape, sizes) if x.shape is not None else None
     if out_shape is not None and -1 in sizes and out_shape[sizes.index(-1)] is not None:
         rest = product(s for s in sizes if not (isinstance(s, int) and s == -1))
