@@ -126,3 +126,23 @@ def test_reshape_to_rank_0_loads_in_tract(name, fn, tmp_path):
     for target in ("tract", "khronos"):
         (tmp_path / target).mkdir()
         check_op(fn, [randn(5)], tmp_path / target, target=target)
+
+
+class _FlipOrRoll(torch.nn.Module):
+    """Fuzz seed 1508: ``flip`` for S >= 4, ``roll`` below. At S=3 they agree on every draw of
+    ``y > 0`` whose first two items are equal, which the probe's data of the example (all of
+    ``y`` positive) always gave: the export claimed S=3 and was wrong there."""
+
+    def forward(self, y):
+        pos = y > 0
+        return pos.flip(0) if y.shape[0] + 1 >= 5 else pos.roll(1, 0)
+
+
+def test_a_branch_that_agrees_on_the_probe_data_only_bounds_the_range(tmp_path):
+    import fx2nnef
+
+    y = torch.tensor([3, 9, 7, 3])
+    result = fx2nnef.export(_FlipOrRoll(), (y,), tmp_path / "m.nnef.tgz", input_names=["y"],
+                            target=fx2nnef.TractNNEF(dynamic_axes={"y": {0: "S"}}))
+    assert result.ranges["S"].lo == 4, result.ranges
+    tract_matches_eager(result.path, _FlipOrRoll(), [[torch.tensor([0, 5, 0, 2, 1])], [torch.arange(9) - 3]])

@@ -87,13 +87,13 @@ def test_fallback_to_probes_is_said(tmp_path):
 def test_bound_by_a_decision_is_not_traced_again(tmp_path):
     """`x[:, :min(S, 4)]` is valid for S >= 4. A trace at larger sizes takes the same decision
     there and gives the same graph: the replay says so, and the export does not trace and
-    analyze twice more (21 real runs before, 9 now, S=1 included: the far end of the sizes past
-    a flip judged equivalent)."""
+    analyze twice more (21 real runs before, 10 now, S=1 included: the far end of the sizes past
+    a flip judged equivalent, which is also run on other input values)."""
     model = FnModule(lambda x: x[:, : min(x.shape[1], 4)] * 2)
     r = fx2nnef.export(model, (torch.randn(2, 6),), tmp_path / "m.nnef.tgz", input_names=["x"],
                        target=fx2nnef.TractNNEF(dynamic_axes={"x": {1: "S"}}))
     assert r.ranges["S"].lo == 4 and r.ranges["S"].hi is None, r.ranges
-    assert r.timings["graph_runs"] <= 9, r.timings
+    assert r.timings["graph_runs"] <= 10, r.timings
     assert not any("traced again" in n for n in r.notes), r.notes
     _run_sizes(model, r, "S", lambda n: torch.randn(2, n), [4, 5, 17])
 

@@ -272,6 +272,41 @@ def _scrambled(inputs: list, seed: int) -> list:
     return out
 
 
+def _int_bounds(e: torch.Tensor, scale: float) -> tuple:
+    """The least and greatest integer :func:`_redrawn` draws for the example ``e``: its range,
+    or with ``scale`` below 1 that range shrunk towards zero and reaching it (``y > 0`` on an
+    example of 3..9 is all True there, and a flip and a roll of it agree)."""
+    lo, hi = int(e.min()), int(e.max())
+    if scale != 1 and lo < hi:
+        lo, hi = max(lo, math.floor(lo * scale)), min(hi, math.ceil(hi * scale))
+        lo, hi = min(lo, hi, 0), max(hi, 0)
+        hi = max(hi, lo + 1)
+    return lo, hi
+
+
+def _ramped(inputs: list, example: list) -> list:
+    """The inputs with items that change at every place (random draws over few values repeat
+    some: a flip and a roll of ``[1, 1, 0]`` agree): integers counting up from the least of the
+    small draw of :func:`_redrawn` and wrapping, bools alternating, floats rising evenly across the
+    example's range. An input whose example items are all equal keeps them."""
+    out = []
+    for t, e in zip(inputs, example):
+        if isinstance(t, torch.Tensor) and isinstance(e, torch.Tensor) and e.numel() > 1 and t.numel() > 0 \
+                and not t.is_complex() and bool((e != e.reshape(-1)[0]).any()):
+            n = torch.arange(t.numel())
+            if t.dtype == torch.bool:
+                t = (n % 2 == 1).reshape(t.shape)
+            elif t.is_floating_point():
+                lo, hi = float(e.min()), float(e.max())
+                if math.isfinite(lo) and math.isfinite(hi):
+                    t = torch.linspace(lo, hi, t.numel(), dtype=torch.float64).reshape(t.shape).to(t.dtype)
+            else:
+                lo, hi = _int_bounds(e, 1 / 16)
+                t = (lo + n % (hi - lo + 1)).reshape(t.shape).to(t.dtype)
+        out.append(t)
+    return out
+
+
 def _redrawn(inputs: list, example: list, seed: int, scale: float = 1.0) -> list:
     """The inputs with fresh values drawn within the range of the example's values (floats
     uniform between its least and greatest item, integers and bools among those between), so
@@ -279,7 +314,8 @@ def _redrawn(inputs: list, example: list, seed: int, scale: float = 1.0) -> list
     input whose example items are all equal keeps them (a mask of ones stays ones), except a
     float input of one item, drawn on both sides of zero. ``scale`` shrinks the range towards
     zero, where clamps and saturations no longer hide a difference (integers: ``x ** -1`` is 0
-    but at -1, 0 and 1); floats are then drawn on both sides of zero."""
+    but at -1, 0 and 1; they then reach zero, see :func:`_int_bounds`); floats are then drawn on
+    both sides of zero."""
     g = torch.Generator().manual_seed(seed)
     out = []
     for t, e in zip(inputs, example):
@@ -297,8 +333,7 @@ def _redrawn(inputs: list, example: list, seed: int, scale: float = 1.0) -> list
                 if lo < hi and math.isfinite(lo) and math.isfinite(hi):
                     t = (torch.rand(t.shape, generator=g, dtype=torch.float64) * (hi - lo) + lo).to(t.dtype)
             else:
-                lo, hi = int(e.min()), int(e.max())
-                lo, hi = max(lo, math.floor(lo * scale)), min(hi, math.ceil(hi * scale))
+                lo, hi = _int_bounds(e, scale)
                 if lo < hi:
                     t = torch.randint(lo, hi + 1, t.shape, generator=g).to(t.dtype)
         out.append(t)
@@ -312,9 +347,10 @@ def _scrambled_mismatch(gm, reference, env: dict, inputs: list, example: list) -
     on the probe's data, a piece of the example's: a flip of a palindrome is the palindrome, and
     ``floor(z / 2.63)`` is all zeros where that piece of ``z`` is positive. The probe's items
     are shuffled once, then redrawn twice within the example's range of values and once within
-    a sixteenth of it (``clamp(2 * s, -0.5, 0.5)`` and ``clamp(s, ...)`` agree on large sums)."""
+    a sixteenth of it (``clamp(2 * s, -0.5, 0.5)`` and ``clamp(s, ...)`` agree on large sums),
+    and last given items that differ at every place (:func:`_ramped`)."""
     redraws = (_redrawn(inputs, example, 2), _redrawn(inputs, example, 3), _redrawn(inputs, example, 4, 1 / 16))
-    for other in (_scrambled(inputs, 1), *redraws):
+    for other in (_scrambled(inputs, 1), *redraws, _ramped(inputs, example)):
         try:
             expected = reference(env, other)
         except Exception:  # noqa: BLE001 - the model refuses these values: no evidence either way
