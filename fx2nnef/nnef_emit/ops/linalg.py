@@ -146,11 +146,11 @@ def _matmul(ctx: EmitContext, a: Value, b: Value, transpose_b: bool = False) -> 
     else:
         y = ctx.op("matmul", a, b, transposeA=False, transposeB=transpose_b, out_shape=out_shape)
     if ra == 1 and rb == 1:
-        return ctx.op("squeeze", y, axes=[r - 2, r - 1])
+        return ctx.op("squeeze", y, axes=[r - 2, r - 1], out_shape=tuple(out_shape[:-2]))
     if ra == 1:
-        return ctx.op("squeeze", y, axes=[r - 2])
+        return ctx.op("squeeze", y, axes=[r - 2], out_shape=tuple(out_shape[:-2]) + (out_shape[-1],))
     if rb == 1:
-        return ctx.op("squeeze", y, axes=[r - 1])
+        return ctx.op("squeeze", y, axes=[r - 1], out_shape=tuple(out_shape[:-1]))
     return y
 
 
