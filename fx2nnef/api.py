@@ -15,7 +15,7 @@ import torch
 from .errors import CheckIOError, InvalidArgumentError
 from .fx_tracer.capture import Capture, capture
 from .piece_by_piece.record import eval_mode
-from .ir import apply_weight_format, sanitize
+from .ir import DType, apply_weight_format, sanitize
 from .nnef_emit import emit_graph
 from .nnef_emit.archive import StagedAsset, asset_bytes, check_asset_path, check_compression_level, stage_asset
 from .nnef_emit.extractors import registered_module_classes
@@ -114,7 +114,7 @@ def export(model: torch.nn.Module, args=(), path=None, *, kwargs: Optional[dict]
                                     output_names=output_names, branches=branches,
                                     max_loop_iterations=max_loop_iterations)
     timings: dict = {}
-    with _old_objects_skipped(), eval_mode(model) as autocast:
+    with _old_objects_skipped(), _compiled_modules_unwrapped(model) as model, eval_mode(model) as autocast:
         with _timed(timings, "trace"):
             cap = capture(model, args, kwargs or {}, target=target, input_names=input_names,
                           output_names=output_names,
@@ -152,7 +152,8 @@ def _lower_write_check(cap: Capture, path: Path, target: InferenceTarget, timing
     with staged:  # deleted unless committed or moved into the debug bundle
         with _timed(timings, "check"):
             cases = cap.check_cases(stored) if target.check_io else []
-            report = target.post_export(staged.path, cap.input_names, cap.graph.output_names, cases)
+            report = target.post_export(staged.path, cap.input_names, cap.graph.output_names, cases,
+                                        _computed_in_half(cap.graph))
         if report is not None and not report.ok:
             bundle = _write_bundle(debug_bundle or str(path) + ".debug", staged, cap, report, cases)
             lines = [f"the exported asset's outputs differ from PyTorch beyond tolerance in {report.engine}:"]
@@ -187,6 +188,43 @@ def _bar(show: bool, total: int, what: str, unit: str):
     with tqdm(total=total, desc=what, unit=unit, unit_scale=unit == "B", unit_divisor=1024 if unit == "B" else 1000,
               leave=False, file=sys.stderr) as bar:
         yield bar
+
+
+@contextmanager
+def _compiled_modules_unwrapped(model: torch.nn.Module):
+    """``torch.compile``d submodules (and model) replaced by the modules they wrap for the export:
+    the reference runs then compile nothing (an inductor compile at every probed size takes
+    minutes), and the trace follows the module's own Python."""
+    try:
+        from torch._dynamo.eval_frame import OptimizedModule
+    except Exception:  # pragma: no cover - builds without dynamo
+        yield model
+        return
+    while isinstance(model, OptimizedModule):
+        model = model._orig_mod
+    swapped = [(parent, name, child) for parent in model.modules()
+               for name, child in parent._modules.items() if isinstance(child, OptimizedModule)]
+    for parent, name, child in swapped:
+        inner = child
+        while isinstance(inner, OptimizedModule):
+            inner = inner._orig_mod
+        parent._modules[name] = inner
+    try:
+        yield model
+    finally:
+        for parent, name, child in swapped:
+            parent._modules[name] = child
+
+
+def _computed_in_half(graph) -> list:
+    """For each output, whether a float16 value lies on its way from the inputs: a float32 output
+    of a float16 model (``logits.float()``) carries float16 rounding and is compared at float16
+    bounds."""
+    half = {id(v) for v in graph.inputs if v.dtype == DType.F16}  # not the weights a format stores as f16
+    for node in graph.nodes:
+        if any(o.dtype == DType.F16 for o in node.outputs) or any(id(v) in half for v in node.inputs()):
+            half.update(id(o) for o in node.outputs)
+    return [id(v) in half or v.dtype == DType.F16 for v in graph.outputs]
 
 
 def _write_bundle(where: str, staged: StagedAsset, cap: Capture, report: CheckReport, cases: list) -> Path:

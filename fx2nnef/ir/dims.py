@@ -281,6 +281,11 @@ def fit_floor_division(samples: list, symbols: list, max_divisor: int = 1024):
             if b <= min(highs):
                 numerator = SymDim({(s,): c for c, s in zip(coefs, symbols)}) + b
                 return SymDim.floordiv(numerator, d)
+    if all(value <= 0 for _, value in samples):
+        # a negated division (``torch.roll(x, -(x.size(1) // 2), 1)``): -floor(N/d), which is
+        # not floor(-N/d)
+        negated = fit_floor_division([(env, -value) for env, value in samples], symbols, max_divisor)
+        return None if negated is None else -negated
     return None
 
 

@@ -73,10 +73,15 @@ def dim_text(d: SymDim) -> str:
 
     NOTE: tract 0.23.9 evaluates ``S-((S)/2)`` as floor(S/2) (it is ceil(S/2)), and
     ``S-((S)/2)-((S)/2)`` as 0; a sum with one floor division of coefficient +-1 is written as
-    that one division (``P - N/d = (d*P - N + d - 1)/d``), which tract evaluates right.
+    that one division (``P - N/d = (d*P - N + d - 1)/d``), which tract evaluates right. Before
+    that, every subtracted division is written as an added one (:func:`_positive_divisions`), so
+    that several divisions (``S - S//2 - S//4``) come out right too.
     """
     from ..ir.dims import _DIV_ATOMS
 
+    d = _positive_divisions(d)
+    if not isinstance(d, SymDim):
+        return str(d)
     divs = [(m, c) for m, c in d.terms.items() if any(s in _DIV_ATOMS for s in m)]
     if len(divs) == 1 and len(divs[0][0]) == 1 and divs[0][1] in (1, -1) and len(d.terms) > 1:
         (mono, coef), = divs
@@ -89,6 +94,30 @@ def dim_text(d: SymDim) -> str:
         if not isinstance(d, SymDim):
             return str(d)
     return str(d).replace(" ", "")
+
+
+def _positive_divisions(d: SymDim):
+    """``d`` with every floor division of negative coefficient written with a positive one:
+    ``-(N/k) = ((k-1)*(N+1))/k - N`` for ``N >= 0`` (a size's numerator). tract 0.23.9 merges a
+    subtracted division into the terms around it as if it were a fraction (``S-((S)/2)-((S)/4)``
+    comes out one short at odd S), which it does not do with added ones."""
+    from ..ir.dims import _DIV_ATOMS
+
+    def symbols(mono) -> set:
+        return set().union(*(_DIV_ATOMS[a][0].input_symbols if a in _DIV_ATOMS else {a} for a in mono))
+
+    # only where tract has something to merge the division into: another term of degree one in
+    # the same symbols. Elsewhere the rewrite is not needed, and tract could no longer match the
+    # sizes of a reshape (``-(H/8)`` in ``4*(H/8)*(W/8) - 2*(H/8)``) with its own
+    linear = [(m, symbols(m)) for m in d.terms if len(m) == 1]
+    out: object = d
+    for mono, coef in d.terms.items():
+        if coef < 0 and len(mono) == 1 and mono[0] in _DIV_ATOMS \
+                and any(m != mono and syms & symbols(mono) for m, syms in linear):
+            numerator, divisor = _DIV_ATOMS[mono[0]]
+            ceiling = SymDim.floordiv((numerator + 1) * (divisor - 1), divisor)
+            out = out - SymDim({mono: coef}) + (-coef) * (ceiling - numerator)
+    return out
 
 
 def format_float(f: float) -> str:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 
 from ..ir import Graph
@@ -61,13 +61,15 @@ class InferenceTarget:
         return []
 
     def post_export(self, asset: Path, input_names: list, output_names: list,
-                    cases: list) -> Optional[CheckReport]:
-        """Validate the written asset; with ``check_io``, run it on ``cases`` and compare."""
+                    cases: list, half_outputs: Sequence[bool] = ()) -> Optional[CheckReport]:
+        """Validate the written asset; with ``check_io``, run it on ``cases`` and compare
+        (``half_outputs``: the outputs computed through float16, compared at its bounds)."""
         self.validate(asset)
         if not self.check_io:
             return None
         outputs = self.run(asset, [c.inputs for c in cases])
-        return CheckReport(self.engine, [(c.label, compare_outputs(output_names, c.expected, got, self.check_io_tolerance))
+        return CheckReport(self.engine, [(c.label, compare_outputs(output_names, c.expected, got, self.check_io_tolerance,
+                                                                   half=half_outputs))
                                          for c, got in zip(cases, outputs)])
 
     def __repr__(self) -> str:

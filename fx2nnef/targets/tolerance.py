@@ -135,8 +135,11 @@ def compare_outputs(
     expected: Sequence[np.ndarray],
     got: Sequence[np.ndarray],
     tol: str | Tolerance,
+    half: Sequence[bool] = (),
 ) -> list[OutputDiff]:
-    """Compare outputs by position; one OutputDiff per position present on either side."""
+    """Compare outputs by position; one OutputDiff per position present on either side.
+    ``half[i]``: output i was computed through float16 (a float32 cast of a float16 result), so
+    the level's float16 bounds apply to it."""
     tolerance = resolve_tolerance(tol)
     count = max(len(expected), len(got))
     labels = list(names or [])
@@ -146,7 +149,8 @@ def compare_outputs(
         if index >= len(got) or index >= len(expected):
             diffs.append(_missing(labels[index], expected, got, index))
         else:
-            diffs.append(compare_one(labels[index], expected[index], got[index], tolerance))
+            level = tolerance.for_dtype(np.float16) if index < len(half) and half[index] else tolerance
+            diffs.append(compare_one(labels[index], expected[index], got[index], level))
     return diffs
 
 

@@ -358,8 +358,8 @@ def linalg_norm(ctx: EmitContext, input: Value, ord=None, dim=None, keepdim: boo
                 dtype: Optional[DType] = None):
     """linalg_norm(Tensor self, Scalar? ord=None, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor"""
     matrix = isinstance(dim, (list, tuple)) and len(dim) == 2 or (dim is None and ord is not None and rank(input) == 2)
-    if ord not in (None, "fro") and (matrix or isinstance(ord, str)):
-        ctx.fail(f"linalg.norm: the matrix norm ord={ord!r} is not supported (vector norms and 'fro' are)")
+    if ord not in (None, "fro") and (matrix or isinstance(ord, str)):  # 'nuc', 1, inf...: linalg.matrix_norm
+        return ctx.call("torch.linalg.matrix_norm", input, ord, (-2, -1) if dim is None else dim, keepdim, dtype=dtype)
     x = cast(ctx, input, dtype) if dtype is not None else input
     return vector_norm(ctx, x, 2 if ord in (None, "fro") else ord, reduce_axes(dim, x), keepdim)
 
@@ -519,6 +519,9 @@ def _running_extreme(ctx: EmitContext, input: Value, dim: int, largest: bool) ->
     shape = [1] * rank(x)
     shape[a] = n
     idx = expand_to(ctx, reshape_to(ctx, positions, shape), x.shape)
+    if not isinstance(n, int):
+        values, idx = _running_extreme_dynamic(ctx, x, idx, dim, largest)
+        return cast(ctx, values, input.dtype), idx
     op = "ge" if largest else "le"
     for k in _scan_steps(ctx, n, "cummax" if largest else "cummin"):
         before, before_idx = _earlier(ctx, x, a, k, _lowest(x.dtype, largest)), _earlier(ctx, idx, a, k, 0)
@@ -528,6 +531,28 @@ def _running_extreme(ctx: EmitContext, input: Value, dim: int, largest: bool) ->
             take = ew(ctx, "or", here_nan, ew(ctx, "and", take, un(ctx, "not", before_nan)))
         x, idx = select(ctx, take, x, before), select(ctx, take, idx, before_idx)
     return cast(ctx, x, input.dtype), idx
+
+
+def _running_extreme_dynamic(ctx: EmitContext, x: Value, idx: Value, dim: int, largest: bool) -> tuple:
+    """cummax/cummin along a dynamic axis of length n, over [n, n] prefix selections (memory
+    grows as n squared): the extreme of each prefix, its last index among equal items, and a
+    NaN met in the prefix (the last one) wins, as torch does."""
+    lowest = _lowest(x.dtype, largest)
+    chosen, order, r = _prefixes(ctx, x, dim, lowest)
+    where, _, _ = _prefixes(ctx, idx, dim, -1)  # the item's index in the prefix, -1 after it
+    back = [int(i) for i in np.argsort(order)]
+    extreme = reduce(ctx, "max_reduce" if largest else "min_reduce", chosen, [r], keepdim=True)
+    hit = ew(ctx, "and", compare(ctx, "eq", chosen, extreme), compare(ctx, "ge", where, 0))
+    last = reduce(ctx, "max_reduce", select(ctx, hit, where, -1), [r], keepdim=False)
+    values = ctx.op("squeeze", extreme, axes=[r], out_shape=tuple(extreme.shape[:-1]), out_dtype=x.dtype)
+    if x.dtype.is_float:
+        nan_at = select(ctx, compare(ctx, "ne", x, x), idx, -1)
+        nans, _, _ = _prefixes(ctx, nan_at, dim, -1)
+        last_nan = reduce(ctx, "max_reduce", nans, [r], keepdim=False)
+        met = compare(ctx, "ge", last_nan, 0)
+        values = select(ctx, met, math.nan, values)
+        last = select(ctx, met, last_nan, last)
+    return ctx.call("torch.permute", values, back), ctx.call("torch.permute", last, back)
 
 
 @register(torch.cummax, "Tensor.cummax", target="tract")

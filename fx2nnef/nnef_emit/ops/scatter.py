@@ -14,7 +14,7 @@ import torch
 
 from ...ir import DType, Value
 from ..context import EmitContext
-from ..helpers import axis, cast, rank, scalar_operand
+from ..helpers import axis, broadcast_shape, cast, compare, ew, rank, scalar_operand, select, unsqueeze_to
 from ..registry import register
 from .shape import expand_to, full_like_value, slice_axes
 
@@ -82,3 +82,41 @@ def index_add(ctx: EmitContext, input: Value, dim: int, index: Value, source: Va
     shape = tuple(index.shape[0] if a == ax else 1 for a in range(rank(source)))
     idx = ctx.op("unsqueeze", index, axes=others, out_shape=shape, out_dtype=index.dtype) if others else index
     return _scatter(ctx, input, ax, expand_to(ctx, idx, source.shape), source, "add")
+
+
+@register(torch.index_put, "Tensor.index_put", target="tract")
+def index_put(ctx: EmitContext, input: Value, indices, values, accumulate: bool = False):
+    """index_put(Tensor self, Tensor?[] indices, Tensor values, bool accumulate=False) -> Tensor
+
+    Integer index tensors on the leading axes (``x.index_put_((rows, cols), v, accumulate=True)``,
+    a histogram ``h.index_put_((ids,), ones, accumulate=True)``): tract's ``tract_core_scatter_nd``
+    at the broadcast indices stacked on a last axis, negative indices counted from the end.
+    With ``accumulate=True`` repeated positions add up, as in torch.
+    """
+    indices = list(indices)
+    if not indices or any(not isinstance(i, Value) for i in indices):
+        ctx.fail("index_put with a None (full slice) among the indices is not supported; index the leading axes "
+                 "with tensors, or use item assignment x[:, idx] = v")
+    if any(i.dtype.is_bool for i in indices):
+        ctx.fail("index_put with a boolean mask writes a number of items that depends on the data; use "
+                 "torch.where(mask, values, x) (or x + torch.where(mask, values, 0) to accumulate)")
+    r = max(rank(i) for i in indices)
+    shape = broadcast_shape(*[unsqueeze_to(ctx, i, r) for i in indices])
+    columns = []
+    for a, i in enumerate(indices):
+        i = expand_to(ctx, unsqueeze_to(ctx, cast(ctx, i, DType.I64), r), shape)
+        size = input.shape[a]
+        if isinstance(size, int):
+            i = select(ctx, compare(ctx, "lt", i, 0), ew(ctx, "add", i, size), i)
+        else:
+            from .creation import dim_tensor
+            i = select(ctx, compare(ctx, "lt", i, 0), ew(ctx, "add", i, dim_tensor(ctx, size, DType.I64)), i)
+        columns.append(ctx.op("unsqueeze", i, axes=[r], out_shape=tuple(shape) + (1,), out_dtype=DType.I64))
+    where = ctx.call("torch.cat", columns, r) if len(columns) > 1 else columns[0]
+    updates_shape = tuple(shape) + tuple(input.shape[len(indices):])
+    if isinstance(values, Value):
+        updates = expand_to(ctx, unsqueeze_to(ctx, cast(ctx, values, input.dtype), len(updates_shape)), updates_shape)
+    else:
+        updates = full_like_value(ctx, values, input.dtype, updates_shape)
+    return ctx.op("tract_core_scatter_nd", input, where, updates, reduction="add" if accumulate else "none",
+                  out_shape=input.shape, out_dtype=input.dtype)

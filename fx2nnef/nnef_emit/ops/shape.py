@@ -239,8 +239,11 @@ def expand_to(ctx: EmitContext, x: Value, shape) -> Value:
 
 
 def full_like_value(ctx: EmitContext, value, dtype: DType, shape) -> Value:
-    """A tensor of ``shape`` filled with the Python number or tensor ``value``."""
-    if not isinstance(value, Value):
+    """A tensor of ``shape`` filled with the Python number or tensor ``value``; a number that
+    follows the dynamic sizes (``x[0, :] = n - 3`` of a size ``n``) is computed in the graph."""
+    if isinstance(value, SymDim):
+        value = ctx.call("nnef.size", value, dtype)
+    elif not isinstance(value, Value):
         value = ctx.const(np.full([1] * len(shape), value, dtype=dtype.numpy_name), dtype)
     return expand_to(ctx, cast(ctx, value, dtype), shape)
 
@@ -785,8 +788,10 @@ def rot90(ctx: EmitContext, input: Value, k: int = 1, dims=(0, 1)):
     return transpose(ctx, flipped, d0, d1)
 
 
-def _roll_axis(ctx: EmitContext, x: Value, ax: int, shift: int) -> Value:
+def _roll_axis(ctx: EmitContext, x: Value, ax: int, shift) -> Value:
     n = x.shape[ax]
+    if isinstance(shift, SymDim):
+        return _roll_by_size(ctx, x, ax, shift)
     if isinstance(n, SymDim):
         return _roll_dynamic(ctx, x, ax, shift) if shift else x
     shift %= max(n, 1)
@@ -808,10 +813,27 @@ def _roll_dynamic(ctx: EmitContext, x: Value, ax: int, shift: int) -> Value:
     return ctx.call("nnef.gather", x, index, ax, x.shape)
 
 
+def _roll_by_size(ctx: EmitContext, x: Value, ax: int, shift: SymDim) -> Value:
+    """Roll by a shift read from dynamic sizes (``x.shape[1] // 3``, ``-(x.size(1) // 2)``), of
+    either sign: a gather at ``(i - shift) mod n`` with the modulo computed in the graph (tract's
+    integer division truncates: ``shift - (shift / n) * n`` is in ``(-n, n)``, so ``i - that + n``
+    is positive and its remainder by n a floor one)."""
+    from .creation import dim_tensor
+
+    n = x.shape[ax]
+    i = ctx.call("nnef.range", 0, n, 1, DType.I64, (n,))
+    size = ew(ctx, "max", dim_tensor(ctx, n, DType.I64), ctx.const([1], DType.I64))  # no division by 0
+    s = dim_tensor(ctx, shift, DType.I64)
+    rest = ew(ctx, "sub", s, ew(ctx, "mul", ew(ctx, "div", s, size), size))
+    j = ew(ctx, "add", ew(ctx, "sub", i, rest), size)
+    index = ew(ctx, "sub", j, ew(ctx, "mul", ew(ctx, "div", j, size), size))
+    return ctx.call("nnef.gather", x, index, ax, x.shape)
+
+
 @register(torch.roll, "Tensor.roll")
 def roll(ctx: EmitContext, input: Value, shifts, dims=()):
     """roll(Tensor self, SymInt[1] shifts, int[1] dims=[]) -> Tensor"""
-    shifts = [shifts] if isinstance(shifts, int) else list(shifts)
+    shifts = [shifts] if isinstance(shifts, (int, SymDim)) else list(shifts)
     dims = [dims] if isinstance(dims, int) else list(dims or [])
     if not dims:
         flat = reshape_to(ctx, input, [-1])
@@ -852,11 +874,47 @@ def repeat_interleave(ctx: EmitContext, input: Value = None, repeats=None, dim=N
     """repeat_interleave(Tensor self, Tensor|SymInt repeats, int? dim=None, *, SymInt? output_size=None) -> Tensor"""
     if input is None or repeats is None:
         ctx.fail("repeat_interleave(repeats) alone gives indices whose count depends on the data; pass the input tensor")
-    n = _count(ctx, repeats)
     if dim is None:
         input = ctx.op("reshape", input, shape=[-1], out_shape=(product(input.shape),))
         dim = 0
+    counts = _known_counts(repeats)
+    if counts is not None and len(set(counts)) > 1:
+        return _repeat_each(ctx, input, axis(dim, rank(input)), counts)
+    n = _count(ctx, repeats)
     return ctx.call("nnef.repeat_axis", input, axis(dim, rank(input)), n)
+
+
+def _known_counts(repeats) -> Optional[list]:
+    """Per-item repeat counts known when exporting: a constant tensor, or one built from sizes
+    (``torch.tensor([x.shape[1], y.shape[1]])``, ints and dynamic sizes); else None."""
+    if not isinstance(repeats, Value) or rank(repeats) != 1:
+        return None
+    if repeats.is_constant:
+        return [int(c) for c in repeats.data.reshape(-1)]
+    made = repeats.producer
+    if made is not None and made.kind == "torch.tensor" and made.args and isinstance(made.args[0], (list, tuple)) \
+            and all(isinstance(c, (int, SymDim)) and not isinstance(c, bool) for c in made.args[0]):
+        return list(made.args[0])
+    return None
+
+
+def _repeat_each(ctx: EmitContext, x: Value, ax: int, counts: list) -> Value:
+    """Item i along ``ax`` repeated ``counts[i]`` times (a count may be a dynamic size): one
+    tiled slice per item, concatenated."""
+    if x.shape[ax] != len(counts):
+        ctx.fail(f"repeat_interleave: {len(counts)} repeat counts for {x.shape[ax]} items")
+    pieces = []
+    for i, c in enumerate(counts):
+        if isinstance(c, int) and c <= 0:
+            continue
+        item = slice_axis(ctx, x, ax, i, i + 1)
+        reps = [1] * rank(x)
+        reps[ax] = c
+        shape = tuple(c if a == ax else d for a, d in enumerate(x.shape))
+        pieces.append(ctx.op("tile", item, repeats=reps, out_shape=shape, out_dtype=x.dtype))
+    if not pieces:
+        return slice_axis(ctx, x, ax, 0, 0)
+    return concat(ctx, pieces, ax) if len(pieces) > 1 else pieces[0]
 
 
 @register("nnef.repeat_axis")
