@@ -120,12 +120,16 @@ def test_decisions_of_every_form(kind, tmp_path):
     assert r.graph.ranges["S"].asserts() and all(f"tract_assert {a};" in r.nnef_text for a in r.graph.ranges["S"].asserts())
 
 
-def test_decision_flipping_at_every_size_is_refused(tmp_path):
-    """`S % 2` at S=7: the graph holds at the example size only -> GuardError naming the line."""
+def test_decision_flipping_at_every_size_holds_on_its_step(tmp_path):
+    """`S % 2` at S=7: the graph holds at the odd sizes only -> a range with a step (S % 2 == 1),
+    right in tract at odd sizes (tests/test_dynamic_steps.py has more of these)."""
     def fn(x):
         return x.cumsum(0) if x.shape[0] % 2 == 1 else x - x.mean(0, keepdim=True)
-    with pytest.raises(fx2nnef.GuardError, match=r"test_dynamic_guards.py:\d+"):
-        _export(fn, [(7, 3)], {"x0": {0: "S"}}, tmp_path)
+    dyn = {"x0": {0: "S"}}
+    model, ins, names, r = _export(fn, [(7, 3)], dyn, tmp_path)
+    rng = r.graph.ranges["S"]
+    assert (rng.step, rng.rest) == (2, 1) and not rng.contains(8)
+    assert _sizes_check(model, ins, names, dyn, r, [{"S": n} for n in (1, 3, 7, 15)]) == 4
 
 
 def test_two_symbols(tmp_path):

@@ -23,14 +23,15 @@ from .branches import trace_branches
 from .control_flow import loop_options, run_eagerly
 from .data_dep import check_number_reads, complex_values_note, number_reads
 from .loops import roll_loops
+from .grouped import check_grouped_outputs
 from .padded import check_padded
 from .passes import cleanup_slices, complex_to_real, masked_updates, remove_dead_code, remove_inplace
-from .probe import AT_EXAMPLE, RUNS, analyze, inputs_at
+from .probe import AT_EXAMPLE, OFF_STEP, RUNS, analyze, inputs_at
 from .scalars import scalars_to_inputs
 from .stored_values import StoredValues, stored_values
 from .to_ir import build_ir, to_numpy
 from .torch_data import TorchData
-from .tracer import trace_model
+from .tracer import _module_state, _restore_module_state, trace_model
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -115,7 +116,7 @@ class ModelRunner:
         tensors = [torch.from_numpy(np.array(x)).to(f32 if e.dtype == torch.bfloat16 and f32 else e.dtype)
                    for x, e in zip(inputs, self.examples)]
         a, k = _with_flat(self.args, self.kwargs, tensors)
-        with torch.no_grad(), (overrides or contextlib.nullcontext()):
+        with torch.no_grad(), (overrides or contextlib.nullcontext()), module_state_kept(self.model):
             out = run_eagerly(lambda: self.model(*a, **k))
         return [to_numpy(t) for _, t in structures.flatten(out, "")]
 
@@ -278,12 +279,27 @@ def _with_flat(args, kwargs, flat_inputs: list):
     return structures.rebuild((args, kwargs), lambda _k, _t: next(it))
 
 
+@contextlib.contextmanager
+def module_state_kept(model: torch.nn.Module):
+    """Undo, after an eager run, what the forward assigned to its modules: Swin narrows its window
+    (``self.window_size = min(input_resolution)``) on a small input for every later run, so each
+    probe of the model would depend on the sizes probed before it, and the user's model would
+    leave the export changed."""
+    saved = _module_state(model)
+    try:
+        yield
+    finally:
+        _restore_module_state(saved)
+
+
 def _run_model(model, args, kwargs, flat_inputs: list):
     """The eager model's result on ``(args, kwargs)`` with copies of ``flat_inputs`` as its tensors
     (a model may update its inputs in place; the inputs recorded for checks must stay as given)."""
     a, k = _with_flat(args, kwargs, [t.clone() for t in flat_inputs])
     RUNS.eager += 1
-    with torch.no_grad():
+    # a forward that changes its modules' attributes (Swin narrows its window on a small input,
+    # for every later run) would make each probe depend on the sizes probed before it
+    with torch.no_grad(), module_state_kept(model):
         return run_eagerly(lambda: model(*a, **k))
 
 
@@ -319,6 +335,7 @@ def _trace_once(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_nam
         if complex_to_real(trace.gm) and complex_note:
             trace.control_flow.append(complex_note)
         check_padded(trace.gm)
+        check_grouped_outputs(trace.gm)
         return trace
 
     with number_reads() as reads:
@@ -367,8 +384,8 @@ def _wider(a: dict, b: dict) -> bool:
             continue
         if (rb.lo is None and ra.lo is not None) or (rb.hi is None and ra.hi is not None):
             return False
-        if ra.step > rb.step:
-            return False
+        if ra.step > rb.step or rb.step % ra.step or (rb.rest - ra.rest) % ra.step:
+            return False  # a step that does not hold every size of b's
         if (ra.hi is not None and rb.hi is not None and ra.hi < rb.hi) or \
                 (ra.lo is not None and rb.lo is not None and ra.lo > rb.lo):
             return False
@@ -397,7 +414,9 @@ def _trace_rolling(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_
 
 def _trace_and_probe(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, notes, ref, branches=None):
     trace, analysis = _trace_rolling(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, ref, branches)
-    bounded = any(r.lo is not None or r.hi is not None for r in analysis.ranges.values())
+    # a step the decisions imply (pad only when not a multiple) bounds too: a trace where the other
+    # branch is taken may hold on a finer step, or on every size
+    bounded = any(r.lo is not None or r.hi is not None or OFF_STEP in (r.why or "") for r in analysis.ranges.values())
     if not analysis.failures and not bounded:
         return trace.gm, analysis, trace
     if not analysis.failures and not analysis.graph_bounded and not _near_far_bounds(analysis):
@@ -526,10 +545,18 @@ def _retrace_sizes(analysis) -> list:
             add({**base, s: r.hi + 1}, False)
     if analysis.replay_break is not None:
         add(dict(analysis.replay_break), False)
+    # a step the decisions imply (H % 32 == 0 for pads taken only off the multiples): traces at
+    # the sizes of each finer step, the smallest first (at H + 1 every pad is taken: a graph for
+    # every size where the pads' amounts are 0 at the multiples; at H + 4 those of a 4-pixel patch
+    # are not, the later ones are)
+    steps = {s: r.step for s, r in analysis.ranges.items() if OFF_STEP in (r.why or "")}
+    for d in sorted({d for k in steps.values() for d in range(1, k) if k % d == 0})[:_STEP_RETRACES]:
+        add({**base, **{s: base[s] + d for s, k in steps.items() if k % d == 0}}, True)
     return out
 
 
 _FEWEST_SIZES = 3
+_STEP_RETRACES = 4  # traces tried at the sizes of finer steps than the one the decisions imply
 
 
 def _refuse_single_sizes(analysis):

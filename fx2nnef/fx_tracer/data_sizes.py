@@ -26,10 +26,13 @@ class DataInt(int):
     """An int read from tensor data; arithmetic on it keeps the mark."""
 
     origin: Optional[SourceLoc] = None
+    tensor = None  # the traced 1-d tensor it is item ``index`` of (``t.tolist()``), not after arithmetic
+    index = None
 
-    def __new__(cls, value: int, origin: Optional[SourceLoc]):
+    def __new__(cls, value: int, origin: Optional[SourceLoc], tensor=None, index=None):
         obj = super().__new__(cls, value)
         obj.origin = origin
+        obj.tensor, obj.index = tensor, index
         return obj
 
 
@@ -48,11 +51,14 @@ for _name, _op in [("__add__", operator.add), ("__sub__", operator.sub), ("__mul
     setattr(DataInt, _name, _marked(_op))
 
 
-def mark_data_number(value, origin: Optional[SourceLoc]):
-    """``value`` (a number or a list of them read from data) with its ints marked."""
+def mark_data_number(value, origin: Optional[SourceLoc], tensor=None):
+    """``value`` (a number or a list of them read from data) with its ints marked; the items of
+    ``tensor.tolist()`` of a 1-d ``tensor`` also remember it and their index (see ``.grouped``)."""
     if type(value) is int:
         return DataInt(value, origin)
     if isinstance(value, list):
+        if tensor is not None and all(type(v) is int for v in value):
+            return [DataInt(v, origin, tensor, i) for i, v in enumerate(value)]
         return [mark_data_number(v, origin) for v in value]
     return value
 

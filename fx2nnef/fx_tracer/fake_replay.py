@@ -61,7 +61,78 @@ def replay(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, b
     """Replay ``gm`` once on fake inputs whose dynamic axes are symbols; raise
     :class:`ReplayUnavailable` when that cannot give exact shapes. ``hint_env``: the sizes the
     symbols take as hints (the ShapeEnv decides there), when not the example's: the sizes a graph
-    was traced at, so that an axis of 1 at the example (one chunk) is not fixed to 1."""
+    was traced at, so that an axis of 1 at the example (one chunk) is not fixed to 1.
+
+    A size computed from the symbols that is 1 at the hints (``W // 32`` of an image 48 wide, the
+    last stage of a vision backbone) makes torch's kernels decide "== 1" and the ShapeEnv fix it
+    there (``Eq(W//32, 1)``: the shapes then hold for 32 <= W < 64 only). The replay is then run
+    again at hints scaled up until no such size is 1 (:func:`_hints_past_ones`), when the model's
+    graph replays there; its shapes are checked at the example sizes like the first ones."""
+    hints = {name: max((hint_env or {}).get(name, v), 2) for name, v in base_env.items()}
+    rep, ones = _replay_at(gm, example, names, dynamic_axes, hints, guard_nodes)
+    for _ in range(3):
+        if not ones:
+            break
+        bigger = _hints_past_ones(ones, hints)
+        if bigger is None:
+            break
+        try:
+            again, still = _replay_at(gm, example, names, dynamic_axes, bigger, guard_nodes)
+        except ReplayUnavailable:  # the graph does not replay there: the first replay's shapes stand
+            break
+        if not _agree_at(rep, again, base_env):
+            # the "== 1" was no kernel's choice but the graph's structure (split(3) of 3 items is one
+            # piece, squeeze() drops the axis): the shapes at the example differ, the first stand
+            break
+        rep, ones, hints = again, still, bigger
+    return rep
+
+
+def _agree_at(a: Replay, b: Replay, env: dict) -> bool:
+    """Whether the replays ``a`` and ``b`` give every node the same shape (or number) at ``env``."""
+    def at(d):
+        if isinstance(d, SymDim):
+            return d.evaluate(env)
+        if isinstance(d, tuple):
+            return tuple(at(x) for x in d)
+        return d
+
+    try:
+        return len(a.dims) == len(b.dims) and all(at(d) == at(b.dims.get(n)) for n, d in a.dims.items())
+    except (ArithmeticError, ValueError, TypeError, KeyError):
+        return False
+
+
+def _ones_of(shape_env, guards: list, symbols: dict) -> list:
+    """The sizes computed from the symbols (sympy expressions) that a guard fixed to 1."""
+    out = []
+    for expr, _node in guards:
+        expr = shape_env.replace(expr)
+        if type(expr).__name__ != "Equality" or not expr.free_symbols <= set(symbols):
+            continue
+        for a, b in (expr.args, expr.args[::-1]):
+            if b == 1 and a.free_symbols and not a.is_Symbol and a not in out:
+                out.append(a)
+    return out
+
+
+def _hints_past_ones(ones: list, hints: dict) -> Optional[dict]:
+    """The hints times the least factor (up to 64) at which none of ``ones`` (``(expr, symbols)``)
+    is 1 or less: a larger image of the same aspect and divisibility (a model taking multiples of
+    its patch size takes twice the size too). None when there is no such factor."""
+    for k in (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64):
+        env = {name: v * k for name, v in hints.items()}
+        try:
+            if all(_compile(e, symbols)(env) > 1 for e, symbols in ones):
+                return env
+        except (ArithmeticError, ValueError, TypeError, ReplayUnavailable):
+            return None
+    return None
+
+
+def _replay_at(gm, example, names, dynamic_axes, hints: dict, guard_nodes: list) -> tuple:
+    """:func:`replay` with the symbols' hints ``hints``: ``(Replay, ones)``, ``ones`` the sizes
+    fixed to 1 there (see :func:`_ones_of`), as ``(expr, symbols)``."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.symbolic_shapes import DimDynamic
 
@@ -69,10 +140,9 @@ def replay(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, b
                                    allow_dynamic_output_shape_ops=False)
     symbols = {}
     sizes = {}
-    for name, v in base_env.items():
-        # a hint of 1 makes every broadcast decide "== 1" and fix the symbol: replay as at 2; the
-        # shapes are then checked against the real run at the example sizes
-        hint = max((hint_env or {}).get(name, v), 2)
+    for name, hint in hints.items():
+        # a hint of 1 makes every broadcast decide "== 1" and fix the symbol: replay as at 2 (see
+        # replay); the shapes are then checked against the real run at the example sizes
         sym = shape_env.create_symbol(hint, _SymbolSource(name), dynamic_dim=DimDynamic.DYNAMIC,
                                       do_not_specialize_zero_one=True)
         symbols[sym] = name
@@ -105,7 +175,8 @@ def replay(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, b
         text = str(expr.xreplace({s: sympy.Symbol(n) for s, n in symbols.items()}))
         checks.append(ShapeCheck(_compile(expr, symbols), text, node))
     guard_values = {n: conv.evaluator(runner.env[n]) for n in guard_nodes if n in runner.env}
-    return Replay(dims, varies, checks, guard_values)
+    ones = [(e, symbols) for e in _ones_of(shape_env, runner.guards, symbols)]
+    return Replay(dims, varies, checks, guard_values), ones
 
 
 def shapes_at(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, env: dict, record) -> dict:

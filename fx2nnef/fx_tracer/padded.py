@@ -124,9 +124,40 @@ def wrapped_indices(tracer, kind: str, target, args: tuple):
         ax += rank - sum(consumed(j) for j in items) if i is Ellipsis else consumed(i)
     out = [tracer.create_proxy("call_function", operator.mod,
                                (i, tracer.create_proxy("call_method", "size", (base, a), {})), {})
-           if isinstance(i, fx.Proxy) and i.node.meta.get("padded") and i.value.dtype != torch.bool else i
+           if isinstance(i, fx.Proxy) and i.node.meta.get("padded") and isinstance(i.value, torch.Tensor)
+           and i.value.dtype != torch.bool else i
            for i, a in zip(items, axes)]
     return (base, tuple(out) if isinstance(index, tuple) else out[0])
+
+
+def padded_failure(args, kwargs, what: str, where: str):
+    """The TraceError for an op that fails on the example because an input holds padded
+    coordinates (every coordinate, not the true ones: sizes differ from the model's), else None."""
+    nodes, todo = [], [args, kwargs]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, (tuple, list)):
+            todo.extend(item)
+        elif isinstance(item, dict):
+            todo.extend(item.values())
+        elif isinstance(item, fx.Proxy) and item.node.meta.get("padded"):
+            nodes.append(item.node)
+    seen = set()
+    while nodes:
+        n = nodes.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if n.target is padded_nonzero:
+            origin = n.meta.get("source") or n.name
+            return TraceError(
+                f"'{what}'{where} reads the coordinates given by nonzero/where(cond) at {origin}: as many items as "
+                "the data has, a size no static graph has. fx2nnef lists every coordinate and keeps the real ones "
+                "where the list indexes an index_add (the mixture-of-experts pattern); here the list meets tensors "
+                "sized by the true items only. Rewrite that code with a mask (torch.where(cond, x, y)) or a "
+                "fixed-size topk, or keep that module as a leaf.")
+        nodes.extend(a for a in n.all_input_nodes if a.meta.get("padded"))
+    return None
 
 
 def check_padded(gm: fx.GraphModule) -> None:

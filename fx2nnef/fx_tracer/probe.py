@@ -420,6 +420,116 @@ def _symbol_range(sym: str, v: int, results: dict) -> SymRange:
     return SymRange(sym, lo, hi, 1, 0, "; ".join(why))
 
 
+OFF_STEP = "off the step"  # in the reason of a range whose step the decisions on the sizes imply
+_STEP_PROBES = 24  # real runs per symbol spent on the sizes of a step (one per path of the model)
+_STEP_REACH = 4  # the step's paths are followed up to this many times the largest size scanned
+
+
+def _decision_step(sym: str, base_env: dict, signature, results: dict, run) -> Optional[SymRange]:
+    """The range of ``sym`` on a step, when the decisions on it repeat with a period: a patch
+    embedding that pads ``if H % 4 != 0``, a TF "SAME" padding that picks its amount by
+    ``H % 2`` before each of several stride-2 convolutions, a window partition padding to a
+    multiple of the window. The sizes whose decisions (the tracer's and torch's kernels', see
+    :func:`_signature`) are the example's are then those of ``sym % k == v % k``; the graph may
+    hold on a finer step (a pad by ``(4 - H % 4) % 4`` holds at the multiples of 4 too, where it
+    is 0), never off the path it was traced on.
+
+    Every size from 1 to the scan's top is sorted by its decisions (a path of the model); a path
+    is good when its probed sizes reproduce the model (one real run of a size of each path met,
+    ``run(n)`` -> "good" / "bad" / "refused", at most ``_STEP_PROBES``). For each divisor ``d``
+    of ``k``, the sizes ``v + j*d`` are followed up and down from the example while their paths
+    are good; the divisor that keeps the most sizes gives the range (the finer one on a tie).
+    Past the scan, the sizes of that step up to ``_STEP_REACH`` times its top must take good
+    paths, and ``results``' "unchecked" sizes (a decision changing far above) bound it too.
+    None when the decisions set no step (``k`` is 1) or the finest step (1) keeps the most sizes:
+    the plain ranges then apply (:func:`_symbol_range`)."""
+    v = base_env[sym]
+    top = _scan_top(v)
+
+    def path(n):
+        return _decide(signature, {**base_env, sym: n})
+
+    paths = {n: path(n) for n in range(1, top + 1)}
+    k = 0
+    for n, p in paths.items():
+        if p == paths[v]:
+            k = math.gcd(k, n - v)
+    if k <= 1:
+        return None
+    status: dict = {}  # path -> "good", or what one of its sizes gave ("bad", "refused")
+    for n, r in results.items():
+        if n in paths and r in ("good", "bad", "refused"):
+            if status.get(paths[n], "good") == "good":
+                status[paths[n]] = r
+    budget = [_STEP_PROBES]
+
+    def path_status(n):
+        p = paths[n]
+        if p not in status:
+            if budget[0] <= 0:
+                return None
+            budget[0] -= 1
+            results[n] = status[p] = run(n)
+        return status[p]
+
+    def follow(d, step):
+        """The last good size from ``v`` by ``step`` (None: every size to the end), and the first
+        that is not with what it gave."""
+        last, n = v, v + step
+        while 1 <= n <= top:
+            st = path_status(n)
+            if st != "good":
+                return last, (n, st)
+            last, n = n, n + step
+        return None, None
+
+    best = None
+    for d in (x for x in range(1, k + 1) if k % x == 0):
+        hi, hi_end = follow(d, d)
+        lo, lo_end = follow(d, -d)
+        low = (v % d or d) if lo is None else lo
+        kept = ((top if hi is None else hi) - low) // d + 1
+        if best is None or kept > best[0]:
+            best = (kept, d, lo, hi, lo_end, hi_end)
+    _, d, lo, hi, lo_end, hi_end = best
+    if d == 1:
+        return None
+    why = []
+    if hi is None:
+        # past the scan: a size of this step on a path never seen bounds the range (not run: far above)
+        good = {p for p, st in status.items() if st == "good"}
+        n = top + (v - top) % d
+        while n <= _STEP_REACH * top:
+            if path(n) not in good:
+                hi = n - d
+                why.append(f"a decision on {sym} changes at {sym}={n}, beyond the sizes checked")
+                break
+            n += d
+    # sizes run past the scan (a decision changing far above is "unchecked": not run)
+    beyond = [(m, r) for m, r in results.items() if m > top and r != "good" and (r == "unchecked" or (m - v) % d == 0)]
+    if beyond:
+        m, r = min(beyond)
+        if hi is None or m <= hi:
+            hi = m - 1 - (m - 1 - v) % d
+            why.append(f"a decision on {sym} changes at {sym}={m}, beyond the sizes checked" if r == "unchecked"
+                       else f"the model refuses {sym}={m}" if r == "refused"
+                       else f"the graph differs from the model at {sym}={m}")
+    for end in (hi_end, lo_end):
+        if end is not None:
+            n, st = end
+            why.append(f"the model refuses {sym}={n}" if st == "refused" else
+                       f"the graph differs from the model at {sym}={n}" if st == "bad" else
+                       f"{sym}={n} takes a path of the model not checked")
+    off = sorted((n for n, r in results.items() if n in paths and (n - v) % d and r in ("bad", "refused")),
+                 key=lambda n: (abs(n - v), n))[:3]
+    if off:
+        why.append(f"{OFF_STEP} the graph differs from the model or the model refuses the size ({sym}="
+                   + ",".join(str(n) for n in sorted(off)) + ")")
+    else:
+        why.append(f"{OFF_STEP} the model takes other decisions")
+    return SymRange(sym, lo, hi, d, v % d, "; ".join(why))
+
+
 def _meta_inputs(example: list, names: list, dynamic_axes: dict, env: dict) -> list:
     out = []
     for name, t in zip(names, example):
@@ -1057,7 +1167,19 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
         if n is not None:  # a change not seen to be the kernels' alone, or one too many of them
             results[s].setdefault(n, "unchecked")
     ranges = {s: _symbol_range(s, base_env[s], results[s]) for s in symbols}
+    stepped = set()
+    if signature is not None:
+        for s in symbols:
+            def run(n, s=s):
+                r = probe({**base_env, s: n})
+                return "bad" if isinstance(r, tuple) or r == "error" else r
+            r = _decision_step(s, base_env, signature, results[s], run)
+            if r is not None:
+                ranges[s] = r
+                stepped.add(s)
     for s in symbols:
+        if s in stepped:
+            continue  # the decisions gave its step and bounds
         # a model accepting only every N-th size: look for a finer step and for the smallest
         # accepted size below the lowest probed one (a few more runs only for such models)
         v = base_env[s]

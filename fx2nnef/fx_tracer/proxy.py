@@ -8,11 +8,14 @@ concrete value (``bool``, ``int``, ``len``, ``range``) is recorded as a guard.
 from __future__ import annotations
 
 import contextlib
+import math
 import operator
 
 import numpy as np
 import torch
 import torch.fx as fx
+
+from .size_casts import rounding
 
 # attributes answered from the example value without recording anything
 _STATIC_TENSOR_ATTRS = {
@@ -86,6 +89,11 @@ class CustomProxy(fx.Proxy):
         if ndigits is not None:  # a float: its value read as float() does, then rounded
             return round(float(self), ndigits)
         return self.tracer.guard(self, round, "round")
+
+    # math.ceil/floor/trunc of a number computed from sizes stay traced (see .size_casts)
+    __ceil__ = rounding(math.ceil)
+    __floor__ = rounding(math.floor)
+    __trunc__ = rounding(math.trunc)
 
     def __array__(self, dtype=None, copy=None):
         """numpy on a traced Python number (``np.sqrt(x.shape[-1])``): its value, read as

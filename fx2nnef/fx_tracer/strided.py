@@ -42,6 +42,10 @@ def record_as_strided(tracer, args: tuple, kwargs: dict, unwrap):
         k, step = windows
         proxy = tracer.create_proxy("call_method", "unfold", (x, value.dim() - 1, k, step), {})
         return proxy, f"windows of {k} every {step} along the last axis (unfold)"
+    found = _memory_windows(tracer, x, value, [int(v) for v in unwrap(size)], [int(v) for v in unwrap(stride)],
+                            unwrap(offset))
+    if found is not None:
+        return found
     # the positions read become constants: a size, stride or offset computed from the traced sizes
     # is a decision on them (valid at the sizes where it gives the same number, as int() of it)
     for item in list(size) + list(stride) + ([offset] if offset is not None else []):
@@ -98,6 +102,73 @@ def _sliding_windows(value: torch.Tensor, size: list, stride: list, offset) -> "
     if list(size[:-2]) != list(value.shape[:-1]) or list(stride[:-2]) != list(value.stride()[:-1]):
         return None
     return k, step
+
+
+def _memory_windows(tracer, x, value: torch.Tensor, size: list, stride: list, offset):
+    """``as_strided`` of a dense tensor (contiguous, or a permutation of it: a transposed view) as
+    ops on its axes taken in memory order, or None. The axes are merged into groups (an axis whose
+    stride no output axis reads joins the axis inside it); every output axis must read one whole
+    group, except at most one pair reading windows of one group: ``k`` items every ``step`` items,
+    every window that fits (Longformer's overlapping chunks: ``x.view(B, n, 2w, d)`` read with its
+    chunk stride halved). A contiguous tensor takes this route for overlapping windows only. The ops are a permute to memory order, flattens, one ``unfold`` and a
+    permute: no size is read as a number, so the export holds at every size."""
+    shape = list(value.shape)
+    if not shape or 1 in shape or 1 in size:
+        return None
+    if offset is not None and int(offset) != value.storage_offset():
+        return None
+    order = sorted(range(len(shape)), key=lambda a: -value.stride(a))
+    dense = 1
+    for a in reversed(order):
+        if value.stride(a) != dense:
+            return None  # gaps or overlaps: not a permutation of a contiguous tensor
+        dense *= shape[a]
+    groups = []  # [first, last] positions in memory order, from the innermost
+    for i in reversed(range(len(order))):
+        if not groups or value.stride(order[i]) in stride:
+            groups.append([i, i])
+        else:
+            groups[-1][0] = i
+    groups.reverse()
+    g_stride = [value.stride(order[last]) for _, last in groups]
+    g_size = [int(torch.tensor([shape[order[i]] for i in range(first, last + 1)]).prod()) for first, last in groups]
+    place, rest = {}, []  # output axis -> group; output axes reading windows
+    for a, (n, st) in enumerate(zip(size, stride)):
+        g = g_stride.index(st) if st in g_stride else None
+        if g is not None and g_size[g] == n and g not in place.values():
+            place[a] = g
+        else:
+            rest.append(a)
+    window = None
+    if len(rest) == 2:
+        for wa, ea in (rest, rest[::-1]):
+            g = g_stride.index(stride[ea]) if stride[ea] in g_stride else None
+            if g is None or g in place.values() or stride[wa] % stride[ea]:
+                continue
+            k, step = size[ea], stride[wa] // stride[ea]
+            if 1 <= k <= g_size[g] and step >= 1 and size[wa] == (g_size[g] - k) // step + 1:
+                window = (wa, ea, g, k, step)
+    if (rest and window is None) or len(place) + (window is not None) != len(groups):
+        return None
+    if value.is_contiguous() and (window is None or window[4] >= window[3]):
+        return None  # a permute or a reshape of a contiguous tensor: the flat routes below say which
+    y = x
+    if order != list(range(len(shape))):
+        y = tracer.create_proxy("call_method", "permute", (y, tuple(order)), {})
+    for first, last in reversed(groups):  # the inner groups first: the outer ones keep their positions
+        if last > first:
+            y = tracer.create_proxy("call_method", "flatten", (y, first, last), {})
+    axis_of = dict(place)
+    how = "the tensor's axes in memory order"
+    if window is not None:
+        wa, ea, g, k, step = window
+        y = tracer.create_proxy("call_method", "unfold", (y, g, k, step), {})
+        axis_of.update({wa: g, ea: len(groups)})
+        how = f"windows of {k} every {step} items along an axis in memory order (unfold)"
+    perm = tuple(axis_of[a] for a in range(len(size)))
+    if perm != tuple(range(len(size))):
+        y = tracer.create_proxy("call_method", "permute", (y, perm), {})
+    return y, how
 
 
 def _box(tracer, flat, size: list, stride: list, rel: int, numel: int):

@@ -235,7 +235,7 @@ class _Builder:
             return self.env[n.args[0]][next(i for i, t in enumerate(base) if t is field)]
         args = self.lookup(n.args)
         kwargs = self.lookup(n.kwargs)
-        _refuse_unrepresentable(n, (args, kwargs), self.a.symbols)
+        _refuse_unrepresentable(n, (args, kwargs), self.a)
         if n.op == "call_function":
             kind = op_key(n.target)
         elif n.op == "call_method":
@@ -348,14 +348,27 @@ def _plain(x) -> Any:
     return x
 
 
-def _refuse_unrepresentable(n: fx.Node, args, symbols: list) -> None:
+def _refuse_unrepresentable(n: fx.Node, args, analysis: Analysis) -> None:
     """A TraceError when an op reads a Python number of the dynamic sizes that the graph cannot
-    compute (``math.lgamma(S)``): no converter could give it a meaning."""
+    compute (``math.lgamma(S)``): no converter could give it a meaning. An integer with no form
+    when the shapes were fitted from probes (the fake replay could not give them) is a size no
+    polynomial or floor division fitted: the message says so and which example sizes to try."""
+    symbols = analysis.symbols
     found: list = []
     fx.node.map_aggregate(args, lambda x: found.append(x) if isinstance(x, Unrepresentable) else None)
     if found:
         bad = found[0].node
         what = getattr(bad.target, "__name__", str(bad.target))
+        value = analysis.values.get(bad)
+        if analysis.shapes_from.startswith("probes") and isinstance(value, int) and not isinstance(value, bool):
+            why = analysis.shapes_from[len("probes ("):-1] if analysis.shapes_from.endswith(")") else ""
+            larger = ", ".join(f"{s}={2 * v}" for s, v in analysis.base_env.items())
+            raise TraceError(
+                f"'{n.name}'{_where(n)} reads '{bad.name}' ({what}{_where(bad)}), a size that follows no form found "
+                f"for the dynamic sizes ({', '.join(symbols)}): the shapes were fitted from probe runs, the fake "
+                f"replay could not give them{' (' + why + ')' if why else ''}. Export with other example sizes "
+                f"(e.g. {larger}: a size of 1 deep in the model at the example is a common cause), or drop those "
+                "dims from dynamic_axes")
         raise TraceError(
             f"'{n.name}'{_where(n)} reads '{bad.name}' ({what}{_where(bad)}), a Python number computed from the "
             f"dynamic sizes ({', '.join(symbols)}) in a way the graph cannot compute. Compute it with torch ops "

@@ -30,7 +30,9 @@ from .fast_paths import reproduce_fast_path
 from .loops import loop_range_patch
 from .packed import RECURRENT_TYPES as PACKED_RNN_TYPES
 from .packed import is_packed_call, packed_rnn_call, packed_sequence_patches, refuse_packed_sequences
-from .padded import mark_padded, masked_index_add, padded_call, padded_nonzero, wrapped_indices
+from .grouped import check_grouped, grouped_cat, grouped_split
+from .padded import mark_padded, masked_index_add, padded_call, padded_failure, padded_nonzero, wrapped_indices
+from .size_casts import size_casts
 from .source import user_frame_location
 from .strided import is_as_strided, record_as_strided
 
@@ -177,6 +179,9 @@ class CustomTracer(fx.Tracer):
                 self.control_flow_notes.append(f"as_strided at {loc or 'an unknown line'}: {how}")
                 return proxy
             args = sizes_from_shape_tensors(self, kind, target, args)
+            joined = grouped_split(self, kind, target, args, kwargs) or grouped_cat(self, kind, target, args, kwargs)
+            if joined is not None:  # rows cut into groups sized by data: see .grouped
+                return joined
             check_no_data_sizes(kind, target, args, kwargs)
             padded = padded_call(kind, target, args, kwargs)
             if padded is not None:  # a data-sized index list becomes every coordinate
@@ -204,6 +209,7 @@ class CustomTracer(fx.Tracer):
             node.meta["module_type"] = getattr(mtype, "__qualname__", str(mtype))
         _record_view(node, value, versions)
         mark_padded(node)
+        check_grouped(self, node)
         if kind in ("call_function", "call_method") and _target_name(target) in _SPLITTING and isinstance(value, (tuple, list)):
             # how many pieces torch returns can depend on a dynamic size (chunk(3) of 4 gives 2)
             self._record_guard(proxy, "count", len(value), f"{_target_name(target)}(...) gives {len(value)} tensors")
@@ -227,6 +233,9 @@ class CustomTracer(fx.Tracer):
         except Exception as exc:
             loc = user_frame_location()
             what = target if isinstance(target, str) else getattr(target, "__name__", repr(target))
+            padded = padded_failure(args, kwargs, what, f" at {loc}: {loc.code}" if loc and loc.code else "")
+            if padded is not None:  # the example runs; the listed coordinates are not the model's
+                raise padded from exc
             raise _eager_failure(
                 exc, f"running '{what}' on the example inputs failed{' at ' + str(loc) if loc else ''}"
                 f"{': ' + loc.code if loc and loc.code else ''}: {type(exc).__name__}: {exc}. "
@@ -251,7 +260,8 @@ class CustomTracer(fx.Tracer):
                 if not self._on_data(root):
                     return result
                 result = read_number(self, name, result, self.guards[-1])
-                return mark_data_number(result, self.guards[-1].source)
+                return mark_data_number(result, self.guards[-1].source,
+                                        root if name == "tolist" and v.dim() == 1 else None)
         return self.create_proxy("call_method", name, (root,) + tuple(args), kwargs)
 
     def size_tuple(self, proxy: CustomProxy) -> SizeTuple:
@@ -293,6 +303,8 @@ class CustomTracer(fx.Tracer):
         return isinstance(m, self.leaf_types) or module_qualified_name in self.leaf_names
 
     def call_module(self, m, forward, args, kwargs):
+        if isinstance(m, _compiled_module_types()):
+            return m._orig_mod(*args, **kwargs)  # torch.compile(module): trace the module it wraps
         if is_packed_call(args, kwargs) and (isinstance(m, PACKED_RNN_TYPES) or self.is_leaf_module(m, "")):
             return packed_rnn_call(self, m, args, kwargs)  # pack_padded_sequence -> RNN: see .packed
         if any(type(a) is torch.nn.utils.rnn.PackedSequence for a in list(args) + list(kwargs.values())):
@@ -350,6 +362,25 @@ class CustomTracer(fx.Tracer):
         qualname = self.get_fresh_qualname("_tensor_constant")
         self.tensor_attrs[t] = qualname
         setattr(self.root, qualname, t.detach().clone())
+
+
+def _compiled_functions_run_plain():
+    """A ``torch.compile``d function called while tracing runs its original Python (dynamo's
+    own answer under fx tracing, instead of refusing), so the tracer records what it does."""
+    try:
+        import torch._dynamo.config as dynamo_config
+    except Exception:  # pragma: no cover - builds without dynamo
+        return contextlib.nullcontext()
+    return dynamo_config.patch(error_on_nested_fx_trace=False)
+
+
+def _compiled_module_types() -> tuple:
+    """The wrapper class of ``torch.compile(module)`` (empty when dynamo cannot be imported)."""
+    try:
+        from torch._dynamo.eval_frame import OptimizedModule
+    except Exception:  # pragma: no cover - builds without dynamo
+        return ()
+    return (OptimizedModule,)
 
 
 # Python conversions of a traced value that hand the model a number (checked by data_dep.check_number_reads)
@@ -555,7 +586,7 @@ def tracing_patches(tracer: CustomTracer):
             setattr(torch, name, wrap(fn))
         for name, fn in checks.items():
             setattr(torch, name, _concrete_check(fn, _CHECK_FUNCTIONS[name]))
-        with control_flow_patches(tracer), _transformers_number_casts(), \
+        with control_flow_patches(tracer), _transformers_number_casts(), _compiled_functions_run_plain(), \
                 (loop_range_patch(tracer) if tracer.roll_loops else contextlib.nullcontext()):
             yield
     finally:
@@ -644,6 +675,8 @@ def trace_model(model: torch.nn.Module, args: tuple, kwargs: dict, flat_names: l
     """Trace ``model(*args, **kwargs)``; tensors inside the inputs become placeholders
     named ``flat_names`` (in :func:`structures.flatten` order). ``forced``: see :class:`CustomTracer`;
     ``roll_loops``: note the Python loops over ranges of traced sizes (:mod:`.loops`)."""
+    while isinstance(model, _compiled_module_types()):
+        model = model._orig_mod  # torch.compile(model): the model it wraps
     if isinstance(model, tuple(leaf_types)):
         model = _LeafRoot(model)  # a root that an extractor lowers whole: one call_module node
     flat = structures.flatten((args, kwargs), "")
@@ -665,7 +698,10 @@ def trace_model(model: torch.nn.Module, args: tuple, kwargs: dict, flat_names: l
         # no autograd, as in the reference runs: a forward that checkpoints its blocks
         # (torch.utils.checkpoint) then just runs them
         with torch.no_grad():
-            out = model.forward(*a, **k)
+            # the model's own forward hooks (pre and post) run as in model(...): _call_impl
+            # runs them around forward without the tracer's patched Module.__call__
+            hooked = model._forward_pre_hooks or model._forward_hooks
+            out = model._call_impl(*a, **k) if hooked else model.forward(*a, **k)
         flat_out = structures.flatten(out, "")
         holder["out_names"] = [n or "output" for n, _ in flat_out]
         return [p for _, p in flat_out]
@@ -678,7 +714,7 @@ def trace_model(model: torch.nn.Module, args: tuple, kwargs: dict, flat_names: l
     root.__dict__["_fx2nnef_call"] = call
     saved = _module_state(model)
     try:
-        with tracing_patches(tracer), packed_sequence_patches(model):
+        with tracing_patches(tracer), packed_sequence_patches(model), size_casts(model):
             graph = tracer.trace(root)
     except TraceError:
         raise
@@ -697,10 +733,15 @@ def trace_model(model: torch.nn.Module, args: tuple, kwargs: dict, flat_names: l
 
 
 def _module_state(model: torch.nn.Module) -> list:
-    """Each module's attributes, parameters, buffers and submodules (shallow copies), for
-    :func:`_restore_module_state`."""
+    """Each module's attributes, parameters, buffers, submodules and hooks (shallow copies), for
+    :func:`_restore_module_state`. Hooks too: transformers installs its output-capturing forward
+    hooks on the first call and marks the model (``_output_capturing_hooks_installed``); restoring
+    the mark alone left the hooks in place, and the next run installed them again, each stage's
+    output then collected twice (SegFormer's decode head paired its projections with the wrong
+    stages)."""
     return [(m, dict(m.__dict__), {k: dict(v) for k, v in m.__dict__.items()
-                                   if k in ("_parameters", "_buffers", "_modules") and isinstance(v, dict)})
+                                   if (k in ("_parameters", "_buffers", "_modules") or "_hooks" in k)
+                                   and isinstance(v, dict)})
             for m in model.modules()]
 
 
