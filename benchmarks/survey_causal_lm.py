@@ -33,10 +33,73 @@ SIZES = dict(
     moe_topk=2, decoder_sparse_step=1, moe_num_experts=4, moe_k=2, moe_layer_freq=1, top_k=2,
     # multi-head latent attention (DeepSeek) and friends
     q_lora_rank=32, kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=16,
+    # partial rotary (GPT-J, CodeGen): the rotated part of each 16-wide head; their default 64 exceeds it
+    rotary_dim=8,
 )
 
 
+# per family: settings the sizes above leave invalid (transformers' validation, a default the
+# family's own config lacks), so that its row tests the exporter
+FAMILY_CONFIG = {
+    "gpt_neo": dict(attention_types=[[["global", "local"], 1]]),
+    "mamba2": dict(num_heads=8),  # hidden_size * expand == num_heads * head_dim
+    "zaya": dict(num_experts_per_tok=1),
+    "dbrx": dict(attn_config={"kv_n_heads": 2, "rope_theta": 10000.0, "clip_qkv": 8.0},
+                 ffn_config={"moe_num_experts": 4, "moe_top_k": 2, "ffn_hidden_size": 32}),
+    "reformer": dict(is_decoder=True, attn_layers=["local", "local"], axial_pos_embds_dim=[32, 32],
+                     axial_pos_shape=[16, 16]),
+    "lfm2_moe": dict(layer_types=["conv", "full_attention"]),  # no default layer_types
+    # its shared attention block is tied across hybrid layers: transformers needs two of them
+    "zamba": dict(layers_block_type=["hybrid", "linear_attention", "hybrid"], num_hidden_layers=3),
+    "zamba2": dict(layers_block_type=["linear_attention", "hybrid"]),
+    "xmod": dict(default_language="en_XX"),
+    # its default has no rope_parameters per layer type
+    "cohere_compass_text": dict(rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                                                 "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}),
+    # the last num_kv_shared_layers layers read the cache of the last earlier layer of their type
+    "gemma3n_text": dict(num_hidden_layers=4, num_kv_shared_layers=2, vocab_size_per_layer_input=128,
+                         hidden_size_per_layer_input=16, laurel_rank=8, sliding_window=4, intermediate_size=[128] * 4,
+                         activation_sparsity_pattern=[0.95, 0.0, 0.0, 0.0],
+                         layer_types=["sliding_attention", "full_attention"] * 2),
+    # hybrids whose first layers are all state layers by default: one of each kind
+    "bamba": dict(attn_layer_indices=[1]),
+    "jamba": dict(attn_layer_period=2, attn_layer_offset=1, expert_layer_period=2, expert_layer_offset=1),
+    "granitemoehybrid": dict(layer_types=["mamba", "attention"]),
+    "recurrent_gemma": dict(block_types=["recurrent", "attention"]),
+    # byte latent transformer: its four sub-models keep their full default sizes (and a 500002-row hash
+    # embedding) unless sized here; the bytes vocabulary stays 260
+    "blt": dict(vocab_size=260, encoder_hash_byte_group_vocab=64,
+                patcher_config=dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2,
+                                    intermediate_size=64, head_dim=16),
+                encoder_config=dict(hidden_size=32, hidden_size_global=64, num_hidden_layers=1, num_attention_heads=2,
+                                    num_key_value_heads=2, intermediate_size=64),
+                decoder_config=dict(hidden_size=32, hidden_size_global=64, num_hidden_layers=1, num_attention_heads=2,
+                                    num_key_value_heads=2, intermediate_size=64, head_dim=16),
+                global_config=dict(hidden_size=64, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=4,
+                                   intermediate_size=128, head_dim=16)),
+    "musicgen": dict(num_codebooks=1),  # input_ids [batch * codebooks, S]
+    "musicgen_melody": dict(num_codebooks=1),
+}
+# families that are not a standalone causal LM: the reason is the row
+NOT_STANDALONE = {
+    "gemma4_assistant": "a drafter for speculative decoding: every layer reads the keys and values of its target "
+                        "model (num_kv_shared_layers = num_hidden_layers), so it has no cache of its own",
+    "gemma4_unified_assistant": "a drafter for speculative decoding: its layers read the keys and values of its "
+                                "target model, so it has no cache of its own",
+}
+
 LLM_MODE = "--llm" in sys.argv
+
+
+def _layer_types(default, config):
+    """A ``layer_types`` of the tiny config with every kind of the default's (a hybrid cut to its
+    first layers may keep its state layers only), or None when it has them all already."""
+    kinds = list(dict.fromkeys(getattr(default, "layer_types", None) or []))
+    have = getattr(config, "layer_types", None)
+    n = len(have or []) or getattr(config, "num_hidden_layers", 0)
+    if not kinds or not n or (have is not None and set(kinds) <= set(have)):
+        return None
+    return [kinds[i % len(kinds)] for i in range(max(n, len(kinds)))]
 
 
 def one(model_type: str) -> dict:
@@ -47,11 +110,25 @@ def one(model_type: str) -> dict:
     import fx2nnef
 
     row = {"family": model_type, "class": NAMES[model_type]}
-    cfg_cls = T.CONFIG_MAPPING[model_type]
-    default = cfg_cls()
+    if model_type in NOT_STANDALONE:
+        row.update(status="skipped", note=NOT_STANDALONE[model_type])
+        return row
+    cls = getattr(T, NAMES[model_type])
+    # the class's own config (MusicGen's decoder, Emu3's text model) rather than the family's
+    cfg_cls = getattr(cls, "config_class", None) or T.CONFIG_MAPPING[model_type]
+    family = FAMILY_CONFIG.get(model_type, {})
+    try:
+        default = cfg_cls()
+    except Exception:  # noqa: BLE001 - a default the family's own validation refuses
+        default = cfg_cls(**family)
     if hasattr(default, "text_config") and f"{model_type}_text" in NAMES:
         row.update(status="skipped", note=f"multimodal: its language model is the family {model_type}_text")
         return row
+    text = getattr(default, "text_config", None)
+    if text is not None and not isinstance(text, dict):  # a multimodal model run on text: size its language model
+        tk = set(text.to_dict()) | set(getattr(text, "attribute_map", {}))
+        family = {**family, "text_config": {**{k: v for k, v in SIZES.items() if k in tk},
+                                            **({"pad_token_id": 0} if "pad_token_id" in tk else {})}}
     known = set(default.to_dict())
     kwargs = {k: v for k, v in SIZES.items() if k in known or k in getattr(default, "attribute_map", {})}
     if "qk_rope_head_dim" in known:  # multi-head latent attention: head_dim is the rotary part
@@ -62,7 +139,15 @@ def one(model_type: str) -> dict:
         kwargs["pad_token_id"] = 0
     if "mlp_only_layers" in known:
         kwargs["mlp_only_layers"] = []
-    cls = getattr(T, NAMES[model_type])
+    kwargs.update(family)
+    if "num_hidden_layers" in kwargs and model_type not in FAMILY_CONFIG:
+        try:
+            layer_types = _layer_types(default, cfg_cls(**kwargs))
+        except Exception:  # noqa: BLE001 - the sizes are invalid: the attempts below report it
+            layer_types = None
+        if layer_types:
+            kwargs.update(layer_types=layer_types, num_hidden_layers=len(layer_types))
+            row["layer_types"] = layer_types
     ids = torch.randint(0, 128, (1, 7), generator=torch.Generator().manual_seed(1))
     for attempt in (kwargs, {**kwargs, "num_key_value_heads": 4}):  # some families need as many kv heads as heads
         config = cfg_cls(**attempt)
@@ -107,10 +192,11 @@ def _llm_row(row: dict, model, model_type: str, t0: float) -> dict:
     out = Path(tempfile.mkdtemp(prefix=f"survey_llm_{model_type}_")) / "out"
     try:
         r = export_causal_lm(model, out, generate=3)
-    except InvalidArgumentError as e:
-        if "cache" not in str(e):
-            raise
-        row.update(status="no kv cache", note=str(e)[:160])
+    except InvalidArgumentError as e:  # the exporter's own refusal, with its reason
+        msg = str(e)
+        no_cache = any(k in msg for k in ("does not keep a key/value cache", "cache holds more than",
+                                          "fails on one token with use_cache=True"))
+        row.update(status="no kv cache" if no_cache else "refused", note=msg[:400])
         return row
     finally:
         shutil.rmtree(out.parent, ignore_errors=True)
@@ -165,8 +251,10 @@ def run_children(script: str, families: list, out_path: str, timeout: float, ext
             p = subprocess.run([sys.executable, script, "--child", fam, *extra], capture_output=True, text=True,
                                timeout=timeout)
             line = next((l for l in p.stdout.splitlines() if l.startswith("SURVEY ")), None)
-            row = json.loads(line[7:]) if line else {"family": fam, "status": "crash",
-                                                     "error": (p.stderr or "")[-400:]}
+            signal = f"killed by signal {-p.returncode}" + (" (out of memory?)" if p.returncode == -9 else "") \
+                if p.returncode < 0 else f"exit code {p.returncode}"
+            row = json.loads(line[7:]) if line else {"family": fam, "status": "crash", "returncode": p.returncode,
+                                                     "error": f"{signal}: {(p.stderr or '')[-400:]}"}
         except subprocess.TimeoutExpired:
             row = {"family": fam, "status": "timeout"}
         out.write(json.dumps(row) + "\n")

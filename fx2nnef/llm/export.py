@@ -25,7 +25,7 @@ from ..targets.result import ExportResult
 from ..targets.tolerance import compare_outputs, format_diffs
 from ..targets.tract_runner import run_tract_many
 from .generate import greedy_generate
-from .wrapper import CacheLayout, FlatCacheLM, cache_layout
+from .wrapper import CacheLayout, FlatCacheLM, cache_argument, cache_layout, returned_cache
 
 ASSET_NAME = "model.nnef.tgz"
 MANIFEST_NAME = "fx2nnef.json"
@@ -133,6 +133,7 @@ def export_causal_lm(model_or_dir, out_dir, *, dtype: Optional[str] = None, weig
     stage.chmod(0o755)
     try:
         layout = cache_layout(model)
+        _refuse_full_sequence_models(model)
         wrapper = FlatCacheLM(model, layout, last_logits_only)
         dtype_name = {torch.float32: "f32", torch.float16: "f16"}[torch_dtype]
         manifest = _manifest(model, layout, dtype_name, weights, last_logits_only, batch_symbol, generate, check)
@@ -184,6 +185,13 @@ def stored_weights(wrapper: torch.nn.Module, result: ExportResult):
         yield
 
 
+def vocab_size(model: torch.nn.Module) -> int:
+    """The vocabulary size of the model's language model (a multimodal config keeps it in its text config)."""
+    config = model.config
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    return int(getattr(text, "vocab_size", None) or config.vocab_size)
+
+
 def _resolve_dtype(dtype: Optional[str], model: torch.nn.Module) -> torch.dtype:
     if dtype is None:
         own = next(model.parameters()).dtype
@@ -223,7 +231,7 @@ def _manifest(model, layout: CacheLayout, dtype: str, weights, last_logits_only:
               generate: int, check: bool) -> dict:
     batch = "B" if batch_symbol else 1
     inputs = {"input_ids": {"shape": [batch, "S"], "dtype": "i64"}}
-    outputs = {"outputs": {"shape": [batch, 1 if last_logits_only else "S", int(model.config.vocab_size)],
+    outputs = {"outputs": {"shape": [batch, 1 if last_logits_only else "S", vocab_size(model)],
                            "dtype": dtype}}
     names = zip(layout.input_names()[1:], layout.output_names()[1:], layout.shapes(batch, "P"),
                 layout.shapes(batch, "P+S"))
@@ -260,7 +268,7 @@ def _export_asset(wrapper: FlatCacheLM, layout: CacheLayout, path: Path, dtype: 
                   debug_bundle: Path) -> ExportResult:
     """Trace at S=3, P=5 (distinct sizes above 1, batch 2 with a batch symbol) and write the asset."""
     batch = 2 if batch_symbol else 1
-    vocab = int(wrapper.model.config.vocab_size)
+    vocab = vocab_size(wrapper.model)
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(0, vocab, (batch, 3), generator=g)
     cache = layout.random(5, dtype, batch, g)
@@ -304,7 +312,7 @@ def mode_cases(wrapper: FlatCacheLM, layout: CacheLayout, dtype: torch.dtype, se
     """
     total = MODE_PROMPT + MODE_CHUNK
     g = torch.Generator().manual_seed(seed + 1)
-    full = torch.randint(0, int(wrapper.model.config.vocab_size), (1, total), generator=g)
+    full = torch.randint(0, vocab_size(wrapper.model), (1, total), generator=g)
     with torch.no_grad():
         past = wrapper(full, *layout.empty(0, dtype))[1:]
     if layout.has_states:
@@ -323,6 +331,40 @@ def mode_cases(wrapper: FlatCacheLM, layout: CacheLayout, dtype: torch.dtype, se
             expected = wrapper(ids, *cache)
         cases[mode] = ([ids.numpy()] + [t.numpy() for t in cache], [t.numpy() for t in expected], {"P": p, "S": s})
     return cases
+
+
+def _refuse_full_sequence_models(model: torch.nn.Module, seed: int = 0) -> None:
+    """The contract feeds the new tokens only, with the cache of the ones before. A model that
+    needs the whole sequence again at each step (its forward slices the cached prefix off itself,
+    as CPM-Ant's does) fails or gives other logits that way: refused, before any tracing.
+
+    Checked in torch on a decoding step (7 tokens, then the 8th with their cache) against one
+    run over the 8; the bound is loose (a mixture of experts may route a token otherwise on
+    rounding), the failures it is for are not small."""
+    name = type(model).__name__
+    g = torch.Generator().manual_seed(seed + 3)
+    ids = torch.randint(0, vocab_size(model), (1, 8), generator=g,
+                        device=next(model.parameters()).device)
+    try:
+        with torch.no_grad():
+            full = model(input_ids=ids, use_cache=True).logits[:, -1].float()
+            past = model(input_ids=ids[:, :-1], use_cache=True)
+            step = model(input_ids=ids[:, -1:], use_cache=True,
+                         **{cache_argument(model): returned_cache(past)}).logits[:, -1].float()
+    except Exception as exc:  # noqa: BLE001 - the model's own error, named in ours
+        first = str(exc).strip().split("\n")[0][:300]
+        raise InvalidArgumentError(
+            f"{name} fails on one new token given with the cache of the tokens before it "
+            f"({type(exc).__name__}: {first}): the LLM contract feeds only the new tokens at each step, and this "
+            "model seems to need the whole sequence again (its generate passes it all). Nothing was written; "
+            "export it with fx2nnef.export and your own inputs (use_cache=False)") from exc
+    diff = (full - step).abs().max().item() if full.shape == step.shape else float("inf")
+    if not diff <= 1e-2 * max(1.0, full.abs().max().item()):
+        raise InvalidArgumentError(
+            f"{name} gives other logits for a token fed after the cache of the tokens before it than in one run "
+            f"over the whole sequence (max difference {diff:.3g}): the LLM contract feeds only the new tokens at "
+            "each step, and this model seems to need the whole sequence again. Nothing was written; export it "
+            "with fx2nnef.export and your own inputs (use_cache=False)")
 
 
 def _refuse_prompt_only(model: torch.nn.Module, result: ExportResult) -> None:
@@ -381,7 +423,7 @@ def check_generation(model: torch.nn.Module, asset: Path, steps: int, seed: int 
     (:func:`greedy_reference`). End-of-sequence is ignored on both sides so that all ``steps``
     tokens are compared."""
     g = torch.Generator().manual_seed(seed + 2)
-    prompt = torch.randint(0, int(model.config.vocab_size), (1, 5), generator=g)
+    prompt = torch.randint(0, vocab_size(model), (1, 5), generator=g)
     expected = greedy_reference(model, prompt, steps)
     got = greedy_generate(asset, prompt.numpy(), steps, timeout=timeout)
     if got != expected:
@@ -402,10 +444,10 @@ def greedy_reference(model: torch.nn.Module, prompt: torch.Tensor, steps: int) -
     ids, past = prompt, None
     with torch.no_grad():
         for _ in range(steps):
-            out = model(input_ids=ids, use_cache=True, **({} if past is None else {"past_key_values": past}))
+            out = model(input_ids=ids, use_cache=True, **({} if past is None else {cache_argument(model): past}))
             token = int(out.logits[0, -1].argmax())
             tokens.append(token)
-            past = out.past_key_values
+            past = returned_cache(out)
             ids = torch.tensor([[token]], dtype=prompt.dtype)
     return tokens
 

@@ -120,11 +120,14 @@ def cache_layout(model: torch.nn.Module) -> CacheLayout:
             out = model(input_ids=ids, use_cache=True)
     except Exception as exc:  # noqa: BLE001 - the model's own error, named in ours
         first = str(exc).strip().split("\n")[0][:300]
+        why = (" (transformers runs a cache only when some layer is an attention layer, and this config has "
+               "state layers only: a limitation of transformers, not of the export)"
+               if "get_seq_length" in first and "LinearAttention" in first else "")
         raise InvalidArgumentError(
             f"{name} fails on one token with use_cache=True, the run that tells its cache layout: "
-            f"{type(exc).__name__}: {first}. Fix the model or its config, or export it with fx2nnef.export "
+            f"{type(exc).__name__}: {first}{why}. Fix the model or its config, or export it with fx2nnef.export "
             "and your own inputs (use_cache=False)") from exc
-    cache = getattr(out, "past_key_values", None) or getattr(out, "cache_params", None)  # Mamba: cache_params
+    cache = returned_cache(out)
     layers = list(getattr(cache, "layers", None) or [])
     other = {}  # layer class -> indices of layers keeping what the contract does not carry
     for i, layer in enumerate(layers):
@@ -188,16 +191,22 @@ class FlatCacheLM(torch.nn.Module):
         cache.layers = build_layers(self.layout, flat_cache)
         cache.layer_class_to_replicate = None
         kwargs = {"logits_to_keep": 1} if self.last_logits_only else {}
-        import inspect
-
-        params = inspect.signature(self.model.forward).parameters
-        if "past_key_values" not in params and "cache_params" in params:  # Mamba's name for it
-            kwargs["cache_params"] = cache
-        else:
-            kwargs["past_key_values"] = cache
+        kwargs[cache_argument(self.model)] = cache
         out = self.model(input_ids=input_ids, use_cache=True, **kwargs)
-        new = getattr(out, "past_key_values", None) or getattr(out, "cache_params", None)
-        return (out.logits, *flat_cache_of(self.layout, new.layers))
+        return (out.logits, *flat_cache_of(self.layout, returned_cache(out).layers))
+
+
+def cache_argument(model: torch.nn.Module) -> str:
+    """The name of the model's cache argument: ``past_key_values``, or ``cache_params`` (Mamba's)."""
+    import inspect
+
+    params = inspect.signature(model.forward).parameters
+    return "cache_params" if "past_key_values" not in params and "cache_params" in params else "past_key_values"
+
+
+def returned_cache(out):
+    """The cache a model's output holds (``past_key_values``, or Mamba's ``cache_params``), or None."""
+    return getattr(out, "past_key_values", None) or getattr(out, "cache_params", None)
 
 
 def build_layers(layout: CacheLayout, flat: tuple) -> list:
