@@ -29,6 +29,7 @@ from .passes import cleanup_slices, complex_to_real, masked_updates, remove_dead
 from .probe import AT_EXAMPLE, OFF_STEP, RUNS, analyze, inputs_at
 from .scalars import scalars_to_inputs
 from .stored_values import StoredValues, stored_values
+from .tables import bound_by_tables
 from .to_ir import build_ir, to_numpy
 from .torch_data import TorchData
 from .tracer import _module_state, _restore_module_state, trace_model
@@ -240,6 +241,14 @@ def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_na
         gm, analysis, trace = _trace_and_probe(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names,
                                                notes, ref, branches)
     remove_dead_code(gm)
+    if dyn:
+        def accepts(env) -> bool:
+            try:
+                _run_model(model, args, kwargs, inputs_at(tensors, names, dyn, env))
+            except Exception:  # noqa: BLE001 - a refusal is the answer
+                return False
+            return True
+        bound_by_tables(gm, analysis, accepts, notes)
     runner = ModelRunner(model, args, kwargs, tensors)
     graph = build_ir(gm, analysis, names, out_names, upcast_bfloat16=runner.upcasts)
 
