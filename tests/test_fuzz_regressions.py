@@ -146,3 +146,22 @@ def test_a_branch_that_agrees_on_the_probe_data_only_bounds_the_range(tmp_path):
                             target=fx2nnef.TractNNEF(dynamic_axes={"y": {0: "S"}}))
     assert result.ranges["S"].lo == 4, result.ranges
     tract_matches_eager(result.path, _FlipOrRoll(), [[torch.tensor([0, 5, 0, 2, 1])], [torch.arange(9) - 3]])
+
+
+RESAMPLED_EXPANDS = [
+    ("linear", lambda x: F.interpolate(x[-1, :2].expand(3, -1, -1), scale_factor=2, mode="linear", align_corners=True),
+     (9, 8, 4), {0: "T", 1: "S"}),
+    ("bilinear", lambda x: F.interpolate(x[:1].expand(3, -1, -1, -1), scale_factor=2, mode="bilinear"),
+     (2, 3, 5, 6), {2: "H", 3: "W"}),
+    ("adaptive_pool", lambda x: F.adaptive_avg_pool2d(x[:1].expand(3, -1, -1, -1), (2, 3)), (2, 3, 5, 6), {2: "H"}),
+]
+
+
+@pytest.mark.parametrize("name,fn,shape,axes", RESAMPLED_EXPANDS, ids=[c[0] for c in RESAMPLED_EXPANDS])
+def test_resampling_matrix_applied_to_an_expand(name, fn, shape, axes, tmp_path):
+    """Fuzz seed 123 (default run): the interpolation matrix multiplied an expanded input as a
+    plain matmul, and tract failed to load it ("Trying to substitute a 3,2,8 by 1,2,8"). It goes
+    through the matmul lowering, which multiplies the operand untiled."""
+    (tmp_path / "static").mkdir()
+    check_op(fn, [randn(*shape)], tmp_path / "static")
+    check_op(fn, [randn(*shape)], tmp_path, dynamic_axes={"x0": axes})

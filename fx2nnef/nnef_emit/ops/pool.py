@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from ...errors import EmitError
 from ...ir import Value, simplify
 from ..context import EmitContext
-from ..helpers import rank
+from ..helpers import rank, tiled_from
 from ..registry import register
 from .conv import add_batch, drop_batch, node_shape, ntuple
 
@@ -50,12 +50,15 @@ def apply_along(ctx: EmitContext, x: Value, axis: int, m) -> Value:
                                     out_dtype=m.dtype)
     else:
         c = ctx.const(m.reshape((1,) * (r - 2) + m.shape), x.dtype, name="resample")
-    if axis == r - 2:
+    if axis == r - 2 and tiled_from(ctx, x) is None:
         return ctx.op("matmul", c, x, transposeA=False, transposeB=False, out_shape=with_dim(x.shape, axis, m.shape[0]))
     perm = list(range(r))
     perm[axis], perm[r - 1] = r - 1, axis
     y = transpose(ctx, x, perm)
-    y = ctx.op("matmul", y, c, transposeA=False, transposeB=True, out_shape=with_dim(y.shape, r - 1, m.shape[0]))
+    # as any matmul: an operand broadcast by a tile (an expand) is multiplied untiled, see linalg._matmul
+    from .linalg import _matmul
+
+    y = _matmul(ctx, y, c, transpose_b=True)
     return transpose(ctx, y, perm)
 
 
