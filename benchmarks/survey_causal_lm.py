@@ -166,10 +166,7 @@ def one(model_type: str) -> dict:
         raise RuntimeError(row["eager_error"])
     row["params"] = sum(p.numel() for p in model.parameters())
     row["experts"] = getattr(config, "_experts_implementation", None)
-    with torch.no_grad():  # constant parameters (norm weights, zero-initialised routers: all experts tie) get noise
-        for p in model.parameters():
-            if p.numel() > 1 and bool((p == p.flatten()[0]).all()):
-                p.add_(0.1 * torch.randn(p.shape))
+    noisy_constants(model)  # zero-initialised routers would make all experts tie
     t0 = time.time()
     if LLM_MODE:
         return _llm_row(row, model, model_type, t0)
@@ -214,6 +211,17 @@ def main() -> None:
         return sorted(NAMES)
 
     survey_main(__file__, one, families, timeout=240)
+
+
+def noisy_constants(model) -> None:
+    """Noise on every parameter whose items are all equal (norm weights, zero biases), so that
+    bugs that such values hide show."""
+    import torch
+
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.numel() > 1 and bool((p == p.flatten()[0]).all()):
+                p.add_(0.1 * torch.randn(p.shape))
 
 
 def survey_main(script: str, one, families, timeout: float) -> None:

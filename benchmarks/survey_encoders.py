@@ -121,6 +121,7 @@ def _sees_later_tokens(model, ids) -> bool:
 
 def one(model_type: str) -> dict:
     import torch
+    from survey_causal_lm import noisy_constants
     import transformers as T
 
     import fx2nnef
@@ -140,10 +141,7 @@ def one(model_type: str) -> dict:
     default, config = _config(model_type, T)
     torch.manual_seed(0)
     model = getattr(T, cls_name)(config).eval()
-    with torch.no_grad():  # constant parameters (norm weights, zero biases) get noise: bugs then show
-        for p in model.parameters():
-            if p.numel() > 1 and bool((p == p.flatten()[0]).all()):
-                p.add_(0.1 * torch.randn(p.shape))
+    noisy_constants(model)  # constant parameters (norm weights, zero biases): bugs then show
     vocab = getattr(config, "vocab_size", 128) or 128
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(5, min(vocab, 128), (B, S), generator=g)

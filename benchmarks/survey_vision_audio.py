@@ -58,6 +58,7 @@ def _example(kind: str, config, model):
 
 def one(family: str) -> dict:
     import torch
+    from survey_causal_lm import noisy_constants
     import transformers as T
 
     import fx2nnef
@@ -79,10 +80,7 @@ def one(family: str) -> dict:
     config = cfg_cls(**{k: v for k, v in {**LAYERS, **extra}.items() if k in known or k == "backbone_config"})
     torch.manual_seed(0)
     model = getattr(T, cls_name)(config).eval()
-    with torch.no_grad():  # constant parameters (norm weights, zero biases) get noise: bugs then show
-        for p in model.parameters():
-            if p.numel() > 1 and bool((p == p.flatten()[0]).all()):
-                p.add_(0.1 * torch.randn(p.shape))
+    noisy_constants(model)  # constant parameters (norm weights, zero biases): bugs then show
     name, x, axes = _example(kind, config, model)
 
     class Logits(torch.nn.Module):

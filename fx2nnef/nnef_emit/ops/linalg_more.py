@@ -21,7 +21,7 @@ from ..context import EmitContext
 from ..helpers import axis, cast, compare, ew, rank, result_dtype, select, to_float, un
 from ..registry import register
 from .linalg import _matmul
-from .reduce import divide_by_count, reduce, squeeze_unless, vector_norm
+from .reduce import divide_by_count, reduce, sample_gaps, squeeze_unless, vector_norm
 from .shape import concat, expand_to, full_like_value, reshape_to, slice_axis
 
 
@@ -277,12 +277,7 @@ def cumulative_trapezoid(ctx: EmitContext, y: Value, x=None, *, dx=None, dim: in
     n = y.shape[a]
     pairs = ew(ctx, "add", slice_axis(ctx, y, a, 1, n), slice_axis(ctx, y, a, 0, simplify(n - 1)))
     if isinstance(x, Value):
-        x = to_float(ctx, x)
-        if rank(x) == 1 and rank(y) > 1:
-            x = reshape_to(ctx, x, [x.shape[0] if i == a else 1 for i in range(rank(y))])
-        xa = a if rank(x) == rank(y) else axis(dim, rank(x))
-        m = x.shape[xa]
-        gaps = ew(ctx, "sub", slice_axis(ctx, x, xa, 1, m), slice_axis(ctx, x, xa, 0, simplify(m - 1)))
+        gaps = sample_gaps(ctx, x, y, dim, a)
         areas = ew(ctx, "div", ew(ctx, "mul", gaps, pairs), 2.0)
     else:
         step = float(1.0 if x is None and dx is None else x if x is not None else dx)

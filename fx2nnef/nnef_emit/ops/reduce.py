@@ -617,6 +617,17 @@ def nanmean(ctx: EmitContext, input: Value, dim=None, keepdim: bool = False, *, 
     return squeeze_unless(ctx, ew(ctx, "div", total, count), x.shape, axes_, keepdim)
 
 
+
+def sample_gaps(ctx: EmitContext, x: Value, y: Value, dim: int, a: int) -> Value:
+    """The gaps between the sample points ``x`` of ``y`` along its axis ``a`` (``dim``), as the
+    trapezoid rules take them: a 1-D ``x`` runs along that axis."""
+    x = to_float(ctx, x)
+    if rank(x) == 1 and rank(y) > 1:
+        x = reshape_to(ctx, x, [x.shape[0] if i == a else 1 for i in range(rank(y))])
+    xa = a if rank(x) == rank(y) else axis(dim, rank(x))
+    m = x.shape[xa]
+    return ew(ctx, "sub", slice_axis(ctx, x, xa, 1, m), slice_axis(ctx, x, xa, 0, simplify(m - 1)))
+
 @register(torch.trapezoid, torch.trapz)
 def trapezoid(ctx: EmitContext, y: Value, x=None, *, dx=None, dim: int = -1):
     """trapezoid.x(Tensor y, Tensor x, *, int dim=-1) -> Tensor; trapezoid.dx(Tensor y, *, Scalar dx=1, int dim=-1)
@@ -632,12 +643,7 @@ def trapezoid(ctx: EmitContext, y: Value, x=None, *, dx=None, dim: int = -1):
         total = reduce(ctx, "sum_reduce", y, [a])
         out = ew(ctx, "mul", ew(ctx, "sub", total, ew(ctx, "mul", ends, 0.5)), step)
         return squeeze_unless(ctx, out, y.shape, [a], False)
-    x = to_float(ctx, x)
-    if rank(x) == 1 and rank(y) > 1:
-        x = reshape_to(ctx, x, [x.shape[0] if i == a else 1 for i in range(rank(y))])
-    xa = a if rank(x) == rank(y) else axis(dim, rank(x))
-    m = x.shape[xa]
-    gaps = ew(ctx, "sub", slice_axis(ctx, x, xa, 1, m), slice_axis(ctx, x, xa, 0, simplify(m - 1)))
+    gaps = sample_gaps(ctx, x, y, dim, a)
     pairs = ew(ctx, "add", slice_axis(ctx, y, a, 1, n), slice_axis(ctx, y, a, 0, simplify(n - 1)))
     total = reduce(ctx, "sum_reduce", ew(ctx, "mul", gaps, pairs), [a])
     return squeeze_unless(ctx, ew(ctx, "div", total, 2.0), total.shape, [a], False)
