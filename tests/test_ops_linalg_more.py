@@ -132,16 +132,6 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", CASES, ids=str)
-def test_tract(case, tmp_path):
-    run_case(case, tmp_path, "tract")
-
-
-@pytest.mark.parametrize("case", [c for c in CASES if c.khronos and not c.dynamic_axes], ids=str)
-def test_khronos(case, tmp_path):
-    run_case(case, tmp_path, "khronos")
-
-
 @pytest.mark.parametrize("fn, inputs, dyn, sizes", [
     (torch.mv, [M, V3], DYN0, [[(1, 3), (3,)], [(9, 3), (3,)]]),
     (lambda a, b: torch.tensordot(a, b, dims=([2], [0])), [randn(2, 3, 4), randn(4, 5)], {"x0": {1: "S"}},
@@ -259,13 +249,13 @@ MORE_CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", MORE_CASES, ids=str)
-def test_more_tract(case, tmp_path):
+@pytest.mark.parametrize("case", CASES + MORE_CASES, ids=str)
+def test_tract(case, tmp_path):
     run_case(case, tmp_path, "tract")
 
 
-@pytest.mark.parametrize("case", [c for c in MORE_CASES if c.khronos and not c.dynamic_axes], ids=str)
-def test_more_khronos(case, tmp_path):
+@pytest.mark.parametrize("case", [c for c in CASES + MORE_CASES if c.khronos and not c.dynamic_axes], ids=str)
+def test_khronos(case, tmp_path):
     run_case(case, tmp_path, "khronos")
 
 

@@ -23,9 +23,9 @@ TABLE_ROWS_MAX = 16384
 _PASS_THROUGH = {"to", "long", "int", "type", "contiguous", "clone", "detach"}
 
 
-def _table_reads(gm: fx.GraphModule) -> list:
+def _table_reads(gm: fx.GraphModule, values: dict) -> list:
     """``(index node, rows)`` of each ``embedding`` of a stored table at indices computed in the
-    graph (not an input of the model passed on as it is)."""
+    graph (not an input of the model passed on as it is); ``values``: node -> example value."""
     out = []
     for n in gm.graph.nodes:
         if n.op != "call_function":
@@ -43,19 +43,10 @@ def _table_reads(gm: fx.GraphModule) -> list:
             source = source.args[0]
         if source.op == "placeholder":
             continue  # token ids: their values are the user's, not a function of the sizes
-        try:
-            rows = _attr(gm, table.target).shape[0]
-        except (AttributeError, IndexError):
-            continue
-        out.append((index, int(rows)))
+        stored = values.get(table)
+        if isinstance(stored, torch.Tensor) and stored.dim() > 0:
+            out.append((index, int(stored.shape[0])))
     return out
-
-
-def _attr(gm, target: str):
-    obj = gm
-    for part in target.split("."):
-        obj = getattr(obj, part)
-    return obj
 
 
 def _symbols_of(dims) -> set:
@@ -72,7 +63,7 @@ def bound_by_tables(gm: fx.GraphModule, analysis, accepts: Callable[[dict], bool
     if not analysis.symbols:
         return
     limits: dict = {}
-    for index, rows in _table_reads(gm):
+    for index, rows in _table_reads(gm, analysis.values):
         for s in _symbols_of(analysis.sym.get(index)):
             rng = analysis.ranges.get(s)
             if rng is not None and rng.hi is not None and rng.hi < rows:
