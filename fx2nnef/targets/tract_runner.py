@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import TractError
-from .child import (as_input_arrays, clean_engine_message, crash_message, existing_asset, load_arrays,
+from .child import (ChildOutcome, as_input_arrays, clean_engine_message, crash_message, existing_asset, load_arrays,
                     run_child, save_arrays)
 
 CHILD_SCRIPT = Path(__file__).resolve().with_name("_tract_child.py")
@@ -92,9 +92,11 @@ def _call_tract_child(
     try:
         outcome = run_child(CHILD_SCRIPT, workdir, timeout)
     except subprocess.TimeoutExpired as error:
+        partial = error.stdout.decode(errors="replace") if isinstance(error.stdout, bytes) else error.stdout or ""
+        stage = ChildOutcome(-1, partial, "", None).stage
         raise TractError(
-            f"tract did not finish within {timeout} s on {str(asset)!r}; the child process was "
-            f"stopped. Give a larger timeout=, or look for a graph far bigger than expected"
+            f"tract did not finish within {timeout} s on {str(asset)!r} (stopped at step '{stage}'); the child "
+            f"process was stopped. Give a larger timeout=, or look for a graph far bigger than expected"
         ) from error
     if outcome.result is None:
         raise TractError(crash_message("tract", asset, outcome, _CRASH_ADVICE))

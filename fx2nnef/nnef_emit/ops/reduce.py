@@ -47,15 +47,23 @@ def reduce(ctx: EmitContext, op: str, x: Value, axes_: list, keepdim: bool = Tru
     """NNEF reduction ``op`` of ``x`` over ``axes_``."""
     if not axes_:
         return x
-    if op == "mean_reduce" and _dynamic_count_in_loop(ctx, x, axes_):
+    if op == "mean_reduce" and ctx.target == "tract" and _dynamic_count(x, axes_):
+        # NOTE: tract 0.23.9 takes time exponential in the number of chained ``mean_reduce`` (or
+        # divisions by a size) over dynamic axes to load a graph: 3 GroupNorms on dynamic H and W
+        # do not load within minutes (Poolformer hung). A sum times the recip of the count, which
+        # is how tract computes the mean itself, loads at once
         total = reduce(ctx, "sum_reduce", x, axes_, True, out_dtype)
         return squeeze_unless(ctx, divide_by_count(ctx, total, x, axes_), x.shape, axes_, keepdim)
     y = ctx.op(op, x, axes=axes_, out_dtype=out_dtype or x.dtype, out_shape=reduced_shape(x.shape, axes_, True))
     return squeeze_unless(ctx, y, x.shape, axes_, keepdim)
 
 
+def _dynamic_count(x: Value, axes_: list) -> bool:
+    return x.shape is not None and not isinstance(product(x.shape[a] for a in axes_), int)
+
+
 def _dynamic_count_in_loop(ctx: EmitContext, x: Value, axes_: list) -> bool:
-    return ctx.loop_body and x.shape is not None and not isinstance(product(x.shape[a] for a in axes_), int)
+    return bool(ctx.loop_body) and _dynamic_count(x, axes_)
 
 
 def divide_by_count(ctx: EmitContext, total: Value, x: Value, axes_: list, minus: float = 0) -> Value:
@@ -70,9 +78,9 @@ def divide_by_count(ctx: EmitContext, total: Value, x: Value, axes_: list, minus
     cannot evaluate a symbol at all ("Undetermined symbol in expression", also through
     ``tract_core_shape_of``): there the count is a sum of ones shaped like ``x``.
     """
-    if not _dynamic_count_in_loop(ctx, x, axes_):
+    if not _dynamic_count(x, axes_):
         return ew(ctx, "div", total, element_count(ctx, x, axes_, total.dtype, minus))
-    if ctx.loop_body == 1:
+    if not ctx.loop_body or ctx.loop_body == 1:  # (a division by a size: see reduce's note)
         count = element_count(ctx, x, axes_, total.dtype)
     else:
         nan = ctx.op("tract_core_is_nan", to_float(ctx, x), out_dtype=DType.BOOL, out_shape=x.shape)
