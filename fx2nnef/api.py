@@ -12,8 +12,9 @@ from typing import Optional
 import numpy as np
 import torch
 
-from .errors import CheckIOError, InvalidArgumentError
+from .errors import CheckIOError, InvalidArgumentError, UnsupportedOpError
 from .fx_tracer.capture import Capture, capture
+from .fx_tracer.random_draws import random_draws_advice
 from .piece_by_piece.record import eval_mode
 from .ir import DType, apply_weight_format, sanitize
 from .nnef_emit import emit_graph
@@ -142,10 +143,15 @@ def _lower_write_check(cap: Capture, path: Path, target: InferenceTarget, timing
     weight_bytes = sum(v.source.nbytes for v in cap.graph.constants())
     show = _show_progress(progress, weight_bytes)
     with _timed(timings, "lower"), _bar(show, len(cap.graph.nodes), "lowering", "op") as bar:
-        emitted = emit_graph(cap.graph, target.name, bool_bits=target.bool_bits,
-                             extra_fragments=target.specific_fragments(cap.graph),
-                             extra_asserts=target.specific_asserts(cap.graph),
-                             on_node=(lambda: bar.update(1)) if bar else None)
+        try:
+            emitted = emit_graph(cap.graph, target.name, bool_bits=target.bool_bits,
+                                 extra_fragments=target.specific_fragments(cap.graph),
+                                 extra_asserts=target.specific_asserts(cap.graph),
+                                 on_node=(lambda: bar.update(1)) if bar else None)
+        except UnsupportedOpError as error:
+            if not cap.random_draws:
+                raise
+            raise UnsupportedOpError(f"{error}\n{random_draws_advice(cap.random_draws)}", error.problems) from error
     with _timed(timings, "write"), _bar(show, asset_bytes(emitted.files), f"writing {path.name}", "B") as bar:
         staged = stage_asset(emitted.files, path, compression_level=compression_level,
                              on_bytes=bar.update if bar else None)
@@ -163,6 +169,8 @@ def _lower_write_check(cap: Capture, path: Path, target: InferenceTarget, timing
             lines.append(f"Nothing was written at {path}. A debug bundle (asset, inputs, expected and actual "
                          f"outputs) is at {bundle}; try diagnose() to find the submodule at fault, or a looser "
                          "check_io_tolerance if the difference is expected (e.g. float16).")
+            if cap.random_draws:
+                lines.append(random_draws_advice(cap.random_draws))
             raise CheckIOError("\n".join(lines), [d for _, ds in report.cases for d in ds], str(bundle))
         final = staged.commit()
     return ExportResult.of(final, target, cap.graph, cap.input_names, emitted.source_op_counts,

@@ -27,6 +27,7 @@ from .grouped import check_grouped_outputs
 from .padded import check_padded
 from .passes import cleanup_slices, complex_to_real, masked_updates, remove_dead_code, remove_inplace
 from .probe import AT_EXAMPLE, OFF_STEP, RUNS, analyze, inputs_at
+from .random_draws import random_draws_advice, random_draws_text, watch_random_draws
 from .scalars import scalars_to_inputs
 from .stored_values import StoredValues, stored_values
 from .tables import bound_by_tables
@@ -47,6 +48,7 @@ class Capture:
     control_flow: list = dataclasses.field(default_factory=list)  # how cond/scan/while_loop were converted
     runner: Optional["ModelRunner"] = None
     runs: dict = dataclasses.field(default_factory=dict)  # graph_runs, eager_runs: real forward passes of the capture
+    random_draws: list = dataclasses.field(default_factory=list)  # RandomDraw: the forward's random draws
     _reference: Optional[list] = None
 
     @property
@@ -237,9 +239,19 @@ def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_na
         target.pre_trace(model, args, kwargs)
     leaf_types = tuple(leaf_modules)
     notes: list = []
-    with loop_options(max_loop_iterations, unroll_while=getattr(target, "name", "") == "khronos"):
-        gm, analysis, trace = _trace_and_probe(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names,
-                                               notes, ref, branches)
+    with loop_options(max_loop_iterations, unroll_while=getattr(target, "name", "") == "khronos"), \
+            watch_random_draws() as draws:
+        try:
+            gm, analysis, trace = _trace_and_probe(model, args, kwargs, names, out_names, dyn, leaf_types,
+                                                   leaf_names, notes, ref, branches)
+        except TraceError as error:
+            if not draws or type(error) not in (TraceError, GuardError):
+                raise
+            # the graph fails to reproduce a model that draws again on each run: say so
+            raise type(error)(f"{error}\n{random_draws_advice(draws)}") from error
+    if draws:
+        notes.append(f"the forward draws random numbers ({random_draws_text(draws)}): a draw that reaches the "
+                     "outputs is kept in the graph as the example's values, which the asset gives on every run")
     remove_dead_code(gm)
     if dyn:
         def accepts(env) -> bool:
@@ -274,7 +286,7 @@ def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_na
     if RUNS.shapes:
         runs["shapes"] = RUNS.shapes  # seconds of the trace spent on symbolic shapes
     return Capture(graph, names, tensors, cases, list(trace.control_flow) + notes, list(trace.control_flow),
-                   runner, runs)
+                   runner, runs, random_draws=list(draws))
 
 
 def _ident(name: str) -> str:
