@@ -122,8 +122,9 @@ def test_dynamic_input(name, fn, sizes, tmp_path):
 
 
 def test_size_without_closed_form_refused(tmp_path):
-    """floor(1.7 * H) has no size expression: refused clearly rather than guessed."""
-    model = FnModule(lambda x: F.interpolate(x, scale_factor=1.7, mode="bicubic"))
+    """floor(0.7 * H) has no size expression (62 at H=90, not (7 * H) // 10 = 63): refused clearly
+    rather than guessed. (floor(1.7 * H) is (17 * H) // 10 at every size, and exports.)"""
+    model = FnModule(lambda x: F.interpolate(x, scale_factor=0.7, mode="bicubic"))
     with pytest.raises(UnsupportedOpError, match="bicubic interpolation on a dynamic size needs the traced output size"):
         export_dynamic(model, (1, 3, 10, 7), tmp_path)
 

@@ -262,7 +262,8 @@ def test_nearest_scale_factor_on_dynamic_sizes(scale, tmp_path):
 
 # still refused, with a clear error ----------------------------------------------------------------
 def test_interpolate_to_a_size_without_a_form_is_refused(tmp_path):
-    """A size the graph cannot compute (floor(1.7 * H)): the traced output size is unknown."""
-    model = fn(lambda x: F.interpolate(x, scale_factor=1.7, mode="nearest"))
+    """A size the graph cannot compute (floor(0.7 * H) is 62 at H=90, not (7 * H) // 10 = 63): the
+    traced output size is unknown. (floor(1.7 * H) is (17 * H) // 10 at every size, and exports.)"""
+    model = fn(lambda x: F.interpolate(x, scale_factor=0.7, mode="nearest"))
     with pytest.raises((UnsupportedOpError, fx2nnef.TraceError), match="size"):
         export_dynamic(model, [(1, 3, 20, 17)], tmp_path)

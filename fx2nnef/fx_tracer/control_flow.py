@@ -391,7 +391,10 @@ class Recorder:
         gm, outer_nodes = body_module(self.tracer.root, body_nodes, [s.node for s in slots], [o.node for o in outs])
         proxies = [CustomProxy(n, self.tracer) for n in outer_nodes]
         for p, n in zip(proxies, outer_nodes):
-            p.__dict__["value"] = n.meta.get("value")
+            value = n.meta.get("value")
+            if value is None and n.op == "get_attr":  # a constant made before the loop (torch.arange(1)
+                value = _attr(self.tracer.root, n.target)  # scanned by a nested vmap): the root holds it
+            p.__dict__["value"] = value
         return gm, proxies
 
     def _budget(self, call: ScanCall, init: list, outer: list, where: str, sizes: list):
@@ -625,6 +628,14 @@ def slot_dependents(nodes, slots: list) -> list:
             reach.add(n)
             body.append(n)
     return body
+
+
+def _attr(root: torch.nn.Module, target: str):
+    """The attribute ``target`` (a dotted path) of ``root``, or None."""
+    value = root
+    for part in target.split("."):
+        value = getattr(value, part, None)
+    return value
 
 
 def body_module(root: torch.nn.Module, body_nodes: list, slots: list, outs: list):

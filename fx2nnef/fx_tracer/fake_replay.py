@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import math
 import operator
 from fractions import Fraction
 from typing import Callable, Optional
 
+import numpy as np
 import sympy
 import torch
 import torch.fx as fx
@@ -390,10 +392,10 @@ def _spatial_sizes(input, size, scale_factor):
         if isinstance(n, int):
             out.append(math.floor(float(n) * scale))
             continue
-        # torch computes floor(float(n) * scale): exact, and equal to (n * p) // q, for a scale p/q
-        # with a small power-of-two denominator (2.0, 0.5, 1.5); other scales are not replayed
-        frac = Fraction(scale)
-        if frac.denominator > 1024 or frac <= 0:
+        # torch computes floor(float(n) * scale): equal to (n * p) // q for a scale p/q with a small
+        # power-of-two denominator (2.0, 0.5, 1.5), or one that rounds as p/q (0.6); others are not replayed
+        frac = _fraction_of(float(scale))
+        if frac is None:
             raise ValueError(f"the scale factor {scale} of a dynamic size has no exact integer form")
         out.append((n * frac.numerator) // frac.denominator)
     return out
@@ -479,8 +481,49 @@ def _pad(input, pad, mode="constant", value=None):
     (up to a multiple of a chunk length) is a SymInt."""
     shape = list(input.shape)
     for i in range(len(pad) // 2):
-        shape[-1 - i] = shape[-1 - i] + pad[2 * i] + pad[2 * i + 1]
+        shape[-1 - i] = _padded_size(shape[-1 - i], pad[2 * i] + pad[2 * i + 1])
     return input.new_empty(shape)
+
+
+_PERIOD_MAX = 256  # the largest period of a pad amount checked residue by residue
+_PERIODIC = ("FloorDiv", "CleanDiv", "Mod", "PythonMod")
+
+
+def _padded_size(size, amount):
+    """``size + amount``, as ``k * ((size + k - 1) // k)`` when it is that (a pad up to a multiple
+    of ``k``: ``(k - w % k) % k``, Swin's windows). The plain sum nests the amount's modulos in
+    every later size, and sympy then takes minutes over the views of a window partition.
+
+    Proved, not sampled: an expression of one symbol built from sums, integer factors, floor
+    divisions and modulos by integers is linear on each residue class modulo the product ``L`` of
+    its divisors; three values per class (``3 * L`` sizes) equal make the two forms equal at every
+    size (one more than a linear function needs)."""
+    total = size + amount
+    if not isinstance(total, torch.SymInt) or not isinstance(amount, torch.SymInt):
+        return total
+    from torch.utils._sympy.functions import FloorDiv
+
+    expr = total.node.expr
+    syms = expr.free_symbols
+    calls = expr.atoms(sympy.Function)
+    if any(type(a).__name__ not in _PERIODIC or not (len(a.args) == 2 and a.args[1].is_Integer and int(a.args[1]) > 0)
+           for a in calls):
+        return total  # a Max, a Min, a division by a size: not linear on residue classes
+    divisors = {int(a.args[1]) for a in calls if int(a.args[1]) > 1}
+    if len(syms) != 1 or not divisors or total.node.hint is None:
+        return total
+    (sym,) = syms
+    period = math.prod(divisors)
+    if period > _PERIOD_MAX:
+        return total
+    base = size.node.expr if isinstance(size, torch.SymInt) else sympy.Integer(size)
+    for k in sorted(divisors):
+        canon = k * FloorDiv(base + k - 1, k)
+        if all(expr.xreplace({sym: sympy.Integer(n)}) == canon.xreplace({sym: sympy.Integer(n)})
+               for n in range(1, 3 * period + 1)):
+            hint = k * -(-int(size) // k) if not isinstance(size, torch.SymInt) else k * -(-size.node.hint // k)
+            return total.node.shape_env.create_symintnode(canon, hint=hint)
+    return total
 
 
 def _solve_triangular(A, B, *, upper, left=True, unitriangular=False, out=None):
@@ -736,12 +779,16 @@ def to_dim(expr, symbols: dict):
         else:
             q = SymDim.floordiv(num, d)
         return num - d * q if kind in ("Mod", "PythonMod") else q
-    if kind in ("CeilToInt", "FloorToInt"):
-        # math.ceil(S / 4), math.floor(S * 0.25): a true division of an integer size by a positive
-        # integer, rounded, is a floor division (``ceil(a / k) = (a + k - 1) // k``)
+    if kind in ("CeilToInt", "FloorToInt", "TruncToInt"):
+        # math.ceil(S / 4), math.floor(S * 0.25), int(S * 0.3): a true division of an integer size by
+        # a positive integer, rounded, is a floor division (``ceil(a / k) = (a + k - 1) // k``);
+        # truncating is flooring where ``a`` is never negative (no negative term: S - 10 may be)
         parts = _int_over(args[0])
         if parts is not None:
-            num, d = to_dim(parts[0], symbols), parts[1]
+            num, d = to_dim(parts[0], symbols) * parts[1], parts[2]
+            if kind == "TruncToInt" and not (num >= 0 if isinstance(num, int) else
+                                             all(c >= 0 for c in num.terms.values())):
+                raise ValueError(str(expr))
             if kind == "CeilToInt":
                 num = num + (d - 1)
             return num // d if isinstance(num, int) else SymDim.floordiv(num, d)
@@ -757,18 +804,45 @@ def to_dim(expr, symbols: dict):
 
 
 def _int_over(expr) -> Optional[tuple]:
-    """``(a, k)`` when ``expr`` is the float ``a / k`` of an integer expression ``a`` and an integer
-    ``k > 0`` (``IntTrueDiv(a, k)``, or ``ToFloat(a)`` times ``1/k`` exactly, as ``S * 0.25``), else None."""
+    """``(a, p, k)`` when ``expr`` is the float ``a * p / k`` of an integer expression ``a`` and
+    integers ``p, k > 0`` (``IntTrueDiv(a, k)``, or ``ToFloat(a)`` times a float ``c`` as in
+    ``floor(S * 0.75)``, ``floor(S * 0.6)``), else None. A float ``c`` stands for the fraction
+    ``p / k`` of small terms nearest to it only where rounding ``a * c`` as Python does gives the
+    same integer as ``a * p / k`` at every ``a`` up to :data:`_EXACT_UP_TO` (``0.6`` is ``3 / 5``
+    there; ``0.7`` is not ``7 / 10``: ``floor(90 * 0.7)`` is 62)."""
     kind = type(expr).__name__
     if kind == "IntTrueDiv" and expr.args[1].is_Integer and int(expr.args[1]) > 0:
-        return expr.args[0], int(expr.args[1])
+        return expr.args[0], 1, int(expr.args[1])
     if kind == "Mul" and len(expr.args) == 2:
         coef, rest = sorted(expr.args, key=lambda a: not a.is_Number)
         if coef.is_Number and type(rest).__name__ == "ToFloat" and float(coef) > 0:
-            k = Fraction(float(coef))
-            if k.numerator == 1:
-                return rest.args[0], k.denominator
+            k = _fraction_of(float(coef))
+            if k is not None:
+                return rest.args[0], k.numerator, k.denominator
     return None
+
+
+_EXACT_UP_TO = 1 << 20  # sizes (and products of sizes) a float scale is checked exact up to
+
+
+@functools.lru_cache(maxsize=None)
+def _fraction_of(c: float) -> Optional[Fraction]:
+    """The fraction ``c`` stands for in ``floor(a * c)`` and ``ceil(a * c)`` of integers ``a``
+    (see :func:`_int_over`): ``c`` itself when its denominator is a small power of two, else the
+    nearest fraction of terms up to 1000 where it rounds as that fraction; or None."""
+    k = Fraction(c)
+    if k.denominator <= 1024 and 0 < k.numerator <= 1 << 20:
+        return k  # a power-of-two denominator: a * c is exact, and so is its floor
+    if k.denominator > 1000:
+        k = k.limit_denominator(1000)
+    if k.numerator > 1000 or k <= 0:
+        return None
+    a = np.arange(1, _EXACT_UP_TO, dtype=np.int64)
+    prod = a.astype(np.float64) * c
+    if not (np.array_equal(np.floor(prod).astype(np.int64), a * k.numerator // k.denominator)
+            and np.array_equal(np.ceil(prod).astype(np.int64), -(-a * k.numerator // k.denominator))):
+        return None
+    return k
 
 
 def _compile(expr, symbols: dict) -> Callable[[dict], object]:

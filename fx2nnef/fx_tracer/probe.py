@@ -801,7 +801,9 @@ def _symbolic_envs(signature, base_env: dict, max_flips: int = 4) -> tuple:
         # has a size below: the model's outputs there are known)
         env = {**base_env, **moved}
         if moved and signature(env) == base:
-            io_envs.append(env)
+            # a symbol with no size alike on this side (the example is where a decision flips: a
+            # graph traced again at other sizes) is checked at its nearest flip, else never
+            io_envs.append({**env, **{s: n for s, n in near[side].items() if s not in moved}})
         elif near[side]:
             s, n = next(iter(near[side].items()))
             io_envs.append({**base_env, s: n})
@@ -875,6 +877,29 @@ def _fit_good(good: list, symbols: list):
             records.setdefault(n, []).append(r)
     sym = _fit_all(records, envs, symbols) if symbols else {n: _static(r[0]) for n, r in records.items()}
     return envs, records, sym
+
+
+def _has_division(sym: dict) -> bool:
+    """Whether a fitted size of ``sym`` holds a floor division (an atom that is no input size)."""
+    def has(x):
+        if isinstance(x, tuple):
+            return any(has(i) for i in x)
+        return isinstance(x, SymDim) and bool(x.symbols - x.input_symbols)
+    return any(has(v) for v in sym.values())
+
+
+def _division_check_envs(base: dict, seen: list) -> list:
+    """Sizes past the probed ones, one symbol moved at a time, at uneven steps, no farther than
+    the far probes (3x: a run of a large model costs), that no probe ran at."""
+    keys = {_env_key(e) for e in seen}
+    envs = []
+    for s, v in base.items():
+        for n in (v + 9, v + 21, 2 * v + 7):
+            env = {**base, s: n}
+            if _env_key(env) not in keys:
+                keys.add(_env_key(env))
+                envs.append(env)
+    return envs
 
 
 def _count_unfit(sym: dict) -> int:
@@ -1232,6 +1257,18 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
                 new_lo = min(e[s] for e, _ in good)
                 ranges[s] = SymRange(s, new_lo, r.hi, r.step, r.rest,
                                      "; ".join(x for x in (r.why, f"shapes change otherwise below {s}={new_lo}") if x))
+    if rep is None and symbols and _has_division(sym):
+        # a floor division fitted to the probed sizes takes the least divisor that agrees with
+        # them, which may agree there only: int((S - 10) * 0.3) + 5 at S = 10..33 fits
+        # (2*S + 1) // 7 + 2 as well, and differs at S=20. More sizes, farther apart, then refit:
+        # a size that follows no form is then refused rather than exported wrong
+        for env in _division_check_envs(base_env, good_envs):
+            if all(ranges[k].contains(env[k]) for k in symbols):
+                r = probe(env)
+                if isinstance(r, tuple):
+                    failures.append(ProbeFailure(env, r[1][0].node if r[1] else None, r[2]))
+        good = [(e, v) for e, v in good if all(ranges[k].contains(e[k]) for k in symbols)]
+        good_envs, records, sym = _fit_good(good, symbols)
     data_dep = data_dep0
     if varies is None:
         varies = {n for n, r in records.items() if any(x != r[0] for x in r[1:])}

@@ -44,6 +44,9 @@ def record_as_strided(tracer, args: tuple, kwargs: dict, unwrap):
         return proxy, f"windows of {k} every {step} along the last axis (unfold)"
     found = _memory_windows(tracer, x, value, [int(v) for v in unwrap(size)], [int(v) for v in unwrap(stride)],
                             unwrap(offset))
+    if found is None:
+        found = _without_unit_axes(tracer, x, value, [int(v) for v in unwrap(size)],
+                                   [int(v) for v in unwrap(stride)], unwrap(offset))
     if found is not None:
         return found
     # the positions read become constants: a size, stride or offset computed from the traced sizes
@@ -169,6 +172,33 @@ def _memory_windows(tracer, x, value: torch.Tensor, size: list, stride: list, of
     if perm != tuple(range(len(size))):
         y = tracer.create_proxy("call_method", "permute", (y, perm), {})
     return y, how
+
+
+def _without_unit_axes(tracer, x, value: torch.Tensor, size: list, stride: list, offset):
+    """``as_strided`` with axes of size 1 in the tensor or in the view (a single head, a width of
+    1: Longformer's padding mask read through the chunking of its queries), as the same call on the
+    tensor without them, the view's unit axes put back after; or None. An axis of size 1 reads one
+    position whatever its stride, so the call is the same; the other axes keep their strides
+    (squeeze is a view), and ``_memory_windows`` then reads them as ops on the axes, valid at every
+    size, where the constant positions would hold at the example sizes only."""
+    if 1 not in value.shape and 1 not in size:
+        return None
+    keep = [a for a, n in enumerate(size) if n != 1]
+    if not keep or value.numel() <= 1:
+        return None
+    y, sub = x, value
+    for a in reversed(range(value.dim())):
+        if value.shape[a] == 1:
+            y = tracer.create_proxy("call_method", "squeeze", (y, a), {})
+            sub = sub.squeeze(a)
+    found = _memory_windows(tracer, y, sub, [size[a] for a in keep], [stride[a] for a in keep], offset)
+    if found is None:
+        return None
+    out, how = found
+    for a, n in enumerate(size):
+        if n == 1:
+            out = tracer.create_proxy("call_method", "unsqueeze", (out, a), {})
+    return out, how + ", its axes of size 1 set aside"
 
 
 def _box(tracer, flat, size: list, stride: list, rel: int, numel: int):

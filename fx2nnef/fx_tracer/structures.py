@@ -17,6 +17,15 @@ def _is_tensor_like(x) -> bool:
     return isinstance(x, torch.Tensor) or is_proxy(x)
 
 
+def _stands_for_number(x) -> bool:
+    """Whether ``x`` is a proxy of a Python number or size (``h.shape[1]``, ``x.size()`` on a
+    dynamic dim): the model returns a plain number there, which no engine output holds and which
+    the model's own outputs, flattened, leave out too; the outputs must pair up one to one."""
+    from .proxy import is_proxy
+
+    return is_proxy(x) and isinstance(getattr(x, "value", None), (bool, int, float, torch.Size))
+
+
 def has_tensor(obj) -> bool:
     """Whether a value, or any item of the tuples, lists and dicts it nests, is a torch tensor."""
     if isinstance(obj, torch.Tensor):
@@ -109,7 +118,8 @@ def _walk(obj, prefix: str, emit: Callable) -> None:
     if items is not None:
         _walk(items, prefix, emit)
     elif _is_tensor_like(obj):
-        emit((prefix, obj))
+        if not _stands_for_number(obj):
+            emit((prefix, obj))
     elif isinstance(obj, dict):
         for k, v in obj.items():
             _walk(v, _join(prefix, k), emit)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import operator
+import re
 from typing import Any
 
 import numpy as np
@@ -337,6 +338,10 @@ _FLOAT_SCALAR_OPS = {
 }
 
 
+# torch's fake tensors raise these on an op whose output shape follows the data (nonzero, a mask index)
+_DATA_SHAPED = ("DynamicOutputShapeException", "DataDependentOutputException")
+
+
 def _plain(x) -> Any:
     """Python/torch constants as IR constants (dtypes become DType)."""
     if isinstance(x, torch.dtype):
@@ -362,6 +367,13 @@ def _refuse_unrepresentable(n: fx.Node, args, analysis: Analysis) -> None:
         value = analysis.values.get(bad)
         if analysis.shapes_from.startswith("probes") and isinstance(value, int) and not isinstance(value, bool):
             why = analysis.shapes_from[len("probes ("):-1] if analysis.shapes_from.endswith(")") else ""
+            if any(k in why for k in _DATA_SHAPED) and _reads_node_named(bad, why):
+                # the size follows the data (x[x > 0], masked_select, nonzero): other sizes cannot help
+                raise TraceError(
+                    f"'{n.name}'{_where(n)} reads '{bad.name}' ({what}{_where(bad)}), a size that follows the data: "
+                    f"{why.replace('the fake replay failed at', 'the op at')} gives as many items as its data "
+                    "selects, which no graph of fixed shapes holds. Keep the shape (torch.where(mask, x, 0), "
+                    "masked_fill) or reduce over the mask ((x * mask).sum() / mask.sum())")
             larger = ", ".join(f"{s}={2 * v}" for s, v in analysis.base_env.items())
             raise TraceError(
                 f"'{n.name}'{_where(n)} reads '{bad.name}' ({what}{_where(bad)}), a size that follows no form found "
@@ -374,6 +386,22 @@ def _refuse_unrepresentable(n: fx.Node, args, analysis: Analysis) -> None:
             f"dynamic sizes ({', '.join(symbols)}) in a way the graph cannot compute. Compute it with torch ops "
             "on a tensor holding the size (e.g. x.new_tensor(x.shape[1], dtype=torch.float32)), or drop that "
             "dim from dynamic_axes")
+
+
+def _reads_node_named(node: fx.Node, why: str) -> bool:
+    """Whether ``node`` reads, through its inputs, the node that ``why`` names (``failed at 'name'``)."""
+    m = re.search(r"failed at '([^']+)'", why)
+    if m is None:
+        return False
+    seen, todo = set(), [node]
+    while todo:
+        x = todo.pop()
+        if x.name == m.group(1):
+            return True
+        if x not in seen:
+            seen.add(x)
+            todo.extend(x.all_input_nodes)
+    return False
 
 
 def _where(n: fx.Node) -> str:

@@ -152,10 +152,18 @@ def tensor_from_data(ctx: EmitContext, data, dtype: DType) -> Value:
     items = list(data) if isinstance(data, (list, tuple)) else [data]
     if not _dynamic_items(items):
         return ctx.const(data, dtype)
-    if not all(isinstance(d, (int, float, SymDim)) for d in items):
+    if not all(isinstance(d, (int, float, SymDim)) or _one_item(d) for d in items):
         ctx.fail("torch.tensor of tensors, or of nested lists holding dynamic sizes, is not supported")
-    parts = [dim_tensor(ctx, d, dtype) for d in items]
+    from .shape import reshape_to
+    parts = [reshape_to(ctx, cast(ctx, d, dtype), [1]) if isinstance(d, Value) else dim_tensor(ctx, d, dtype)
+             for d in items]
     return ctx.op("concat", parts, axis=0, out_dtype=dtype, out_shape=(len(parts),))
+
+
+def _one_item(v) -> bool:
+    """Whether ``v`` is a tensor of one item (a Python number computed from the dynamic sizes,
+    ``2.0 / (W - 1)``, reaches here as a 0-d tensor): torch.tensor takes its value."""
+    return isinstance(v, Value) and v.shape is not None and all(d == 1 for d in v.shape)
 
 
 def _dynamic_items(items) -> bool:

@@ -3,7 +3,8 @@
 Item assignment reaches the emitter as ``setitem_functional(x, index, value)`` (the tracer's
 in-place pass rewrites ``x[index] = value`` and ``view.copy_(v)`` to it). Slices are written
 back by slicing ``x`` around the region and concatenating, which keeps symbolic bounds; a
-boolean mask becomes ``select``; a tensor index along one axis becomes a scatter.
+boolean mask becomes ``select``; a tensor index along one axis, or index tensors on adjacent
+axes, becomes a scatter.
 """
 from __future__ import annotations
 
@@ -349,11 +350,17 @@ def _write(ctx: EmitContext, x: Value, ranges: list, v: Value) -> Value:
 
 
 def _set_mask(ctx: EmitContext, x: Value, items: list, at: int, value) -> Value:
-    """``x[..., mask] = value`` for a value that is one number: ``select``."""
+    """``x[..., mask] = value`` for a value that is one number, or one row that every masked item
+    takes (a value broadcasting to the axes after the mask's: T5Gemma2's ``emb[ids == eoi] = vector``):
+    ``select``."""
     if any(not (isinstance(i, slice) and i == slice(None)) for k, i in enumerate(items) if k != at):
         raise EmitError("a boolean mask index combined with other indices is not supported in item assignment")
     if isinstance(value, Value) and not (value.shape is not None and all(isinstance(d, int) and d == 1 for d in value.shape)):
-        raise EmitError("x[mask] = tensor needs a value with one element: the masked count depends on the data")
+        row = _masked_row(ctx, x, items[at], at, value)
+        if row is None:
+            raise EmitError("x[mask] = tensor needs a value with one element, or one row broadcasting to the axes "
+                            "after the mask's: a value with one item per masked item depends on the data")
+        return row
     mask = items[at]
     if at:
         mask = ctx.op("unsqueeze", mask, axes=list(range(at)), out_shape=(1,) * at + tuple(mask.shape))
@@ -363,17 +370,73 @@ def _set_mask(ctx: EmitContext, x: Value, items: list, at: int, value) -> Value:
     return ctx.op("select", mask, v, x, out_dtype=x.dtype, out_shape=x.shape)
 
 
+def _masked_row(ctx: EmitContext, x: Value, mask: Value, at: int, value: Value) -> Optional[Value]:
+    """``x[..., mask] = row``: torch broadcasts ``row`` to ``[count] + trailing`` (``trailing`` the axes
+    of ``x`` after the mask's), the same row for every masked item when ``row`` broadcasts to
+    ``trailing`` alone, which is ``select(mask, row, x)`` with the ranks made equal (NNEF pads the
+    lower rank with trailing 1s); None for a value with one row per masked item."""
+    trailing = tuple(x.shape[at + rank(mask):])
+    vshape = tuple(value.shape or ())
+    while len(vshape) > len(trailing) and vshape[0] == 1:
+        vshape = vshape[1:]
+    if len(vshape) > len(trailing) or any(not (d == 1 or d == t) for d, t in zip(vshape[::-1], trailing[::-1])):
+        return None
+    v = cast(ctx, value, x.dtype)
+    if rank(v) > len(vshape):
+        v = ctx.op("squeeze", v, axes=list(range(rank(v) - len(vshape))), out_shape=vshape, out_dtype=v.dtype)
+    lead = at + rank(mask) + len(trailing) - len(vshape)
+    if lead:
+        v = ctx.op("unsqueeze", v, axes=list(range(lead)), out_shape=(1,) * lead + vshape, out_dtype=v.dtype)
+    m = mask
+    if at:
+        m = ctx.op("unsqueeze", m, axes=list(range(at)), out_shape=(1,) * at + tuple(m.shape), out_dtype=m.dtype)
+    if trailing:
+        m = ctx.op("unsqueeze", m, axes=list(range(rank(m), rank(m) + len(trailing))),
+                   out_shape=tuple(m.shape) + (1,) * len(trailing), out_dtype=m.dtype)
+    return ctx.op("select", m, v, x, out_dtype=x.dtype, out_shape=x.shape)
+
+
 def _set_tensor_index(ctx: EmitContext, x: Value, items: list, tensors: list, value) -> Value:
-    """``x[:, ..., idx, :] = value`` with a 1-D integer index along one axis: a scatter."""
+    """``x[:, ..., idx, :] = value`` with a 1-D integer index along one axis: a scatter; with an index of
+    another rank, or several index tensors on adjacent axes (``x[arange(b)[:, None], top] = v``, Informer's sparse attention
+    writing its rows back), a scatter at the broadcast indices, the indexed axes moved in front."""
     ax = tensors[0]
-    if len(tensors) > 1 or any(not (isinstance(i, slice) and i == slice(None)) for k, i in enumerate(items) if k != ax):
-        raise EmitError("item assignment with a tensor index is supported along one axis, other axes taken whole")
+    if any(not (isinstance(i, slice) and i == slice(None)) for k, i in enumerate(items) if k not in tensors):
+        raise EmitError("item assignment with a tensor index is supported with the other axes taken whole")
+    if len(tensors) > 1:
+        if tensors != list(range(ax, ax + len(tensors))):
+            raise EmitError("item assignment with several tensor indices is supported on adjacent axes")
+        return _set_adjacent_indices(ctx, x, items, tensors, value)
     idx = _index_tensor(ctx, items[ax], x.shape[ax])
-    if rank(idx) != 1:
-        raise EmitError("item assignment with a tensor index needs a 1-D index")
+    if rank(idx) != 1:  # the index's shape replaces the axis, as with several indices
+        return _set_adjacent_indices(ctx, x, items, tensors, value)
     region = x.shape[:ax] + tuple(idx.shape) + x.shape[ax + 1:]
     v = full_like_value(ctx, value, x.dtype, region)
     return ctx.call("nnef.scatter_axis", x, idx, v, ax)
+
+
+def _set_adjacent_indices(ctx: EmitContext, x: Value, items: list, tensors: list, value) -> Value:
+    """``x[:, i0, i1, :] = value``: torch writes ``value`` broadcast to ``x.shape[:a] + I + rest`` (``I`` the
+    broadcast shape of the indices); ``index_put`` on the indexed axes moved in front takes it as
+    ``I + x.shape[:a] + rest``."""
+    a, k = tensors[0], len(tensors)
+    idx = [_index_tensor(ctx, items[t], x.shape[t]) for t in tensors]
+    r = max(rank(i) for i in idx)
+    idx = [unsqueeze_to(ctx, cast(ctx, i, DType.I64), r) for i in idx]
+    bshape = tuple(_broadcast_dim([i.shape[d] for i in idx]) for d in range(r))
+    others = [d for d in range(rank(x)) if d not in tensors]
+    region = tuple(x.shape[:a]) + bshape + tuple(x.shape[a + k:])
+    v = full_like_value(ctx, value, x.dtype, region)
+    front = permute_axes(ctx, x, tensors + others) if a else x
+    if a:  # the value's index axes in front too
+        v = permute_axes(ctx, v, list(range(a, a + r)) + list(range(a)) + list(range(a + r, len(region))))
+    out = ctx.call("torch.index_put", front, idx, v, False)
+    if not a:
+        return out
+    back = [0] * rank(x)
+    for pos, d in enumerate(tensors + others):
+        back[d] = pos
+    return permute_axes(ctx, out, back)
 
 
 @register("nnef.scatter_axis", target="tract")
@@ -758,3 +821,37 @@ def masked_scatter(ctx: EmitContext, input: Value, mask: Value, source: Value):
     src = reshape_to(ctx, cast(ctx, source, input.dtype), [-1])
     picked = reshape_to(ctx, gather(ctx, src, pos, 0), list(shape))
     return ctx.op("select", m, picked, x, out_dtype=input.dtype, out_shape=shape)
+
+
+@register(torch.masked_select, "Tensor.masked_select")
+def masked_select(ctx: EmitContext, input: Value, mask: Value):
+    """masked_select(Tensor self, Tensor mask) -> Tensor
+
+    ``x[mask.expand_as(x)]``, flattened. With a constant mask (a buffer, a table) the number of
+    items is known: the mask's own axes (the trailing ones, a unit axis of it repeated over a
+    static size) select a known set of positions on each index of the axes it is broadcast over
+    (leading unit or missing axes, which may be dynamic). A mask computed from the inputs gives a
+    count known only from the data."""
+    if not mask.is_constant:
+        raise EmitError("masked_select returns as many items as the mask has True items, a count known only from "
+                        "the data; keep the shape with torch.where(mask, x, 0) / masked_fill, or reduce with "
+                        "(x * mask).sum() and mask.sum()")
+    r = max(rank(input), rank(mask))
+    x = unsqueeze_to(ctx, input, r)
+    data = np.asarray(mask.data, dtype=bool).reshape((1,) * (r - rank(mask)) + tuple(np.shape(mask.data)))
+    shape = tuple(_broadcast_dim([a, b]) for a, b in zip(x.shape, data.shape))
+    lead = 0  # the axes the mask is broadcast over, in front of its own
+    while lead < r and data.shape[lead] == 1 and shape[lead] != 1:
+        lead += 1
+    tail = shape[lead:]
+    if any(not isinstance(n, int) for n in tail):
+        raise EmitError("masked_select with a constant mask broadcast over a dynamic axis behind its own axes is "
+                        "not supported; move that axis in front (permute), or make it static")
+    x = expand_to(ctx, x, shape)
+    keep = np.broadcast_to(data[(0,) * lead], tail)
+    if not keep.any():
+        raise EmitError("masked_select with a constant mask with no True item selects nothing: empty tensors "
+                        "cannot be exported")
+    flat = reshape_to(ctx, x, list(shape[:lead]) + [int(np.prod(tail))])
+    picked = getitem(ctx, flat, (slice(None),) * lead + (ctx.const(np.flatnonzero(keep), DType.I64),))
+    return reshape_to(ctx, picked, [-1])

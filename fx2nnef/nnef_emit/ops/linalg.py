@@ -101,13 +101,21 @@ def _itemwise_of_tile_made_opaque(ctx: EmitContext, v: Value, depth: int = 6) ->
     return v
 
 
+_AXIS_MOVES = frozenset({"reshape", "transpose", "unsqueeze", "squeeze"})
+
+
 def _concat_of_tile_made_opaque(ctx: EmitContext, v: Value) -> Value:
     """NOTE: tract 0.23.9 splits a matmul of a concatenation along the contracted axis into one
     product per piece, and one whose piece is a ``tile`` broadcasting a size-1 axis (DPT's readout,
     ``cat([x, cls.expand_as(x)], -1)`` then a linear) gets its shape wrong at load ("Trying to
-    substitute a B,6,4,F32 by B,1,4,F32 ... concat-einsum"). A runtime zero added to the
-    concatenation hides the pieces."""
+    substitute a B,6,4,F32 by B,1,4,F32 ... concat-einsum"). It sees the concatenation through
+    moves of axes too (PatchTSMixer's scale injection: a rank-4 concatenation flattened to a matrix
+    for the linear). A runtime zero added to the operand hides the pieces."""
     st = producer(ctx, v)
+    for _ in range(4):  # through reshapes and moves of axes, as tract's declutter sees through them
+        if st is None or st.op not in _AXIS_MOVES or not st.args or not isinstance(st.args[0], Value):
+            break
+        st = producer(ctx, st.args[0])
     if st is None or st.op != "concat" or not st.args or not isinstance(st.args[0], (list, tuple)):
         return v
     if any(isinstance(p, Value) and tiled_from(ctx, p) is not None for p in st.args[0]):

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch.nn.functional as F
 
 from ...errors import EmitError
-from ...ir import SymDim, Value
+from ...ir import DType, SymDim, Value
 from ..context import EmitContext
-from ..helpers import env_text, negative_at, rank
+from ..helpers import cast, env_text, negative_at, rank
 from ..registry import register
-from .creation import filled
 from .pool import static_dims, transpose, with_dim
 
 
@@ -127,18 +127,40 @@ def _pad_dynamic(ctx: EmitContext, x: Value, pairs: list, mode: str, value) -> V
         for amount, at_end in ((before, False), (after, True)):
             if not isinstance(amount, SymDim):
                 continue
+            n = x.shape[axis]
+            begin, end = (n - 1, n) if at_end else (0, 1)
+            edge = ctx.op("slice", x, axes=[axis], begin=[begin], end=[end], out_shape=with_dim(x.shape, axis, 1))
             if mode == "constant":
-                piece = filled(ctx, list(with_dim(x.shape, axis, amount)), 0.0 if value is None else value, x.dtype)
-            else:  # replicate: the edge slice, tiled
-                n = x.shape[axis]
-                begin, end = (n - 1, n) if at_end else (0, 1)
-                edge = ctx.op("slice", x, axes=[axis], begin=[begin], end=[end], out_shape=with_dim(x.shape, axis, 1))
-                piece = ctx.op("tile", edge, repeats=list(with_dim((1,) * rank(x), axis, amount)),
-                               out_shape=with_dim(x.shape, axis, amount))
+                edge = _filled_like(ctx, edge, 0.0 if value is None else value)
+            # the piece's other axes are the edge slice's, as tract computes them: an axis padded
+            # before is tract's sum of its size and amount (``H/2 + (H+1)/2 - H + 4*((H+6)/8)``),
+            # which tract cannot match with a size written as ``4*((H+6)/8)`` in the concat
+            piece = ctx.op("tile", edge, repeats=list(with_dim((1,) * rank(x), axis, amount)),
+                           out_shape=with_dim(x.shape, axis, amount))
             parts = parts + [piece] if at_end else [piece] + parts
         size = sum(p.shape[axis] for p in parts)
         x = ctx.op("concat", parts, axis=axis, out_shape=with_dim(x.shape, axis, size))
+        # tract's size of the concatenation is the sum of its parts' (``H/2 + (H+1)/2 - H +
+        # 4*((H+6)/8)``), which it cannot match with ``4*((H+6)/8)`` in a reshape or another
+        # concat; a slice of all of it gives the size as written here
+        x = ctx.op("slice", x, axes=[axis], begin=[0], end=[size], out_shape=x.shape)
     return x
+
+
+def _filled_like(ctx: EmitContext, x: Value, value) -> Value:
+    """``value`` in the shape of ``x``, computed from ``x`` so that tract gives it ``x``'s own
+    sizes: its items cast to an integer and subtracted from themselves (0 for NaN and inf too),
+    plus ``value``."""
+    whole = cast(ctx, x, DType.I64)
+    zero = ctx.op("sub", whole, whole, out_shape=x.shape, out_dtype=DType.I64)
+    if x.dtype.is_bool:
+        zero = ctx.op("lt", zero, zero, out_shape=x.shape, out_dtype=DType.BOOL)
+        return ctx.op("or", zero, ctx.const(np.full([1] * rank(x), bool(value)), DType.BOOL),
+                      out_shape=x.shape, out_dtype=DType.BOOL)
+    if x.dtype is not DType.I64:
+        zero = cast(ctx, zero, x.dtype)
+    return ctx.op("add", zero, ctx.const(np.full([1] * rank(x), value), x.dtype), out_shape=x.shape,
+                  out_dtype=x.dtype)
 
 
 @register(F.pad, target="tract")

@@ -113,12 +113,21 @@ def repeat_nearest(ctx: EmitContext, x: Value, factors: list, outs: list) -> Val
     return y
 
 
+def _unknown_size(mode: str, scales: list) -> str:
+    """Why an interpolation's output size on a dynamic axis is unknown, and what to do."""
+    floats = [s for s in scales if isinstance(s, float) and not float(s).is_integer()]
+    why = (f": torch rounds the size times the scale factor {floats[0]} down in floating point, which "
+           "follows no integer formula the graph can compute at every size (a factor p/q such as 0.75 or 0.6 does); "
+           "give size=, another scale factor, or drop that dim from dynamic_axes") if floats else ", unknown here"
+    return f"{mode} interpolation on a dynamic size needs the traced output size{why}"
+
+
 def gather_nearest(ctx: EmitContext, x: Value, outs: list, scales: list, exact: bool) -> Value:
     """Nearest resampling with any sizes: one gather per axis, of constant indices where the sizes
     are static, else of indices computed in the graph (:func:`nearest_indices_at_runtime`)."""
     for axis, (n_in, n_out, sf) in enumerate(zip(list(x.shape[2:]), outs, scales), start=2):
         if n_out is None or n_in is None:
-            raise EmitError("nearest interpolation on a dynamic size needs the traced output size, unknown here")
+            raise EmitError(_unknown_size("nearest", scales))
         if isinstance(n_in, int) and isinstance(n_out, int):
             idx = nearest_indices(n_in, n_out, sf, exact)
             if not np.array_equal(idx, np.arange(n_in)):
@@ -380,8 +389,7 @@ def interpolate(ctx: EmitContext, input: Value, size=None, scale_factor=None, mo
             raise EmitError(f"F.interpolate(mode={mode!r}) with antialias=True and a spatial size of 1 "
                             f"({list(input.shape[2:])} -> {outs}): torch's weights then depend on the memory layout")
         if any(d is None for d in outs):
-            raise EmitError(f"antialiased {mode} interpolation on a dynamic size needs the traced output size, "
-                            "unknown here")
+            raise EmitError(_unknown_size(f"antialiased {mode}", scales))
         x = input
         for axis, (n_in, n_out, sf) in enumerate(zip(input.shape[2:], outs, scales), start=2):
             if isinstance(n_in, int) and isinstance(n_out, int) and not isinstance(sf, Value):
@@ -402,7 +410,7 @@ def interpolate(ctx: EmitContext, input: Value, size=None, scale_factor=None, mo
     if mode == "area":
         # an unknown size (None) would mean "keep the input size" to adaptive_pool
         if any(d is None for d in outs):
-            raise EmitError("area interpolation on a dynamic size needs the traced output size, unknown here")
+            raise EmitError(_unknown_size("area", scales))
         return adaptive_pool(ctx, input, outs, n, "avg")
     if mode not in ("linear", "bilinear", "bicubic", "trilinear"):
         raise EmitError(f"F.interpolate mode {mode!r} is not supported")
@@ -419,7 +427,7 @@ def interpolate(ctx: EmitContext, input: Value, size=None, scale_factor=None, mo
         x = input
         for axis, (n_in, n_out, sf) in enumerate(zip(input.shape[2:], outs, scales), start=2):
             if n_out is None:
-                raise EmitError(f"{mode} interpolation on a dynamic size needs the traced output size, unknown here")
+                raise EmitError(_unknown_size(mode, scales))
             if not isinstance(sf, Value) and simplify(n_out - n_in) == 0 and (sf is None or sf == 1.0):
                 continue  # the same size: torch's source positions are the pixels themselves
             if isinstance(n_in, int) and isinstance(n_out, int) and not isinstance(sf, Value):
@@ -484,7 +492,8 @@ def grid_sample(ctx: EmitContext, input: Value, grid: Value, mode: str = "biline
     4-D only: each output point reads ``input`` at the grid's (x, y), from -1 to 1 across the
     width and the height, as torch maps them (``align_corners``). Bilinear: the four pixels
     around the point, weighted; nearest: the nearest pixel (ties to even, as torch). A pixel
-    outside the input reads 0 (``zeros``) or the point is first clamped to the edge (``border``).
+    outside the input reads 0 (``zeros``), or the point is first clamped to the edge (``border``) or
+    mirrored into the input (``reflection``).
     The pixels are read with ``tract_core_gather_elements`` from the flattened input."""
     from ...ir import DType
     from ..helpers import cast, compare, ew, select
@@ -494,8 +503,8 @@ def grid_sample(ctx: EmitContext, input: Value, grid: Value, mode: str = "biline
         raise EmitError("grid_sample is supported on 4-D inputs (N, C, H, W) only")
     if mode not in ("bilinear", "nearest"):
         raise EmitError(f"grid_sample mode {mode!r} is not supported (bilinear, nearest)")
-    if padding_mode not in ("zeros", "border"):
-        raise EmitError(f"grid_sample padding_mode {padding_mode!r} is not supported (zeros, border)")
+    if padding_mode not in ("zeros", "border", "reflection"):
+        raise EmitError(f"grid_sample padding_mode {padding_mode!r} is not supported (zeros, border, reflection)")
     n, c, h, w = input.shape
     _, ho, wo, _ = grid.shape
     g = cast(ctx, grid, DType.F32) if grid.dtype is not DType.F32 else grid
@@ -511,9 +520,26 @@ def grid_sample(ctx: EmitContext, input: Value, grid: Value, mode: str = "biline
             pos = ew(ctx, "mul", one, (size - 1.0) * 0.5 if isinstance(size, float) else ew(ctx, "mul", last(size), 0.5))
         else:
             pos = ew(ctx, "mul", ew(ctx, "sub", ew(ctx, "mul", one, size), 1.0), 0.5)
-        if padding_mode == "border":
+        if padding_mode == "reflection":
+            pos = reflected(pos, size)
+        if padding_mode in ("border", "reflection"):
             pos = ew(ctx, "min", ew(ctx, "max", pos, 0.0), last(size))
         return pos
+
+    def reflected(pos, size):
+        """``pos`` mirrored into the input as torch's reflect_coordinates: about the pixel centres
+        0 and size - 1 with ``align_corners``, else about the edges -0.5 and size - 0.5."""
+        low = 0.0 if align_corners else -0.5
+        span = last(size) if align_corners else size
+        # at least 1: a single pixel with align_corners gives a span of 0, and every point reads that pixel
+        span = max(span, 1.0) if isinstance(span, float) else ew(ctx, "max", span, 1.0)
+        d = ctx.op("abs", ew(ctx, "sub", pos, low), out_dtype=DType.F32, out_shape=pos.shape)
+        flips = ctx.op("floor", ew(ctx, "div", d, span), out_dtype=DType.F32, out_shape=pos.shape)
+        extra = ew(ctx, "sub", d, ew(ctx, "mul", flips, span))
+        half = ctx.op("floor", ew(ctx, "mul", flips, 0.5), out_dtype=DType.F32, out_shape=pos.shape)
+        odd = compare(ctx, "gt", ew(ctx, "sub", flips, ew(ctx, "mul", half, 2.0)), 0.5)
+        back = ew(ctx, "add", ew(ctx, "sub", span, extra), low)
+        return select(ctx, odd, back, ew(ctx, "add", extra, low))
 
     ix, iy = coordinate(0, wf), coordinate(1, hf)
     w_last, h_last = last(wf), last(hf)

@@ -62,12 +62,28 @@ def scatter_add(ctx: EmitContext, input: Value, dim: int, index: Value, src: Val
 def scatter_reduce(ctx: EmitContext, input: Value, dim: int, index: Value, src: Value, reduce: str, *,
                    include_self: bool = True):
     """scatter_reduce(Tensor self, int dim, Tensor index, Tensor src, str reduce, *, bool include_self=True) -> Tensor"""
-    if reduce == "mean":
-        ctx.fail("scatter_reduce(reduce='mean') is not supported: divide a 'sum' scatter by a 'sum' scatter of ones")
     ax = axis(dim, rank(input))
+    if reduce == "mean":
+        return _scatter_mean(ctx, input, ax, index, src, include_self)
     if not include_self:  # the positions written start from the reduction's neutral element
         input = _scatter(ctx, input, ax, index, _neutral(reduce, input.dtype), None)
     return _scatter(ctx, input, ax, index, src, reduce)
+
+
+def _scatter_mean(ctx: EmitContext, input: Value, ax: int, index: Value, src: Value, include_self: bool) -> Value:
+    """scatter_reduce(reduce='mean'): a 'sum' scatter divided by how many items each position
+    averages: those written there, plus the position's own item with ``include_self``. A position
+    nothing is written to keeps its item (a count of 1)."""
+    if not input.dtype.is_float:
+        ctx.fail(f"scatter_reduce(reduce='mean') of {input.dtype.name} values is not supported (torch rounds the "
+                 "mean of integers down); scatter a float tensor and round the result")
+    counts = full_like_value(ctx, 1, input.dtype, input.shape)
+    if not include_self:
+        input = _scatter(ctx, input, ax, index, 0, None)
+        counts = _scatter(ctx, counts, ax, index, 0, None)
+    sums = _scatter(ctx, input, ax, index, src, "add")
+    counts = _scatter(ctx, counts, ax, index, 1, "add")
+    return ew(ctx, "div", sums, counts)
 
 
 @register(torch.index_add, "Tensor.index_add", target="tract")

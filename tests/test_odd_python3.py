@@ -1,0 +1,199 @@
+"""More odd Python in forwards (battery 9): sizes returned among structured outputs, scatter means,
+masked_select with a constant mask, masks whose count follows the data, fractional interpolation
+scales, torch.tensor of numbers computed from sizes, grid_sample with reflection padding. Each
+is exported with dynamic axes, checked in tract by the export itself, then run again in tract at
+other sizes and compared with eager."""
+import typing
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import fx2nnef
+from fx2nnef.errors import TraceError, UnsupportedOpError
+from harness import FnModule, randn, tract_matches_eager
+
+
+def _export(model, inputs, tmp_path, dynamic_axes, names):
+    out = tmp_path / "m.nnef.tgz"
+    r = fx2nnef.export(model, tuple(inputs), out, input_names=names,
+                       target=fx2nnef.TractNNEF(dynamic_axes=dynamic_axes))
+    assert r.check.ok and len(r.check.cases) >= 3, r.check
+    return out
+
+
+class _Enc(typing.NamedTuple):
+    tokens: torch.Tensor
+    pos: torch.Tensor
+
+
+def test_sizes_returned_among_structured_outputs_are_left_out(tmp_path):
+    """A forward taking a NamedTuple and returning a dict with a list, a tuple holding None and
+    ``h.shape[1]`` (a dynamic size): the size is a plain number in the model's outputs, so it is
+    no output of the asset either (it was one, and the outputs no longer paired up)."""
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb, self.pe = nn.Embedding(20, 8), nn.Embedding(32, 8)
+
+        def forward(self, enc: _Enc):
+            h = self.emb(enc.tokens) + self.pe(enc.pos)
+            return {"layers": [h, h.tanh()], "pooled": (h.mean(1), None), "n": h.shape[1], "shape": h.shape}
+
+    def inputs(s, seed):
+        tokens = torch.randint(0, 20, (2, s), generator=torch.Generator().manual_seed(seed))
+        return tokens, torch.arange(s)[None].expand(2, -1) + seed
+
+    model = M().eval()
+    out = tmp_path / "m.nnef.tgz"
+    r = fx2nnef.export(model, (_Enc(*inputs(5, 1)),), out,
+                       target=fx2nnef.TractNNEF(dynamic_axes={"enc_0": {1: "S"}, "enc_1": {1: "S"}}))
+    assert r.check.ok and len(r.output_names) == 3, (r.output_names, r.check)
+    from fx2nnef.targets.tract_runner import run_tract_many
+    for s in (3, 9):
+        t, p = inputs(s, s)
+        got = run_tract_many(out, [[t.numpy(), p.numpy()]])[0]
+        want = model(_Enc(t, p))
+        for g, w in zip(got, [*want["layers"], want["pooled"][0]]):
+            assert g.shape == tuple(w.shape) and abs(g - w.detach().numpy()).max() < 1e-4
+
+
+def test_scatter_reduce_mean(tmp_path):
+    """scatter_reduce(reduce='mean') with and without the input's own items, along a dynamic axis
+    of the sources: a 'sum' scatter over a count scatter; positions written to by nothing keep
+    their item."""
+    def f(x, idx):
+        a = torch.zeros(x.shape[0], 5).scatter_reduce(1, idx, x, reduce="mean", include_self=False)
+        b = torch.full((x.shape[0], 5), 2.0).scatter_reduce(1, idx, x, reduce="mean")
+        c = (x * 3).scatter_reduce(1, idx[:, :3] % 3, x[:, :3], reduce="mean", include_self=False)
+        return a, b, c
+
+    idx = torch.tensor([[0, 1, 1, 3, 0, 1, 3], [2, 2, 0, 1, 3, 0, 2]])
+    model = FnModule(f)
+    out = _export(model, [randn(2, 7), idx], tmp_path, {"x": {1: "S"}, "idx": {1: "S"}}, ["x", "idx"])
+    tract_matches_eager(out, model, [[randn(2, s, seed=s), torch.randint(0, 5, (2, s), generator=torch.Generator().manual_seed(s))]
+                                     for s in (4, 12)])
+
+
+def test_scatter_reduce_mean_of_integers_is_refused(tmp_path):
+    def f(x, idx):
+        return torch.zeros(2, 5, dtype=torch.long).scatter_reduce(1, idx, x, reduce="mean")
+
+    with pytest.raises(UnsupportedOpError, match="rounds the mean of integers down"):
+        fx2nnef.export(FnModule(f), (torch.arange(8).view(2, 4), torch.tensor([[0, 1, 1, 4], [2, 2, 0, 3]])),
+                       tmp_path / "m.nnef.tgz")
+
+
+def test_masked_select_with_a_constant_mask(tmp_path):
+    """masked_select with a buffer mask: over the trailing axes with a dynamic batch in front, and
+    a mask with a unit axis repeated over a static size; the count of items is known."""
+    def f(self, x, y):
+        a = x.masked_select(self.keep)                       # [B, 6] by [6]: B * 3 items
+        b = torch.masked_select(y, self.grid)                # [B, 4, 3] by [4, 1]: B * 2 * 3 items
+        return a * 2, b.sum(), x[:, self.keep].flip(-1)
+
+    model = FnModule(f, keep=torch.tensor([True, False, True, True, False, False]),
+                     grid=torch.tensor([[True], [False], [False], [True]]))
+    out = _export(model, [randn(3, 6), randn(3, 4, 3, seed=1)], tmp_path, {"x": {0: "B"}, "y": {0: "B"}}, ["x", "y"])
+    tract_matches_eager(out, model, [[randn(b, 6, seed=b), randn(b, 4, 3, seed=b + 1)] for b in (1, 5)])
+
+
+def test_masked_select_with_a_data_mask_is_refused(tmp_path):
+    with pytest.raises(UnsupportedOpError, match="count known only from the data"):
+        fx2nnef.export(FnModule(lambda x: x.masked_select(x > 0).sum()), (randn(3, 4),), tmp_path / "m.nnef.tgz")
+
+
+def test_count_following_the_data_under_dynamic_axes_is_named(tmp_path):
+    """``x[x > 0]`` then ``.numel()`` with a dynamic axis: the error names the mask index and says
+    the count follows the data (it advised other example sizes, which cannot help)."""
+    def f(x):
+        pos = x[x > 0]
+        return pos.sum() / pos.numel()
+
+    with pytest.raises(TraceError, match=r"follows the data.*getitem.*torch\.where"):
+        fx2nnef.export(FnModule(f), (randn(3, 7),), tmp_path / "m.nnef.tgz", input_names=["x"],
+                       target=fx2nnef.TractNNEF(dynamic_axes={"x": {1: "S"}}))
+
+
+def test_interpolate_with_scale_factors_that_round_as_fractions(tmp_path):
+    """``floor(H * 0.6)`` is ``(3 * H) // 5`` at every size (checked), as ``floor(W * 1.25)`` is
+    ``(5 * W) // 4``; the sizes at multiples of 5 are where a wrong rounding would show."""
+    def f(x):
+        a = F.interpolate(x, scale_factor=0.6, mode="bilinear", align_corners=False)
+        b = F.interpolate(x, scale_factor=(0.6, 1.25), mode="bilinear", recompute_scale_factor=True)
+        c = F.interpolate(x, scale_factor=0.6, mode="nearest")
+        return a, b, c
+
+    model = FnModule(f)
+    out = _export(model, [randn(1, 2, 8, 12)], tmp_path, {"x": {2: "H", 3: "W"}}, ["x"])
+    tract_matches_eager(out, model, [[randn(1, 2, h, w, seed=h)] for h, w in ((10, 5), (15, 7), (25, 16))])
+
+
+def test_interpolate_with_a_scale_factor_of_no_exact_fraction_is_refused(tmp_path):
+    """``floor(90 * 0.7)`` is 62 in floating point, not 63: no integer formula of H gives torch's size."""
+    with pytest.raises(UnsupportedOpError, match="scale factor 0.7"):
+        fx2nnef.export(FnModule(lambda x: F.interpolate(x, scale_factor=0.7, mode="bilinear")),
+                       (randn(1, 2, 8, 12),), tmp_path / "m.nnef.tgz", input_names=["x"],
+                       target=fx2nnef.TractNNEF(dynamic_axes={"x": {2: "H", 3: "W"}}))
+
+
+def test_tensor_of_numbers_computed_from_sizes(tmp_path):
+    """``torch.tensor([2.0 / (W - 1), 2.0 / (H - 1)])`` (an optical-flow warp's pixel-to-grid
+    scale) and ``new_tensor`` of a size and a float of sizes."""
+    def f(img, flow):
+        B, _, H, W = img.shape
+        ys, xs = torch.meshgrid(torch.linspace(-1, 1, H), torch.linspace(-1, 1, W), indexing="ij")
+        scale = torch.tensor([2.0 / (W - 1), 2.0 / (H - 1)])
+        grid = torch.stack([xs, ys], -1)[None] + flow.permute(0, 2, 3, 1) * scale
+        warped = F.grid_sample(img, grid, mode="bilinear", padding_mode="border", align_corners=True)
+        return warped, img.new_tensor([H, W / H]) * img.mean()
+
+    model = FnModule(f)
+    out = _export(model, [randn(2, 3, 8, 10), randn(2, 2, 8, 10, seed=1) * 2], tmp_path,
+                  {"img": {2: "H", 3: "W"}, "flow": {2: "H", 3: "W"}}, ["img", "flow"])
+    tract_matches_eager(out, model, [[randn(2, 3, h, w, seed=h), randn(2, 2, h, w, seed=w) * 2]
+                                     for h, w in ((11, 7), (5, 16))])
+
+
+@pytest.mark.parametrize("align_corners", [False, True])
+def test_grid_sample_with_reflection_padding(tmp_path, align_corners):
+    """Points up to three widths outside the input, mirrored back as torch's reflect_coordinates
+    (about the edges, or the pixel centres with align_corners), bilinear and nearest, over a
+    dynamic H and W."""
+    def f(x, grid):
+        return (F.grid_sample(x, grid, mode="bilinear", padding_mode="reflection", align_corners=align_corners),
+                F.grid_sample(x, grid * 0.9, mode="nearest", padding_mode="reflection", align_corners=align_corners))
+
+    model = FnModule(f)
+    grid = torch.rand(2, 5, 7, 2, generator=torch.Generator().manual_seed(0)) * 8 - 4
+    out = _export(model, [randn(2, 3, 6, 9), grid], tmp_path, {"x": {2: "H", 3: "W"}}, ["x", "grid"])
+    tract_matches_eager(out, model, [[randn(2, 3, h, w, seed=h), grid.flip(1)] for h, w in ((4, 11), (13, 5))])
+
+
+def test_sizes_truncated_from_a_fractional_scale(tmp_path):
+    """``int(S * 0.3)`` and ``math.floor(S * 0.6)`` slice lengths: exact floor divisions
+    (``(3 * S) // 10``); ``int`` of a float size was fitted from probe runs, and the fit was wrong
+    at S=20 (a slice of 5 where the model takes 6)."""
+    import math
+
+    def f(x):
+        S = x.shape[1]
+        return x[:, -int(S * 0.3):] * 2, x[:, :math.floor(S * 0.6)].sum(1), x[:, :math.ceil(S * 0.75)]
+
+    model = FnModule(f)
+    out = _export(model, [randn(2, 11)], tmp_path, {"x": {1: "S"}}, ["x"])
+    tract_matches_eager(out, model, [[randn(2, s, seed=s)] for s in (10, 20, 23, 40, 57)])
+
+
+def test_a_floor_division_fitted_from_probe_runs_is_checked_at_farther_sizes(tmp_path):
+    """``int((S - 10) * 0.3) + 5`` has no exact form (a truncation of what may be negative): its
+    size is fitted from probe runs, whose sizes (S = 10..33) ``(2*S + 1) // 7 + 2`` fits too;
+    exported so, the slice was one short at S = 20, 27, 30, ... More sizes farther apart find
+    ``(3*S + 20) // 10``."""
+    def f(x):
+        return x[:, :int((x.shape[1] - 10) * 0.3) + 5] * 2
+
+    model = FnModule(f)
+    out = _export(model, [randn(2, 11)], tmp_path, {"x": {1: "S"}}, ["x"])
+    tract_matches_eager(out, model, [[randn(2, s, seed=s)] for s in (20, 27, 30, 34, 61)])

@@ -1,0 +1,133 @@
+"""Vision backbones with padding decisions on dynamic H and W (Swin, FocalNet, MobileNet families),
+reproduced by small modules and checked in tract through export.
+
+A window partition pads both spatial axes by amounts computed from the sizes
+(``(ws - w % ws) % ws``): tract's ``pad`` takes static amounts only, so each axis is padded by
+a concatenated piece, and tract writes the padded size as the sum of its parts
+(``H/2 + (H+1)/2 - H + 4*((H+6)/8)``), which it cannot match with ``4*((H+6)/8)`` in the next
+concatenation or in the reshape into windows.
+"""
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import fx2nnef
+from fx2nnef.targets.tract_runner import run_tract_many
+from harness import randn, tract_matches_eager
+
+
+def _noisy(model: nn.Module) -> nn.Module:
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.1 * torch.randn(p.shape))
+    return model.eval()
+
+
+def _export(model, hw, tmp_path, check_io=True):
+    x = torch.randn(1, 3, *hw, generator=torch.Generator().manual_seed(0))
+    return fx2nnef.export(model, (x,), tmp_path / "m.nnef.tgz", input_names=["x"],
+                          target=fx2nnef.TractNNEF(dynamic_axes={"x": {2: "H", 3: "W"}}, check_io=check_io))
+
+
+def _in_range(r, hw) -> bool:
+    return all(s not in r.ranges or r.ranges[s].contains(n) for s, n in zip("HW", hw))
+
+
+def _tract_at(model, r, sizes):
+    """The asset run in tract at each (H, W) (all inside the export's ranges), compared with eager."""
+    assert all(_in_range(r, hw) for hw in sizes), (r.ranges, sizes)
+    tract_matches_eager(r.path, model, [[randn(1, 3, h, w, seed=h * 1000 + w)] for h, w in sizes])
+
+
+class WindowPad(nn.Module):
+    """Swin's window layer after a stride-2 merge: pads both axes to a multiple of the window
+    (always, by ``(ws - w % ws) % ws``), attends within windows, crops back."""
+
+    def __init__(self, window=4):
+        super().__init__()
+        self.window = window
+        self.down = nn.Conv2d(3, 4, 2, 2)
+        self.mix = nn.Linear(4, 4)
+
+    def forward(self, x):
+        x = self.down(x).permute(0, 2, 3, 1)
+        b, h, w, c = x.shape
+        ws = self.window
+        x = F.pad(x, (0, 0, 0, (ws - w % ws) % ws, 0, (ws - h % ws) % ws))
+        hp, wp = x.shape[1], x.shape[2]
+        win = x.view(b, hp // ws, ws, wp // ws, ws, c).permute(0, 1, 3, 2, 4, 5).reshape(-1, ws * ws, c)
+        win = win + torch.softmax(win @ win.transpose(1, 2), -1) @ self.mix(win)
+        x = win.view(b, hp // ws, wp // ws, ws, ws, c).permute(0, 1, 3, 2, 4, 5).reshape(b, hp, wp, c)
+        return x[:, :h, :w, :].mean((1, 2))
+
+
+def test_window_pad_both_axes_loads_in_tract(tmp_path):
+    # before: tract refused the asset at load ("Inconsistent concat": the H-padded size as tract's
+    # sum of parts against the size written for the W piece)
+    model = _noisy(WindowPad())
+    r = _export(model, (18, 26), tmp_path)  # 9 x 13 windows grid: both axes padded at the example
+    # traced where both axes pad, the graph holds for the sizes with no padding too
+    _tract_at(model, r, [(18, 26), (16, 24), (22, 10), (40, 34)])
+
+
+class PadNaN(nn.Module):
+    """A constant pad by amounts from the sizes next to items that are inf: the pad holds the fill
+    value, not ``inf * 0``."""
+
+    def forward(self, x):
+        h, w = x.shape[-2:]
+        y = torch.where(x > 1.0, torch.full_like(x, float("inf")), x)
+        y = F.pad(y, (0, (4 - w % 4) % 4, 0, (4 - h % 4) % 4), value=0.5)
+        return torch.nan_to_num(y, posinf=7.0)
+
+
+def test_dynamic_pad_fill_beside_inf(tmp_path):
+    model = PadNaN().eval()
+    r = _export(model, (5, 7), tmp_path)
+    _tract_at(model, r, [(5, 7), (6, 9), (8, 4)])
+
+
+class PatchThenWindows(nn.Module):
+    """Swin's first stage: the patch embedding pads ``if W % 4 != 0`` (a decision), the window
+    layer pads to a multiple of the window (always, by a computed amount) and crops back only
+    ``if`` it padded (a decision with another step)."""
+
+    def __init__(self, patch=4, window=4):
+        super().__init__()
+        self.patch, self.window = patch, window
+        self.proj = nn.Conv2d(3, 4, patch, patch)
+        self.mix = nn.Linear(4, 4)
+
+    def forward(self, x):
+        h, w = x.shape[-2:]
+        if w % self.patch != 0:
+            x = F.pad(x, (0, self.patch - w % self.patch))
+        if h % self.patch != 0:
+            x = F.pad(x, (0, 0, 0, self.patch - h % self.patch))
+        x = self.proj(x).permute(0, 2, 3, 1)
+        b, h, w, c = x.shape
+        ws = self.window
+        pr, pb = (ws - w % ws) % ws, (ws - h % ws) % ws
+        x = F.pad(x, (0, 0, 0, pr, 0, pb))
+        hp, wp = x.shape[1], x.shape[2]
+        win = x.view(b, hp // ws, ws, wp // ws, ws, c).transpose(2, 3).reshape(-1, ws * ws, c)
+        win = win + torch.softmax(win @ win.transpose(1, 2), -1) @ self.mix(win)
+        x = win.view(b, hp // ws, wp // ws, ws, ws, c).transpose(2, 3).reshape(b, hp, wp, c)
+        if pr > 0 or pb > 0:
+            x = x[:, :h, :w, :]
+        return x.mean((1, 2))
+
+
+def test_patch_pad_then_window_pad_steps(tmp_path):
+    model = _noisy(PatchThenWindows())
+    # 32 x 24 -> 8 x 6 patches: no patch padding, the window pads W (6 -> 8), not H
+    r = _export(model, (32, 24), tmp_path)
+    for s in ("H", "W"):
+        assert r.ranges[s].step % 4 == 0 and r.ranges[s].rest % 4 == 0, r.ranges[s]
+    _tract_at(model, r, [(32, 24), (16, 40), (48, 8)])
+    # a size off the step: the export refuses it, tract too (the size is declared as 4*H_4)
+    assert not _in_range(r, (30, 24))
+    with pytest.raises(Exception):
+        run_tract_many(r.path, [[randn(1, 3, 30, 24).numpy()]])
