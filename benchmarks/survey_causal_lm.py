@@ -213,6 +213,20 @@ def main() -> None:
     survey_main(__file__, one, families, timeout=240)
 
 
+def export_row(row: dict, model, inputs, path: str, names: list, dynamic_axes: dict) -> dict:
+    """``row`` updated with the export of ``model`` on ``inputs`` with ``dynamic_axes``, checked in
+    tract: status, seconds, the largest difference, the ranges and the sizes checked."""
+    import fx2nnef
+
+    t0 = time.time()
+    r = fx2nnef.export(model, tuple(inputs), path, input_names=names,
+                       target=fx2nnef.TractNNEF(dynamic_axes=dynamic_axes))
+    row.update(status="ok" if r.check.ok else "mismatch", seconds=round(time.time() - t0, 1),
+               max_abs=float(r.max_abs_diff), ranges={k: str(v) for k, v in r.ranges.items()},
+               checked=[label for label, _ in r.check.cases])
+    return row
+
+
 def noisy_constants(model) -> None:
     """Noise on every parameter whose items are all equal (norm weights, zero biases), so that
     bugs that such values hide show."""

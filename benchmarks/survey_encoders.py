@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import inspect
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's fx2nnef
@@ -121,10 +120,9 @@ def _sees_later_tokens(model, ids) -> bool:
 
 def one(model_type: str) -> dict:
     import torch
-    from survey_causal_lm import noisy_constants
+    from survey_causal_lm import export_row, noisy_constants
     import transformers as T
 
-    import fx2nnef
 
     cls_name = _families()[model_type]
     row = {"family": model_type, "class": cls_name}
@@ -178,13 +176,8 @@ def one(model_type: str) -> dict:
         wrapped(*inputs)
     row["params"] = sum(p.numel() for p in model.parameters())
     row["inputs"] = names
-    t0 = time.time()
-    r = fx2nnef.export(wrapped, tuple(inputs), f"/tmp/survey_enc_{model_type}.nnef.tgz", input_names=names,
-                       target=fx2nnef.TractNNEF(dynamic_axes={n: {0: "B", 1: "S"} for n in names}))
-    row.update(status="ok" if r.check.ok else "mismatch", seconds=round(time.time() - t0, 1),
-               max_abs=float(r.max_abs_diff), ranges={k: str(v) for k, v in r.ranges.items()},
-               checked=[label for label, _ in r.check.cases])
-    return row
+    return export_row(row, wrapped, inputs, f"/tmp/survey_enc_{model_type}.nnef.tgz", names,
+                      {n: {0: "B", 1: "S"} for n in names})
 
 
 def main() -> None:

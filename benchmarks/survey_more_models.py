@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import inspect
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's fx2nnef
@@ -231,10 +230,9 @@ def _dual_inputs(model_type: str, config, model, gen):
 
 def one(family: str) -> dict:
     import torch
-    from survey_causal_lm import noisy_constants
+    from survey_causal_lm import export_row, noisy_constants
     import transformers as T
 
-    import fx2nnef
 
     kind, model_type, cls_name = _families()[family]
     row = {"family": family, "class": cls_name}
@@ -274,13 +272,7 @@ def one(family: str) -> dict:
         wrapped(*xs)
     row["params"] = sum(p.numel() for p in model.parameters())
     row["inputs"] = names
-    t0 = time.time()
-    r = fx2nnef.export(wrapped, tuple(xs), f"/tmp/survey_more_{family.replace('/', '_')}.nnef.tgz",
-                       input_names=names, target=fx2nnef.TractNNEF(dynamic_axes=axes))
-    row.update(status="ok" if r.check.ok else "mismatch", seconds=round(time.time() - t0, 1),
-               max_abs=float(r.max_abs_diff), ranges={k: str(v) for k, v in r.ranges.items()},
-               checked=[label for label, _ in r.check.cases])
-    return row
+    return export_row(row, wrapped, xs, f"/tmp/survey_more_{family.replace('/', '_')}.nnef.tgz", names, axes)
 
 
 def main() -> None:

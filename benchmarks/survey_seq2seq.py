@@ -18,7 +18,6 @@ takes a fixed number of frames (2 * max_source_positions, checked by the model):
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's fx2nnef
@@ -145,10 +144,9 @@ def one(family_name: str) -> dict:
     import inspect
 
     import torch
-    from survey_causal_lm import noisy_constants
+    from survey_causal_lm import export_row, noisy_constants
     import transformers as T_
 
-    import fx2nnef
 
     kind, cls_name = _families()[family_name]
     model_type = family_name.split("/")[-1]
@@ -198,13 +196,8 @@ def one(family_name: str) -> dict:
         wrapped(*inputs)
     row["params"] = sum(p.numel() for p in model.parameters())
     row["inputs"] = {n: list(x.shape) for n, x in zip(names, inputs)}
-    t0 = time.time()
-    r = fx2nnef.export(wrapped, tuple(inputs), f"/tmp/survey_s2s_{family_name.replace('/', '_')}.nnef.tgz",
-                       input_names=names, target=fx2nnef.TractNNEF(dynamic_axes=dict(zip(names, axes))))
-    row.update(status="ok" if r.check.ok else "mismatch", seconds=round(time.time() - t0, 1),
-               max_abs=float(r.max_abs_diff), ranges={k: str(v) for k, v in r.ranges.items()},
-               checked=[label for label, _ in r.check.cases])
-    return row
+    return export_row(row, wrapped, inputs, f"/tmp/survey_s2s_{family_name.replace('/', '_')}.nnef.tgz", names,
+                      dict(zip(names, axes)))
 
 
 def main() -> None:

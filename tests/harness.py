@@ -142,3 +142,13 @@ def tract_matches_eager(asset, model, input_sets) -> None:
         exp = [exp] if isinstance(exp, torch.Tensor) else list(exp)
         diffs = compare_outputs(None, [e.numpy() for e in exp], outs, "approximate")
         assert all(d.ok for d in diffs), diffs
+
+
+def export_checked(model, inputs, tmp_path: Path, dynamic_axes: dict, names: list) -> Path:
+    """Export to ``tmp_path / "m.nnef.tgz"`` with ``dynamic_axes``; the check in tract must pass at
+    the example and at two other sizes at least. Returns the asset's path."""
+    out = tmp_path / "m.nnef.tgz"
+    r = fx2nnef.export(model, tuple(inputs), out, input_names=names,
+                       target=fx2nnef.TractNNEF(dynamic_axes=dynamic_axes))
+    assert r.check.ok and len(r.check.cases) >= 3, r.check
+    return out

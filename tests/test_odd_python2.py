@@ -10,15 +10,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import fx2nnef
-from harness import FnModule, randn, tract_matches_eager
+from harness import FnModule, randn, tract_matches_eager, export_checked
 
 
-def _export(model, inputs, tmp_path, dynamic_axes, names):
-    out = tmp_path / "m.nnef.tgz"
-    r = fx2nnef.export(model, tuple(inputs), out, input_names=names,
-                       target=fx2nnef.TractNNEF(dynamic_axes=dynamic_axes))
-    assert r.check.ok and len(r.check.cases) >= 3, r.check
-    return out
+_export = export_checked
 
 
 def test_sizes_with_subtracted_floor_divisions(tmp_path):

@@ -6,6 +6,7 @@ import torch
 
 import fx2nnef
 from harness import FnModule, randn
+from test_encoders import _chunk  # Longformer's and LED's overlapping chunks
 
 
 def _export(module, inputs, tmp_path, names, axes):
@@ -14,17 +15,6 @@ def _export(module, inputs, tmp_path, names, axes):
     sizes = {label for label, _ in r.check.cases}
     assert r.check.ok and len(sizes) >= 3, sizes  # the example and one size below and one above it
     return r
-
-
-def _chunk(x, w):
-    """Longformer's and LED's overlapping chunks: ``x`` [BH, S, d] viewed as [BH, S / 2w, 2w, d],
-    read with the chunk stride halved."""
-    x = x.view(x.size(0), torch.div(x.size(1), 2 * w, rounding_mode="trunc"), 2 * w, x.size(2))
-    size = list(x.size())
-    size[1] = size[1] * 2 - 1
-    stride = list(x.stride())
-    stride[1] = stride[1] // 2
-    return x.as_strided(size=size, stride=stride)
 
 
 def test_overlapping_chunks_of_a_single_head_mask(tmp_path):
