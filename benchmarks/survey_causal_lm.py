@@ -213,6 +213,22 @@ def main() -> None:
     survey_main(__file__, one, families, timeout=240)
 
 
+def logits_of(model, names: list):
+    """A module taking the inputs ``names`` by position, calling ``model`` with them by name and
+    returning its logits."""
+    import torch
+
+    class Logits(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, *xs):
+            return self.model(**dict(zip(names, xs))).logits
+
+    return Logits().eval()
+
+
 def export_row(row: dict, model, inputs, path: str, names: list, dynamic_axes: dict) -> dict:
     """``row`` updated with the export of ``model`` on ``inputs`` with ``dynamic_axes``, checked in
     tract: status, seconds, the largest difference, the ranges and the sizes checked."""

@@ -120,7 +120,7 @@ def _sees_later_tokens(model, ids) -> bool:
 
 def one(model_type: str) -> dict:
     import torch
-    from survey_causal_lm import export_row, noisy_constants
+    from survey_causal_lm import export_row, logits_of, noisy_constants
     import transformers as T
 
 
@@ -163,15 +163,7 @@ def one(model_type: str) -> dict:
         names.append("token_type_ids")
         inputs.append(tt)
 
-    class Logits(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.model = model
-
-        def forward(self, *xs):
-            return self.model(**dict(zip(names, xs))).logits
-
-    wrapped = Logits().eval()
+    wrapped = logits_of(model, names)
     with torch.no_grad():
         wrapped(*inputs)
     row["params"] = sum(p.numel() for p in model.parameters())

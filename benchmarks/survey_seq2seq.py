@@ -144,7 +144,7 @@ def one(family_name: str) -> dict:
     import inspect
 
     import torch
-    from survey_causal_lm import export_row, noisy_constants
+    from survey_causal_lm import export_row, logits_of, noisy_constants
     import transformers as T_
 
 
@@ -183,15 +183,7 @@ def one(family_name: str) -> dict:
     inputs.append(dec)
     axes.append({0: "B", 1: "T"})
 
-    class Logits(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.model = model
-
-        def forward(self, *xs):
-            return self.model(**dict(zip(names, xs))).logits
-
-    wrapped = Logits().eval()
+    wrapped = logits_of(model, names)
     with torch.no_grad():
         wrapped(*inputs)
     row["params"] = sum(p.numel() for p in model.parameters())

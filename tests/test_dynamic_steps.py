@@ -64,11 +64,12 @@ class SameConvs(nn.Module):
 
 
 class WindowPad(nn.Module):
-    """Window partition after a stride-2 merge: pads to a multiple of the window when needed."""
+    """Window partition after a stride-2 merge: pads to a multiple of the window when needed
+    (``always``: by ``(ws - w % ws) % ws`` with no decision, as Swin's window layer)."""
 
-    def __init__(self, window=4):
+    def __init__(self, window=4, always: bool = False):
         super().__init__()
-        self.window = window
+        self.window, self.always = window, always
         self.down = nn.Conv2d(3, 4, 2, 2)
         self.mix = nn.Linear(4, 4)
 
@@ -76,7 +77,7 @@ class WindowPad(nn.Module):
         x = self.down(x).permute(0, 2, 3, 1)
         b, h, w, c = x.shape
         ws = self.window
-        if h % ws != 0 or w % ws != 0:
+        if self.always or h % ws != 0 or w % ws != 0:
             x = F.pad(x, (0, 0, 0, (ws - w % ws) % ws, 0, (ws - h % ws) % ws))
         hp, wp = x.shape[1], x.shape[2]
         win = x.view(b, hp // ws, ws, wp // ws, ws, c).permute(0, 1, 3, 2, 4, 5).reshape(-1, ws * ws, c)

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 import fx2nnef
 from fx2nnef.targets.tract_runner import run_tract_many
 from harness import randn, tract_matches_eager
+from test_dynamic_steps import WindowPad
 
 
 def _noisy(model: nn.Module) -> nn.Module:
@@ -41,32 +42,10 @@ def _tract_at(model, r, sizes):
     tract_matches_eager(r.path, model, [[randn(1, 3, h, w, seed=h * 1000 + w)] for h, w in sizes])
 
 
-class WindowPad(nn.Module):
-    """Swin's window layer after a stride-2 merge: pads both axes to a multiple of the window
-    (always, by ``(ws - w % ws) % ws``), attends within windows, crops back."""
-
-    def __init__(self, window=4):
-        super().__init__()
-        self.window = window
-        self.down = nn.Conv2d(3, 4, 2, 2)
-        self.mix = nn.Linear(4, 4)
-
-    def forward(self, x):
-        x = self.down(x).permute(0, 2, 3, 1)
-        b, h, w, c = x.shape
-        ws = self.window
-        x = F.pad(x, (0, 0, 0, (ws - w % ws) % ws, 0, (ws - h % ws) % ws))
-        hp, wp = x.shape[1], x.shape[2]
-        win = x.view(b, hp // ws, ws, wp // ws, ws, c).permute(0, 1, 3, 2, 4, 5).reshape(-1, ws * ws, c)
-        win = win + torch.softmax(win @ win.transpose(1, 2), -1) @ self.mix(win)
-        x = win.view(b, hp // ws, wp // ws, ws, ws, c).permute(0, 1, 3, 2, 4, 5).reshape(b, hp, wp, c)
-        return x[:, :h, :w, :].mean((1, 2))
-
-
 def test_window_pad_both_axes_loads_in_tract(tmp_path):
     # before: tract refused the asset at load ("Inconsistent concat": the H-padded size as tract's
     # sum of parts against the size written for the W piece)
-    model = _noisy(WindowPad())
+    model = _noisy(WindowPad(always=True))  # Swin's window layer
     r = _export(model, (18, 26), tmp_path)  # 9 x 13 windows grid: both axes padded at the example
     # traced where both axes pad, the graph holds for the sizes with no padding too
     _tract_at(model, r, [(18, 26), (16, 24), (22, 10), (40, 34)])
