@@ -15,21 +15,7 @@ import torch.nn.functional as F
 import fx2nnef
 from fx2nnef.targets.tract_runner import run_tract_many
 from harness import randn, tract_matches_eager
-from test_dynamic_steps import WindowPad
-
-
-def _noisy(model: nn.Module) -> nn.Module:
-    torch.manual_seed(0)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(0.1 * torch.randn(p.shape))
-    return model.eval()
-
-
-def _export(model, hw, tmp_path, check_io=True):
-    x = torch.randn(1, 3, *hw, generator=torch.Generator().manual_seed(0))
-    return fx2nnef.export(model, (x,), tmp_path / "m.nnef.tgz", input_names=["x"],
-                          target=fx2nnef.TractNNEF(dynamic_axes={"x": {2: "H", 3: "W"}}, check_io=check_io))
+from test_dynamic_steps import WindowPad, _export, _noisy
 
 
 def _in_range(r, hw) -> bool:
