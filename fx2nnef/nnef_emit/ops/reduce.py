@@ -62,10 +62,6 @@ def _dynamic_count(x: Value, axes_: list) -> bool:
     return x.shape is not None and not isinstance(product(x.shape[a] for a in axes_), int)
 
 
-def _dynamic_count_in_loop(ctx: EmitContext, x: Value, axes_: list) -> bool:
-    return bool(ctx.loop_body) and _dynamic_count(x, axes_)
-
-
 def divide_by_count(ctx: EmitContext, total: Value, x: Value, axes_: list, minus: float = 0) -> Value:
     """``total`` divided by the number of elements of ``x`` over ``axes_`` (minus ``minus``).
 
