@@ -5,7 +5,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import fx2nnef
-from harness import OpCase, randint, randn, run_case
+from harness import OpCase, randbool, randint, randn, run_case
 
 X1 = randn(2, 3, 11)
 X2 = randn(2, 3, 7, 9)
@@ -69,6 +69,10 @@ PAD_CASES = [
     case("pad_constant_channels", lambda x: F.pad(x, (0, 0, 0, 0, 1, 2), value=-1.0), [X2], tolerance="exact"),
     case("pad_constant_rank2", lambda x: F.pad(x, (3, 1)), [randn(4, 5)], tolerance="exact"),
     case("pad_constant_i64", lambda x: F.pad(x, (1, 2)), [randint(-5, 5, 2, 3, 4)], tolerance="exact", **TRACT_ONLY),
+    # tract's pad takes numbers only ("Bool is not a number" at run time): Moonshine-streaming pads its mask
+    case("pad_constant_bool", lambda x: F.pad(x, (1, 2)), [randbool(2, 3, 4)], tolerance="exact", **TRACT_ONLY),
+    case("pad_constant_bool_true", lambda x: F.pad(x, (0, 0, 2, 1), value=True), [randbool(2, 3, 4, seed=1)],
+         tolerance="exact", **TRACT_ONLY),
     case("pad_reflect_1d", lambda x: F.pad(x, (3, 2), mode="reflect"), [X1], tolerance="exact"),
     case("pad_reflect_2d", nn.ReflectionPad2d((1, 2, 2, 1)), [X2], tolerance="exact"),
     case("pad_replicate_1d", lambda x: F.pad(x, (3, 2), mode="replicate"), [X1], tolerance="exact"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 import fx2nnef
-from harness import FnModule, randn
+from harness import FnModule, randn, tract_matches_eager
 from test_encoders import _chunk  # Longformer's and LED's overlapping chunks
 
 
@@ -67,3 +67,36 @@ def test_masked_rows_take_one_vector(tmp_path):
 
     ids = torch.tensor([[3, 1, 2, 3, 0, 3, 1], [1, 3, 0, 2, 2, 1, 3]])
     _export(FnModule(f), [ids, randn(2, 7, 8)], tmp_path, ["ids", "emb"], [{0: "B", 1: "S"}] * 2)
+
+
+class _WindowedUnpad(torch.nn.Module):
+    """Longformer's and LED's windows: pad the sequence to a multiple of the window, work per
+    window, cut the padding off again under ``if pad > 0`` (``[:, :-0]`` would keep nothing)."""
+
+    def __init__(self, window: int = 4):
+        super().__init__()
+        torch.manual_seed(0)
+        self.window = window
+        self.mix = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        pad = (self.window - x.shape[1] % self.window) % self.window
+        y = torch.nn.functional.pad(x, (0, 0, 0, pad))
+        b, n, d = y.shape
+        y = self.mix(y.view(b, n // self.window, self.window, d)).softmax(2).view(b, n, d)
+        if pad > 0:
+            y = y[:, :-pad]
+        return y
+
+
+def test_padding_cut_off_from_the_end_holds_at_every_size(tmp_path):
+    """The bound ``-pad`` is written ``S - pad`` with the decision ``-pad < 0`` recorded: at the
+    multiples of the window both decisions flip and the graph still gives the model's outputs.
+    Before, the graph kept ``-pad`` and held at 9 <= S <= 11 only."""
+    model = _WindowedUnpad().eval()
+    path = tmp_path / "m.nnef.tgz"
+    r = fx2nnef.export(model, (randn(2, 10, 8),), path, input_names=["x"],
+                       target=fx2nnef.TractNNEF(dynamic_axes={"x": {0: "B", 1: "S"}}))
+    rng = r.ranges.get("S")
+    assert r.check.ok and (rng is None or all(rng.contains(n) for n in (1, 4, 8, 12, 13, 40))), r.ranges
+    tract_matches_eager(path, model, [[randn(1, n, 8, seed=n)] for n in (8, 12, 13)])

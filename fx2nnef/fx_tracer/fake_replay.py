@@ -162,12 +162,23 @@ def _replay_at(gm, example, names, dynamic_axes, hints: dict, guard_nodes: list)
     conv = _Converter(shape_env, symbols, _equalities(shape_env, runner.guards))
     dims, varies = {}, set()
     for n, value in runner.env.items():
+        if n in runner.read_data:
+            dims[n] = VARIES
+            varies.add(n)
+            continue
+        traced = n.meta.get("value")
+        if isinstance(value, (torch.SymInt, torch.SymFloat, int, float)) and isinstance(traced, torch.Tensor) \
+                and traced.dim() == 0:
+            dims[n] = ()  # a 0-d tensor of sizes replayed as a number (_scalar_division): its shape
+            if conv.depends(value):
+                varies.add(n)
+            continue
         dims[n] = conv.value(value, n)
         if conv.depends(value):
             varies.add(n)
     checks = []
     seen = set()
-    for expr, node in runner.guards:
+    for expr, node in runner.guards + conv.conditions:
         expr = shape_env.replace(expr)
         if expr in seen or not expr.free_symbols:
             continue
@@ -250,7 +261,7 @@ class _Reusing(fx.Interpreter):
             if key is not None and key in self.memo:
                 return self.memo[key]
         out = self.run_fresh(n)
-        if key is not None:
+        if key is not None and n not in getattr(self, "read_data", ()):  # a read of data is no function of metadata
             self.memo[key] = out
         return out
 
@@ -325,10 +336,15 @@ class _Runner(_Reusing):
         self.shape_env, self.symbols = shape_env, symbols
         self.guards: list = []  # (sympy expr, node)
         self.fixed_at: dict = {}  # symbol -> the node where the ShapeEnv replaced it
+        self.read_data: set = set()  # nodes that read a number from data, replayed with the example's
+        self.data_nodes: Optional[set] = None  # nodes whose value follows input data (on first need)
 
     def run_fresh(self, n):
         before = len(self.shape_env.guards)
-        out = super().run_fresh(n)
+        try:
+            out = super().run_fresh(n)
+        except Exception as exc:  # noqa: BLE001 - re-raised unless it is a read of data
+            out = self._read_at_example(n, exc)
         self.guards.extend((g.expr, n) for g in self.shape_env.guards[before:])
         if len(self.fixed_at) < len(self.symbols):
             for sym in self.symbols:
@@ -336,13 +352,49 @@ class _Runner(_Reusing):
                     self.fixed_at[sym] = n
         return out
 
+    def _read_at_example(self, n, exc):
+        """A Python number read from tensor data (``mask.any().item()``, ``bool(t)``) has no
+        value on fake tensors. The graph keeps what the code decided with it at the example, as
+        the tracer recorded it (a decision on data is reported by the tracer, not here): the
+        replay goes on with the example's number, and marks the node so that its value is
+        taken as varying. A size computed from it then differs from the real runs at other
+        sizes, and the probes take over, as when the replay stopped here."""
+        from torch._subclasses.fake_tensor import DataDependentOutputException
+        from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+
+        from .data_dep import data_dependence
+
+        value = n.meta.get("value")
+        if not isinstance(exc, (DataDependentOutputException, GuardOnDataDependentSymNode)) \
+                or not _plain_number(value):
+            raise exc
+        if self.data_nodes is None:
+            self.data_nodes = data_dependence(self.module.graph if hasattr(self.module, "graph") else self.graph)
+        if n not in self.data_nodes:
+            raise exc  # a number computed from sizes alone differs at other sizes: no constant stands for it
+        self.read_data.add(n)
+        return value
+
     def call_function(self, target, args, kwargs):
         alt = _symbolic_function(target, args)
         return alt(*args, **kwargs) if alt is not None else super().call_function(target, args, kwargs)
 
     def call_method(self, target, args, kwargs):
+        if target in _NUMBER_OF and args and isinstance(args[0], (torch.SymInt, torch.SymFloat, int, float)):
+            return _NUMBER_OF[target](args[0])  # a size divided with torch.div (see _scalar_division)
         alt = _SYMBOLIC_METHODS.get(target) if args and isinstance(args[0], torch.Tensor) else None
         return alt(*args, **kwargs) if alt is not None else super().call_method(target, args, kwargs)
+
+
+_NUMBER_OF = {"item": lambda v: v, "__index__": lambda v: v, "__int__": int, "__float__": float,
+              "int": int, "float": float, "long": int}
+
+
+def _plain_number(value) -> bool:
+    """A bool, int or float, or a list or tuple of them (``t.tolist()``)."""
+    if isinstance(value, (list, tuple)):
+        return all(_plain_number(v) for v in value)
+    return isinstance(value, (bool, int, float))
 
 
 _OPERATOR_IN_PLACE = {getattr(operator, n) for n in dir(operator)
@@ -590,6 +642,54 @@ _MATH[math.exp] = lambda x: 2.0 ** (_to_float(x) * math.log2(math.e))
 _MATH[math.pow] = lambda x, y: _to_float(x) ** _to_float(y)
 _MATH[math.log] = _log_by_log2(math.log(2.0))
 _MATH[math.log10] = _log_by_log2(math.log10(2.0))
+def _scalar_division(fn):
+    """``torch.div(S, 4, rounding_mode="trunc")`` (and floor_divide, remainder) of sizes: a 0-d
+    tensor whose number a view then reads (``.item()``), which a fake tensor does not hold. On
+    plain numbers and SymInts it is computed as Python numbers, which the reading call takes as
+    they are; with a tensor argument it is torch's own call."""
+    def call(a, b, *, rounding_mode=None, **kwargs):
+        if kwargs or not all(isinstance(v, (int, float, torch.SymInt, torch.SymFloat)) and not isinstance(v, bool)
+                             for v in (a, b)):
+            return fn(a, b, rounding_mode=rounding_mode, **kwargs) if fn is torch.div else fn(a, b, **kwargs)
+        if fn is torch.remainder:
+            return a % b
+        if fn is torch.floor_divide or rounding_mode == "floor":
+            return a // b
+        if rounding_mode == "trunc":
+            # toward zero: the floor for a non-negative quotient; torch.sym_ite keeps both cases exact
+            floor = a // b
+            return torch.sym_ite((a >= 0) == (b >= 0), floor, -((-a) // b)) if not _both_known_sign(a, b) else floor
+        return a / b
+    return call
+
+
+def _both_known_sign(a, b) -> bool:
+    """Whether ``a`` and ``b`` are sizes (never negative) or plain non-negative numbers."""
+    def non_negative(v):
+        if isinstance(v, (int, float)):
+            return v >= 0
+        expr = v.node.expr
+        return bool(expr.is_nonnegative) or (expr.is_Symbol and v.node.hint is not None and v.node.hint >= 0)
+    return non_negative(a) and non_negative(b)
+
+
+def _is_scalar_index(i) -> bool:
+    return isinstance(i, torch.Tensor) and i.dim() == 0 and not i.is_floating_point() and not i.is_complex() \
+        and i.dtype != torch.bool
+
+
+def _getitem(x, index):
+    """``x[t]`` with a 0-d integer tensor ``t`` reads its number (a loop step's index in a vmapped
+    mask function, ``padding_mask[batch_idx, kv_idx]``); the shape is that of ``x[0]``."""
+    if isinstance(x, torch.Tensor):
+        many = isinstance(index, tuple)
+        items = index if many else (index,)
+        if any(_is_scalar_index(i) for i in items):
+            items = tuple(0 if _is_scalar_index(i) else i for i in items)
+            return x[items if many else items[0]]
+    return x[index]
+
+
 _SYMBOLIC_FUNCTIONS: dict = {}  # filled on first use (the tracer's own functions import this module's users)
 _BASE_FUNCTIONS = {
     torch.nn.functional.interpolate: _interpolate,
@@ -601,6 +701,10 @@ _BASE_FUNCTIONS = {
     torch.tensor_split: _tensor_split,
     torch.nn.functional.pad: _pad,
     torch.linalg.solve_triangular: _solve_triangular,
+    operator.getitem: _getitem,
+    torch.div: _scalar_division(torch.div),
+    torch.floor_divide: _scalar_division(torch.floor_divide),
+    torch.remainder: _scalar_division(torch.remainder),
     **_MATH,
 }
 _SYMBOLIC_METHODS = {"baddbmm": _baddbmm, "tensor_split": _tensor_split}
@@ -682,10 +786,12 @@ class _Converter:
 
     def __init__(self, shape_env, symbols: dict, equal: dict):
         self.shape_env, self.symbols, self.equal = shape_env, symbols, equal
+        self.conditions: list = []  # (sympy condition, node): where a dim written as a floor holds
 
     def expr(self, x):
         e = self.shape_env.replace(x.node.expr)
-        return e.xreplace(self.equal) if self.equal else e
+        e = e.xreplace(self.equal) if self.equal else e
+        return _settle_extrema(e, self.symbols) if any(_is_extremum(a) for a in sympy.preorder_traversal(e)) else e
 
     def depends(self, value) -> bool:
         if isinstance(value, torch.Tensor):
@@ -700,7 +806,10 @@ class _Converter:
         if isinstance(d, int):
             return d
         try:
-            return to_dim(self.expr(d), self.symbols)
+            conditions = []
+            out = to_dim(self.expr(d), self.symbols, conditions)
+            self.conditions.extend((c, node) for c in conditions)
+            return out
         except ValueError as exc:
             where = f" (in '{node.name}'" + (f" at {node.meta['source']})" if node.meta.get("source") else ")")
             raise ReplayUnavailable(f"the size {exc} has no IR form{where}") from None
@@ -744,9 +853,47 @@ def _const(v):
     return lambda env: v
 
 
-def to_dim(expr, symbols: dict):
+def _settle_extrema(expr, symbols: dict):
+    """``expr`` with each ``Max`` and ``Min`` replaced by the argument that is the largest
+    (smallest) at every size of at least 1 (``Max(1, 4*((S + 3)//4))``: torch's flatten and view
+    guard against empty axes, which a dynamic axis never is), found from the arguments' bounds
+    by torch's value-range analysis; an extremum it cannot settle is kept (and has no IR form)."""
+    from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
+    from torch.utils._sympy.numbers import int_oo
+
+    ranges = {sym: ValueRanges(1, int_oo) for sym in symbols}
+
+    def settle(m):
+        pick = max if type(m).__name__ == "Max" else min  # sympy's or torch's own class
+        for a in m.args:
+            others = [b for b in m.args if b is not a]
+            try:
+                gaps = [bound_sympy(a - b if pick is max else b - a, ranges) for b in others]
+            except Exception:  # noqa: BLE001 - an expression the analysis does not know: keep it
+                return m
+            if all(g.lower >= 0 for g in gaps):
+                return a
+        return m
+
+    return expr.replace(_is_extremum, settle)
+
+
+def _is_extremum(e) -> bool:
+    """sympy's Max and Min, or torch's own (``torch.utils._sympy.functions``)."""
+    return type(e).__name__ in ("Max", "Min")
+
+
+def to_dim(expr, symbols: dict, conditions: Optional[list] = None):
     """A sympy integer expression of the ShapeEnv's symbols as an IR dim (int or SymDim);
-    ``ValueError`` names the part with no IR form (Max, Min, a symbol that is no input size)."""
+    ``ValueError`` names the part with no IR form (Max, Min, a symbol that is no input size).
+
+    ``conditions``: where given, a truncation whose argument may be negative (``int((S - 127) /
+    64 + 1)``, Moonshine's output lengths) is written as a floor and the sympy condition under
+    which the two agree (the argument is not negative) is appended; the caller makes it a
+    decision whose flip bounds the range. Without it such a truncation raises."""
+    def sub(e):
+        return to_dim(e, symbols, conditions)
+
     if expr.is_Integer:
         return int(expr)
     if expr.is_Symbol:
@@ -758,20 +905,20 @@ def to_dim(expr, symbols: dict):
     if kind == "Add":
         total = 0
         for a in args:
-            total = total + to_dim(a, symbols)
+            total = total + sub(a)
         return total
     if kind == "Mul":
         prod = 1
         for a in args:
-            prod = prod * to_dim(a, symbols)
+            prod = prod * sub(a)
         return prod
     if kind in ("Pow", "PowByNatural") and args[1].is_Integer and int(args[1]) >= 0:
-        base, prod = to_dim(args[0], symbols), 1
+        base, prod = sub(args[0]), 1
         for _ in range(int(args[1])):
             prod = prod * base
         return prod
     if kind in ("FloorDiv", "CleanDiv", "CeilDiv", "Mod", "PythonMod") and args[1].is_Integer and int(args[1]) > 0:
-        num, d = to_dim(args[0], symbols), int(args[1])
+        num, d = sub(args[0]), int(args[1])
         if kind == "CeilDiv":
             num = num + (d - 1)
         if isinstance(num, int):
@@ -785,10 +932,14 @@ def to_dim(expr, symbols: dict):
         # truncating is flooring where ``a`` is never negative (no negative term: S - 10 may be)
         parts = _int_over(args[0])
         if parts is not None:
-            num, d = to_dim(parts[0], symbols) * parts[1], parts[2]
+            num, d = sub(parts[0]) * parts[1] + parts[3], parts[2]
             if kind == "TruncToInt" and not (num >= 0 if isinstance(num, int) else
                                              all(c >= 0 for c in num.terms.values())):
-                raise ValueError(str(expr))
+                if conditions is None or isinstance(num, int):
+                    raise ValueError(str(expr))
+                # int() rounds toward zero, a floor division toward minus infinity: equal while
+                # the argument is not negative (and where it is, a conv would refuse the size)
+                conditions.append(sympy.Ge(parts[0] * parts[1] + parts[3], 0))
             if kind == "CeilToInt":
                 num = num + (d - 1)
             return num // d if isinstance(num, int) else SymDim.floordiv(num, d)
@@ -796,7 +947,7 @@ def to_dim(expr, symbols: dict):
         # a size divided by a size: exact when the numerator is a multiple of the divisor as
         # polynomials (reshape(-1, 64) of a length padded to a multiple of 64: L // (L // 64) is
         # 64; view(-1, L, L) of a (B, 12, L, L) tensor: 12*B*L**2 // (12*L**2) is B)
-        num, den = to_dim(args[0], symbols), to_dim(args[1], symbols)
+        num, den = sub(args[0]), sub(args[1])
         q = exact_quotient(num, den) if isinstance(den, SymDim) else None
         if q is not None:
             return q if kind in ("FloorDiv", "CleanDiv") else 0
@@ -804,21 +955,35 @@ def to_dim(expr, symbols: dict):
 
 
 def _int_over(expr) -> Optional[tuple]:
-    """``(a, p, k)`` when ``expr`` is the float ``a * p / k`` of an integer expression ``a`` and
-    integers ``p, k > 0`` (``IntTrueDiv(a, k)``, or ``ToFloat(a)`` times a float ``c`` as in
+    """``(a, p, k, c)`` when ``expr`` is the float ``(a * p + c) / k`` of an integer expression
+    ``a`` and integers ``p, k > 0`` and ``c`` (``IntTrueDiv(a, k)``, or ``ToFloat(a)`` times a float ``c`` as in
     ``floor(S * 0.75)``, ``floor(S * 0.6)``), else None. A float ``c`` stands for the fraction
     ``p / k`` of small terms nearest to it only where rounding ``a * c`` as Python does gives the
     same integer as ``a * p / k`` at every ``a`` up to :data:`_EXACT_UP_TO` (``0.6`` is ``3 / 5``
     there; ``0.7`` is not ``7 / 10``: ``floor(90 * 0.7)`` is 62)."""
     kind = type(expr).__name__
+    if kind == "Add":
+        # a whole number added in float (``(S - 127) / 64 + 1``): exact for sizes below 2**20
+        # or a number of small power-of-two denominator (``+ 0.5``)
+        numbers = [a for a in expr.args if a.is_Number]
+        rest = [a for a in expr.args if not a.is_Number]
+        if len(rest) != 1 or not numbers:
+            return None
+        c = sum(Fraction(float(a)) for a in numbers)
+        inner = _int_over(rest[0])
+        if inner is None or c.denominator > 1024 or abs(c) > _EXACT_UP_TO:
+            return None
+        a, p, k, offset = inner
+        m, n = c.denominator, c.numerator
+        return a, p * m, k * m, offset * m + n * k
     if kind == "IntTrueDiv" and expr.args[1].is_Integer and int(expr.args[1]) > 0:
-        return expr.args[0], 1, int(expr.args[1])
+        return expr.args[0], 1, int(expr.args[1]), 0
     if kind == "Mul" and len(expr.args) == 2:
         coef, rest = sorted(expr.args, key=lambda a: not a.is_Number)
         if coef.is_Number and type(rest).__name__ == "ToFloat" and float(coef) > 0:
             k = _fraction_of(float(coef))
             if k is not None:
-                return rest.args[0], k.numerator, k.denominator
+                return rest.args[0], k.numerator, k.denominator, 0
     return None
 
 

@@ -33,6 +33,7 @@ from .packed import is_packed_call, packed_rnn_call, packed_sequence_patches, re
 from .grouped import check_grouped, grouped_cat, grouped_split
 from .padded import mark_padded, masked_index_add, padded_call, padded_failure, padded_nonzero, wrapped_indices
 from .size_casts import size_casts
+from .slice_bounds import from_the_start
 from .source import user_frame_location
 from .strided import is_as_strided, record_as_strided
 
@@ -179,6 +180,7 @@ class CustomTracer(fx.Tracer):
                 self.control_flow_notes.append(f"as_strided at {loc or 'an unknown line'}: {how}")
                 return proxy
             args = sizes_from_shape_tensors(self, kind, target, args)
+            args = from_the_start(self, kind, target, args)  # x[:, :-pad] of a traced pad
             joined = grouped_split(self, kind, target, args, kwargs) or grouped_cat(self, kind, target, args, kwargs)
             if joined is not None:  # rows cut into groups sized by data: see .grouped
                 return joined

@@ -167,6 +167,10 @@ def _filled_like(ctx: EmitContext, x: Value, value) -> Value:
 def pad_tract(ctx: EmitContext, input: Value, pad, mode="constant", value=None):
     """pad(Tensor input, SymInt[] pad, str mode="constant", float? value=None) -> Tensor"""
     _check_pad_mode(mode)
+    if input.dtype.is_bool:
+        # tract's pad takes numbers only ("Bool is not a number" at run time): pad 0/1 integers
+        padded = pad_tract(ctx, cast(ctx, input, DType.I64), pad, mode, None if value is None else float(bool(value)))
+        return cast(ctx, padded, DType.BOOL)
     pairs = pad_pairs(input, pad)
     # the static amounts first (NNEF pad), then the dynamic ones (concatenated pieces)
     dynamic = [tuple(p if isinstance(p, SymDim) else 0 for p in pair) for pair in pairs]
