@@ -106,3 +106,71 @@ def test_strides_of_a_padded_tensor(tmp_path):
     out, r = _export(model, [randn(2, 7, 6)], tmp_path, {"x": {0: "B", 1: "S"}}, ["x"])
     assert "S" not in r.ranges or not r.ranges["S"].bounded, r.ranges
     tract_matches_eager(out, model, [[randn(3, s, 6, seed=s)] for s in (1, 4, 8, 13)])
+
+
+class _SlidingWindowMaskAfterConv(nn.Module):
+    """Moonshine-streaming's encoder in small: a strided conv, the padding mask cut to the conv's
+    length, and a sliding-window mask function vmapped over (batch, query, key) as transformers'
+    masking utilities do for custom mask functions. As a loop, tract could not run it (the inner
+    loop's length is written from S, which the loop body cannot resolve); as broadcasting ops
+    (equal to the loop at the example) it runs, with no loop at all."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = nn.Conv1d(4, 4, 5, stride=2)
+
+    def forward(self, x, padding_mask):
+        h = self.conv(x.transpose(1, 2)).transpose(1, 2)
+        length = h.shape[1]
+        pm = padding_mask[:, 4::2][:, :length]
+
+        def allowed(b, q, k):
+            d = q - k
+            return pm[b, k] & (((d >= 0) & (d < 3)) | ((d < 0) & (-d < 2)))
+
+        over_k = torch.vmap(allowed, in_dims=(None, None, 0))
+        over_q = torch.vmap(over_k, in_dims=(None, 0, None))
+        over_b = torch.vmap(over_q, in_dims=(0, None, None))
+        m = over_b(torch.arange(pm.shape[0]), torch.arange(length), torch.arange(length))
+        scores = (h @ h.transpose(1, 2)).masked_fill(~m, -1e4)
+        return scores.softmax(-1) @ h
+
+
+def _masks(b, s):
+    m = torch.ones(b, s, dtype=torch.bool)
+    m[0, s // 2 + 1:] = False
+    return m
+
+
+def test_vmapped_mask_function_as_broadcasting(tmp_path):
+    model = _SlidingWindowMaskAfterConv().eval()
+    axes = {"x": {0: "B", 1: "S"}, "padding_mask": {0: "B", 1: "S"}}
+    out, r = _export(model, [randn(2, 20, 4), _masks(2, 20)], tmp_path, axes, ["x", "padding_mask"])
+    assert any("broadcasting ops" in n for n in r.notes), r.notes
+    assert r.ranges["S"].lo == 5 and r.ranges["S"].hi is None, r.ranges
+    tract_matches_eager(out, model, [[randn(3, s, 4, seed=s), _masks(3, s)] for s in (5, 6, 9, 31)])
+
+
+class _VmapNeedingItsItems(nn.Module):
+    """vmapped functions that broadcasting would get wrong or cannot run: a reduction over the
+    row an item picks (``mask[b].any()`` reduces everything on broadcast views) and a Python
+    decision on an item. Both stay loops, with the loop's values."""
+
+    def forward(self, x, mask):
+        rows = torch.vmap(lambda b: mask[b].any() & (b >= 0))(torch.arange(mask.shape[0]))
+        return x * rows[:, None].float() + torch.vmap(lambda v: v * 2 if True else v)(x[:, 0])[:, None]
+
+
+def test_vmap_that_needs_its_items_stays_a_loop(tmp_path):
+    model = _VmapNeedingItsItems().eval()
+    mask = torch.zeros(3, 5, dtype=torch.bool)
+    mask[1, 2] = True
+    axes = {"x": {0: "B", 1: "S"}, "mask": {0: "B", 1: "S"}}
+    out, r = _export(model, [randn(3, 5), mask], tmp_path, axes, ["x", "mask"])
+    vmaps = [n for n in r.notes if n.startswith("torch.vmap")]
+    assert len(vmaps) == 2 and "as a scan" in vmaps[0] and "broadcasting ops" in vmaps[1], r.notes
+    m2 = torch.zeros(4, 7, dtype=torch.bool)
+    m2[2, 6] = True
+    m2[0, 0] = True
+    tract_matches_eager(out, model, [[randn(4, 7, seed=3), m2]])
