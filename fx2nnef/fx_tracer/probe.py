@@ -212,6 +212,17 @@ def _output_nodes(gm) -> set:
     return {a for a in out_node.args[0] if isinstance(a, fx.Node)}
 
 
+def _read_as_traced(g: GuardRecord, value) -> bool:
+    """Whether ``value`` decides ``g`` as the trace did, a number read with ``item()`` included
+    (the graph keeps what the code decided with it)."""
+    if g.op != "item":
+        return _guard_holds(g, value)
+    try:
+        return (value.item() if isinstance(value, torch.Tensor) else value) == g.expected
+    except Exception:  # noqa: BLE001 - not a number: no reading to compare
+        return True
+
+
 def _guard_holds(g: GuardRecord, value) -> bool:
     fn = {"bool": bool, "int": int, "index": int, "float": float, "round": round, "len": int, "count": len}.get(g.op)
     try:
@@ -340,7 +351,8 @@ def _redrawn(inputs: list, example: list, seed: int, scale: float = 1.0) -> list
     return out
 
 
-def _scrambled_mismatch(gm, reference, env: dict, inputs: list, example: list) -> Optional[str]:
+def _scrambled_mismatch(gm, reference, env: dict, inputs: list, example: list, guards: tuple = (),
+                        flips: tuple = ()) -> Optional[str]:
     """What differs between the graph and the model on other inputs at ``env``, if anything.
 
     A guard that flips where the graph still gives the model's outputs may only look equivalent
@@ -350,18 +362,59 @@ def _scrambled_mismatch(gm, reference, env: dict, inputs: list, example: list) -
     a sixteenth of it (``clamp(2 * s, -0.5, 0.5)`` and ``clamp(s, ...)`` agree on large sums),
     and last given items that differ at every place (:func:`_ramped`)."""
     redraws = (_redrawn(inputs, example, 2), _redrawn(inputs, example, 3), _redrawn(inputs, example, 4, 1 / 16))
-    for other in (_scrambled(inputs, 1), *redraws, _ramped(inputs, example)):
+    checked = False
+    flipped = {id(g) for g in flips}
+    for other in (_scrambled(inputs, 1), *redraws, _ramped(inputs, example), *_unfixed(inputs)):
+        if _same_inputs(other, inputs):
+            continue  # every input is constant in the example: these values are the probe's own
         try:
             expected = reference(env, other)
         except Exception:  # noqa: BLE001 - the model refuses these values: no evidence either way
             continue
-        values, err, _ = _run(gm, other, keep=_output_nodes(gm))
+        values, err, _ = _run(gm, other, keep=_output_nodes(gm) | {g.node for g in guards})
         if err is not None:
             return None
+        if any(id(g) not in flipped and g.node in values and not _read_as_traced(g, values[g.node]) for g in guards):
+            continue  # these values take another decision on data (one the graph keeps as at the example)
+        checked = True
         mismatch = _outputs_match(gm, values, expected)
         if mismatch is not None:
             return mismatch + " (on other input values)"
+    if not checked:
+        # all the values tried were the probe's own or refused by the model: that the graph agrees
+        # on them says nothing of other inputs (``z[::3].flip(0)`` and ``z[::3] * 2`` on zeros)
+        return "a decision flips here and no other input values the model accepts could tell the branches apart"
     return None
+
+
+def _same_inputs(a: list, b: list) -> bool:
+    return all(x is y or (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and x.shape == y.shape
+                          and x.dtype == y.dtype and bool(torch.equal(x, y))) or (not isinstance(x, torch.Tensor) and x == y)
+               for x, y in zip(a, b))
+
+
+def _unfixed(inputs: list) -> list:
+    """Two variants of inputs whose items are all equal (an example of zeros, a mask of ones),
+    where the other variants keep them: integers one more on the even items, or one less on the
+    odd ones; bools alternating both ways; floats spread by one around the value."""
+    ups, downs = [], []
+    for t in inputs:
+        up = down = t
+        if isinstance(t, torch.Tensor) and t.numel() > 1 and not t.is_complex() \
+                and not bool((t != t.reshape(-1)[0]).any()):
+            n = torch.arange(t.numel()).reshape(t.shape)
+            even = n % 2 == 0  # every item changes in one of the two (the first one in the first)
+            if t.dtype == torch.bool:
+                up, down = even, ~even
+            elif t.is_floating_point():
+                up = (t + torch.linspace(-1, 1, t.numel(), dtype=torch.float64).reshape(t.shape)).to(t.dtype)
+                down = (t - (~even).to(torch.float64)).to(t.dtype)
+            else:
+                up = (t + even.to(torch.int64)).to(t.dtype)
+                down = (t - (~even).to(torch.int64)).to(t.dtype)
+        ups.append(up)
+        downs.append(down)
+    return [ups, downs]
 
 
 def _env_text(env: dict) -> str:
@@ -1107,7 +1160,7 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
                 # the graph re-run in torch splits again; the export keeps the traced pieces
                 mismatch = f"{counts[0].text} no longer: the export keeps the traced pieces"
             if mismatch is None and flips:
-                mismatch = _scrambled_mismatch(gm, reference, env, inputs, example)
+                mismatch = _scrambled_mismatch(gm, reference, env, inputs, example, tuple(guards), tuple(flips))
             if mismatch is not None:
                 for g in flips:
                     guard_flips.setdefault(id(g), (env, mismatch))

@@ -1,0 +1,52 @@
+"""Examples whose items are all equal (ids of zeros, masks of ones) at a size where a decision
+flips: the graph and the model agreeing on the probe's values then says nothing (a flip and a
+doubling of zeros are both zeros), so other values are tried; when none that the model accepts
+differs from the probe's own, the flip bounds the range instead of being taken as equivalent."""
+import torch
+import torch.nn as nn
+
+import fx2nnef
+from harness import tract_matches_eager
+
+
+class _StridedPick(nn.Module):
+    """Found by the differential fuzzer (seed 7452): a branch on the size of ``z[::3]``."""
+
+    def forward(self, z):
+        v = z[::3]
+        if v.size(0) > 1:
+            return v * 2
+        return v.flip(0)
+
+
+def test_branch_on_a_size_with_an_example_of_zeros(tmp_path):
+    model = _StridedPick().eval()
+    out = tmp_path / "m.nnef.tgz"
+    r = fx2nnef.export(model, (torch.zeros(3, dtype=torch.int64),), out, input_names=["z"],
+                       target=fx2nnef.TractNNEF(dynamic_axes={"z": {0: "S"}}))
+    assert r.check.ok, r.check
+    rng = r.ranges["S"]
+    assert rng.contains(3) and not rng.contains(4), r.ranges
+    tract_matches_eager(out, model, [[torch.arange(s) + 5] for s in (1, 2, 3)])
+
+
+class _MaskedMean(nn.Module):
+    """A decision on the length whose branches agree on a mask of ones only."""
+
+    def forward(self, x, mask):
+        if x.shape[1] > 4:
+            return (x * mask).sum(1) / mask.sum(1)
+        return x.mean(1)
+
+
+def test_branch_with_a_mask_of_ones(tmp_path):
+    model = _MaskedMean().eval()
+    out = tmp_path / "m.nnef.tgz"
+    r = fx2nnef.export(model, (torch.randn(2, 6), torch.ones(2, 6)), out, input_names=["x", "mask"],
+                       target=fx2nnef.TractNNEF(dynamic_axes={"x": {1: "S"}, "mask": {1: "S"}}))
+    assert r.check.ok, r.check
+    rng = r.ranges["S"]
+    assert rng.contains(6) and not rng.contains(4), r.ranges
+    mask = torch.ones(2, 9)
+    mask[0, 5:] = 0
+    tract_matches_eager(out, model, [[torch.randn(2, 9), mask]])
