@@ -256,7 +256,7 @@ def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_na
     if dyn:
         def accepts(env) -> bool:
             try:
-                _run_model(model, args, kwargs, inputs_at(tensors, names, dyn, env))
+                ref.outputs_at(env)
             except Exception:  # noqa: BLE001 - a refusal is the answer
                 return False
             return True
@@ -330,17 +330,51 @@ def _reference(model, args, kwargs, names, dyn, example, known: Optional[tuple] 
     With ``keep``, the outputs at each ``env`` are kept (a size checked by the probes is reused
     by check_io); ``known`` is ``(env, outputs)`` already computed."""
     cache = {} if known is None else {tuple(sorted(known[0].items())): known[1]}
+    edge_envs: set = set()  # sizes where the model took the inputs grown by their last item only
+
+    def outputs_at(env):
+        key = tuple(sorted(env.items()))
+        try:
+            return _run_model(model, args, kwargs, inputs_at(example, names, dyn, env, key in edge_envs))
+        except Exception:
+            # inputs grown by repeating them whole may hold what the model takes once (a
+            # multimodal LM's image tokens, which must match its image features): grown by
+            # their last item instead, they keep it
+            if key in edge_envs or not _grows(example, names, dyn, env):
+                raise
+            out = _run_model(model, args, kwargs, inputs_at(example, names, dyn, env, True))
+            edge_envs.add(key)
+            return out
 
     def run(env, inputs=None):
         key = tuple(sorted(env.items()))
         if inputs is None and key in cache:
             return cache[key]
-        out = _run_model(model, args, kwargs, inputs if inputs is not None else inputs_at(example, names, dyn, env))
+        out = _run_model(model, args, kwargs, inputs) if inputs is not None else outputs_at(env)
         flat = [t for _, t in structures.flatten(out, "")]
         if inputs is None and keep:
             cache[key] = flat
         return flat
+
+    def inputs_for(env):
+        """The inputs the model is run on at ``env`` (the probes and checks run the graph on them)."""
+        key = tuple(sorted(env.items()))
+        if key not in cache and key not in edge_envs and _grows(example, names, dyn, env):
+            try:
+                run(env)
+            except Exception:  # noqa: BLE001 - the model refuses both: the caller finds out
+                pass
+        return inputs_at(example, names, dyn, env, key in edge_envs)
+
+    run.inputs_for = inputs_for
+    run.outputs_at = outputs_at  # not kept
     return run
+
+
+def _grows(example, names, dyn, env) -> bool:
+    """Whether some dynamic axis is longer at ``env`` than in the example."""
+    by_name = dict(zip(names, example))
+    return any(env[sym] > by_name[n].shape[axis] for n, axes in dyn.items() for axis, sym in axes.items())
 
 
 def _trace_once(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, ref=None, branches=None,
@@ -662,10 +696,10 @@ def _check_envs(analysis) -> list:
 
 
 def _case(ref, names, tensors, dyn, env):
-    new = inputs_at(tensors, names, dyn, env)
     try:
         out = ref(env)
     except Exception:  # noqa: BLE001 - the model refuses this combination of sizes
         return None
+    new = ref.inputs_for(env)
     label = ", ".join(f"{k}={v}" for k, v in env.items())
     return (label, [to_numpy(t) for t in new], [to_numpy(t) for t in out])

@@ -690,6 +690,12 @@ def _getitem(x, index):
     return x[index]
 
 
+def _masked_scatter(input, mask, source):
+    """masked_scatter's shape: ``input`` and ``mask`` broadcast (torch's meta kernel expands
+    with concrete sizes; a multimodal LM scatters image features into its embeddings so)."""
+    return input + torch.zeros_like(mask, dtype=input.dtype)
+
+
 _SYMBOLIC_FUNCTIONS: dict = {}  # filled on first use (the tracer's own functions import this module's users)
 _BASE_FUNCTIONS = {
     torch.nn.functional.interpolate: _interpolate,
@@ -702,12 +708,13 @@ _BASE_FUNCTIONS = {
     torch.nn.functional.pad: _pad,
     torch.linalg.solve_triangular: _solve_triangular,
     operator.getitem: _getitem,
+    torch.masked_scatter: _masked_scatter,
     torch.div: _scalar_division(torch.div),
     torch.floor_divide: _scalar_division(torch.floor_divide),
     torch.remainder: _scalar_division(torch.remainder),
     **_MATH,
 }
-_SYMBOLIC_METHODS = {"baddbmm": _baddbmm, "tensor_split": _tensor_split}
+_SYMBOLIC_METHODS = {"baddbmm": _baddbmm, "tensor_split": _tensor_split, "masked_scatter": _masked_scatter}
 
 
 class _NoKey(Exception):

@@ -95,9 +95,14 @@ class _Recorder(fx.Interpreter):
         return out
 
 
-def resize(t: torch.Tensor, axis: int, n: int) -> torch.Tensor:
-    """``t`` with axis ``axis`` of length ``n``, reusing its own data where it can."""
+def resize(t: torch.Tensor, axis: int, n: int, edge: bool = False) -> torch.Tensor:
+    """``t`` with axis ``axis`` of length ``n``, reusing its own data where it can: repeated
+    whole, or with ``edge`` its last item repeated (ids holding a fixed number of image tokens
+    keep that number)."""
     cur = t.shape[axis]
+    if edge and cur > 0 and n > cur:
+        last = t.narrow(axis, cur - 1, 1)
+        return torch.cat([t, last.expand(*[n - cur if a == axis else -1 for a in range(t.dim())])], dim=axis).clone()
     if n == cur:
         return t
     if cur == 0:
@@ -112,11 +117,11 @@ def resize(t: torch.Tensor, axis: int, n: int) -> torch.Tensor:
     return torch.cat([t] * reps, dim=axis).narrow(axis, 0, n).clone()
 
 
-def inputs_at(example: list, names: list, dynamic_axes: dict, env: dict) -> list:
+def inputs_at(example: list, names: list, dynamic_axes: dict, env: dict, edge: bool = False) -> list:
     out = []
     for name, t in zip(names, example):
         for axis, sym in dynamic_axes.get(name, {}).items():
-            t = resize(t, axis, env[sym])
+            t = resize(t, axis, env[sym], edge)
         out.append(t)
     return out
 
@@ -1132,7 +1137,8 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
                 if _env_key(env) in flip_keys:
                     kernel_flips.append(env)
                 return "good"
-        inputs = inputs_at(example, names, dynamic_axes, env)
+        inputs = reference.inputs_for(env) if hasattr(reference, "inputs_for") else \
+            inputs_at(example, names, dynamic_axes, env)
         values, err, records = _run(gm, inputs, keep)
         expected = None
         if reference is not None:
