@@ -218,12 +218,15 @@ def _output_nodes(gm) -> set:
 
 
 def _read_as_traced(g: GuardRecord, value) -> bool:
-    """Whether ``value`` decides ``g`` as the trace did, a number read with ``item()`` included
-    (the graph keeps what the code decided with it)."""
-    if g.op != "item":
+    """Whether ``value`` decides ``g`` as the trace did: a bool (``bool(t)``, ``t.any().item()``),
+    whose outcome the graph keeps. A number read from data (``int(m.sum())``) may differ while
+    the code decides with it as traced (``n > 3``): it counts as read alike."""
+    if g.op == "bool":
         return _guard_holds(g, value)
+    if g.op != "item" or not isinstance(g.expected, bool):
+        return True
     try:
-        return (value.item() if isinstance(value, torch.Tensor) else value) == g.expected
+        return bool(value.item() if isinstance(value, torch.Tensor) else value) == g.expected
     except Exception:  # noqa: BLE001 - not a number: no reading to compare
         return True
 
@@ -367,24 +370,38 @@ def _scrambled_mismatch(gm, reference, env: dict, inputs: list, example: list, g
     a sixteenth of it (``clamp(2 * s, -0.5, 0.5)`` and ``clamp(s, ...)`` agree on large sums),
     and last given items that differ at every place (:func:`_ramped`)."""
     redraws = (_redrawn(inputs, example, 2), _redrawn(inputs, example, 3), _redrawn(inputs, example, 4, 1 / 16))
-    checked = False
     flipped = {id(g) for g in flips}
-    for other in (_scrambled(inputs, 1), *redraws, _ramped(inputs, example), *_unfixed(inputs)):
+
+    def compare(other):
+        """None: no evidence; "" : the graph agrees on ``other``; else what differs."""
         if _same_inputs(other, inputs):
-            continue  # every input is constant in the example: these values are the probe's own
+            return None  # an input constant in the example keeps its items: the probe's own values
         try:
             expected = reference(env, other)
         except Exception:  # noqa: BLE001 - the model refuses these values: no evidence either way
-            continue
+            return None
         values, err, _ = _run(gm, other, keep=_output_nodes(gm) | {g.node for g in guards})
         if err is not None:
-            return None
+            return ""
         if any(id(g) not in flipped and g.node in values and not _read_as_traced(g, values[g.node]) for g in guards):
-            continue  # these values take another decision on data (one the graph keeps as at the example)
-        checked = True
-        mismatch = _outputs_match(gm, values, expected)
-        if mismatch is not None:
-            return mismatch + " (on other input values)"
+            return None  # these values take another decision on data (one the graph keeps as at the example)
+        return _outputs_match(gm, values, expected) or ""
+
+    checked = False
+    for group in ([_scrambled(inputs, 1), *redraws, _ramped(inputs, example)], None):
+        if group is None:
+            if checked:
+                break
+            # every variant was the probe's own values or refused (all inputs constant in the
+            # example: zeros, a mask of ones): last, two that change every item
+            group = _unfixed(inputs)
+        for other in group:
+            found = compare(other)
+            if found is None:
+                continue
+            if found:
+                return found + " (on other input values)"
+            checked = True
     if not checked:
         # all the values tried were the probe's own or refused by the model: that the graph agrees
         # on them says nothing of other inputs (``z[::3].flip(0)`` and ``z[::3] * 2`` on zeros)
