@@ -174,3 +174,20 @@ def test_vmap_that_needs_its_items_stays_a_loop(tmp_path):
     m2[2, 6] = True
     m2[0, 0] = True
     tract_matches_eager(out, model, [[randn(4, 7, seed=3), m2]])
+
+
+class _SizesAsTensors(nn.Module):
+    """Sizes divided with torch.div and made tensors with torch.tensor: on fake tensors the
+    number is lost (and torch.tensor fixed S to the example's), so the replay keeps them numbers."""
+
+    def forward(self, x):
+        n = torch.div(x.size(1), 3, rounding_mode="floor")
+        y = x[:, : n * 3].reshape(x.size(0), n, 3 * x.size(2))
+        return y.sum(1), torch.remainder(torch.tensor(x.size(1)), 3) + torch.zeros(1)
+
+
+def test_sizes_made_tensors(tmp_path):
+    model = _SizesAsTensors().eval()
+    out, r = _export(model, [randn(2, 11, 2)], tmp_path, {"x": {0: "B", 1: "S"}}, ["x"])
+    assert r.ranges.get("S") is None or r.ranges["S"].lo <= 3, r.ranges
+    tract_matches_eager(out, model, [[randn(3, s, 2, seed=s)] for s in (3, 5, 12, 17)])

@@ -673,6 +673,22 @@ def _both_known_sign(a, b) -> bool:
     return non_negative(a) and non_negative(b)
 
 
+def _tensor_of_number(fn):
+    """``torch.tensor(S)`` of a size: a 0-d tensor a fake tensor cannot hold the number of (the
+    ShapeEnv would fix S to its hint). Replayed as the number, as :func:`_scalar_division`; a
+    tensor of anything else is torch's own call."""
+    def call(data, *args, **kwargs):
+        if isinstance(data, (torch.SymInt, torch.SymFloat)) and not args \
+                and set(kwargs) <= {"dtype", "device", "requires_grad"}:
+            dtype = kwargs.get("dtype")
+            if dtype is None or (dtype.is_floating_point == isinstance(data, torch.SymFloat)):
+                return data
+            if dtype.is_floating_point:
+                return torch.sym_float(data)
+        return fn(data, *args, **kwargs)
+    return call
+
+
 def _is_scalar_index(i) -> bool:
     return isinstance(i, torch.Tensor) and i.dim() == 0 and not i.is_floating_point() and not i.is_complex() \
         and i.dtype != torch.bool
@@ -709,6 +725,9 @@ _BASE_FUNCTIONS = {
     torch.linalg.solve_triangular: _solve_triangular,
     operator.getitem: _getitem,
     torch.masked_scatter: _masked_scatter,
+    torch.tensor: _tensor_of_number(torch.tensor),
+    torch.as_tensor: _tensor_of_number(torch.as_tensor),
+    torch.scalar_tensor: _tensor_of_number(torch.scalar_tensor),
     torch.div: _scalar_division(torch.div),
     torch.floor_divide: _scalar_division(torch.floor_divide),
     torch.remainder: _scalar_division(torch.remainder),
