@@ -74,9 +74,10 @@ def test_tiny_llama_dynamic_batch_and_length_with_few_runs(tmp_path):
 
 
 def test_fallback_to_probes_is_said(tmp_path):
-    """`torch.tensor(S)` makes the ShapeEnv fix S (a tensor's data is not symbolic): the export
-    falls back to probe fitting, says so, and is still right at other sizes."""
-    model = FnModule(lambda x: x * torch.tensor(x.shape[1]) + math.exp(x.shape[1] / 8))
+    """`torch.tensor([S, 2])` makes the ShapeEnv fix S (a tensor's data is not symbolic; a lone
+    size is replayed as a number): the export falls back to probe fitting, says so, and is still
+    right at other sizes."""
+    model = FnModule(lambda x: x * torch.tensor([x.shape[1], 2])[:1] + math.exp(x.shape[1] / 8))
     r = fx2nnef.export(model, (torch.randn(2, 6),), tmp_path / "m.nnef.tgz", input_names=["x"],
                        target=fx2nnef.TractNNEF(dynamic_axes={"x": {1: "S"}}))
     assert any(_FALLBACK in n for n in r.notes), r.notes
