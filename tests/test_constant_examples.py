@@ -1,7 +1,9 @@
-"""Examples whose items are all equal (ids of zeros, masks of ones) at a size where a decision
-flips: the graph and the model agreeing on the probe's values then says nothing (a flip and a
+"""The values the probes run on. Examples whose items are all equal (ids of zeros, masks of
+ones) at a size where a decision flips: the graph and the model agreeing on the probe's values then says nothing (a flip and a
 doubling of zeros are both zeros), so other values are tried; when none that the model accepts
-differs from the probe's own, the flip bounds the range instead of being taken as equivalent."""
+differs from the probe's own, the flip bounds the range instead of being taken as equivalent.
+And an example's values resized by the probes that take another decision on data than the
+trace: values taking the traced one are looked for, since that is no decision on the sizes."""
 import torch
 import torch.nn as nn
 
@@ -50,3 +52,28 @@ def test_branch_with_a_mask_of_ones(tmp_path):
     mask = torch.ones(2, 9)
     mask[0, 5:] = 0
     tract_matches_eager(out, model, [[torch.randn(2, 9), mask]])
+
+
+class _FastPathOnFullMask(nn.Module):
+    """A fast path when no item is padded (``if mask.all()``), as many encoders take: the example
+    has padding, and the probes' mask cut to a few columns has none, a decision on data that
+    is no decision on the sizes."""
+
+    def forward(self, x, mask):
+        if mask.all():
+            return x.mean(1)
+        return (x * mask[..., None]).sum(1) / mask.sum(1, keepdim=True)
+
+
+def test_decision_on_data_flipped_by_the_probes_values(tmp_path):
+    model = _FastPathOnFullMask().eval()
+    mask = torch.ones(2, 7)
+    mask[1, 5:] = 0
+    out = tmp_path / "m.nnef.tgz"
+    axes = {"x": {0: "B", 1: "S"}, "mask": {0: "B", 1: "S"}}
+    r = fx2nnef.export(model, (torch.randn(2, 7, 4), mask), out, input_names=["x", "mask"],
+                       target=fx2nnef.TractNNEF(dynamic_axes=axes))
+    assert r.check.ok and not r.ranges, r.ranges
+    other = torch.ones(3, 9)
+    other[0, 2:] = 0
+    tract_matches_eager(out, model, [[torch.randn(3, 9, 4), other], [torch.randn(1, 3, 4), torch.tensor([[1.0, 0, 1]])]])

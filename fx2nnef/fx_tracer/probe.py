@@ -409,6 +409,22 @@ def _scrambled_mismatch(gm, reference, env: dict, inputs: list, example: list, g
     return None
 
 
+def _deciding_as_traced(gm, inputs: list, example: list, guards: list, keep: set, data_nodes: set) -> Optional[tuple]:
+    """``(inputs, graph run)`` of the first variant of ``inputs`` (as in :func:`_scrambled_mismatch`)
+    on which every decision on data (``bool`` of a traced tensor) holds as traced; None if none."""
+    data_guards = [g for g in guards if g.op == "bool" and g.node in data_nodes]
+    candidates = [_scrambled(inputs, 1), _redrawn(inputs, example, 2), _redrawn(inputs, example, 3),
+                  _ramped(inputs, example), *_unfixed(inputs)]
+    for other in candidates:
+        if _same_inputs(other, inputs):
+            continue
+        run = _run(gm, other, keep)
+        values, err, _ = run
+        if err is None and all(g.node not in values or _guard_holds(g, values[g.node]) for g in data_guards):
+            return other, run
+    return None
+
+
 def _same_inputs(a: list, b: list) -> bool:
     return all(x is y or (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and x.shape == y.shape
                           and x.dtype == y.dtype and bool(torch.equal(x, y))) or (not isinstance(x, torch.Tensor) and x == y)
@@ -1172,6 +1188,20 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
             errors.append(ProbeFailure(env, err[0], err[1] + " (the eager model accepts these sizes)"))
             return "error"
         flips = [g for g in guards if g.node in values and not _guard_holds(g, values[g.node])]
+        on_data = [g for g in flips if g.op == "bool" and g.node in data_dep0]
+        if on_data and expected is not None:
+            # the example's values resized to these sizes take another decision on data than
+            # the trace (``if mask.all()`` on a padding mask cut to its first columns): that is no
+            # decision on the sizes. Values that take the traced ones tell about the sizes
+            other = _deciding_as_traced(gm, inputs, example, guards, keep, data_dep0)
+            if other is not None:
+                try:
+                    expected = reference(env, other[0])
+                except Exception:  # noqa: BLE001 - the model refuses them: keep the probe's own
+                    other = None
+            if other is not None:
+                inputs, (values, err, records) = other
+                flips = [g for g in guards if g.node in values and not _guard_holds(g, values[g.node])]
         if rep is not None:
             wrong = _shape_mismatch(rep, records, env)
             if wrong is not None:
