@@ -191,3 +191,20 @@ def test_sizes_made_tensors(tmp_path):
     out, r = _export(model, [randn(2, 11, 2)], tmp_path, {"x": {0: "B", 1: "S"}}, ["x"])
     assert r.ranges.get("S") is None or r.ranges["S"].lo <= 3, r.ranges
     tract_matches_eager(out, model, [[randn(3, s, 2, seed=s)] for s in (3, 5, 12, 17)])
+
+
+class _EqualityFastPath(nn.Module):
+    """``torch.equal`` (and ``allclose``) give a Python bool read from data: the replay goes on
+    with the example's answer, which the graph keeps, instead of stopping there."""
+
+    def forward(self, x, mask):
+        if torch.equal(mask, torch.ones_like(mask)):
+            x = x * 2
+        return x[:, : x.shape[1] // 2] + 1
+
+
+def test_equal_of_data_keeps_the_replay(tmp_path):
+    model = _EqualityFastPath().eval()
+    axes = {"x": {0: "B", 1: "S"}, "mask": {0: "B", 1: "S"}}
+    out, r = _export(model, [randn(2, 6), torch.ones(2, 6)], tmp_path, axes, ["x", "mask"])
+    tract_matches_eager(out, model, [[randn(3, s, seed=s), torch.ones(3, s)] for s in (2, 5, 9)])

@@ -369,7 +369,7 @@ class _Runner(_Reusing):
                 or not _plain_number(value):
             raise exc
         if self.data_nodes is None:
-            self.data_nodes = data_dependence(self.module.graph if hasattr(self.module, "graph") else self.graph)
+            self.data_nodes = data_dependence(self.module)
         if n not in self.data_nodes:
             raise exc  # a number computed from sizes alone differs at other sizes: no constant stands for it
         self.read_data.add(n)
@@ -656,21 +656,19 @@ def _scalar_division(fn):
         if fn is torch.floor_divide or rounding_mode == "floor":
             return a // b
         if rounding_mode == "trunc":
-            # toward zero: the floor for a non-negative quotient; torch.sym_ite keeps both cases exact
-            floor = a // b
-            return torch.sym_ite((a >= 0) == (b >= 0), floor, -((-a) // b)) if not _both_known_sign(a, b) else floor
+            if not (_non_negative(a) and _non_negative(b)):
+                return fn(a, b, rounding_mode=rounding_mode)  # toward zero is no floor here: torch's call
+            return a // b
         return a / b
     return call
 
 
-def _both_known_sign(a, b) -> bool:
-    """Whether ``a`` and ``b`` are sizes (never negative) or plain non-negative numbers."""
-    def non_negative(v):
-        if isinstance(v, (int, float)):
-            return v >= 0
-        expr = v.node.expr
-        return bool(expr.is_nonnegative) or (expr.is_Symbol and v.node.hint is not None and v.node.hint >= 0)
-    return non_negative(a) and non_negative(b)
+def _non_negative(v) -> bool:
+    """Whether ``v`` is a plain non-negative number or a SymInt sympy proves non-negative (a
+    size, a sum of sizes; ``S - 10`` is not)."""
+    if isinstance(v, (int, float)):
+        return v >= 0
+    return bool(v.node.expr.is_nonnegative)
 
 
 def _tensor_of_number(fn):
