@@ -112,6 +112,10 @@ class ScanCall:
         return f"ScanCall({self.kind} at {self.label})"
 
     def __call__(self, init, xs, full, carry_slots=(), scan_slots=(), body_outs=()):
+        if not init and not self.check and xs:
+            mapped = self._mapped(xs, full)
+            if mapped is not None:
+                return mapped
         carry = [c.clone() for c in init]
         steps = xs[0].shape[self.dim]
         order = range(steps - 1, -1, -1) if self.reverse else range(steps)
@@ -131,6 +135,28 @@ class ScanCall:
             return tuple(carry)
         stacked = [torch.stack([y[j] for y in ys], self.dim) for j in range(len(ys[0]))]
         return tuple(carry) + tuple(stacked)
+
+
+    def _mapped(self, xs, full):
+        """A loop with no carry (a vmap recorded as a loop) run as torch.vmap of its body: the
+        steps are independent, and nested loops then cost one call, not one per item (a mask
+        function over batch, queries and keys at trace time, the graph's runs in the probes).
+        None when the body cannot be vmapped (a read of data, random draws): run step by step."""
+        if any(x.shape[self.dim] == 0 for x in xs):
+            return None
+        dim = self.dim
+
+        def step(*slices):
+            return tuple(self.body(*slices, *full))
+        try:
+            # functorch's own vmap: torch.vmap is routed to the recorder while tracing
+            from torch._functorch.vmap import vmap_impl
+
+            with torch.no_grad():
+                outs = vmap_impl(step, (dim,) * len(xs), dim, "error", None, *xs)
+        except Exception:  # noqa: BLE001 - the loop gives the values
+            return None
+        return tuple(outs)
 
 
 def _fn_name(fn) -> str:
