@@ -346,10 +346,17 @@ def _reference(model, args, kwargs, names, dyn, example, known: Optional[tuple] 
             edge_envs.add(key)
             return out
 
+    pending: dict = {}  # outputs run by inputs_for, for the run(env) that follows it
+
     def run(env, inputs=None):
         key = tuple(sorted(env.items()))
         if inputs is None and key in cache:
             return cache[key]
+        if inputs is None and key in pending:
+            flat = pending.pop(key)
+            if keep:
+                cache[key] = flat
+            return flat
         out = _run_model(model, args, kwargs, inputs) if inputs is not None else outputs_at(env)
         flat = [t for _, t in structures.flatten(out, "")]
         if inputs is None and keep:
@@ -359,9 +366,10 @@ def _reference(model, args, kwargs, names, dyn, example, known: Optional[tuple] 
     def inputs_for(env):
         """The inputs the model is run on at ``env`` (the probes and checks run the graph on them)."""
         key = tuple(sorted(env.items()))
-        if key not in cache and key not in edge_envs and _grows(example, names, dyn, env):
+        if key not in cache and key not in pending and key not in edge_envs and _grows(example, names, dyn, env):
             try:
-                run(env)
+                pending.clear()  # one at a time: an LLM's logits are not held for long
+                pending[key] = [t for _, t in structures.flatten(outputs_at(env), "")]
             except Exception:  # noqa: BLE001 - the model refuses both: the caller finds out
                 pass
         return inputs_at(example, names, dyn, env, key in edge_envs)
