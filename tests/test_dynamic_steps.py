@@ -35,12 +35,18 @@ class PatchEmbed(nn.Module):
         self.proj = nn.Conv2d(3, 8, patch, patch)
 
     def forward(self, x):
-        h, w = x.shape[-2:]
-        if w % self.patch != 0:
-            x = F.pad(x, (0, self.patch - w % self.patch))
-        if h % self.patch != 0:
-            x = F.pad(x, (0, 0, 0, self.patch - h % self.patch))
-        return self.proj(x).flatten(1)
+        return self.proj(pad_to_patch(x, self.patch)).flatten(1)
+
+
+def pad_to_patch(x, patch):
+    """Swin's ``maybe_pad``: each of H and W padded up to a multiple of ``patch``, only where it
+    is not one already (a decision on each size, with a pad amount that is not 0 at the multiples)."""
+    h, w = x.shape[-2:]
+    if w % patch != 0:
+        x = F.pad(x, (0, patch - w % patch))
+    if h % patch != 0:
+        x = F.pad(x, (0, 0, 0, patch - h % patch))
+    return x
 
 
 def _same_pad(x, conv):

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 import fx2nnef
 from fx2nnef.targets.tract_runner import run_tract_many
 from harness import randn, tract_matches_eager
-from test_dynamic_steps import WindowPad, _export, _noisy
+from test_dynamic_steps import WindowPad, _export, _noisy, pad_to_patch
 
 
 def _in_range(r, hw) -> bool:
@@ -66,12 +66,7 @@ class PatchThenWindows(nn.Module):
         self.mix = nn.Linear(4, 4)
 
     def forward(self, x):
-        h, w = x.shape[-2:]
-        if w % self.patch != 0:
-            x = F.pad(x, (0, self.patch - w % self.patch))
-        if h % self.patch != 0:
-            x = F.pad(x, (0, 0, 0, self.patch - h % self.patch))
-        x = self.proj(x).permute(0, 2, 3, 1)
+        x = self.proj(pad_to_patch(x, self.patch)).permute(0, 2, 3, 1)
         b, h, w, c = x.shape
         ws = self.window
         pr, pb = (ws - w % ws) % ws, (ws - h % ws) % ws

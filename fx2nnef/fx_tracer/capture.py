@@ -267,7 +267,7 @@ def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_na
     def cases():
         expected = example_outputs
         if expected is None:  # not kept: run the model again
-            expected = [t for _, t in structures.flatten(_run_model(model, args, kwargs, tensors), "")]
+            expected = _flat(_run_model(model, args, kwargs, tensors))
         out = [("example", [to_numpy(t) for t in tensors], [to_numpy(t) for t in expected])]
         for env in _check_envs(analysis) if analysis.symbols else []:
             case = _case(ref, names, tensors, dyn, env)
@@ -333,16 +333,17 @@ def _reference(model, args, kwargs, names, dyn, example, known: Optional[tuple] 
     edge_envs: set = set()  # sizes where the model took the inputs grown by their last item only
 
     def outputs_at(env):
+        """The model's flat outputs at ``env`` (not kept)."""
         key = tuple(sorted(env.items()))
         try:
-            return _run_model(model, args, kwargs, inputs_at(example, names, dyn, env, key in edge_envs))
+            return _flat(_run_model(model, args, kwargs, inputs_at(example, names, dyn, env, key in edge_envs)))
         except Exception:
             # inputs grown by repeating them whole may hold what the model takes once (a
             # multimodal LM's image tokens, which must match its image features): grown by
             # their last item instead, they keep it
             if key in edge_envs or not _grows(example, names, dyn, env):
                 raise
-            out = _run_model(model, args, kwargs, inputs_at(example, names, dyn, env, True))
+            out = _flat(_run_model(model, args, kwargs, inputs_at(example, names, dyn, env, True)))
             edge_envs.add(key)
             return out
 
@@ -357,8 +358,7 @@ def _reference(model, args, kwargs, names, dyn, example, known: Optional[tuple] 
             if keep:
                 cache[key] = flat
             return flat
-        out = _run_model(model, args, kwargs, inputs) if inputs is not None else outputs_at(env)
-        flat = [t for _, t in structures.flatten(out, "")]
+        flat = _flat(_run_model(model, args, kwargs, inputs)) if inputs is not None else outputs_at(env)
         if inputs is None and keep:
             cache[key] = flat
         return flat
@@ -369,7 +369,7 @@ def _reference(model, args, kwargs, names, dyn, example, known: Optional[tuple] 
         if key not in cache and key not in pending and key not in edge_envs and _grows(example, names, dyn, env):
             try:
                 pending.clear()  # one at a time: an LLM's logits are not held for long
-                pending[key] = [t for _, t in structures.flatten(outputs_at(env), "")]
+                pending[key] = outputs_at(env)
             except Exception:  # noqa: BLE001 - the model refuses both: the caller finds out
                 pass
         return inputs_at(example, names, dyn, env, key in edge_envs)
@@ -377,6 +377,10 @@ def _reference(model, args, kwargs, names, dyn, example, known: Optional[tuple] 
     run.inputs_for = inputs_for
     run.outputs_at = outputs_at  # not kept
     return run
+
+
+def _flat(out) -> list:
+    return [t for _, t in structures.flatten(out, "")]
 
 
 def _grows(example, names, dyn, env) -> bool:

@@ -44,7 +44,7 @@ import torch.utils._pytree as pytree
 
 from ..errors import InvalidArgumentError, TraceError
 from .source import user_frame_location
-from .vmap import vmap_patch
+from .vmap import _value, vmap_patch
 
 _MAX_LOOP = contextvars.ContextVar("fx2nnef_max_loop_iterations", default=None)
 # trip counts beyond this on the example inputs are taken as a loop that never ends
@@ -166,12 +166,6 @@ def _fn_name(fn) -> str:
 def _where_text() -> str:
     loc = user_frame_location()
     return str(loc) if loc else "an unknown line"
-
-
-def _value(x):
-    from .proxy import CustomProxy
-
-    return x.value if isinstance(x, CustomProxy) else x
 
 
 class Recorder:

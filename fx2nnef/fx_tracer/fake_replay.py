@@ -250,6 +250,7 @@ class _Reusing(fx.Interpreter):
         self.memo: Optional[dict] = None if any(_in_place(n) for n in gm.graph.nodes) else {}
         # id -> (tensor, key): the tensor is held so that its id is not reused within the run
         self.tensor_keys: dict = {}
+        self.read_data: set = set()  # nodes that read a number from data, replayed with the example's
 
     def run_node(self, n):
         self.current = n
@@ -261,7 +262,7 @@ class _Reusing(fx.Interpreter):
             if key is not None and key in self.memo:
                 return self.memo[key]
         out = self.run_fresh(n)
-        if key is not None and n not in getattr(self, "read_data", ()):  # a read of data is no function of metadata
+        if key is not None and n not in self.read_data:  # a read of data is no function of metadata
             self.memo[key] = out
         return out
 
@@ -336,7 +337,6 @@ class _Runner(_Reusing):
         self.shape_env, self.symbols = shape_env, symbols
         self.guards: list = []  # (sympy expr, node)
         self.fixed_at: dict = {}  # symbol -> the node where the ShapeEnv replaced it
-        self.read_data: set = set()  # nodes that read a number from data, replayed with the example's
         self.data_nodes: Optional[set] = None  # nodes whose value follows input data (on first need)
 
     def run_fresh(self, n):

@@ -369,7 +369,6 @@ def _scrambled_mismatch(gm, reference, env: dict, inputs: list, example: list, g
     are shuffled once, then redrawn twice within the example's range of values and once within
     a sixteenth of it (``clamp(2 * s, -0.5, 0.5)`` and ``clamp(s, ...)`` agree on large sums),
     and last given items that differ at every place (:func:`_ramped`)."""
-    redraws = (_redrawn(inputs, example, 2), _redrawn(inputs, example, 3), _redrawn(inputs, example, 4, 1 / 16))
     flipped = {id(g) for g in flips}
 
     def compare(other):
@@ -388,7 +387,7 @@ def _scrambled_mismatch(gm, reference, env: dict, inputs: list, example: list, g
         return _outputs_match(gm, values, expected) or ""
 
     checked = False
-    for group in ([_scrambled(inputs, 1), *redraws, _ramped(inputs, example)], None):
+    for group in (_variants(inputs, example), None):
         if group is None:
             if checked:
                 break
@@ -413,9 +412,7 @@ def _deciding_as_traced(gm, inputs: list, example: list, guards: list, keep: set
     """``(inputs, graph run)`` of the first variant of ``inputs`` (as in :func:`_scrambled_mismatch`)
     on which every decision on data (``bool`` of a traced tensor) holds as traced; None if none."""
     data_guards = [g for g in guards if g.op == "bool" and g.node in data_nodes]
-    candidates = [_scrambled(inputs, 1), _redrawn(inputs, example, 2), _redrawn(inputs, example, 3),
-                  _ramped(inputs, example), *_unfixed(inputs)]
-    for other in candidates:
+    for other in _variants(inputs, example) + _unfixed(inputs):
         if _same_inputs(other, inputs):
             continue
         run = _run(gm, other, keep)
@@ -423,6 +420,13 @@ def _deciding_as_traced(gm, inputs: list, example: list, guards: list, keep: set
         if err is None and all(g.node not in values or _guard_holds(g, values[g.node]) for g in data_guards):
             return other, run
     return None
+
+
+def _variants(inputs: list, example: list) -> list:
+    """Other values for a probe's ``inputs``: its items shuffled, redrawn twice within the
+    example's range of values and once within a sixteenth of it, and ramped."""
+    return [_scrambled(inputs, 1), _redrawn(inputs, example, 2), _redrawn(inputs, example, 3),
+            _redrawn(inputs, example, 4, 1 / 16), _ramped(inputs, example)]
 
 
 def _same_inputs(a: list, b: list) -> bool:

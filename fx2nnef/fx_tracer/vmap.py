@@ -95,12 +95,12 @@ def _broadcast_axes(levels: list, args: tuple, kwargs: dict):
         for i, d in enumerate(dims):
             if d is None:
                 continue
-            value = args[i].value if isinstance(args[i], fx.Proxy) else args[i]
+            value = _value(args[i])
             if axes[i] is not None or not isinstance(value, torch.Tensor) or value.dim() != 1 or d not in (0, -1):
                 return None
             axes[i] = k
     for a, k in zip(args, axes):
-        value = a.value if isinstance(a, fx.Proxy) else a
+        value = _value(a)
         if k is None and isinstance(value, torch.Tensor) and value.dim() > 0:
             return None  # the same tensor for every item: its own axes would meet the levels'
     return axes
@@ -153,7 +153,10 @@ class _NotBroadcast(Exception):
 
 
 def _value(x):
-    return x.value if isinstance(x, fx.Proxy) else x
+    """A traced value's concrete value (the value itself when it is not traced)."""
+    from .proxy import CustomProxy
+
+    return x.value if isinstance(x, CustomProxy) else x
 
 
 class _TraceState:
