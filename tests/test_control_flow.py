@@ -135,15 +135,45 @@ def test_cond_constant_and_identity_branches(tmp_path):
     _run_more(r, model, [[-x[:3]], [-x.repeat(2, 1)]])
 
 
-def test_cond_on_shapes_is_a_guard(tmp_path):
-    """A predicate on sizes is decided like a Python ``if`` on sizes: the export holds where it holds."""
-    def fn(x):
-        return torch.cond(x.shape[0] > 3, lambda t: t * 2, lambda t: t - 1, (x,))
+def test_cond_on_sizes_keeps_both_branches(tmp_path):
+    """A predicate on sizes (torch.cond's own example, ``x.shape[0] > 4``) is kept in the graph as a
+    comparison of size tensors: the export holds at every size, on both sides of the predicate.
+    Arithmetic of sizes, a float division and and/or of comparisons are kept too."""
+    class OnSizes(torch.nn.Module):
+        def forward(self, x):
+            y = torch.cond(x.shape[0] > 4, lambda t: t.sin() * 2, lambda t: t.cos() - 1, (x,))
+            return torch.cond((x.shape[0] * 2 >= x.shape[1] + 3) | (x.shape[1] / 3 > 2.5),
+                              lambda t: t + 1, lambda t: t * 3, (y,))
 
-    r = check_op(fn, [randn(6, 4)], tmp_path, dynamic_axes=DYN0)
+    model = OnSizes()
+    dyn = {"x0": {0: "N", 1: "M"}}
+    r = _export(model, [randn(3, 7)], tmp_path, dyn)
+    assert r.check.ok and not r.ranges and r.nnef_op_counts.get("select") == 2, (r.ranges, r.nnef_op_counts)
+    assert any("both branches exported" in n for n in r.notes)
+    # (N, M): each predicate true and false
+    _run_more(r, model, [[randn(n, m)] for n, m in ((2, 3), (2, 9), (5, 3), (6, 8), (4, 5), (1, 1))])
+
+
+def test_cond_on_static_sizes_keeps_one_branch(tmp_path):
+    """Without dynamic axes the predicate is a constant: only the branch taken is in the asset."""
+    def fn(x):
+        return torch.cond(x.shape[0] > 3, lambda t: t.sin(), lambda t: t.cos(), (x,))
+
+    r = check_op(fn, [randn(6, 4)], tmp_path)
+    assert r.check.ok and "select" not in r.nnef_op_counts and "cos" not in r.nnef_op_counts, r.nnef_op_counts
+
+
+def test_cond_on_sizes_with_a_branch_for_other_sizes_is_a_guard(tmp_path):
+    """A branch that cannot run at the example's sizes (it reads row 4 of 3) leaves the other
+    branch under a guard, decided like a Python ``if`` on sizes: the export holds where it holds."""
+    def fn(x):
+        return torch.cond(x.shape[0] > 4, lambda t: t[4:5].expand(t.shape), lambda t: t - 1, (x,))
+
+    r = check_op(fn, [randn(3, 4)], tmp_path, dynamic_axes=DYN0)
     assert r.check.ok and "select" not in r.nnef_op_counts
     rng = r.ranges["N"]
-    assert rng.lo == 4 and rng.hi is None
+    assert rng.lo is None and rng.hi == 4, rng
+    assert any("kept as a guard" in n for n in r.notes), r.notes
 
 
 def test_cond_branches_must_agree():

@@ -25,7 +25,7 @@ from .data_dep import check_number_reads, complex_values_note, number_reads
 from .loops import roll_loops
 from .grouped import check_grouped_outputs
 from .padded import check_padded
-from .passes import cleanup_slices, complex_to_real, masked_updates, remove_dead_code, remove_inplace
+from .passes import cleanup_slices, complex_to_real, fold_constant_selects, masked_updates, remove_dead_code, remove_inplace
 from .probe import AT_EXAMPLE, OFF_STEP, RUNS, analyze, inputs_at
 from .random_draws import random_draws_advice, random_draws_text, watch_random_draws
 from .scalars import scalars_to_inputs
@@ -252,6 +252,7 @@ def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_na
     if draws:
         notes.append(f"the forward draws random numbers ({random_draws_text(draws)}): a draw that reaches the "
                      "outputs is kept in the graph as the example's values, which the asset gives on every run")
+    fold_constant_selects(gm, analysis.constant, analysis.values, analysis.sym)
     remove_dead_code(gm)
     if dyn:
         def accepts(env) -> bool:

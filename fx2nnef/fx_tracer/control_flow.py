@@ -159,6 +159,48 @@ class ScanCall:
         return tuple(outs)
 
 
+_COMPARISONS = {operator.gt: torch.gt, operator.lt: torch.lt, operator.ge: torch.ge, operator.le: torch.le,
+                operator.eq: torch.eq, operator.ne: torch.ne}
+_LOGICAL = {operator.and_: torch.logical_and, operator.or_: torch.logical_or, operator.xor: torch.logical_xor}
+_SCALAR_TENSOR = torch.scalar_tensor  # torch's own: tracing wraps the name to record sizes it reads
+
+
+def _size_comparison(tracer, node):
+    """The traced Python bool ``node`` (a comparison of numbers computed from sizes, or an
+    and / or / xor of such comparisons) as a rank-0 bool tensor of the graph made of size
+    tensors, or None when it is something else."""
+    from .proxy import CustomProxy
+
+    def operand(a):
+        if isinstance(a, fx.Node):
+            value = a.meta.get("value")
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                return None
+            dtype = torch.int64 if isinstance(value, int) else torch.float32
+            return tracer.create_proxy("call_function", _SCALAR_TENSOR, (CustomProxy(a, tracer, value),),
+                                       {"dtype": dtype})
+        if isinstance(a, (int, float)) and not isinstance(a, bool):
+            return a
+        return None
+
+    if node.op != "call_function" or node.kwargs or len(node.args) != 2:
+        return None
+    if node.target in _LOGICAL:
+        parts = [_size_comparison(tracer, a) if isinstance(a, fx.Node) else None for a in node.args]
+        return None if None in parts else tracer.create_proxy("call_function", _LOGICAL[node.target], tuple(parts), {})
+    if node.target not in _COMPARISONS:
+        return None
+    a, b = (operand(x) for x in node.args)
+    if a is None or b is None or not any(isinstance(x, fx.Proxy) for x in (a, b)):
+        return None
+    if not isinstance(a, fx.Proxy):  # a number on the left: the comparison mirrored
+        a, b = b, a
+        mirrored = {torch.gt: torch.lt, torch.lt: torch.gt, torch.ge: torch.le, torch.le: torch.ge}
+        return tracer.create_proxy("call_function", mirrored.get(_COMPARISONS[node.target], _COMPARISONS[node.target]),
+                                   (a, b), {})
+    return tracer.create_proxy("call_function", _COMPARISONS[node.target], (a, b), {})
+
+
 def _fn_name(fn) -> str:
     return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
 
@@ -185,18 +227,24 @@ class Recorder:
         if not isinstance(pred, CustomProxy):
             return (true_fn if bool(pred) else false_fn)(*operands)
         if not isinstance(pred.value, torch.Tensor):
-            # a decision on sizes (x.shape[0] > 4): a shape guard, like a Python `if`
-            taken = bool(pred)
-            self.notes.append(f"torch.cond at {where}: the predicate is a Python bool (a decision on sizes), kept "
-                              f"as a guard; only {_fn_name(true_fn if taken else false_fn)} is exported")
+            # a decision on sizes (x.shape[0] > 4): kept in the graph as a comparison of size
+            # tensors, both branches merged with select, so the export holds at every size
+            merged = self._on_sizes(pred, true_fn, false_fn, operands, where)
+            if merged is not None:
+                return merged
+            taken = bool(pred)  # a guard, like a Python `if`
+            self.notes.append(f"torch.cond at {where}: the predicate is a Python bool computed from sizes in a way "
+                              f"the graph cannot compute, kept as a guard; only "
+                              f"{_fn_name(true_fn if taken else false_fn)} is exported")
             return (true_fn if taken else false_fn)(*operands)
         if pred.value.numel() != 1:
             raise TraceError(f"torch.cond at {where}: the predicate must hold one element, it has shape "
                              f"{tuple(pred.value.shape)}")
-        if pred.value.dim() != 0:
-            pred = self.tracer.create_proxy("call_method", "reshape", (pred, ()), {})
-        if pred.value.dtype != torch.bool:
-            pred = self.tracer.create_proxy("call_method", "bool", (pred,), {})
+        return self._both_branches(self._predicate(pred), true_fn, false_fn, operands, where)
+
+    def _both_branches(self, pred, true_fn, false_fn, operands: tuple, where: str):
+        """Both branches traced on ``operands``, each output pair merged with select on ``pred``
+        (a rank-0 bool tensor)."""
         t_out = true_fn(*operands)
         f_out = false_fn(*operands)
         t_flat, t_spec = pytree.tree_flatten(t_out)
@@ -218,6 +266,23 @@ class Recorder:
         self.notes.append(f"torch.cond at {where}: both branches exported, {len(merged)} output(s) merged with "
                           "select on the predicate")
         return pytree.tree_unflatten(merged, t_spec)
+
+    def _on_sizes(self, pred, true_fn, false_fn, operands: tuple, where: str):
+        """``torch.cond`` on a Python bool computed from sizes, both branches merged with select on
+        the same comparison made of size tensors; None (nothing recorded) when the predicate is
+        not a comparison of sizes the graph can compute, or a branch cannot be traced at the
+        example's sizes (it is then the other branch only, under a guard)."""
+        from .vmap import _TraceState
+
+        tensor_pred = _size_comparison(self.tracer, pred.node)
+        if tensor_pred is None:
+            return None
+        state = _TraceState(self)
+        try:
+            return self._both_branches(tensor_pred, true_fn, false_fn, operands, where)
+        except Exception:  # noqa: BLE001 - a branch meant for other sizes; the guard path then
+            state.drop_since_start()
+            return None
 
     # scan -------------------------------------------------------------------------------
     def scan(self, combine_fn, init, xs, *, dim: int = 0, reverse: bool = False):

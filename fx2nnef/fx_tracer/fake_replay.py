@@ -710,6 +710,30 @@ def _masked_scatter(input, mask, source):
     return input + torch.zeros_like(mask, dtype=input.dtype)
 
 
+def _number_like(v) -> bool:
+    return isinstance(v, (bool, int, float, torch.SymInt, torch.SymFloat, torch.SymBool))
+
+
+def _on_numbers(fn, python_op):
+    """A comparison or logical op of size tensors (``torch.cond`` on sizes, see
+    control_flow._size_comparison), whose 0-d tensors the replay keeps as numbers
+    (:func:`_tensor_of_number`): computed as Python numbers; with a tensor argument it is
+    torch's own call."""
+    def call(a, b, **kwargs):
+        if not kwargs and _number_like(a) and _number_like(b):
+            return python_op(a, b)
+        return fn(a, b, **kwargs)
+    return call
+
+
+def _where(condition, input, other):
+    """``torch.where`` on a condition kept as a number (a SymBool of sizes): the shape is that of a
+    0-d condition; the value is not read (a decision on it would fix the sizes)."""
+    if _number_like(condition):
+        condition = torch.empty((), dtype=torch.bool)
+    return torch.where(condition, input, other)
+
+
 _SYMBOLIC_FUNCTIONS: dict = {}  # filled on first use (the tracer's own functions import this module's users)
 _BASE_FUNCTIONS = {
     torch.nn.functional.interpolate: _interpolate,
@@ -729,6 +753,10 @@ _BASE_FUNCTIONS = {
     torch.div: _scalar_division(torch.div),
     torch.floor_divide: _scalar_division(torch.floor_divide),
     torch.remainder: _scalar_division(torch.remainder),
+    **{fn: _on_numbers(fn, op) for fn, op in ((torch.gt, operator.gt), (torch.lt, operator.lt), (torch.ge, operator.ge),
+                                              (torch.le, operator.le), (torch.eq, operator.eq), (torch.ne, operator.ne),
+                                              (torch.logical_and, operator.and_), (torch.logical_or, operator.or_))},
+    torch.where: _where,
     **_MATH,
 }
 _SYMBOLIC_METHODS = {"baddbmm": _baddbmm, "tensor_split": _tensor_split, "masked_scatter": _masked_scatter}

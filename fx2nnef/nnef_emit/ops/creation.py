@@ -149,6 +149,9 @@ def tensor_from_data(ctx: EmitContext, data, dtype: DType) -> Value:
     """A tensor from Python numbers; dynamic sizes are allowed in a 0-d or flat 1-d ``data``."""
     if isinstance(data, SymDim):
         return ctx.op("squeeze", dim_tensor(ctx, data, dtype), axes=[0], out_dtype=dtype, out_shape=())
+    if isinstance(data, Value) and _one_item(data):  # a lone number computed from sizes: a 0-d tensor
+        from .shape import reshape_to
+        return reshape_to(ctx, cast(ctx, data, dtype), [])
     items = list(data) if isinstance(data, (list, tuple)) else [data]
     if not _dynamic_items(items):
         return ctx.const(data, dtype)
