@@ -84,6 +84,14 @@ CASES = [
            dynamic_axes=DYN_S),
     OpCase("scalar_tensor", lambda x: torch.div(x, torch.scalar_tensor(x.shape[1])), [F32], khronos=False,
            dynamic_axes=DYN_S),
+    # signal windows over a dynamic length
+    OpCase("windows_dyn", lambda x: x[:1] * torch.stack([
+        torch.hann_window(x.shape[1]), torch.hann_window(x.shape[1], periodic=False),
+        torch.hamming_window(x.shape[1], False, alpha=0.6, beta=0.4), torch.blackman_window(x.shape[1]),
+        torch.bartlett_window(x.shape[1], periodic=False)]), [randn(2, 9)], khronos=False, dynamic_axes=DYN_S),
+    # one_hot with as many classes as a dynamic size
+    OpCase("one_hot_dyn_classes", lambda x: torch.nn.functional.one_hot(x.argmax(-1), x.shape[-1]).float() * x,
+           [randn(2, 5, 7)], khronos=False, dynamic_axes={"x0": {1: "S", 2: "C"}}),
     # eye with a dynamic size
     OpCase("eye_dyn", lambda x: torch.eye(x.shape[1]), [F32], khronos=False, dynamic_axes=DYN_S),
     OpCase("eye_rect_i64", lambda x: torch.eye(x.shape[1], 4, dtype=torch.int64), [F32], khronos=False,
@@ -119,3 +127,19 @@ def test_arange_from_tensor_data_is_refused(tmp_path):
     case = OpCase("arange_data", lambda n: torch.arange(n), [torch.tensor(4)], khronos=False)
     with pytest.raises((fx2nnef.UnsupportedOpError, fx2nnef.TraceError)):
         run_case(case, tmp_path, "tract")
+
+
+def test_windows_of_one_and_two_items(tmp_path):
+    """A window of one item is [1] (torch's rule, not the formula's 0); two items, non periodic, end at 0 or 1."""
+    from harness import FnModule, tract_matches_eager
+
+    def fn(x):
+        n = x.shape[1]
+        return torch.stack([torch.hann_window(n, periodic=False), torch.hamming_window(n), torch.blackman_window(n, False),
+                            torch.bartlett_window(n), torch.bartlett_window(n, False)]) * x[:1]
+
+    model = FnModule(fn)
+    r = fx2nnef.export(model, (randn(2, 6),), tmp_path / "w.nnef.tgz", input_names=["x0"],
+                       target=fx2nnef.TractNNEF(dynamic_axes=DYN_S))
+    assert r.check.ok and not r.ranges
+    tract_matches_eager(r.path, model, [[randn(2, n)] for n in (1, 2, 3, 64)])

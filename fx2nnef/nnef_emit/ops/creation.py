@@ -16,7 +16,7 @@ import torch
 
 from ...ir import DType, SymDim, Value
 from ..context import EmitContext
-from ..helpers import cast, compare, dims_list, ew, opaque, select, unsqueeze_to
+from ..helpers import cast, compare, dims_list, ew, opaque, select, un, unsqueeze_to
 from ..registry import register
 
 
@@ -251,4 +251,57 @@ def linspace(ctx: EmitContext, start, end, steps, *, out=None, dtype: Optional[D
     last = ew(ctx, "sub", float(end), ew(ctx, "mul", ew(ctx, "sub", ew(ctx, "sub", count, 1.0), idx), step))
     half = cast(ctx, dim_tensor(ctx, n // 2 if isinstance(n, int) else SymDim.floordiv(n, 2), DType.I64), DType.F32)
     y = select(ctx, compare(ctx, "lt", idx, half), first, last)
+    return cast(ctx, y, dtype) if dtype is not DType.F32 else y
+
+
+def _cosine_window(ctx: EmitContext, n, periodic: bool, terms: list, dtype: Optional[DType]) -> Value:
+    """``sum_k terms[k] * cos(2 pi k i / M)`` for ``i`` in ``0 .. n-1``, ``M = n`` if ``periodic`` else
+    ``n - 1`` (torch's hann, hamming and blackman windows); a window of one item is ``[1]``."""
+    idx = ctx.call("nnef.range", 0, n, 1, DType.F32, (n,))
+    count = cast(ctx, dim_tensor(ctx, n, DType.I64), DType.F32)
+    span = ew(ctx, "max", count if periodic else ew(ctx, "sub", count, 1.0), 1.0)
+    phase = ew(ctx, "div", ew(ctx, "mul", idx, 2.0 * math.pi), span)
+    y = None
+    for k, a in enumerate(terms):
+        term = ctx.const(np.array([a], dtype=np.float32), DType.F32) if k == 0 else \
+            ew(ctx, "mul", un(ctx, "cos", ew(ctx, "mul", phase, float(k)) if k > 1 else phase), float(a))
+        y = term if y is None else ew(ctx, "add", y, term)
+    y = select(ctx, compare(ctx, "eq", count, 1.0), ew(ctx, "add", ew(ctx, "mul", y, 0.0), 1.0), y)
+    dtype = dtype or DType.F32
+    return cast(ctx, y, dtype) if dtype is not DType.F32 else y
+
+
+@register(torch.hann_window)
+def hann_window(ctx: EmitContext, window_length, periodic: bool = True, *, dtype: Optional[DType] = None,
+                layout=None, device=None, pin_memory=False, requires_grad=False):
+    """hann_window(int window_length, bool periodic=True, ...) -> Tensor"""
+    return _cosine_window(ctx, window_length, periodic, [0.5, -0.5], dtype)
+
+
+@register(torch.hamming_window)
+def hamming_window(ctx: EmitContext, window_length, periodic: bool = True, alpha: float = 0.54, beta: float = 0.46,
+                   *, dtype: Optional[DType] = None, layout=None, device=None, pin_memory=False,
+                   requires_grad=False):
+    """hamming_window(int window_length, bool periodic=True, float alpha=0.54, float beta=0.46, ...) -> Tensor"""
+    return _cosine_window(ctx, window_length, periodic, [alpha, -beta], dtype)
+
+
+@register(torch.blackman_window)
+def blackman_window(ctx: EmitContext, window_length, periodic: bool = True, *, dtype: Optional[DType] = None,
+                    layout=None, device=None, pin_memory=False, requires_grad=False):
+    """blackman_window(int window_length, bool periodic=True, ...) -> Tensor"""
+    return _cosine_window(ctx, window_length, periodic, [0.42, -0.5, 0.08], dtype)
+
+
+@register(torch.bartlett_window)
+def bartlett_window(ctx: EmitContext, window_length, periodic: bool = True, *, dtype: Optional[DType] = None,
+                    layout=None, device=None, pin_memory=False, requires_grad=False):
+    """bartlett_window(int window_length, bool periodic=True, ...): ``1 - |2 i / M - 1|`` (``M`` as for hann)."""
+    n = window_length
+    idx = ctx.call("nnef.range", 0, n, 1, DType.F32, (n,))
+    count = cast(ctx, dim_tensor(ctx, n, DType.I64), DType.F32)
+    span = ew(ctx, "max", count if periodic else ew(ctx, "sub", count, 1.0), 1.0)
+    y = ew(ctx, "sub", 1.0, un(ctx, "abs", ew(ctx, "sub", ew(ctx, "div", ew(ctx, "mul", idx, 2.0), span), 1.0)))
+    y = select(ctx, compare(ctx, "eq", count, 1.0), ew(ctx, "add", ew(ctx, "mul", y, 0.0), 1.0), y)
+    dtype = dtype or DType.F32
     return cast(ctx, y, dtype) if dtype is not DType.F32 else y

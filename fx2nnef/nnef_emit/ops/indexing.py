@@ -647,11 +647,15 @@ def tril_tract(ctx: EmitContext, input: Value, diagonal: int = 0):
 @register(F.one_hot)
 def one_hot(ctx: EmitContext, input: Value, num_classes: int = -1):
     """one_hot(Tensor self, int num_classes=-1) -> Tensor"""
-    if num_classes < 0:
+    if not isinstance(num_classes, SymDim) and num_classes < 0:
         raise EmitError("one_hot without num_classes takes its size from the data; pass num_classes")
     r = rank(input)
     x = ctx.op("unsqueeze", input, axes=[r], out_shape=tuple(input.shape) + (1,))
-    classes = ctx.const(np.arange(num_classes).reshape([1] * r + [num_classes]), input.dtype)
+    if isinstance(num_classes, SymDim):  # a dynamic size: the classes are a range
+        classes = ctx.call("nnef.range", 0, num_classes, 1, input.dtype, (num_classes,))
+        classes = ctx.op("unsqueeze", classes, axes=list(range(r)), out_shape=(1,) * r + (num_classes,)) if r else classes
+    else:
+        classes = ctx.const(np.arange(num_classes).reshape([1] * r + [num_classes]), input.dtype)
     hit = ctx.op("eq", x, classes, out_dtype=DType.BOOL, out_shape=tuple(input.shape) + (num_classes,))
     one, zero = _value_operand(ctx, 1, DType.I64), _value_operand(ctx, 0, DType.I64)
     return ctx.op("select", hit, one, zero, out_dtype=DType.I64, out_shape=hit.shape)
