@@ -84,6 +84,14 @@ PAD_CASES = [
     case("pad_circular_dyn_time", lambda x: F.pad(x, (2, 3), mode="circular"), [X1], tolerance="exact",
          dynamic_axes={"x0": {2: "T"}}, khronos=False),
     case("pad_f16", lambda x: F.pad(x, (1, 1, 1, 1), mode="reflect"), [X2.half()], tolerance="exact", **TRACT_ONLY),
+    # pad_sequence: sequences of lengths S, S-1, S-3 (dynamic) or 5, 2, 4 (static), padded to the longest
+    case("pad_sequence_dyn", lambda x: nn.utils.rnn.pad_sequence([x, x[1:] * 2, x[3:] - 1], batch_first=True,
+                                                                   padding_value=-7.0),
+         [randn(6, 3)], tolerance="exact", dynamic_axes={"x0": {0: "S"}}, khronos=False),
+    case("pad_sequence_time_major_left", lambda x: nn.utils.rnn.pad_sequence([x[1:], x, x[2:]], padding_side="left"),
+         [randn(7, 2, 3)], tolerance="exact", dynamic_axes={"x0": {0: "S"}}, khronos=False),
+    case("pad_sequence_static", lambda a, b, c: nn.utils.rnn.pad_sequence([a, b, c], batch_first=True, padding_value=1.0),
+         [randn(5, 3), randn(2, 3, seed=1), randn(4, 3, seed=2)], tolerance="exact"),
 ]
 
 # sampling points from -1.3 to 1.3 (some outside the input), and 2-D affine maps

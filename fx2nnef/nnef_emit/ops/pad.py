@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import torch
 import torch.nn.functional as F
 
 from ...errors import EmitError
@@ -189,3 +190,32 @@ def pad_khronos(ctx: EmitContext, input: Value, pad, mode="constant", value=None
     if mode == "circular":
         return pad_by_concat(ctx, x, pairs, mode)
     return khronos_pad(ctx, x, pairs, mode, value)
+
+
+@register(torch._C._nn.pad_sequence)
+def pad_sequence(ctx: EmitContext, sequences, batch_first: bool = False, padding_value: float = 0.0,
+                 padding_side: str = "right"):
+    """pad_sequence(Tensor[] sequences, bool batch_first=False, float padding_value=0.0, str padding_side="right")
+
+    Each sequence padded on its first axis to the longest one's length (read from the output's
+    shape, which holds for every size the export claims), then stacked on axis 0 or 1."""
+    from ...ir import simplify
+    from .shape import concat
+
+    seqs = list(sequences)
+    if not seqs or not all(isinstance(s, Value) for s in seqs):
+        raise EmitError("pad_sequence takes a non-empty list of tensors")
+    out_shape = ctx.node.outputs[0].shape
+    longest = out_shape[1 if batch_first else 0]
+    pad = pad_tract if ctx.target == "tract" else pad_khronos
+    parts = []
+    for s in seqs:
+        amount = simplify(longest - s.shape[0])
+        if amount != 0:
+            flat = [0, 0] * (rank(s) - 1) + ([0, amount] if padding_side == "right" else [amount, 0])
+            s = pad(ctx, s, flat, "constant", float(padding_value))
+        axis = 0 if batch_first else 1
+        shape = tuple(s.shape)
+        parts.append(ctx.op("unsqueeze", s, axes=[axis], out_shape=shape[:axis] + (1,) + shape[axis:],
+                            out_dtype=s.dtype))
+    return concat(ctx, parts, 0 if batch_first else 1)
