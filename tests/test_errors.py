@@ -69,6 +69,20 @@ def test_unsupported_ops_are_listed_together(tmp_path):
     assert not out.exists() and os.listdir(tmp_path) == []
 
 
+def test_quantized_module_is_named_with_what_to_do(tmp_path):
+    """A model quantized with torch.ao (quantize_dynamic) has int8 kernels with no NNEF form: the
+    error names the op as torch does and says to export the float model with smaller weights."""
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)).eval()
+    quantized = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
+    out = tmp_path / "q.nnef.tgz"
+    with pytest.raises(fx2nnef.UnsupportedOpError) as info:
+        fx2nnef.export(quantized, (randn(3, 8),), out)
+    msg = str(info.value)
+    assert "torch.ops.quantized.linear_dynamic module '0'" in msg and "quantize_dynamic" in msg, msg
+    assert "Export the float model" in msg and "weights='f16' or 'q4_0'" in msg, msg
+    assert not out.exists() and os.listdir(tmp_path) == []
+
+
 @pytest.mark.parametrize("dyn, fragment", [
     ({"nope": {0: "B"}}, "unknown input 'nope'"),
     ({"x": {5: "B"}}, "axis 5"),

@@ -39,6 +39,9 @@ def op_key(obj) -> str:
         if mod.startswith("torch.nn.modules") or mod.startswith("torch.nn."):
             return f"nn.{obj.__qualname__}"
         return f"module:{mod}.{obj.__qualname__}"
+    packet = getattr(obj, "_qualified_op_name", None)  # a torch operator (torch.ops.ns.name)
+    if isinstance(packet, str) and "::" in packet:
+        return "torch.ops." + packet.replace("::", ".")
     qualname = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", repr(obj))
     if qualname.startswith(("TensorBase.", "Tensor.")):
         return method_key(qualname.split(".", 1)[1])

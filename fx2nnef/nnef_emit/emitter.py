@@ -159,8 +159,21 @@ def _context_for(graph: Graph, target: str, registry: Registry) -> EmitContext:
     return ctx
 
 
+_QUANTIZED = ("torch.ops.quantized.", "torch.ops._quantized.", "torch.quantize_per_tensor", "torch.quantize_per_channel",
+              "Tensor.dequantize", "torch.dequantize", "torch.ops.quantized_decomposed.")
+
+
+def _why_missing(kind: str) -> str:
+    """What to do about an op of a known family that has no lowering."""
+    if kind.startswith(_QUANTIZED):
+        return (": a torch.ao quantized module or tensor (quantize_dynamic, a converted or prepared quantized model); "
+                "its integer kernels and run-time activation quantization have no NNEF form here. Export the float "
+                "model, and for smaller weights write them as float16 or Q4_0 (TractNNEF(weights='f16' or 'q4_0'))")
+    return ""
+
+
 def _check_lowerings(graph: Graph, target: str, registry: Registry) -> None:
-    missing = [Problem(n.kind, n.where, f"no lowering for target '{target}'")
+    missing = [Problem(n.kind, n.where, f"no lowering for target '{target}'" + _why_missing(n.kind))
                for n in graph.nodes if registry.lookup(n.kind, target) is None]
     if missing:
         raise UnsupportedOpError(_problem_message(missing, target), missing)
