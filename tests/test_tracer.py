@@ -7,7 +7,7 @@ import torch.fx
 
 import fx2nnef
 from fx2nnef.fx_tracer import capture
-from harness import randn
+from harness import randn, tract_matches_eager
 
 
 def _export(model, args, tmp_path, **target_kw):
@@ -99,8 +99,24 @@ def test_decorated_forward(tmp_path):
 def test_shape_questions_and_guards(tmp_path):
     r = _export(Branchy(), (randn(2, 3, 8),), tmp_path)
     assert r.check.ok
-    # len(x) is a decision on a concrete size: recorded as a guard with its source line
-    assert any(g.source and g.source.file.endswith("test_tracer.py") for g in r.guards)
+    # x.ndim == 2 is answered from the example; len(x) is the traced size, as x.shape[0]: no guard
+    assert not r.guards
+
+
+def test_len_of_a_tensor_follows_its_size(tmp_path):
+    """len(x) computed with (fuzzer seed 7710: x + len(x), then a clamp that hides the example's
+    baked length at most sizes and values) is the traced size; used by Python (range) it is a
+    guard like x.shape[0], and the loop is rolled or bounded as for a size."""
+    class LenArith(torch.nn.Module):
+        def forward(self, x):
+            return torch.clamp(x + len(x), min=1, max=2), x * len(x) - len(x[0])
+
+    model = LenArith()
+    r = fx2nnef.export(model, (torch.randint(-20, 21, (6, 3)),), tmp_path / "l.nnef.tgz", input_names=["x"],
+                       target=fx2nnef.TractNNEF(dynamic_axes={"x": {0: "S"}}))
+    assert r.check.ok and not r.ranges and not r.guards, (r.ranges, r.guards)
+    # x = -5 at S = 7 tells x + 6 (clamped to 1) from x + 7 (2)
+    tract_matches_eager(r.path, model, [[torch.full((7, 3), -5)], [torch.arange(-12, 0).reshape(4, 3)]])
 
 
 def test_cat_axis_kwarg(tmp_path):

@@ -484,6 +484,23 @@ def _traced_callable(obj):
     return _orig_callable(obj)
 
 
+_orig_len = builtins.len
+
+
+def _traced_len(obj):
+    # len(x) of a traced tensor in the model's code is its traced first size, as x.shape[0]: it
+    # stays symbolic where it is computed with (x + len(x)), and a Python use of it (range(len(x)),
+    # a comparison) is a guard on the size, as for x.shape[0] (Python's own len() returns an int,
+    # which the graph would keep as the example's)
+    if type(obj) is CustomProxy and _orig_isinstance(obj.value, torch.Tensor) and obj.value.dim() > 0:
+        import sys
+
+        caller = sys._getframe(1).f_globals.get("__name__", "")
+        if not caller.startswith(_INTERNAL_MODULES):
+            return obj.tracer.create_proxy("call_method", "size", (obj, 0), {})
+    return _orig_len(obj)
+
+
 def _traced_torch_int(x):
     """transformers' ``torch_int`` on a traced size stays traced (an int as it is, a non-negative
     float floored, as ``int()`` truncates): ``size=(torch_int(height), torch_int(width))`` of a
@@ -578,6 +595,7 @@ def tracing_patches(tracer: CustomTracer):
     checks = {name: getattr(torch, name) for name in _CHECK_FUNCTIONS if hasattr(torch, name)}
     builtins.isinstance = _traced_isinstance
     builtins.callable = _traced_callable
+    builtins.len = _traced_len
     torch.Tensor.__getitem__ = getitem
     script_call = torch.jit.ScriptFunction.__call__
     torch.jit.ScriptFunction.__call__ = _script_function_call(script_call)
@@ -594,6 +612,7 @@ def tracing_patches(tracer: CustomTracer):
     finally:
         builtins.isinstance = _orig_isinstance
         builtins.callable = _orig_callable
+        builtins.len = _orig_len
         torch.Tensor.__getitem__ = orig_getitem
         torch.jit.ScriptFunction.__call__ = script_call
         for name, fn in methods.items():

@@ -225,7 +225,7 @@ def g_bitwise(b: Builder) -> bool:
         if u is None:
             return False
         u = b.tame(u, 8)
-        v = b.emit(f"({u.name} * 3).long()", u.shape, "int64", -24, 24, "cast")
+        v = b.emit(f"({u.name} * 3 + 0.25).long()", u.shape, "int64", -24, 25, "cast")  # + 0.25: see g_unary
     rng = b.rng
     kind = rng.choice(["&", "|", "^", "~", "<<", ">>", "bitwise_and", "bitwise_not"])
     if kind in ("~", "bitwise_not"):
@@ -332,8 +332,10 @@ def g_unary(b: Builder) -> bool:
             return False
         if out in INTS and is_float(v.dtype):
             v = b.tame(v, 20)
-            tmpl = tmpl.replace("{x}", "({x} * 2)")
-            lo, hi = v.lo * 2, v.hi * 2
+            # + 0.25 keeps the values a float saturates to (tanh's 1.0: 0.99999994 in tract) off the
+            # integer boundaries where a cast truncates: a difference of one ulp would flip the integer
+            tmpl = tmpl.replace("{x}", "({x} * 2 + 0.25)")
+            lo, hi = v.lo * 2, v.hi * 2 + 1
         else:
             lo, hi = (v.lo, v.hi) if out != "bool" else (0, 1)
         if out == "float32" and v.dtype == "bool":
