@@ -479,3 +479,43 @@ def test_refusal_far_below_the_example_is_bisected_close(tmp_path):
     r = fx2nnef.export(Frames().eval(), (torch.randn(1, 4000),), tmp_path / "m.nnef.tgz", input_names=["x"],
                        target=fx2nnef.TractNNEF(dynamic_axes={"x": {1: "T"}}))
     assert r.check.ok and 65 <= r.ranges["T"].lo <= 72 and r.ranges["T"].hi is None, r.ranges
+
+
+def _clamp_model(read):
+    """``clamp(x + read(x), 1, 2)``: the clamp hides a wrong number added to x on most values."""
+    return FnModule(lambda x: torch.clamp(x + read(x), 1.0, 2.0))
+
+
+def _every_value(model, r, sizes):
+    """tract against eager at each size, on inputs holding every integer from -20 to 2 (one of them
+    tells a number added to x from one 1 apart, before the clamp)."""
+    sets = [[torch.arange(-20, 3, dtype=torch.float32)[torch.arange(n) % 23] + k] for n in sizes for k in (0.0, 0.5)]
+    tract_matches_eager(r.path, model, sets)
+
+
+@pytest.mark.parametrize("read", [lambda x: float(x.shape[0]), lambda x: int(x.shape[0]),
+                                  lambda x: divmod(x.shape[0], 4)[1] * 3 - divmod(x.shape[0], 4)[0]],
+                         ids=["float", "int", "divmod"])
+def test_number_read_from_a_size_stays_traced(read, tmp_path):
+    """float(), int() and divmod() of a size in the model's code give traced numbers: the graph
+    computes them at every size (float() kept the example's 6.0 before, which a clamp hid from the
+    probes on their values: a range claimed wider than it held)."""
+    model = _clamp_model(read)
+    x = torch.randint(-20, 21, (6,), generator=torch.Generator().manual_seed(0)).float()
+    r = fx2nnef.export(model, (x,), tmp_path / "m.nnef.tgz", input_names=["x0"],
+                       target=fx2nnef.TractNNEF(dynamic_axes={"x0": {0: "S"}}))
+    assert r.check.ok and not r.ranges and not r.guards, (r.ranges, r.guards)
+    _every_value(model, r, range(1, 15))
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_number_read_from_a_size_is_never_taken_as_equivalent(seed, tmp_path):
+    """round() of a size is read as a Python number (a guard): where it differs, the graph holds the
+    example's number even when the outputs agree on the probes' values; and a graph traced again at
+    larger sizes (round(8 / 2) = 4) is not valid at the example (round(6 / 2) = 3). Before, the
+    export claimed 6 <= S <= 9 with tract wrong at S=6 itself; now it is refused, naming the line."""
+    model = _clamp_model(lambda x: round(x.shape[0] / 2))
+    x = torch.randint(-20, 21, (6,), generator=torch.Generator().manual_seed(seed)).float()
+    with pytest.raises(fx2nnef.GuardError, match=r"round\(%truediv\) -> 3 at .*test_dynamic_guards.py"):
+        fx2nnef.export(model, (x,), tmp_path / "m.nnef.tgz", input_names=["x0"],
+                       target=fx2nnef.TractNNEF(dynamic_axes={"x0": {0: "S"}}))

@@ -696,6 +696,28 @@ def guard_flip_sizes(gm, example, names, dynamic_axes, guards, base_env, data_de
 _NUMBER_GUARDS = ("int", "len", "index", "float", "round")
 
 
+def _baked_number(guards: list, values: dict, data_dep: set) -> Optional[str]:
+    """Why a Python number read from the sizes that differs here (``round(S / 2)``,
+    ``x.shape[0].__index__()``) bounds the range even where the graph
+    gave the model's outputs: the graph holds the example's number wherever the code computed
+    with it, and outputs can hide that on the values tried (a clamp, a saturating activation).
+    None when no such number differs."""
+    for g in guards:
+        if g.op not in _NUMBER_GUARDS or g.node in data_dep or g.node not in values or getattr(g, "consumed", False):
+            continue
+        here = values[g.node]
+        try:
+            here = here.item() if isinstance(here, torch.Tensor) else here
+            same = (int(here) if g.op in ("int", "index", "len") else round(here) if g.op == "round"
+                    else float(here) if g.op == "float" else here) == g.expected
+        except Exception:  # noqa: BLE001 - not a number: nothing read
+            continue
+        if not same:
+            return (f"{g.op}() of a size reads {here!r} here, not the example's {g.expected!r}, and the graph "
+                    "keeps the example's number")
+    return None
+
+
 def _signature(rep: Replay, guards: list, data_dep: set):
     """``env -> tuple``: every decision on sizes at ``env`` (torch's, from the fake replay, and the
     tracer's on shapes); a probe is worth its cost only where this changes. The function's
@@ -1056,6 +1078,11 @@ def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, 
         mismatch = _outputs_match(gm, base_values, reference(base_env))
         if mismatch is not None:
             base_failures.append(ProbeFailure(base_env, None, mismatch + AT_EXAMPLE))
+    # a graph traced at other sizes (capture's retrace) and checked here: a number it read from
+    # the sizes that differs here is kept as read there, whatever the outputs say on these values
+    baked = _baked_number(guards, base_values, light)
+    if baked is not None and not base_failures:
+        base_failures.append(ProbeFailure(base_env, None, baked + AT_EXAMPLE))
     for n in outputs & light:
         base_values[n] = data_less(base_values[n])
     if not symbols:
@@ -1218,6 +1245,8 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
                 mismatch = f"{counts[0].text} no longer: the export keeps the traced pieces"
             if mismatch is None and flips:
                 mismatch = _scrambled_mismatch(gm, reference, env, inputs, example, tuple(guards), tuple(flips))
+            if mismatch is None:
+                mismatch = _baked_number(guards, values, data_dep0)
             if mismatch is not None:
                 for g in flips:
                     guard_flips.setdefault(id(g), (env, mismatch))

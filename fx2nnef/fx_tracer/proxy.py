@@ -106,6 +106,12 @@ class CustomProxy(fx.Proxy):
         raise TypeError(f"numpy cannot read the traced tensor %{self.node.name}: its data is not known while "
                         "tracing; compute it with torch ops")
 
+    def __divmod__(self, other):  # divmod(S, 4) of a size: both parts traced, as // and % are
+        return self // other, self % other
+
+    def __rdivmod__(self, other):
+        return other // self, other % self
+
     def __len__(self):
         v = self.value
         if isinstance(v, torch.Tensor):

@@ -1,5 +1,5 @@
-"""``int()``, ``math.ceil``, ``math.floor`` and ``math.trunc`` of a Python number computed from
-traced sizes stay traced.
+"""``int()``, ``float()``, ``math.ceil``, ``math.floor`` and ``math.trunc`` of a Python number
+computed from traced sizes stay traced.
 
 A model that pads or resizes to a multiple of its patch size computes the target in Python:
 ``int(math.ceil(h / p) * p)`` (MobileViT), ``int(w * 0.5)``. Read as plain numbers, these fixed
@@ -11,8 +11,11 @@ turns into floor divisions (``ceil(h / 4) * 4`` is ``(h + 3) // 4 * 4``).
 return a proxy (Python checks the type of ``__int__``'s result), so while tracing, the name
 ``int`` in the modules that define the model's submodules (where their forwards read it) is a
 stand-in class (:data:`TracedInt`): ``int(size proxy)`` gives the traced number, any other call is
-the builtin's, and ``isinstance(3, int)`` still holds. Modules that test ``type(x) is int`` or
-pass ``int`` as a dtype are left alone.
+the builtin's, and ``isinstance(3, int)`` still holds. ``float`` likewise (:data:`TracedFloat`):
+``x + float(x.shape[0])`` read as a plain number kept the example's size in the graph, which
+probes tell from the model only on values where it matters (a clamp hides it elsewhere).
+Modules that test ``type(x) is int`` or pass ``int`` as a dtype keep the builtin (each name on
+its own).
 """
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ import builtins
 import contextlib
 import inspect
 import math
+import operator
 import re
 import sys
 
@@ -27,8 +31,16 @@ _builtin_int = builtins.int
 _builtin_isinstance = builtins.isinstance
 _builtin_issubclass = builtins.issubclass
 
-# code that needs the real int class: identity and equality tests, int as a dtype
-_NEEDS_REAL_INT = re.compile(r"\bis\s+(not\s+)?int\b|[=!]=\s*int\b|\bdtype\s*=\s*int\b|\.(to|type)\(\s*int\s*\)")
+_builtin_float = builtins.float
+
+
+def _needs_real(name: str):
+    """Code that needs the real class ``name``: identity and equality tests, the class as a dtype."""
+    return re.compile(rf"\bis\s+(not\s+)?{name}\b|[=!]=\s*{name}\b|\bdtype\s*=\s*{name}\b|"
+                      rf"\.(to|type)\(\s*{name}\s*\)")
+
+
+_NEEDS_REAL = {"int": _needs_real("int"), "float": _needs_real("float")}
 
 
 def _traced_number(x) -> bool:
@@ -63,29 +75,50 @@ def rounding(fn):
     return impl
 
 
-class _IntType(type):
-    """The metaclass of :data:`TracedInt`: instance and subclass checks are the builtin int's."""
+def traced_float(x):
+    """``float(x)`` of a traced number: ``x`` itself for a float, ``x * 1.0`` for an int."""
+    if _builtin_isinstance(x.value, _builtin_int):
+        return x.tracer.create_proxy("call_function", operator.mul, (x, 1.0), {})
+    return x
+
+
+class _StandInType(type):
+    """The metaclass of :data:`TracedInt` and :data:`TracedFloat`: instance and subclass checks
+    are the builtin's; a call on a traced number records it, any other call is the builtin's."""
 
     def __instancecheck__(cls, obj):
-        return _builtin_isinstance(obj, _builtin_int)
+        return _builtin_isinstance(obj, cls._builtin)
 
     def __subclasscheck__(cls, sub):
-        return _builtin_issubclass(sub, _builtin_int)
+        return _builtin_issubclass(sub, cls._builtin)
 
     def __call__(cls, *args, **kwargs):
         if len(args) == 1 and not kwargs and _traced_number(args[0]):
-            return traced_int(args[0])
-        return _builtin_int(*args, **kwargs)
+            return cls._traced(args[0])
+        return cls._builtin(*args, **kwargs)
 
-    def __getattr__(cls, name):  # int.from_bytes, int.bit_length, ...
-        return getattr(_builtin_int, name)
+    def __getattr__(cls, name):  # int.from_bytes, float.fromhex, ...
+        return getattr(cls._builtin, name)
 
     def __repr__(cls):
-        return "<class 'int'>"
+        return f"<class '{cls._builtin.__name__}'>"
 
 
-class TracedInt(metaclass=_IntType):
+class TracedInt(metaclass=_StandInType):
     """Stands for ``int`` in the model's modules while tracing (see the module's notes)."""
+
+    _builtin = _builtin_int
+    _traced = staticmethod(traced_int)
+
+
+class TracedFloat(metaclass=_StandInType):
+    """Stands for ``float`` in the model's modules while tracing (see the module's notes)."""
+
+    _builtin = _builtin_float
+    _traced = staticmethod(traced_float)
+
+
+_STAND_INS = {"int": TracedInt, "float": TracedFloat}
 
 
 def _code_module_names(model) -> list:
@@ -99,35 +132,37 @@ def _code_module_names(model) -> list:
     return [n for n in dict.fromkeys(names) if isinstance(n, str)]
 
 
-def _model_modules(model) -> list:
-    """The Python modules whose code ``model`` runs (:func:`_code_module_names`), except torch's
-    and ours, and those whose code needs the real ``int`` class."""
-    out = []
-    for name in _code_module_names(model):
-        if name.startswith(("torch.", "fx2nnef.")) or name in ("torch", "builtins"):
+def _model_modules(model) -> dict:
+    """name -> the Python modules whose code ``model`` runs (:func:`_code_module_names`), except
+    torch's and ours, and those whose code needs the real class of that name (or defines it)."""
+    out: dict = {name: [] for name in _STAND_INS}
+    for mod_name in _code_module_names(model):
+        if mod_name.startswith(("torch.", "fx2nnef.")) or mod_name in ("torch", "builtins"):
             continue
-        mod = sys.modules.get(name)
-        if mod is None or mod in out or "int" in vars(mod):
+        mod = sys.modules.get(mod_name)
+        if mod is None:
             continue
         try:
             source = inspect.getsource(mod)
         except (OSError, TypeError):  # no source (built in, made by exec): nothing to look through
             continue
-        if _NEEDS_REAL_INT.search(source):
-            continue
-        out.append(mod)
+        for name, mods in out.items():
+            if mod not in mods and name not in vars(mod) and not _NEEDS_REAL[name].search(source):
+                mods.append(mod)
     return out
 
 
 @contextlib.contextmanager
 def size_casts(model):
-    """While tracing ``model``: ``int`` of a traced number in its modules stays traced."""
+    """While tracing ``model``: ``int`` and ``float`` of a traced number in its modules stay traced."""
     mods = _model_modules(model)
-    for mod in mods:
-        mod.int = TracedInt
+    for name, stand_in in _STAND_INS.items():
+        for mod in mods[name]:
+            setattr(mod, name, stand_in)
     try:
         yield
     finally:
-        for mod in mods:
-            if vars(mod).get("int") is TracedInt:
-                del mod.int
+        for name, stand_in in _STAND_INS.items():
+            for mod in mods[name]:
+                if vars(mod).get(name) is stand_in:
+                    delattr(mod, name)

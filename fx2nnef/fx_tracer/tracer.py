@@ -57,6 +57,9 @@ class GuardRecord:
     decision: Optional[int] = None  # index among the data decisions that branches="select" can flip
     merged: bool = False  # both outcomes exported and merged with select
     branch_note: str = ""  # how the decision was merged, or why it could not be
+    # the number read went into the graph as the traced value itself: torch's argument parser read
+    # it (``torch.roll(x, shifts=S // 3)``) before the call was recorded with the traced number
+    consumed: bool = False
 
 
 _EAGER_FAILURES: dict = {}
@@ -159,6 +162,7 @@ class CustomTracer(fx.Tracer):
         self.leaf_types = tuple(leaf_types)
         self.leaf_names = set(leaf_names)
         self.guards: list[GuardRecord] = []
+        self._guards_seen = 0  # guards recorded before the last node (see _mark_consumed)
         self.placeholder_values: dict = {}
         self._in_guard = False
         self._root_params: Optional[set] = None
@@ -200,6 +204,9 @@ class CustomTracer(fx.Tracer):
         proxy = super().create_proxy(kind, target, args, kwargs, name, type_expr, proxy_factory_fn)
         if not isinstance(proxy, CustomProxy):
             proxy = CustomProxy(proxy.node, self)
+        if len(self.guards) > self._guards_seen:
+            _mark_consumed(self.guards[self._guards_seen:], proxy.node)
+        self._guards_seen = len(self.guards)
         proxy.__dict__["value"] = value
         node = proxy.node
         node.meta["value"] = value
@@ -558,6 +565,15 @@ def _script_module_forward(m, forward):
                          "Python class to trace (loaded with torch.jit.load?): export the module it was "
                          "scripted from")
     return functools.partial(py_forward, m)
+
+
+def _mark_consumed(guards: list, node: fx.Node) -> None:
+    """Number reads recorded just before ``node`` on values that ``node`` takes as arguments:
+    torch's argument parser read them for the call the node records with the traced values."""
+    inputs = set(node.all_input_nodes)
+    for g in guards:
+        if g.op in _NUMBER_READS and g.node in inputs:
+            g.consumed = True
 
 
 @contextlib.contextmanager
