@@ -84,18 +84,21 @@ def test_static_grid_scale_factor_from_sizes(tmp_path):
     assert tract_max_diff(r.path, FnModule(resize, grid=GRID), sets) < TIGHT
 
 
-def test_scale_factor_through_float_is_bounded(tmp_path):
-    """``float(h) / N`` (DINOv2's own code) reads the size as a Python number: the tracer bakes
-    it, and the export says for which sizes it holds instead of being silently wrong."""
+def test_scale_factor_through_float_follows_the_size(tmp_path):
+    """``float(h) / N`` (DINOv2's own code): float() of a traced size stays traced, so the scale
+    factor follows the input's size (before: the size was read as a Python number, baked, and the
+    export bounded to the sizes where that held)."""
 
     def resize(self, x):
         h, w = x.shape[2] // 4, x.shape[3] // 4
         return F.interpolate(self.grid, scale_factor=(float(h) / 5, float(w) / 5), mode="bicubic")
 
-    r = fx2nnef.export(FnModule(resize, grid=GRID), (randn(1, 3, 24, 36),), tmp_path / "f.nnef.tgz",
+    model = FnModule(resize, grid=GRID)
+    r = fx2nnef.export(model, (randn(1, 3, 24, 36),), tmp_path / "f.nnef.tgz",
                        input_names=["x0"], target=fx2nnef.TractNNEF(dynamic_axes={"x0": {2: "H", 3: "W"}}))
-    assert r.check.ok and set(r.ranges) == {"H", "W"}
-    assert any("float(" in g.what and g.status == "bounds" for g in r.guards)
+    assert r.check.ok and not r.guards, r.guards
+    assert r.ranges["H"].lo == 4 and r.ranges["H"].hi is None and r.ranges["W"].lo == 4 and r.ranges["W"].hi is None
+    tract_matches_eager(r.path, model, [[randn(1, 3, h, w)] for h, w in ((20, 40), (44, 28), (23, 37), (8, 8))])
 
 
 INPUT_RESIZES = [

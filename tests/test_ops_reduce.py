@@ -102,6 +102,12 @@ CASES = [
     OpCase("cumsum_bool", lambda x: x.cumsum(2), [B], khronos=False),
     OpCase("cumsum_dtype", lambda x: x.cumsum(2, dtype=torch.float32), [I64], khronos=False),
     OpCase("cumsum_dyn", lambda x: x.cumsum(1), [F32], dynamic_axes=DYN1),
+    # isin: against a constant list, a tensor input, inverted; ids of a dynamic length
+    OpCase("isin_const_dyn", lambda x: torch.isin(x, torch.tensor([3, 5, 8])), [randint(0, 10, 2, 9)],
+           dynamic_axes=DYN1, khronos=False),
+    OpCase("isin_tensor_invert", lambda x, t: torch.isin(x, t, invert=True), [randint(0, 6, 3, 4), randint(0, 6, 2, 2)],
+           khronos=False),
+    OpCase("isin_float", lambda x: torch.isin(x.round(), torch.tensor([0.0, 1.0])).float() * x, [F32]),
 ]
 
 

@@ -37,7 +37,7 @@ _builtin_float = builtins.float
 def _needs_real(name: str):
     """Code that needs the real class ``name``: identity and equality tests, the class as a dtype."""
     return re.compile(rf"\bis\s+(not\s+)?{name}\b|[=!]=\s*{name}\b|\bdtype\s*=\s*{name}\b|"
-                      rf"\.(to|type)\(\s*{name}\s*\)")
+                      rf"\.(to|type|astype)\(\s*{name}\s*\)|issubdtype\(")
 
 
 _NEEDS_REAL = {"int": _needs_real("int"), "float": _needs_real("float")}

@@ -688,3 +688,20 @@ def logcumsumexp_tract(ctx: EmitContext, input: Value, dim: int):
     total = reduce(ctx, "sum_reduce", un(ctx, "exp", ew(ctx, "sub", chosen, m)), [r])
     out = squeeze_unless(ctx, ew(ctx, "add", un(ctx, "log", total), m), square, [r], False)
     return ctx.call("torch.permute", out, [int(i) for i in np.argsort(order)])
+
+
+@register(torch.isin)
+def isin(ctx: EmitContext, elements, test_elements, *, assume_unique: bool = False, invert: bool = False):
+    """isin(Tensor elements, Tensor test_elements, *, bool assume_unique=False, bool invert=False) -> Tensor:
+    each item of ``elements`` compared with every test item, then ``any`` over those (a multimodal
+    LM finding its image tokens: ``torch.isin(input_ids, image_token_ids)``)."""
+    if not isinstance(elements, Value):
+        ctx.fail("torch.isin with a Python number as elements is not supported; pass a tensor")
+    tests = test_elements if isinstance(test_elements, Value) else \
+        ctx.const(np.array(test_elements).reshape(-1), elements.dtype)
+    flat = reshape_to(ctx, tests, [-1]) if rank(tests) != 1 else tests
+    r = rank(elements)
+    x = ctx.op("unsqueeze", elements, axes=[r], out_shape=tuple(elements.shape) + (1,), out_dtype=elements.dtype)
+    hits = compare(ctx, "eq", x, flat)
+    found = reduce(ctx, "any_reduce", hits, [r], False)
+    return ctx.op("not", found, out_dtype=DType.BOOL, out_shape=found.shape) if invert else found
