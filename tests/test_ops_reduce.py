@@ -107,6 +107,8 @@ CASES = [
            dynamic_axes=DYN1, khronos=False),
     OpCase("isin_tensor_invert", lambda x, t: torch.isin(x, t, invert=True), [randint(0, 6, 3, 4), randint(0, 6, 2, 2)],
            khronos=False),
+    OpCase("isin_scalar_overloads", lambda x: (torch.isin(x, 3), torch.isin(x, test_element=5, invert=True)),
+           [randint(0, 7, 2, 5)], dynamic_axes=DYN1, khronos=False),
     OpCase("isin_float", lambda x: torch.isin(x.round(), torch.tensor([0.0, 1.0])).float() * x, [F32]),
 ]
 

@@ -691,10 +691,14 @@ def logcumsumexp_tract(ctx: EmitContext, input: Value, dim: int):
 
 
 @register(torch.isin)
-def isin(ctx: EmitContext, elements, test_elements, *, assume_unique: bool = False, invert: bool = False):
-    """isin(Tensor elements, Tensor test_elements, *, bool assume_unique=False, bool invert=False) -> Tensor:
-    each item of ``elements`` compared with every test item, then ``any`` over those (a multimodal
-    LM finding its image tokens: ``torch.isin(input_ids, image_token_ids)``)."""
+def isin(ctx: EmitContext, elements=None, test_elements=None, *, assume_unique: bool = False, invert: bool = False,
+         element=None, test_element=None):
+    """isin(Tensor elements, Tensor test_elements, *, bool assume_unique=False, bool invert=False) -> Tensor
+    (and the overloads with a Scalar ``element`` or ``test_element``): each item of ``elements``
+    compared with every test item, then ``any`` over those (a multimodal LM finding its image
+    tokens: ``torch.isin(input_ids, image_token_ids)``)."""
+    elements = element if elements is None else elements
+    test_elements = test_element if test_elements is None else test_elements
     if not isinstance(elements, Value):
         ctx.fail("torch.isin with a Python number as elements is not supported; pass a tensor")
     tests = test_elements if isinstance(test_elements, Value) else \
