@@ -38,11 +38,13 @@ def _fixes(family: str, default) -> dict:
         intraclass[f"horizontal_small_to_long_conv_{ratio}ratio"] = [[1, n], 1, [0, n // 2]]
         intraclass[f"symmetric_conv_long_{ratio}ratio"] = [n, 1, n // 2]
     ocr = dict(intraclass_block_config=intraclass, scale_factor_list=[1, 2, 4, 8], kernel_list=[3, 2, 2])
+    if family == "detection/pp_ocrv6_medium_det":
+        # the backbone its sub-config spec names (the default instance gets PP-LCNetV4, one stage out);
+        # built for this family only: other configs declare no backbone (a KeyError for every row)
+        return dict(ocr, backbone_config=_spec_backbone(type(default)))
     return {
         "detection/pp_doclayout_v2": dict(class_thresholds=[0.5] * default.num_labels, class_order=list(range(default.num_labels))),
         "detection/pp_ocrv5_server_det": ocr,
-        # the backbone its sub-config spec names (the default instance gets PP-LCNetV4, one stage out)
-        "detection/pp_ocrv6_medium_det": dict(ocr, backbone_config=_spec_backbone(type(default))),
         # the default backbone (PP-LCNetV4, one stage out) does not give the neck's four inputs
         "detection/pp_ocrv6_small_det": dict(
             backbone_config=T.CONFIG_MAPPING["pp_lcnet_v3"](scale=0.75, divisor=16,
