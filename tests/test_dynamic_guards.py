@@ -494,12 +494,14 @@ def _every_value(model, r, sizes):
 
 
 @pytest.mark.parametrize("read", [lambda x: float(x.shape[0]), lambda x: int(x.shape[0]),
-                                  lambda x: divmod(x.shape[0], 4)[1] * 3 - divmod(x.shape[0], 4)[0]],
-                         ids=["float", "int", "divmod"])
+                                  lambda x: divmod(x.shape[0], 4)[1] * 3 - divmod(x.shape[0], 4)[0],
+                                  lambda x: torch.tensor(x.shape[0]).item(),
+                                  lambda x: torch.scalar_tensor(x.shape[0] // 2, dtype=torch.float32).item() * 2],
+                         ids=["float", "int", "divmod", "item", "item_float"])
 def test_number_read_from_a_size_stays_traced(read, tmp_path):
-    """float(), int() and divmod() of a size in the model's code give traced numbers: the graph
-    computes them at every size (float() kept the example's 6.0 before, which a clamp hid from the
-    probes on their values: a range claimed wider than it held)."""
+    """float(), int(), divmod() and .item() of a tensor made of a size, in the model's code, give
+    traced numbers: the graph computes them at every size (float() and .item() kept the example's
+    6 before, which a clamp hid from the probes on their values: a range claimed wider than it held)."""
     model = _clamp_model(read)
     x = torch.randint(-20, 21, (6,), generator=torch.Generator().manual_seed(0)).float()
     r = fx2nnef.export(model, (x,), tmp_path / "m.nnef.tgz", input_names=["x0"],

@@ -261,6 +261,10 @@ class CustomTracer(fx.Tracer):
                 return getattr(v, name)(*_unwrap(args), **_unwrap(kwargs))
             if name == "item" and self.forced is not None and self._on_data(root):
                 return self.create_proxy("call_method", "reshape", (root, ()), {})
+            if name == "item" and not args and not kwargs:
+                number = _number_in_tensor(self, root)
+                if number is not None:  # torch.tensor(S).item() is S, traced
+                    return number
             if name in _DATA_TENSOR_METHODS:
                 if on_slot_data(root.node, self._slot_data_memo):
                     decide_in_body(self, root, name, None)  # refused: a number that differs at every step
@@ -565,6 +569,29 @@ def _script_module_forward(m, forward):
                          "Python class to trace (loaded with torch.jit.load?): export the module it was "
                          "scripted from")
     return functools.partial(py_forward, m)
+
+
+_TENSOR_OF_NUMBER = (torch.tensor, torch.as_tensor, torch.scalar_tensor)
+
+
+def _number_in_tensor(tracer, root):
+    """The traced number a 0-d tensor was made of (``torch.tensor(S)``, ``torch.scalar_tensor(S / 2)``),
+    as the number ``.item()`` reads back, or None. A dtype that changes the number's kind (an int
+    made float, or a float made int) keeps the usual read."""
+    node = root.node
+    if node.op != "call_function" or node.target not in _TENSOR_OF_NUMBER or len(node.args) != 1 \
+            or not isinstance(node.args[0], fx.Node) or set(node.kwargs) - {"dtype", "device"}:
+        return None
+    value = node.args[0].meta.get("value")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or tracer._on_data(root):
+        return None
+    dtype = node.kwargs.get("dtype")
+    number = CustomProxy(node.args[0], tracer, value)
+    if dtype is None or dtype.is_floating_point == isinstance(value, float):
+        return number
+    if dtype.is_floating_point and isinstance(value, int):
+        return tracer.create_proxy("call_function", operator.mul, (number, 1.0), {})
+    return None
 
 
 def _mark_consumed(guards: list, node: fx.Node) -> None:
