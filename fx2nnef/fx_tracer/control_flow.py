@@ -269,9 +269,10 @@ class Recorder:
 
     def _on_sizes(self, pred, true_fn, false_fn, operands: tuple, where: str):
         """``torch.cond`` on a Python bool computed from sizes, both branches merged with select on
-        the same comparison made of size tensors; None (nothing recorded) when the predicate is
-        not a comparison of sizes the graph can compute, or a branch cannot be traced at the
-        example's sizes (it is then the other branch only, under a guard)."""
+        the same comparison made of size tensors; None when the predicate is not a comparison of
+        sizes the graph can compute, or a branch cannot be traced at the example's sizes (it is
+        then the other branch only, under a guard: the attempt's guards and notes are dropped, its
+        nodes left dead for remove_dead_code)."""
         from .vmap import _TraceState
 
         tensor_pred = _size_comparison(self.tracer, pred.node)

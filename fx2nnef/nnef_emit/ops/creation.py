@@ -254,21 +254,28 @@ def linspace(ctx: EmitContext, start, end, steps, *, out=None, dtype: Optional[D
     return cast(ctx, y, dtype) if dtype is not DType.F32 else y
 
 
-def _cosine_window(ctx: EmitContext, n, periodic: bool, terms: list, dtype: Optional[DType]) -> Value:
-    """``sum_k terms[k] * cos(2 pi k i / M)`` for ``i`` in ``0 .. n-1``, ``M = n`` if ``periodic`` else
-    ``n - 1`` (torch's hann, hamming and blackman windows); a window of one item is ``[1]``."""
+def _window(ctx: EmitContext, n, periodic: bool, dtype: Optional[DType], items) -> Value:
+    """A signal window of ``n`` items as torch computes it: ``items(ctx, idx, span)`` on the
+    positions ``idx`` (0 .. n-1) and the span ``M`` (``n`` if ``periodic`` else ``n - 1``, at least
+    1); a window of one item is ``[1]``."""
     idx = ctx.call("nnef.range", 0, n, 1, DType.F32, (n,))
     count = cast(ctx, dim_tensor(ctx, n, DType.I64), DType.F32)
     span = ew(ctx, "max", count if periodic else ew(ctx, "sub", count, 1.0), 1.0)
-    phase = ew(ctx, "div", ew(ctx, "mul", idx, 2.0 * math.pi), span)
-    y = None
-    for k, a in enumerate(terms):
-        term = ctx.const(np.array([a], dtype=np.float32), DType.F32) if k == 0 else \
-            ew(ctx, "mul", un(ctx, "cos", ew(ctx, "mul", phase, float(k)) if k > 1 else phase), float(a))
-        y = term if y is None else ew(ctx, "add", y, term)
-    y = select(ctx, compare(ctx, "eq", count, 1.0), ew(ctx, "add", ew(ctx, "mul", y, 0.0), 1.0), y)
+    y = select(ctx, compare(ctx, "eq", count, 1.0), 1.0, items(ctx, idx, span))
     dtype = dtype or DType.F32
     return cast(ctx, y, dtype) if dtype is not DType.F32 else y
+
+
+def _cosine_window(ctx: EmitContext, n, periodic: bool, terms: list, dtype: Optional[DType]) -> Value:
+    """``sum_k terms[k] * cos(2 pi k i / M)`` (torch's hann, hamming and blackman windows, see :func:`_window`)."""
+    def items(ctx, idx, span):
+        phase = ew(ctx, "div", ew(ctx, "mul", idx, 2.0 * math.pi), span)
+        y = ctx.const(np.array([terms[0]], dtype=np.float32), DType.F32)
+        for k, a in enumerate(terms[1:], start=1):
+            y = ew(ctx, "add", y, ew(ctx, "mul", un(ctx, "cos", ew(ctx, "mul", phase, float(k)) if k > 1 else phase),
+                                     float(a)))
+        return y
+    return _window(ctx, n, periodic, dtype, items)
 
 
 @register(torch.hann_window)
@@ -296,12 +303,7 @@ def blackman_window(ctx: EmitContext, window_length, periodic: bool = True, *, d
 @register(torch.bartlett_window)
 def bartlett_window(ctx: EmitContext, window_length, periodic: bool = True, *, dtype: Optional[DType] = None,
                     layout=None, device=None, pin_memory=False, requires_grad=False):
-    """bartlett_window(int window_length, bool periodic=True, ...): ``1 - |2 i / M - 1|`` (``M`` as for hann)."""
-    n = window_length
-    idx = ctx.call("nnef.range", 0, n, 1, DType.F32, (n,))
-    count = cast(ctx, dim_tensor(ctx, n, DType.I64), DType.F32)
-    span = ew(ctx, "max", count if periodic else ew(ctx, "sub", count, 1.0), 1.0)
-    y = ew(ctx, "sub", 1.0, un(ctx, "abs", ew(ctx, "sub", ew(ctx, "div", ew(ctx, "mul", idx, 2.0), span), 1.0)))
-    y = select(ctx, compare(ctx, "eq", count, 1.0), ew(ctx, "add", ew(ctx, "mul", y, 0.0), 1.0), y)
-    dtype = dtype or DType.F32
-    return cast(ctx, y, dtype) if dtype is not DType.F32 else y
+    """bartlett_window(int window_length, bool periodic=True, ...): ``1 - |2 i / M - 1|`` (see :func:`_window`)."""
+    def items(ctx, idx, span):
+        return ew(ctx, "sub", 1.0, un(ctx, "abs", ew(ctx, "sub", ew(ctx, "div", ew(ctx, "mul", idx, 2.0), span), 1.0)))
+    return _window(ctx, window_length, periodic, dtype, items)

@@ -200,7 +200,7 @@ def pad_sequence(ctx: EmitContext, sequences, batch_first: bool = False, padding
     Each sequence padded on its first axis to the longest one's length (read from the output's
     shape, which holds for every size the export claims), then stacked on axis 0 or 1."""
     from ...ir import simplify
-    from .shape import concat
+    from .shape import stack
 
     seqs = list(sequences)
     if not seqs or not all(isinstance(s, Value) for s in seqs):
@@ -214,8 +214,5 @@ def pad_sequence(ctx: EmitContext, sequences, batch_first: bool = False, padding
         if amount != 0:
             flat = [0, 0] * (rank(s) - 1) + ([0, amount] if padding_side == "right" else [amount, 0])
             s = pad(ctx, s, flat, "constant", float(padding_value))
-        axis = 0 if batch_first else 1
-        shape = tuple(s.shape)
-        parts.append(ctx.op("unsqueeze", s, axes=[axis], out_shape=shape[:axis] + (1,) + shape[axis:],
-                            out_dtype=s.dtype))
-    return concat(ctx, parts, 0 if batch_first else 1)
+        parts.append(s)
+    return stack(ctx, parts, 0 if batch_first else 1)
