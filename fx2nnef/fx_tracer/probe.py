@@ -703,16 +703,11 @@ def _baked_number(guards: list, values: dict, data_dep: set) -> Optional[str]:
     with it, and outputs can hide that on the values tried (a clamp, a saturating activation).
     None when no such number differs."""
     for g in guards:
-        if g.op not in _NUMBER_GUARDS or g.node in data_dep or g.node not in values or getattr(g, "consumed", False):
+        if g.op not in _NUMBER_GUARDS or g.node in data_dep or g.node not in values or g.consumed:
             continue
         here = values[g.node]
-        try:
-            here = here.item() if isinstance(here, torch.Tensor) else here
-            same = (int(here) if g.op in ("int", "index", "len") else round(here) if g.op == "round"
-                    else float(here) if g.op == "float" else here) == g.expected
-        except Exception:  # noqa: BLE001 - not a number: nothing read
-            continue
-        if not same:
+        here = here.item() if isinstance(here, torch.Tensor) and here.numel() == 1 else here
+        if isinstance(here, (int, float)) and not _guard_holds(g, here):  # anything else: nothing read
             return (f"{g.op}() of a size reads {here!r} here, not the example's {g.expected!r}, and the graph "
                     "keeps the example's number")
     return None
