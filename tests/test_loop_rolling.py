@@ -314,6 +314,30 @@ def test_two_loops_roll(tmp_path):
     _same_in_tract(r, FnModule(_two_loops), [randn(2, 12, 3, seed=1)])
 
 
+def _scan_per_head(a, b):
+    """A loop run once per head, each keeping its last state; the last states of the heads are
+    stacked with each other (Zamba's Mamba mixer with a cache)."""
+    ys, last = [], []
+    for head in range(a.shape[0]):
+        h = torch.zeros(a.shape[1], a.shape[2])
+        outs = []
+        for t in range(a.shape[3]):
+            h = a[head, :, :, t] * h + b[head, :, :, t]
+            outs.append(h * 2)
+        ys.append(torch.stack(outs, dim=-1))
+        last.append(h)
+    return torch.cat(ys, 1), torch.stack(last, dim=1)
+
+
+def test_last_states_stacked_with_other_values_roll(tmp_path):
+    """The last carry given to torch.stack with values made elsewhere is a read of that carry,
+    not the loop's stacked output: both loops roll."""
+    a, b = torch.rand(2, 2, 3, 6), randn(2, 2, 3, 6)
+    r = _export(FnModule(_scan_per_head), [a, b], tmp_path, {"x0": {3: "S"}, "x1": {3: "S"}})
+    _rolled(r, 2)
+    _same_in_tract(r, FnModule(_scan_per_head), [torch.rand(2, 2, 3, 13), randn(2, 2, 3, 13, seed=3)])
+
+
 def _index_as_number(x):
     h = torch.zeros(x.shape[0], x.shape[2])
     for t in range(x.shape[1]):

@@ -395,7 +395,8 @@ def _trace_once(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_nam
     def one_path(forced):
         trace = trace_model(model, args, kwargs, names, out_names, leaf_types, leaf_names, forced, roll_loops=roll)
         if roll:
-            trace.control_flow.extend(roll_loops(trace.gm, trace.loops, trace.guards))
+            lines = None if roll is True else roll
+            trace.control_flow.extend(roll_loops(trace.gm, trace.loops, trace.guards, lines))
         remove_inplace(trace.gm)
         masked_updates(trace.gm)
         cleanup_slices(trace.gm)
@@ -467,11 +468,15 @@ def _trace_rolling(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_
     """A trace and its analysis; when a Python loop over a dynamic size bounds the range, the trace
     again with such loops rolled into scans, kept if that is valid for more sizes."""
     trace, analysis = _trace_once(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, ref, branches)
-    if _loop_guards(analysis):
-        # a Python loop over a dynamic size may bound the range: trace again rolling such loops into scans
+    loop_guards = _loop_guards(analysis)
+    if loop_guards:
+        # a Python loop over a dynamic size may bound the range: trace again rolling such loops into
+        # scans (those that bound it, when some do: a loop over heads around them stays unrolled)
+        bounding = [g for g in loop_guards if g.status in ("bounds", "violated")]
+        roll = {(g.source.file, g.source.line) for g in bounding} if bounding else True
         try:
             rolled = _trace_once(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, ref, branches,
-                                 roll=True)
+                                 roll=roll)
         except Exception:  # noqa: BLE001 - a loop that cannot be rolled: the unrolled trace reports it
             rolled = None
         if rolled is not None and not rolled[1].failures and any(rec.rolled for rec in rolled[0].loops) and (

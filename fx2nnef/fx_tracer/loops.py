@@ -204,10 +204,12 @@ def loop_range_patch(tracer):
 
 # rolling --------------------------------------------------------------------------------------
 
-def roll_loops(gm: fx.GraphModule, loops: list, guards: list) -> list:
+def roll_loops(gm: fx.GraphModule, loops: list, guards: list, lines: Optional[set] = None) -> list:
     """Roll each loop of ``loops`` (see the module's doc) in ``gm``; edits ``guards`` (drops the
     loop's own guards and the repeats of a guard of the first iteration). Returns notes: one per
-    loop, rolled or why not."""
+    loop, rolled or why not. ``lines``: when given, only the loops made at these ``(file, line)``
+    roll (those over a dynamic size that bound the range); a loop elsewhere that holds them
+    (``for head in range(n_heads)`` around a scan of the sequence) stays unrolled around them."""
     notes = []
     nodes = list(gm.graph.nodes)
     order = {n: i for i, n in enumerate(nodes)}
@@ -215,15 +217,28 @@ def roll_loops(gm: fx.GraphModule, loops: list, guards: list) -> list:
     for rec in loops:
         if rec.done and rec.starts and all(s in order for s in rec.starts) and rec.end in order:
             spans.append((order[rec.starts[0]], order[rec.end], rec))
-    # loops inside another loop's iterations are unrolled with it (an outer loop rolls if its
-    # iterations repeat; an inner one over a dynamic size cannot be inside a rolled one)
-    top = [s for s in spans if not any(o is not s and o[0] <= s[0] and s[1] <= o[1] and o[1] - o[0] > s[1] - s[0]
-                                       for o in spans)]
-    for _, _, rec in sorted(top, key=lambda s: -s[0]):  # the last one first: earlier markers stay valid
-        try:
-            notes.append(_roll(gm, rec, guards))
-        except _NoRoll as exc:
-            notes.append(f"the Python loop at {rec.source or 'an unknown line'} stays unrolled: {exc}")
+
+    def within(o, s):
+        return o is not s and o[0] <= s[0] and s[1] <= o[1] and o[1] - o[0] > s[1] - s[0]
+
+    def roll(group):
+        # loops inside another loop's iterations roll with it when its iterations repeat (an inner
+        # loop over a dynamic size cannot be inside a rolled one); when the outer one stays
+        # unrolled (a loop over heads, each head scanning the sequence), its inner loops are tried
+        top = [s for s in group if not any(within(o, s) for o in group)]
+        for span in sorted(top, key=lambda s: -s[0]):  # the last one first: earlier markers stay valid
+            rec = span[2]
+            src = rec.source
+            if lines is not None and (getattr(src, "file", None), getattr(src, "line", None)) not in lines:
+                roll([s for s in group if within(span, s)])
+                continue
+            try:
+                notes.append(_roll(gm, rec, guards))
+            except _NoRoll as exc:
+                notes.append(f"the Python loop at {rec.source or 'an unknown line'} stays unrolled: {exc}")
+                roll([s for s in group if within(span, s)])
+
+    roll(spans)
     return notes
 
 
@@ -299,7 +314,7 @@ def _roll(gm: fx.GraphModule, rec: LoopRecord, guards: list) -> str:
             for u in n.users:
                 if u in inside:
                     continue
-                if k == n_iter - 1 and p in plan.carries and not _is_stack_of(u, n):
+                if k == n_iter - 1 and p in plan.carries and not _stacks_iterations(u, where, n_iter):
                     finals.setdefault(p, []).append((u, False))
                     continue
                 if k == n_iter - 1 and u.op == "call_function" and u.target is operator.getitem \
@@ -691,9 +706,13 @@ def _index_write(node: fx.Node, path: tuple, inside: set):
     return buf, idx, path[2]
 
 
-def _is_stack_of(u: fx.Node, n: fx.Node) -> bool:
+def _stacks_iterations(u: fx.Node, where: dict, n_iter: int) -> bool:
+    """Whether ``u`` is ``torch.stack`` / ``torch.cat`` of a list of one value per iteration (the
+    loop's stacked output). A stack of the last carry with values made elsewhere (the final states
+    of a loop run once per head, stacked) is a read of that carry, as any other call's."""
     return _target_text(u) in ("stack", "cat", "concat", "concatenate") and bool(u.args) \
-        and _orig_isinstance(u.args[0], (list, tuple)) and n in u.args[0]
+        and _orig_isinstance(u.args[0], (list, tuple)) and len(u.args[0]) == n_iter \
+        and all(_orig_isinstance(i, fx.Node) and i in where for i in u.args[0])
 
 
 def _stack_use(u: fx.Node, where: dict, n_iter: int, rec: LoopRecord):
