@@ -444,8 +444,13 @@ def log1p(ctx: EmitContext, input: Value):
     x = to_float(ctx, input)
     u = ew(ctx, "add", x, 1.0)
     # NOTE: log(u) * x / (u - 1) cancels the rounding of 1 + x (Goldberg); u == 1 means log1p(x) == x
-    fixed = ew(ctx, "div", ew(ctx, "mul", un(ctx, "log", u), x), ew(ctx, "sub", u, 1.0))
-    return select(ctx, compare(ctx, "eq", u, 1.0), x, fixed)
+    # (the ratio first: log(u) * x overflows past x = 3.9e36)
+    fixed = ew(ctx, "mul", un(ctx, "log", u), ew(ctx, "div", x, ew(ctx, "sub", u, 1.0)))
+    # u == 1 means log1p(x) == x; at x = +inf the correction is inf / inf (NaN): log1p(inf) is inf
+    from .elementwise import _largest
+
+    exact = ew(ctx, "or", compare(ctx, "eq", u, 1.0), compare(ctx, "gt", u, _largest(u.dtype)))
+    return select(ctx, exact, x, fixed)
 
 
 @register(*sources("log10"))
