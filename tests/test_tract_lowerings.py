@@ -218,3 +218,34 @@ STRIDED_AFTER_RESHAPE = [
 @pytest.mark.parametrize("case", STRIDED_AFTER_RESHAPE, ids=str)
 def test_strided_slice_after_reshape(case, tmp_path):
     run_case(case, tmp_path, "tract")
+
+
+W_UP = torch.linspace(-1, 1, 6).reshape(3, 2, 1, 1)
+W_UP1 = torch.linspace(-1, 1, 6).reshape(3, 2, 1)
+W_LIN = torch.linspace(-1, 1, 30).reshape(3, 10)
+# an expand merged into its neighbour axis by a reshape, then a product with weights (a 1x1 conv, a
+# linear): tract failed to load it ("Trying to substitute a 1,2,2,5,2,F32 by 1,2,1,5,1,F32 ... EinSum",
+# fuzz seed 8419): a UNet or FPN decoder's nearest upsampling then projection
+MERGED_TILE_CASES = [
+    OpCase("nearest_then_conv1x1", lambda x: F.conv2d(F.interpolate(x, scale_factor=2), W_UP), [randn(1, 2, 4, 5)]),
+    OpCase("nearest_then_conv1x1_dyn", lambda x: F.conv2d(F.interpolate(x, scale_factor=2), W_UP),
+           [randn(1, 2, 4, 5)], dynamic_axes={"x0": {2: "H", 3: "W"}}),
+    OpCase("nearest_rows_then_conv1x1_dyn", lambda x: F.conv2d(F.interpolate(x, scale_factor=(2, 1)), W_UP),
+           [randn(2, 2, 4, 5)], dynamic_axes={"x0": {0: "B", 2: "H"}}),
+    OpCase("nearest1d_then_conv1x1_dyn", lambda x: F.conv1d(F.interpolate(x, scale_factor=3), W_UP1),
+           [randn(1, 2, 5)], dynamic_axes={"x0": {2: "T"}}),
+    OpCase("nearest_then_linear_dyn", lambda x: F.linear(F.interpolate(x, scale_factor=2), W_LIN),
+           [randn(1, 2, 4, 5)], dynamic_axes={"x0": {2: "H"}}),
+    OpCase("expand_reshape_then_conv1x1_dyn",
+           lambda x: F.conv2d(x[:, :, :, None].expand(-1, -1, -1, 2, -1).reshape(x.shape[0], 2, -1, 5), W_UP),
+           [randn(1, 2, 4, 5)], dynamic_axes={"x0": {2: "H"}}),
+    # the fuzz case itself: a dynamic slice of one row, upsampled, then a 1x1 conv with a bias
+    OpCase("last_row_nearest_then_conv1x1_dyn",
+           lambda x: F.conv2d(F.interpolate(x[:, :, x.shape[2] - 1:], scale_factor=2), W_UP, torch.ones(3)),
+           [randn(1, 2, 9, 5)], dynamic_axes={"x0": {2: "S"}}),
+]
+
+
+@pytest.mark.parametrize("case", MERGED_TILE_CASES, ids=str)
+def test_merged_expand_then_weights(case, tmp_path):
+    run_case(case, tmp_path, "tract")

@@ -16,6 +16,7 @@ from ...ir import Value
 from ..context import EmitContext
 from ..helpers import producer, rank, tiled_from
 from ..registry import register
+from .linalg import merged_tile_made_opaque
 from .shape import slice_axes
 
 
@@ -104,6 +105,8 @@ def conv(ctx: EmitContext, input: Value, weight: Value, bias=None, stride=1, pad
             x = slice_axes(ctx, x, picked)
             sliced = {r[0] for r in picked}
             stride = [1 if 2 + i in sliced else s for i, s in enumerate(stride)]
+    if ctx.target == "tract":
+        x = merged_tile_made_opaque(ctx, x)
     # NOTE: tract 0.23.9 lowers a 1x1 conv as a matmul and mis-handles a batch made by a `tile`
     # (see linalg._untiled_matmul): the conv of the untiled batch, tiled afterwards, is the same
     found = tiled_from(ctx, x) if not unbatched else None

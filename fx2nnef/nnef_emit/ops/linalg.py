@@ -104,6 +104,28 @@ def _itemwise_of_tile_made_opaque(ctx: EmitContext, v: Value, depth: int = 6) ->
 _AXIS_MOVES = frozenset({"reshape", "transpose", "unsqueeze", "squeeze"})
 
 
+def merged_tile_made_opaque(ctx: EmitContext, v: Value) -> Value:
+    """NOTE: tract 0.23.9 fails to load an EinSum with weights (a linear layer, a 1x1 convolution)
+    whose operand is a ``tile`` broadcasting a size-1 axis that a reshape then merges with its
+    neighbour ("Trying to substitute a 1,2,2,5,2,F32 by 1,2,1,5,1,F32" while decluttering): a
+    nearest upsampling (or ``x[:, :, :, None].expand(...).reshape(...)``) followed by a 1x1
+    convolution, as in a UNet decoder or an FPN. A runtime zero added to the operand hides the
+    broadcast. (A product of two computed operands, GQA's repeated keys, loads: it is left alone,
+    since the add would cost a pass over the repeated cache at every step.)"""
+    if v.is_constant or v.shape is None:
+        return v
+    st = producer(ctx, v)
+    merged = False
+    for _ in range(4):  # through reshapes and moves of axes, as tract's declutter sees through them
+        if st is None or st.op not in _AXIS_MOVES or not st.args or not isinstance(st.args[0], Value):
+            break
+        merged = merged or st.op == "reshape"
+        if tiled_from(ctx, st.args[0]) is not None:
+            return opaque(ctx, v) if merged else v
+        st = producer(ctx, st.args[0])
+    return v
+
+
 def _concat_of_tile_made_opaque(ctx: EmitContext, v: Value) -> Value:
     """NOTE: tract 0.23.9 splits a matmul of a concatenation along the contracted axis into one
     product per piece, and one whose piece is a ``tile`` broadcasting a size-1 axis (DPT's readout,
@@ -141,6 +163,8 @@ def _matmul(ctx: EmitContext, a: Value, b: Value, transpose_b: bool = False) -> 
         a, b = (_contraction_tile_made_opaque(ctx, v, ax) for v, ax in ((a, r - 1), (b, r - 1 if transpose_b else r - 2)))
         a, b = (v if v.is_constant else _concat_of_tile_made_opaque(ctx, v) for v in (a, b))
         a, b = (v if v.is_constant else _itemwise_of_tile_made_opaque(ctx, v) for v in (a, b))
+        if ctx.target == "tract" and (a.is_constant or b.is_constant):  # a product with weights
+            a, b = (merged_tile_made_opaque(ctx, v) for v in (a, b))
     if ra == 1:
         a = ctx.op("unsqueeze", a, axes=[0], out_shape=(1,) + tuple(a.shape))
     if rb == 1:
