@@ -125,3 +125,119 @@ def test_tract(case, tmp_path):
 @pytest.mark.parametrize("case", [c for c in CASES if c.khronos], ids=str)
 def test_khronos(case, tmp_path):
     run_case(case, tmp_path, "khronos")
+
+
+# ---- losses computed in forward ----------------------------------------------------------------------------------
+LOGITS = randn(6, 5, seed=20) * 3
+LOGITS_EDGE = torch.cat([torch.tensor([[80.0, -80.0, 0.0, 1e-3, -30.0]]), LOGITS[1:]])
+TARGET = torch.tensor([0, 4, -100, 2, 2, 1])
+TARGET_ALL_KEPT = torch.tensor([3, 4, 0, 2, 2, 1])
+CLASS_W = torch.tensor([0.5, 1.0, 2.0, 0.25, 3.0])
+PROBS = torch.softmax(randn(6, 5, seed=21), 1)
+SPATIAL = randn(2, 5, 3, 4, seed=22)
+SPATIAL_T = randint(0, 5, 2, 3, 4, seed=23)
+SPATIAL_T[0, 0, :2] = -100
+P01 = torch.cat([torch.tensor([[0.0, 1.0, 1e-7, 1 - 1e-7, 0.5]]), torch.rand(5, 5, generator=torch.Generator().manual_seed(24))])
+BIN_T = torch.cat([torch.tensor([[1.0, 0.0, 1.0, 0.0, 0.3]]), (torch.rand(5, 5, generator=torch.Generator().manual_seed(25)) > 0.5).float()])
+SIGN_T = torch.where(randn(6, 5, seed=26) > 0, 1.0, -1.0)
+DYN_N = {"x0": {0: "N"}, "x1": {0: "N"}}
+
+LOSS_CASES = [
+    OpCase("cross_entropy_ignore_mean", F.cross_entropy, [LOGITS_EDGE, TARGET], dynamic_axes=DYN_N),
+    OpCase("cross_entropy_sum_none", lambda x, t: (F.cross_entropy(x, t, reduction="sum"),
+                                                   F.cross_entropy(x, t, reduction="none")), [LOGITS, TARGET]),
+    OpCase("cross_entropy_weight", lambda x, t: F.cross_entropy(x, t, weight=CLASS_W), [LOGITS, TARGET],
+           dynamic_axes=DYN_N),
+    OpCase("cross_entropy_smoothing", lambda x, t: F.cross_entropy(x, t, label_smoothing=0.2), [LOGITS, TARGET],
+           dynamic_axes=DYN_N),
+    OpCase("cross_entropy_smoothing_weight_all", lambda x, t: tuple(
+        F.cross_entropy(x, t, weight=CLASS_W, label_smoothing=0.1, reduction=r) for r in ("mean", "sum", "none")),
+        [LOGITS, TARGET]),
+    OpCase("cross_entropy_ignore_index_other", lambda x, t: (F.cross_entropy(x, t, ignore_index=2),
+                                                             F.cross_entropy(x, t, ignore_index=2, label_smoothing=0.1)),
+           [LOGITS, TARGET_ALL_KEPT]),
+    OpCase("cross_entropy_spatial", F.cross_entropy, [SPATIAL, SPATIAL_T],
+           dynamic_axes={"x0": {2: "H"}, "x1": {1: "H"}}),
+    OpCase("cross_entropy_probs", F.cross_entropy, [LOGITS, PROBS], dynamic_axes=DYN_N),
+    OpCase("cross_entropy_probs_smoothing_weight", lambda x, p: F.cross_entropy(x, p, weight=CLASS_W, label_smoothing=0.3,
+                                                                                  reduction="sum"), [LOGITS, PROBS]),
+    OpCase("cross_entropy_1d", lambda x, t: F.cross_entropy(x, t), [LOGITS[0], torch.tensor(3)]),
+    OpCase("cross_entropy_all_ignored_nan", F.cross_entropy, [LOGITS[:2], torch.tensor([-100, -100])]),
+    OpCase("cross_entropy_module_lm_shift", None, [randn(2, 7, 5, seed=27), randint(0, 5, 2, 7, seed=28)],
+           module=None),
+    OpCase("nll_loss", lambda x, t: F.nll_loss(x.log_softmax(1), t), [LOGITS, TARGET], dynamic_axes=DYN_N),
+    OpCase("nll_loss_weight_none", lambda x, t: F.nll_loss(x, t, weight=CLASS_W, reduction="none"), [LOGITS, TARGET]),
+    OpCase("bce", F.binary_cross_entropy, [P01, BIN_T], dynamic_axes=DYN_N),
+    OpCase("bce_weight_none", lambda x, t: F.binary_cross_entropy(x, t, weight=CLASS_W, reduction="none"), [P01, BIN_T]),
+    OpCase("bce_logits", F.binary_cross_entropy_with_logits, [LOGITS_EDGE * 2, BIN_T], dynamic_axes=DYN_N),
+    OpCase("bce_logits_pos_weight", lambda x, t: F.binary_cross_entropy_with_logits(
+        x, t, weight=CLASS_W, pos_weight=torch.tensor([1.0, 2.0, 0.5, 3.0, 1.0]), reduction="sum"), [LOGITS_EDGE, BIN_T]),
+    OpCase("bce_logits_module", None, [LOGITS_EDGE, BIN_T], module=torch.nn.BCEWithLogitsLoss(reduction="none")),
+    OpCase("kl_div_batchmean", lambda x, t: F.kl_div(x.log_softmax(1), t, reduction="batchmean"),
+           [LOGITS, torch.cat([torch.tensor([[0.0, 0.5, 0.5, 0.0, 0.0]]), PROBS[1:]])], dynamic_axes=DYN_N),
+    OpCase("kl_div_log_target", lambda x, t: F.kl_div(x.log_softmax(1), t.log(), reduction="sum", log_target=True),
+           [LOGITS, PROBS]),
+    OpCase("kl_div_none_mean", lambda x, t: (F.kl_div(x, t, reduction="none"), F.kl_div(x, t)), [LOGITS, PROBS]),
+    OpCase("soft_margin", F.soft_margin_loss, [LOGITS, SIGN_T], dynamic_axes=DYN_N),
+    OpCase("margin_ranking", lambda a, b, y: F.margin_ranking_loss(a, b, y, margin=0.3), [LOGITS, LOGITS.flip(0), SIGN_T],
+           dynamic_axes={"x0": {0: "N"}, "x1": {0: "N"}, "x2": {0: "N"}}),
+    OpCase("hinge_embedding", lambda x, y: F.hinge_embedding_loss(x, y, margin=2.0, reduction="none"), [LOGITS, SIGN_T]),
+    OpCase("hinge_embedding_mean", F.hinge_embedding_loss, [LOGITS, SIGN_T], dynamic_axes=DYN_N),
+    OpCase("cosine_embedding", lambda a, b, y: F.cosine_embedding_loss(a, b, y, margin=0.2),
+           [LOGITS, PROBS, torch.tensor([1, -1, 1, -1, -1, 1])],
+           dynamic_axes={"x0": {0: "N"}, "x1": {0: "N"}, "x2": {0: "N"}}),
+    OpCase("cosine_embedding_1d_none", lambda a, b: F.cosine_embedding_loss(a, b, torch.tensor(-1), reduction="none"),
+           [LOGITS[0], PROBS[0]]),
+    OpCase("poisson_nll", F.poisson_nll_loss, [LOGITS, PROBS * 4], dynamic_axes=DYN_N),
+    OpCase("poisson_nll_full_linear", lambda x, t: F.poisson_nll_loss(x, t, log_input=False, full=True, reduction="none"),
+           [LOGITS.abs(), torch.cat([torch.tensor([[0.0, 1.0, 2.0, 7.0, 0.5]]), PROBS[1:] * 9])]),
+    OpCase("gaussian_nll", F.gaussian_nll_loss, [LOGITS, PROBS, PROBS.flip(1)],
+           dynamic_axes={"x0": {0: "N"}, "x1": {0: "N"}, "x2": {0: "N"}}),
+    OpCase("gaussian_nll_var_one_axis_fewer_full", lambda x, t, v: F.gaussian_nll_loss(x, t, v, full=True, reduction="sum"),
+           [LOGITS, PROBS, torch.tensor([1e-9, 0.5, 2.0, 1.0, 3.0, 0.1])]),
+    OpCase("multilabel_soft_margin", F.multilabel_soft_margin_loss, [LOGITS_EDGE, BIN_T], dynamic_axes=DYN_N),
+    OpCase("multilabel_soft_margin_weight", lambda x, t: F.multilabel_soft_margin_loss(x, t, weight=CLASS_W,
+                                                                                         reduction="none"), [LOGITS, BIN_T]),
+    OpCase("triplet_margin", F.triplet_margin_loss, [LOGITS, PROBS, LOGITS.flip(0)],
+           dynamic_axes={"x0": {0: "N"}, "x1": {0: "N"}, "x2": {0: "N"}}),
+    OpCase("triplet_margin_swap_p1", lambda a, p, n: F.triplet_margin_loss(a, p, n, margin=0.5, p=1, swap=True,
+                                                                            reduction="none"), [LOGITS, PROBS, -LOGITS]),
+]
+
+
+class _LMLoss(torch.nn.Module):
+    """A causal LM's loss as transformers computes it: shift, flatten, cross entropy with -100 labels."""
+
+    def forward(self, logits, labels):
+        shift = logits[:, :-1].reshape(-1, logits.shape[-1])
+        return F.cross_entropy(shift, labels[:, 1:].reshape(-1), ignore_index=-100)
+
+
+LOSS_CASES[[c.name for c in LOSS_CASES].index("cross_entropy_module_lm_shift")] = OpCase(
+    "cross_entropy_module_lm_shift", None, [randn(2, 7, 5, seed=27), torch.where(randint(0, 4, 2, 7, seed=29) == 0, -100,
+                                                                                 randint(0, 5, 2, 7, seed=28))],
+    module=_LMLoss(), dynamic_axes={"x0": {1: "S"}, "x1": {1: "S"}})
+
+
+@pytest.mark.parametrize("case", LOSS_CASES, ids=str)
+def test_losses_tract(case, tmp_path):
+    run_case(case, tmp_path, "tract")
+
+
+@pytest.mark.parametrize("case", [c for c in LOSS_CASES if c.name.startswith(("bce", "soft", "kl", "gauss", "triplet"))
+                                  and c.dynamic_axes is None and c.module is None], ids=str)
+def test_losses_khronos(case, tmp_path):
+    """Losses of float operands only (standard NNEF compares no integer targets)."""
+    run_case(case, tmp_path, "khronos")
+
+
+@pytest.mark.parametrize("fn, inputs, match", [
+    (lambda x: F.rrelu(x, training=True), [F32], "eval mode"),
+    (lambda x, t: F.cross_entropy(x, t, reduce=False), [LOGITS, TARGET], "deprecated"),
+    (lambda i, o, w: F.embedding_bag(i, w, o, include_last_offset=True), [BAG_IDX, torch.tensor([0, 3, 8]), W],
+     "static number of offsets"),
+], ids=["rrelu_training", "cross_entropy_reduce_arg", "embedding_bag_last_offset_dynamic_count"])
+def test_refused(fn, inputs, match, tmp_path):
+    dyn = {"x1": {0: "B"}} if len(inputs) == 3 else None
+    with pytest.raises((fx2nnef.UnsupportedOpError, fx2nnef.TraceError), match=match):
+        run_case(OpCase("refused", fn, inputs, dynamic_axes=dyn), tmp_path, "tract")
