@@ -73,3 +73,52 @@ def test_bessel_accuracy_vs_mpmath(tmp_path):
     for order, scaled, values in ((0, False, got[0]), (0, True, got[1]), (1, False, got[2]), (1, True, got[3])):
         want = np.array([[float(mpmath.besseli(order, v) * (mpmath.exp(-abs(v)) if scaled else 1)) for v in xs]])
         np.testing.assert_allclose(values, want, rtol=1e-6, atol=0, err_msg=f"I{order} scaled={scaled}")
+
+
+# ---- quantile, nanquantile (tract only: standard NNEF has no sort) -------------------------------------------------
+QX = randn(4, 9, seed=10)
+QX[0, :4] = QX[0, 4]  # ties
+QE = QX.clone()
+QE[1, 3] = NAN  # one NaN
+QE[2, :] = NAN  # nothing but NaN
+QE[3, 0], QE[3, 5] = INF, -INF
+# with 9 items: ranks 0, 4.5 and 5.5 (nearest rounds half to even), 7.875, 8
+Q_EDGE = torch.tensor([0.0, 0.1, 0.33, 0.5625, 0.6875, 0.984375, 1.0])
+MODES = ("linear", "lower", "higher", "midpoint", "nearest")
+
+QUANTILE_CASES = [
+    OpCase("quantile_scalar_dim_dyn", lambda x: torch.quantile(x, 0.3, dim=1), [QX], dynamic_axes=DYN1, khronos=False),
+    OpCase("quantile_modes_dyn", lambda x: tuple(torch.quantile(x, Q_EDGE, dim=1, interpolation=m) for m in MODES),
+           [QX], dynamic_axes=DYN1, khronos=False),
+    OpCase("quantile_vector_keepdim_dim0", lambda x: torch.quantile(x, torch.tensor([0.0, 0.25, 0.5, 1.0]), dim=0,
+                                                                   keepdim=True), [QX], dynamic_axes={"x0": {0: "S"}},
+           khronos=False),
+    OpCase("quantile_flat", lambda x: torch.quantile(x, 0.7), [QX], dynamic_axes={"x0": {0: "S"}}, khronos=False),
+    OpCase("quantile_flat_keepdim_vector", lambda x: torch.quantile(x, torch.tensor([0.1, 0.9]), keepdim=True), [QX],
+           khronos=False),
+    OpCase("quantile_nan_inf", lambda x: tuple(torch.quantile(x, Q_EDGE, dim=1, interpolation=m) for m in MODES),
+           [QE], khronos=False),
+    OpCase("quantile_q_input", lambda x, q: torch.quantile(x, q, dim=-1), [QX, torch.tensor([0.2, 0.5625, 1.0])],
+           dynamic_axes=DYN1, khronos=False),
+    OpCase("quantile_f64", lambda x: torch.quantile(x, torch.tensor([0.3, 0.5625], dtype=torch.float64), dim=1),
+           [QX.double()], dynamic_axes=DYN1, khronos=False),
+    OpCase("nanquantile_modes", lambda x: tuple(torch.nanquantile(x, Q_EDGE, dim=1, interpolation=m) for m in MODES),
+           [QE], dynamic_axes={"x0": {0: "B"}}, khronos=False),
+    OpCase("nanquantile_flat", lambda x: torch.nanquantile(x, 0.5), [QE], khronos=False),
+    OpCase("quantile_methods", lambda x: x.quantile(0.25, 1, True) + x.nanquantile(0.5, -1, keepdim=True), [QX],
+           dynamic_axes={"x0": {0: "B"}}, khronos=False),
+    OpCase("quantile_3d_middle_dim", lambda x: torch.quantile(x, torch.tensor([0.25, 0.75]), dim=1, keepdim=True,
+                                                              interpolation="midpoint"),
+           [randn(2, 5, 3, seed=11)], dynamic_axes={"x0": {1: "S"}}, khronos=False),
+]
+
+
+@pytest.mark.parametrize("case", QUANTILE_CASES, ids=str)
+def test_quantile_tract(case, tmp_path):
+    run_case(case, tmp_path, "tract")
+
+
+@pytest.mark.parametrize("q", [1.5, torch.tensor([0.5, -0.1])])
+def test_quantile_refuses_q_out_of_range(q, tmp_path):
+    with pytest.raises(Exception, match="range|in \\[0, 1\\]"):
+        run_case(OpCase("q_bad", lambda x: torch.quantile(x, q, dim=1), [QX]), tmp_path, "tract")
