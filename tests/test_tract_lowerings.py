@@ -239,6 +239,14 @@ MERGED_TILE_CASES = [
     OpCase("expand_reshape_then_conv1x1_dyn",
            lambda x: F.conv2d(x[:, :, :, None].expand(-1, -1, -1, 2, -1).reshape(x.shape[0], 2, -1, 5), W_UP),
            [randn(1, 2, 4, 5)], dynamic_axes={"x0": {2: "H"}}),
+    # the same with the constant on the left: an adaptive pool along the rows (fuzz seed 8936), a
+    # cumsum (a product with a triangle of ones), an einsum with a weight
+    OpCase("nearest_then_adaptive_pool_rows_dyn", lambda x: F.adaptive_avg_pool2d(F.interpolate(x, scale_factor=2), (7, None)),
+           [randn(1, 3, 6, 4)], dynamic_axes={"x0": {3: "S"}}),
+    OpCase("nearest_then_cumsum_dyn", lambda x: F.interpolate(x, scale_factor=2).cumsum(-1),
+           [randn(1, 2, 4, 5)], dynamic_axes={"x0": {2: "H"}}),
+    OpCase("nearest_then_einsum_dyn", lambda x: torch.einsum("bchw,dw->bchd", F.interpolate(x, scale_factor=2), W_LIN),
+           [randn(1, 2, 4, 5)], dynamic_axes={"x0": {2: "H"}}),
     # the fuzz case itself: a dynamic slice of one row, upsampled, then a 1x1 conv with a bias
     OpCase("last_row_nearest_then_conv1x1_dyn",
            lambda x: F.conv2d(F.interpolate(x[:, :, x.shape[2] - 1:], scale_factor=2), W_UP, torch.ones(3)),

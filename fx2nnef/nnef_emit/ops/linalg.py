@@ -345,6 +345,8 @@ def _contract(ctx: EmitContext, a: Value, sa: str, b: Value, sb: str, keep: str,
     a = _regroup(ctx, _permute(ctx, a, sa, batch + left + inner), len(batch), (merged[left], merged[inner]))
     b = _regroup(ctx, _permute(ctx, b, sb, batch + inner + right), len(batch), (merged[inner], merged[right]))
     lead = tuple(size[c] for c in batch)
+    if ctx.target == "tract" and (a.is_constant or b.is_constant):  # a product with weights
+        a, b = merged_tile_made_opaque(ctx, a), merged_tile_made_opaque(ctx, b)
     y = ctx.op("matmul", a, b, transposeA=False, transposeB=False, out_shape=lead + (merged[left], merged[right]))
     return _regroup(ctx, y, len(batch), tuple(size[c] for c in left + right)), batch + left + right
 
@@ -391,6 +393,8 @@ def einsum_tract(ctx: EmitContext, equation: str, *operands):
 
 
 def _tract_einsum(ctx: EmitContext, operands: list, expr: str, dtype: DType, shape: tuple) -> Value:
+    if any(v.is_constant for v in operands):  # a product with weights
+        operands = [merged_tile_made_opaque(ctx, v) for v in operands]
     return ctx.op("tract_core_einsum", operands, expr=expr, acc=TRACT_DATUM[dtype], out_dtype=dtype, out_shape=shape)
 
 
