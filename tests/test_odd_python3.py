@@ -192,3 +192,55 @@ def test_a_floor_division_fitted_from_probe_runs_is_checked_at_farther_sizes(tmp
     model = FnModule(f)
     out = _export(model, [randn(2, 11)], tmp_path, {"x": {1: "S"}}, ["x"])
     tract_matches_eager(out, model, [[randn(2, s, seed=s)] for s in (20, 27, 30, 34, 61)])
+
+
+class _ViewOrReshape(nn.Module):
+    """``try: t.view(...) except RuntimeError:`` around a transpose: the view fails at the example
+    and works where the transposed axis has one item (S=1), where the model takes the other path."""
+
+    def forward(self, x):
+        t = x.transpose(1, 2)
+        try:
+            return t.view(t.shape[0], -1)
+        except RuntimeError:
+            return t.reshape(t.shape[0], -1) + 1
+
+
+class _OnLayout(nn.Module):
+    """A branch on ``is_contiguous()``: a transpose is contiguous when the moved axis has one item."""
+
+    def forward(self, x):
+        t = x.transpose(1, 2)
+        return t * 2 if t.is_contiguous() else t + 1
+
+
+class _LayoutNoMatter(nn.Module):
+    """``contiguous()`` only when needed: the same values either way."""
+
+    def forward(self, x):
+        t = x.transpose(1, 2)
+        if not t.is_contiguous():
+            t = t.contiguous()
+        return t.reshape(t.shape[0], -1) * 3
+
+
+@pytest.mark.parametrize("model", [_ViewOrReshape, _OnLayout], ids=["caught_failure", "is_contiguous"])
+def test_decision_on_the_layout_bounds_the_range(model, tmp_path):
+    """Whether a view fails, or a tensor is contiguous, follows the sizes: the decision is a shape
+    guard, and the sizes where it differs (S=1) are outside the range, not silently exported with
+    the example's branch."""
+    m = model()
+    r = fx2nnef.export(m, (randn(2, 5, 4),), tmp_path / "a.nnef.tgz", input_names=["x"],
+                       target=fx2nnef.TractNNEF(dynamic_axes={"x": {1: "S"}}))
+    assert r.ranges["S"].lo == 2 and r.ranges["S"].hi is None, r.ranges
+    assert [g.kind for g in r.guards] == ["shape"] and r.guards[0].status == "bounds", r.guards
+    tract_matches_eager(r.path, m, [[randn(2, s, 4, seed=s)] for s in (2, 3, 9)])
+
+
+def test_decision_on_the_layout_that_changes_nothing_keeps_every_size(tmp_path):
+    m = _LayoutNoMatter()
+    r = fx2nnef.export(m, (randn(2, 5, 4),), tmp_path / "a.nnef.tgz", input_names=["x"],
+                       target=fx2nnef.TractNNEF(dynamic_axes={"x": {1: "S"}}))
+    assert not r.ranges, r.ranges
+    assert [g.kind for g in r.guards] == ["shape"], r.guards
+    tract_matches_eager(r.path, m, [[randn(2, s, 4, seed=s)] for s in (1, 2, 9)])

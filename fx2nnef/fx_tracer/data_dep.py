@@ -13,10 +13,21 @@ from ..errors import TraceError
 from .padded import padded_nonzero
 from .structures import same_value
 
-_SHAPE_QUERIES = {"size", "dim", "numel", "nelement", "ndimension"}
+_SHAPE_QUERIES = {"size", "dim", "numel", "nelement", "ndimension", "is_contiguous"}
+# calls whose failure can follow the data (a matrix that is not positive definite), not only the
+# shapes: whether they fail on other inputs is a decision on data (see tracer.call_fails)
+_FAILING_ON_DATA = ("cholesky", "inv", "solve", "lu", "eig", "svd", "lstsq", "item", "tolist", "nonzero",
+                    "multinomial", "bincount", "assert", "check")
 # ops whose result depends only on the shape/dtype of their tensor arguments, not on their data
 _META_METHODS = {"new_zeros", "new_ones", "new_full", "new_empty"}
 _META_FUNCTIONS = {torch.zeros_like, torch.ones_like, torch.full_like, torch.empty_like, padded_nonzero}
+
+
+def _failing_name(key) -> str:
+    from .tracer import _FAILING_TARGETS
+
+    target = _FAILING_TARGETS[key] if isinstance(key, int) and key < len(_FAILING_TARGETS) else None
+    return f"{getattr(target, '__module__', '') or ''}.{getattr(target, '__name__', '')}"
 
 
 def is_shape_query(n: fx.Node) -> bool:
@@ -26,6 +37,10 @@ def is_shape_query(n: fx.Node) -> bool:
     if n.op == "call_function":
         if n.target in _META_FUNCTIONS:
             return True
+        if getattr(n.target, "__name__", None) == "call_fails" and len(n.args) > 1:
+            # whether a call fails: on the shapes (a view of a transpose), unless it can fail on data
+            name = n.args[1] if isinstance(n.args[1], str) else _failing_name(n.args[1])
+            return not any(k in name.lower() for k in _FAILING_ON_DATA)
         return n.target is getattr and n.args[1] in ("shape", "dtype", "device", "ndim")
     return False
 

@@ -376,14 +376,29 @@ class _Runner(_Reusing):
         return value
 
     def call_function(self, target, args, kwargs):
+        from .tracer import call_fails
+
+        if target is call_fails and _symbolic_args(args, kwargs):
+            raise ReplayUnavailable("whether a call the model catches fails at other sizes has no symbolic form")
         alt = _symbolic_function(target, args)
         return alt(*args, **kwargs) if alt is not None else super().call_function(target, args, kwargs)
 
     def call_method(self, target, args, kwargs):
+        if target == "is_contiguous" and _symbolic_args(args, kwargs):
+            raise ReplayUnavailable("a decision on the memory layout (is_contiguous) has no symbolic form")
         if target in _NUMBER_OF and args and isinstance(args[0], (torch.SymInt, torch.SymFloat, int, float)):
             return _NUMBER_OF[target](args[0])  # a size divided with torch.div (see _scalar_division)
         alt = _SYMBOLIC_METHODS.get(target) if args and isinstance(args[0], torch.Tensor) else None
         return alt(*args, **kwargs) if alt is not None else super().call_method(target, args, kwargs)
+
+
+def _symbolic_args(args, kwargs) -> bool:
+    """Whether a tensor among ``args``/``kwargs`` has a size or stride that follows a symbol."""
+    for a in list(args) + list(kwargs.values()):
+        if isinstance(a, torch.Tensor) and any(isinstance(d, torch.SymInt) and not isinstance(d.node.maybe_as_int(), int)
+                                               for d in tuple(a.shape) + tuple(a.stride())):
+            return True
+    return False
 
 
 _NUMBER_OF = {"item": lambda v: v, "__index__": lambda v: v, "__int__": int, "__float__": float,

@@ -25,7 +25,7 @@ _STATIC_TENSOR_ATTRS = {
 }
 # methods answered from the example value (no symbolic meaning, or a guard)
 _STATIC_TENSOR_METHODS = {
-    "dim", "is_floating_point", "is_complex", "is_contiguous", "get_device", "element_size",
+    "dim", "is_floating_point", "is_complex", "get_device", "element_size",
     "data_ptr", "is_signed", "ndimension", "storage_offset",
     "is_inference", "untyped_storage", "stride",
 }

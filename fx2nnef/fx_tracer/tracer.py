@@ -81,6 +81,34 @@ def _eager_failure(exc: Exception, message: str) -> TraceError:
         return TraceError(message)
 
 
+_FAILING_TARGETS: list = []  # the targets of calls that failed while tracing (see call_fails)
+
+
+def _failing_key(target) -> object:
+    """``target`` as an argument fx can hold: a method name as it is, a function by its index in
+    ``_FAILING_TARGETS``."""
+    if isinstance(target, str):
+        return target
+    for i, t in enumerate(_FAILING_TARGETS):
+        if t is target:
+            return i
+    _FAILING_TARGETS.append(target)
+    return len(_FAILING_TARGETS) - 1
+
+
+def call_fails(kind: str, key, *args, **kwargs) -> bool:
+    """Whether the call (a method name, or a function of ``_FAILING_TARGETS``) raises on these
+    arguments: a graph node for a decision the model took on a failure."""
+    try:
+        if kind == "call_method":
+            getattr(args[0], key)(*args[1:], **kwargs)
+        else:
+            _FAILING_TARGETS[key](*args, **kwargs)
+    except Exception:  # noqa: BLE001 - any failure is the answer
+        return True
+    return False
+
+
 def _may_call_modules(kind, target) -> bool:
     """Whether running ``target`` on concrete values may call an ``nn.Module`` (or read one's
     attributes), so that torch.fx's patches of ``Module.__call__``/``__getattr__`` must be
@@ -245,12 +273,33 @@ class CustomTracer(fx.Tracer):
             padded = padded_failure(args, kwargs, what, f" at {loc}: {loc.code}" if loc and loc.code else "")
             if padded is not None:  # the example runs; the listed coordinates are not the model's
                 raise padded from exc
+            if kind in ("call_function", "call_method"):
+                self._record_failure(kind, target, args, kwargs, exc, what)
             raise _eager_failure(
                 exc, f"running '{what}' on the example inputs failed{' at ' + str(loc) if loc else ''}"
                 f"{': ' + loc.code if loc and loc.code else ''}: {type(exc).__name__}: {exc}. "
                 "Check that the model runs eagerly on these example inputs."
             ) from exc
         raise TraceError(f"unknown node kind {kind!r}")
+
+    def _record_failure(self, kind, target, args, kwargs, exc, what) -> None:
+        """A call that fails on the example may be caught by the model (``try: t.view(...) except
+        RuntimeError: ...``), whose other path then depends on the failure: a decision, on the
+        sizes when the inputs are (a view fails on a transpose, except with an axis of 1). It is
+        recorded as a node telling whether the call fails, with a guard, so that the probes see
+        where it stops failing. A failure nothing catches ends the trace: the node goes with it."""
+        try:
+            node = self.create_node("call_function", call_fails, self.create_arg((kind, _failing_key(target)) + tuple(args)),
+                                    self.create_arg(kwargs))
+        except Exception:  # noqa: BLE001 - arguments fx cannot hold: the failure is only an error
+            return
+        node.meta["value"] = True
+        node.meta["source"] = user_frame_location()
+        proxy = CustomProxy(node, self)
+        proxy.__dict__["value"] = True
+        self._record_guard(proxy, "bool", True, f"'{what}' fails on the example ({type(exc).__name__}), a failure "
+                           "the model may catch")
+        self._guards_seen = len(self.guards)
 
     def call_method(self, root: CustomProxy, name: str, args, kwargs):
         v = root.value
@@ -259,6 +308,10 @@ class CustomTracer(fx.Tracer):
                 return self.size_tuple(root)
             if name in _STATIC_TENSOR_METHODS:
                 return getattr(v, name)(*_unwrap(args), **_unwrap(kwargs))
+            if name == "is_contiguous":
+                # the layout follows the sizes (a transpose with an axis of 1 is contiguous): a
+                # decision on the shapes, recorded and probed as any other
+                return self.guard(self.create_proxy("call_method", name, (root,) + tuple(args), kwargs), bool, "bool")
             if name == "item" and self.forced is not None and self._on_data(root):
                 return self.create_proxy("call_method", "reshape", (root, ()), {})
             if name == "item" and not args and not kwargs:
