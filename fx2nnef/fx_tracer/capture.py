@@ -49,6 +49,7 @@ class Capture:
     runner: Optional["ModelRunner"] = None
     runs: dict = dataclasses.field(default_factory=dict)  # graph_runs, eager_runs: real forward passes of the capture
     random_draws: list = dataclasses.field(default_factory=list)  # RandomDraw: the forward's random draws
+    dynamic_axes: dict = dataclasses.field(default_factory=dict)  # input name -> {axis: symbol}, validated
     _reference: Optional[list] = None
 
     @property
@@ -68,6 +69,24 @@ class Capture:
             return [CheckCase(label, ins, outs) for label, ins, outs in self.reference]
         overrides = self.runner.overrides(stored)
         return [CheckCase(label, ins, self.runner.run(ins, overrides)) for label, ins, _ in self.reference]
+
+    def distinct_case(self, case: CheckCase, stored: Sequence[Value] = ()) -> Optional[CheckCase]:
+        """``case`` at the same sizes on inputs without the ties its sizes made, with the model's
+        outputs for them (read with the ``stored`` values as in :meth:`check_cases`): the float
+        inputs grown past the example by repeating its data get their copies perturbed
+        (:func:`distinct_inputs`). None when no float input was grown (nothing was repeated) or
+        the model refuses the new values. Run only to check again a case that failed on positions
+        picked among equal items (topk's or sort's indices): torch and tract may pick others."""
+        if self.runner is None:
+            return None
+        inputs = distinct_inputs(case.inputs, self.example_inputs, self.input_names, self.dynamic_axes)
+        if inputs is None:
+            return None
+        try:
+            expected = self.runner.run(inputs, self.runner.overrides(stored))
+        except Exception:  # noqa: BLE001 - the model refuses these values: no re-check
+            return None
+        return CheckCase(case.label, inputs, expected)
 
     def owns_parameter(self, value: Value) -> bool:
         """Whether ``value`` holds a parameter of the model that :meth:`check_cases` can replace."""
@@ -122,6 +141,38 @@ class ModelRunner:
         with torch.no_grad(), (overrides or contextlib.nullcontext()), module_state_kept(self.model):
             out = run_eagerly(lambda: self.model(*a, **k))
         return [to_numpy(t) for _, t in structures.flatten(out, "")]
+
+
+_TIE_SEED = 20261
+_TIE_SCALE = 0.05  # of the example's standard deviation: far above float rounding, near the data
+
+
+def distinct_inputs(inputs: list, example: list, names: list, dynamic_axes: dict) -> Optional[list]:
+    """``inputs`` (numpy, at check sizes) with the items of each float input that lie past the
+    example's length on a grown dynamic axis moved by a small random amount (a fixed seed, 5% of
+    the example's standard deviation): the copies of the example's data that :func:`~.probe.resize`
+    repeated there, which tie with the items they copy, become distinct. The example's own items,
+    integer and bool inputs stay as they are. None when no float input was grown."""
+    out, changed = [], False
+    for k, (x, e, name) in enumerate(zip(inputs, example, names)):
+        x = np.asarray(x)
+        grown = [(a, e.shape[a]) for a in dynamic_axes.get(name, {}) if x.shape[a] > e.shape[a] > 0]
+        if not grown or x.dtype.kind != "f" or not x.size:
+            out.append(x)
+            continue
+        mask = np.zeros(x.shape, dtype=bool)
+        for a, n in grown:
+            shape = [1] * x.ndim
+            shape[a] = x.shape[a]
+            mask |= (np.arange(x.shape[a]) >= n).reshape(shape)
+        values = e.detach().float().numpy() if isinstance(e, torch.Tensor) else np.asarray(e, dtype=np.float32)
+        values = values[np.isfinite(values)]
+        std = float(values.std()) if values.size else 0.0
+        scale = _TIE_SCALE * (std if std > 0 else max(abs(float(values.mean())) if values.size else 0.0, 1.0))
+        noise = np.random.default_rng(_TIE_SEED + k).standard_normal(x.shape) * scale
+        out.append(np.where(mask, x.astype(np.float64) + noise, x).astype(x.dtype))
+        changed = True
+    return out if changed else None
 
 
 def default_input_names(model, args: tuple, kwargs: dict) -> list:
@@ -287,7 +338,7 @@ def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_na
     if RUNS.shapes:
         runs["shapes"] = RUNS.shapes  # seconds of the trace spent on symbolic shapes
     return Capture(graph, names, tensors, cases, list(trace.control_flow) + notes, list(trace.control_flow),
-                   runner, runs, random_draws=list(draws))
+                   runner, runs, random_draws=list(draws), dynamic_axes=dyn)
 
 
 def _ident(name: str) -> str:

@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 
-from ..ir import Graph
+from ..ir import CheckCase, Graph
 from .tolerance import compare_outputs
 
 
@@ -14,6 +15,7 @@ from .tolerance import compare_outputs
 class CheckReport:
     engine: str
     cases: list  # (label, list[OutputDiff])
+    notes: list = dataclasses.field(default_factory=list)  # how a case was checked besides the plain comparison
 
     @property
     def ok(self) -> bool:
@@ -68,10 +70,81 @@ class InferenceTarget:
         if not self.check_io:
             return None
         outputs = self.run(asset, [c.inputs for c in cases])
-        return CheckReport(self.engine, [(c.label, compare_outputs(output_names, c.expected, got, self.check_io_tolerance,
-                                                                   half=half_outputs))
+        return CheckReport(self.engine, [(c.label, self.compare(output_names, c.expected, got, half_outputs))
                                          for c, got in zip(cases, outputs)])
+
+    def compare(self, output_names: list, expected: list, got: list, half_outputs: Sequence[bool] = ()) -> list:
+        """The OutputDiffs of the engine's outputs ``got`` against ``expected``, at this target's level."""
+        return compare_outputs(output_names, expected, got, self.check_io_tolerance, half=half_outputs)
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
         return f"{type(self).__name__}({fields})"
+
+
+@dataclasses.dataclass
+class TieRecheck:
+    """What :func:`recheck_ties` needs: which outputs are computed from positions an ordering op
+    picked (topk's or sort's indices, argmax, ...), and how a case is made again on distinct values.
+
+    ``from_indices[i]``: output i is computed from such positions. ``distinct(case)``: the case at
+    the same sizes with the float inputs its sizes were grown on made distinct (the copies of the
+    example perturbed), with the model's outputs for them; None when nothing was grown (no ties
+    were made) or the model refuses them."""
+
+    from_indices: Sequence[bool]
+    distinct: Callable[[CheckCase], Optional[CheckCase]]
+
+
+TIES_NOTE = ("differed only where the inputs, grown by repeating the example's values, hold equal items "
+             "(ties: torch orders them in no fixed order, tract picks the lower position)")
+
+
+def _only_on_indices(diffs: list, from_indices: Sequence[bool]) -> bool:
+    """Whether every failing output of a case is computed from picked positions and differs in
+    its values only (not in shape, dtype or count)."""
+    failing = [(i, d) for i, d in enumerate(diffs) if not d.ok]
+    return bool(failing) and all(
+        i < len(from_indices) and from_indices[i] and not math.isnan(d.max_abs) and "dtype differs" not in d.note
+        for i, d in failing)
+
+
+def recheck_ties(report: CheckReport, cases: list, ties: TieRecheck, run: Callable[[list], list],
+                 compare: Callable[[CheckCase, list], list]) -> CheckReport:
+    """``report`` with each failing case whose failures are all on outputs computed from picked
+    positions (:func:`_only_on_indices`) checked once more on distinct values: the check sizes
+    above the example repeat its data, and on equal items torch and tract may rightly pick other
+    positions. When the engine (``run``: input sets -> output lists, one engine run for all)
+    then gives the model's outputs (``compare``: case, engine outputs -> OutputDiffs), the case
+    passes with the diffs of the distinct values and a note; otherwise its first failure stands,
+    noted as checked again. Nothing runs when no case qualifies."""
+    rechecks = {}
+    for k, ((label, diffs), case) in enumerate(zip(report.cases, cases)):
+        if not _only_on_indices(diffs, ties.from_indices):
+            continue
+        other = ties.distinct(case)
+        if other is not None:
+            rechecks[k] = other
+    if not rechecks:
+        return report
+    try:
+        outputs = run([c.inputs for c in rechecks.values()])
+    except Exception:  # noqa: BLE001 - no re-check: the first failure stands
+        return report
+    new_cases, notes = list(report.cases), list(report.notes)
+    for (k, other), got in zip(rechecks.items(), outputs):
+        label, diffs = report.cases[k]
+        again = compare(other, got)
+        if all(d.ok for d in again):
+            names = ", ".join(d.name for d in diffs if not d.ok)
+            new_cases[k] = (label, [d if old.ok else dataclasses.replace(
+                d, note=f"on the repeated inputs {old.note.split('; ')[0]}, only at ties; equal on distinct values")
+                for d, old in zip(again, diffs)])
+            notes.append(f"[{label}] {names} {TIES_NOTE}; checked again at the same sizes on distinct values "
+                         "(the grown copies perturbed), where the engine gives PyTorch's outputs")
+        else:
+            still = ", ".join(d.name for d in again if not d.ok)
+            new_cases[k] = (label, [d if d.ok else dataclasses.replace(
+                d, note=f"{d.note}; checked again on distinct values (ties broken): {still} differ there too")
+                for d in diffs])
+    return CheckReport(report.engine, new_cases, notes)

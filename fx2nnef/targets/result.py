@@ -76,6 +76,7 @@ class ExportResult:
             for label, diffs in self.check.cases:
                 lines.append(f"    [{label}]")
                 lines += ["      " + l for l in format_diffs(diffs).splitlines()]
+            lines += [f"    note: {n}" for n in self.check.notes]
         else:
             lines.append("  check: not run (check_io=False)")
         if self.ranges:
