@@ -267,3 +267,34 @@ def test_interpolate_to_a_size_without_a_form_is_refused(tmp_path):
     model = fn(lambda x: F.interpolate(x, scale_factor=0.7, mode="nearest"))
     with pytest.raises((UnsupportedOpError, fx2nnef.TraceError), match="size"):
         export_dynamic(model, [(1, 3, 20, 17)], tmp_path)
+
+
+class _UNetUp(nn.Module):
+    """A U-Net step: a stride-2 conv down, then ConvTranspose2d(..., output_size=skip.shape[-2:]),
+    whose output padding is (H + 1) % 2 rows (and W's): it follows the sizes."""
+
+    def __init__(self, kernel=3, stride=2):
+        super().__init__()
+        self.down = nn.Conv2d(3, 4, kernel, stride=stride, padding=1)
+        self.up = nn.ConvTranspose2d(4, 3, kernel, stride=stride, padding=1)
+
+    def forward(self, x):
+        return self.up(torch.relu(self.down(x)), output_size=x.shape[-2:]) + x
+
+
+@pytest.mark.parametrize("kernel,stride", [(3, 2), (4, 3)])
+def test_conv_transpose_to_the_size_of_a_skip(kernel, stride, tmp_path):
+    """Every size, odd and even (and each residue of a stride of 3): no range but the model's own
+    refusals (a 4x4 kernel of stride 3 leaves nothing of H=1)."""
+    m = _UNetUp(kernel, stride)
+    r = check_sizes(m, [(1, 3, 8, 7)], one((9, 6), (5, 5), (12, 13), (10, 11), n=1), tmp_path)
+    assert all("the model refuses" in str(rng) and rng.hi is None and rng.step == 1 for rng in r.ranges.values()), r.ranges
+
+
+def test_conv_transpose1d_to_the_size_of_a_skip(tmp_path):
+    down, up = nn.Conv1d(2, 4, 3, stride=2, padding=1), nn.ConvTranspose1d(4, 2, 3, stride=2, padding=1)
+    m = FnModule(lambda x: up(down(x), output_size=x.shape[-1:]) * x)
+    r = fx2nnef.export(m, (randn(2, 2, 9),), tmp_path / "a.nnef.tgz", input_names=["x"],
+                       target=fx2nnef.TractNNEF(dynamic_axes={"x": {2: "T"}}))
+    assert r.check.ok and not r.ranges, r.ranges
+    tract_matches_eager(r.path, m, [[randn(2, 2, t, seed=t)] for t in (2, 3, 10, 17)])

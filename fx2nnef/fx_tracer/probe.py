@@ -725,6 +725,8 @@ def _signature(rep: Replay, guards: list, data_dep: set):
         ev = rep.guard_values.get(g.node)
         if ev is None:
             raise ReplayUnavailable(f"the decision {g.text} has no symbolic form")
+        if g.op in _NUMBER_GUARDS and g.consumed:
+            continue  # read by torch's argument parser for a call the graph records with the traced number
         if g.op in _NUMBER_GUARDS:
             # a size taken as a Python number (len(x)) differs at every other size, and what the
             # code decides with it is out of sight (``if len(x) > 7`` changes at 8, not at the

@@ -12,7 +12,7 @@ from typing import Optional, Sequence
 import torch
 
 from ...errors import EmitError
-from ...ir import Value
+from ...ir import SymDim, Value
 from ..context import EmitContext
 from ..helpers import producer, rank, tiled_from
 from ..registry import register
@@ -20,12 +20,14 @@ from .linalg import merged_tile_made_opaque
 from .shape import slice_axes
 
 
-def ntuple(v, n: int, what: str) -> list:
-    """An int or a sequence as a list of ``n`` ints (torch's ``_ntuple``)."""
-    items = [v] * n if isinstance(v, int) else list(v)
+def ntuple(v, n: int, what: str, sizes: bool = False) -> list:
+    """An int or a sequence as a list of ``n`` ints (torch's ``_ntuple``); with ``sizes``, items may
+    also be sizes computed from the dynamic ones (SymDim)."""
+    kinds = (int, SymDim) if sizes else int
+    items = [v] * n if isinstance(v, kinds) else list(v)
     if len(items) == 1 and n > 1:
         items = items * n
-    if len(items) != n or not all(isinstance(i, int) for i in items):
+    if len(items) != n or not all(isinstance(i, kinds) for i in items):
         raise EmitError(f"{what} must be an int or {n} ints, got {v!r}")
     return items
 
@@ -152,14 +154,24 @@ def _deconv(ctx: EmitContext, input: Value, filter: Value, bias, stride, padding
     """
     x, unbatched = add_batch(ctx, input, n)
     stride, dilation = ntuple(stride, n, "stride"), ntuple(dilation, n, "dilation")
-    extra = ntuple(output_padding, n, "output_padding")
+    extra = ntuple(output_padding, n, "output_padding", sizes=True)
+    shape = node_shape(ctx, int(unbatched))
+    # an output padding that follows the sizes (ConvTranspose2d(..., output_size=skip.shape[-2:]), a
+    # U-Net's decoder: (H + 1) % 2 rows after a stride-2 conv) is the largest torch allows, then the
+    # rows past the traced output size are cut: the rows before them do not depend on it
+    cut = [i for i, e in enumerate(extra) if not isinstance(e, int)]
+    if cut and shape is None:
+        ctx.fail("a transposed convolution whose output padding follows a dynamic size needs its output shape")
+    extra = [max(s, d) - 1 if i in cut else e for i, (e, s, d) in enumerate(zip(extra, stride, dilation))]
     pads = [(p, p - e) for p, e in zip(ntuple(padding, n, "padding"), extra)]
     late_bias = bias is not None and any(after < 0 for _, after in pads)
-    shape = node_shape(ctx, int(unbatched))
+    full = shape if not cut else tuple(None if i - 2 in cut else d for i, d in enumerate(shape))
     y = ctx.op("deconv", x, filter, 0.0 if late_bias else bias_operand(ctx, bias), border="constant", padding=pads,
-               stride=stride, dilation=dilation, groups=groups, out_shape=shape)
+               stride=stride, dilation=dilation, groups=groups, out_shape=full)
     if late_bias:
-        y = ctx.op("add", y, channel_bias(ctx, bias, n), out_shape=shape)
+        y = ctx.op("add", y, channel_bias(ctx, bias, n), out_shape=full)
+    if cut:
+        y = slice_axes(ctx, y, [(2 + i, 0, shape[2 + i], 1) for i in cut])
     return drop_batch(ctx, y, unbatched)
 
 
