@@ -16,7 +16,7 @@ import torch
 
 from ...ir import DType, SymDim, Value
 from ..context import EmitContext
-from ..helpers import cast, compare, dims_list, ew, opaque, select, un, unsqueeze_to
+from ..helpers import cast, compare, dims_list, ew, opaque, producer, select, un, unsqueeze_to
 from ..registry import register
 
 
@@ -65,6 +65,27 @@ def range_length(start, end, step):
     return (end - start) if step == 1 else (start - end) if step == -1 else None
 
 
+def _text(v) -> str:
+    return "<computed>" if isinstance(v, Value) else str(v)
+
+
+def _reads_tensor_data(ctx: EmitContext, v: Value) -> bool:
+    """Whether ``v`` is computed from the items of a graph input (not only from its sizes)."""
+    todo, seen = [v], set()
+    while todo:
+        w = todo.pop()
+        if id(w) in seen or w.is_constant:
+            continue
+        seen.add(id(w))
+        st = producer(ctx, w)
+        if st is None or st.op in ("external", "tract_core_external"):
+            return True
+        if st.op == "tract_core_shape_of":
+            continue
+        todo += [a for a in st.args if isinstance(a, Value)]
+    return False
+
+
 @register(torch.arange)
 def arange(ctx: EmitContext, start=0, end=None, step=1, *, out=None, dtype: Optional[DType] = None,
            layout=None, device=None, pin_memory=False, requires_grad=False):
@@ -72,7 +93,13 @@ def arange(ctx: EmitContext, start=0, end=None, step=1, *, out=None, dtype: Opti
     if end is None:
         start, end = 0, start
     bounds = (start, end, step)
-    if any(isinstance(v, Value) for v in bounds):
+    computed = [v for v in bounds if isinstance(v, Value)]
+    if computed and not any(_reads_tensor_data(ctx, v) for v in computed):
+        ctx.fail(f"torch.arange with a bound or step computed from sizes ({_text(start)}, {_text(end)}, "
+                 f"{_text(step)}): its number of items, ceil((end - start) / step), is a float computation "
+                 "the exporter cannot carry exactly at every size (1.0 / S rounds, and the count is not "
+                 "always S); use integer steps (torch.arange(S) / S)")
+    if computed:
         ctx.fail("torch.arange with bounds read from tensor data gives a data-dependent shape; "
                  "use sizes (x.shape[i]) or Python numbers")
     if any(isinstance(v, float) and not v.is_integer() for v in bounds):
@@ -236,21 +263,34 @@ def linspace(ctx: EmitContext, start, end, steps, *, out=None, dtype: Optional[D
     """linspace(Scalar start, Scalar end, int steps, *, ScalarType? dtype=None, ...) -> Tensor
 
     ``steps`` evenly spaced values from ``start`` to ``end``, both included, computed as torch
-    does: from the start for the first half, from the end for the second."""
+    does in float32: ``start + i * step`` for the first half, ``end - (steps - 1 - i) * step`` for
+    the second, ``step = (end - start) / (steps - 1)``; one step gives ``[start]``. ``steps``,
+    ``start`` and ``end`` may be dynamic sizes (``linspace(0, S, S + 1)``)."""
     if any(isinstance(v, Value) for v in (start, end)):
-        ctx.fail("torch.linspace with bounds read from tensor data is not supported; use Python numbers")
+        ctx.fail("torch.linspace with bounds read from tensor data is not supported; use Python numbers or sizes")
+    if isinstance(steps, Value):
+        ctx.fail("torch.linspace with a number of steps read from tensor data gives a data-dependent shape; "
+                 "use a size (x.shape[i]) or a Python int")
     dtype = dtype or DType.F32
     n = steps
     idx = ctx.call("nnef.range", 0, n, 1, DType.F32, (n,))
     count = cast(ctx, dim_tensor(ctx, n, DType.I64), DType.F32)
 
+    def bound(v):
+        return cast(ctx, dim_tensor(ctx, v, DType.I64), DType.F32) if isinstance(v, SymDim) else float(v)
+
+    lo, hi = bound(start), bound(end)
     # the step (end - start) / (n - 1), as a 1-item tensor when n is a dynamic size (n = 1: 0)
     gaps = ew(ctx, "max", ew(ctx, "sub", count, 1.0), 1.0)
-    step = ew(ctx, "div", float(end) - float(start), gaps)
-    first = ew(ctx, "add", ew(ctx, "mul", idx, step), float(start))
-    last = ew(ctx, "sub", float(end), ew(ctx, "mul", ew(ctx, "sub", ew(ctx, "sub", count, 1.0), idx), step))
+    span = ew(ctx, "sub", hi, lo) if isinstance(hi, Value) or isinstance(lo, Value) else hi - lo
+    step = ew(ctx, "div", span, gaps)
+    first = ew(ctx, "add", ew(ctx, "mul", idx, step), lo)
+    last = ew(ctx, "sub", hi, ew(ctx, "mul", ew(ctx, "sub", ew(ctx, "sub", count, 1.0), idx), step))
     half = cast(ctx, dim_tensor(ctx, n // 2 if isinstance(n, int) else SymDim.floordiv(n, 2), DType.I64), DType.F32)
     y = select(ctx, compare(ctx, "lt", idx, half), first, last)
+    if not (isinstance(n, int) and n != 1):
+        # torch fills [start] for one step (the halves above would give [end])
+        y = select(ctx, compare(ctx, "eq", count, 1.0), lo, y)
     return cast(ctx, y, dtype) if dtype is not DType.F32 else y
 
 

@@ -13,7 +13,7 @@ import torch
 
 from ...errors import EmitError
 from ...ir import DType, SymDim, Value, product, simplify
-from ...ir.dims import exact_quotient
+from ...ir.dims import exact_quotient, substitute
 from ..context import EmitContext
 from ..helpers import axes, axis, cast, dims_list, ew, opaque, producer, rank, result_dtype, tiled_from, unsqueeze_to
 from ..registry import register
@@ -85,7 +85,45 @@ def reshape_to(ctx: EmitContext, x: Value, sizes: list) -> Value:
             # of T). Elsewhere -1 stays: tract's volume holds for every size, while a shape of the
             # IR may hold only within the exported range (one chunk of a sequence of at most 16)
             sizes = list(out_shape)
+    if _volumes_differ(ctx, x.shape, out_shape):
+        return _reshape_by_gather(ctx, x, out_shape)
     return ctx.op("reshape", x, shape=sizes, out_shape=out_shape, out_dtype=x.dtype)
+
+
+def _volumes_differ(ctx: EmitContext, in_shape, out_shape) -> bool:
+    """Whether the two shapes' volumes differ as tract sees them, as polynomials with floor
+    divisions taken as symbols, though equal at every size the model runs at: ``[B, S, 4]`` and
+    ``[(B*S)/2, 8]``. A symbol the export steps (``H = 4*H_4``) is written so first, as tract
+    reads it: ``(H)/4`` is then ``H_4``."""
+    if in_shape is None or out_shape is None or None in in_shape or None in out_shape:
+        return False
+    stepped = {r.symbol: r.step * SymDim.symbol(f"{r.symbol}~{r.step}") + r.rest % r.step
+               for r in getattr(ctx, "ranges", {}).values() if r.step > 1}
+    diff = substitute(simplify(product(in_shape) - product(out_shape)), stepped)
+    # only where a floor division is involved: other shapes keep the reshape (and its -1)
+    return isinstance(diff, SymDim) and bool(diff.symbols - diff.input_symbols)
+
+
+def _reshape_by_gather(ctx: EmitContext, x: Value, out_shape: tuple) -> Value:
+    """``x`` reshaped to ``out_shape`` as a gather from its flattened items at the row-major
+    positions of ``out_shape``.
+
+    NOTE: tract 0.23.9 proves at load that a reshape keeps the volume, and cannot when a size is a
+    floor division (``4*B*S`` against ``8*((B*S)/2)``: "Reshape: ... should be equal to ..."); a
+    -1 there does not help (it computes ``4*B*S / 8`` as ``B*S``). A gather has no such check."""
+    flat = ctx.op("reshape", x, shape=[-1], out_shape=(simplify(product(x.shape)),), out_dtype=x.dtype)
+    idx = None
+    for k, d in enumerate(out_shape):
+        pos = ctx.call("nnef.range", 0, d, 1, DType.I64, (d,))
+        if idx is None:
+            idx = pos
+            continue
+        idx = ctx.op("unsqueeze", idx, axes=[k], out_shape=idx.shape + (1,), out_dtype=DType.I64)
+        size = d if isinstance(d, int) else ctx.call("nnef.range", d, d + 1, 1, DType.I64, (1,))
+        idx = ew(ctx, "add", ew(ctx, "mul", idx, size), reshape_to(ctx, pos, [1] * k + [d]))
+    if idx is None:  # rank 0
+        return reshape_to(ctx, flat, [])
+    return ctx.call("nnef.gather", flat, idx, 0, tuple(out_shape))
 
 
 def permute_axes(ctx: EmitContext, x: Value, perm: list) -> Value:
