@@ -73,6 +73,9 @@ def scalar_operand(ctx: EmitContext, x, dtype: DType):
         return v
     if dtype.is_float and not isinstance(x, bool):
         return float(x)
+    if dtype.is_int and isinstance(x, (int, np.integer)) and not isinstance(x, bool):
+        # wraps as torch does (``u8_tensor + 300`` adds 44); numpy refuses an out-of-range int
+        return ctx.const(np.array(int(x), dtype=np.int64).astype(dtype.numpy_name), dtype)
     return ctx.const(np.array(x, dtype=dtype.numpy_name), dtype)
 
 
@@ -121,26 +124,70 @@ def dims_list(sizes: Sequence) -> list:
     return out
 
 
-def result_dtype(*xs) -> DType:
-    """torch's type promotion on Values and Python numbers (enough for elementwise ops)."""
-    tensors = [x for x in xs if isinstance(x, Value)]
-    order = [DType.BOOL, DType.U8, DType.I8, DType.I16, DType.I32, DType.I64, DType.F16, DType.BF16, DType.F32, DType.F64]
-    if not tensors:  # numbers only (torch.where(c, 1, 0)): torch's default dtype of their kind
-        if any(isinstance(x, float) for x in xs):
+_FLOAT_ORDER = (DType.F16, DType.BF16, DType.F32, DType.F64)
+_SIGNED_ORDER = (DType.I8, DType.I16, DType.I32, DType.I64)
+
+
+def promote_types(a: Optional[DType], b: Optional[DType]) -> Optional[DType]:
+    """torch.promote_types on two dtypes (None stands for no operand): bool gives way to any
+    type, integers to floats; u8 with i8 needs i16 (neither holds the other's range), u8 with a
+    wider signed type is that type; f16 with bf16 is f32."""
+    if a is None or a is b:
+        return b
+    if b is None:
+        return a
+    if a.is_bool or b.is_bool:
+        return b if a.is_bool else a
+    if a.is_float or b.is_float:
+        if not (a.is_float and b.is_float):
+            return a if a.is_float else b
+        if {a, b} == {DType.F16, DType.BF16}:
             return DType.F32
-        return DType.BOOL if all(isinstance(x, bool) for x in xs) else DType.I64
-    best = max((t.dtype for t in tensors if t.rank != 0), key=order.index, default=None)
-    if best is None:
-        best = max((t.dtype for t in tensors), key=order.index)
-    zero_dim = [t.dtype for t in tensors if t.rank == 0]
-    for d in zero_dim:
-        if d.is_float and not best.is_float:
-            best = d
-    if any(isinstance(x, float) for x in xs) and not best.is_float:
-        best = DType.F32
-    if best.is_bool and any(isinstance(x, int) and not isinstance(x, bool) for x in xs):
-        best = DType.I64  # torch: a bool tensor with a Python int gives int64
-    return best
+        return max(a, b, key=_FLOAT_ORDER.index)
+    if DType.U8 in (a, b):
+        other = b if a is DType.U8 else a
+        return DType.I16 if other is DType.I8 else other
+    return max(a, b, key=_SIGNED_ORDER.index)
+
+
+def _combine_categories(higher: Optional[DType], lower: Optional[DType]) -> Optional[DType]:
+    """torch's ``combine_categories``: the operands of a higher priority class (dimensioned
+    tensors over 0-d tensors over Python numbers) decide the dtype unless the lower class is of a
+    higher category (bool < integer < float), or the higher class is bool."""
+    if higher is None:
+        return lower
+    if lower is None or higher.is_float:
+        return higher
+    if higher.is_bool or lower.is_float:
+        return promote_types(higher, lower)
+    return higher
+
+
+def result_dtype(*xs) -> DType:
+    """torch's type promotion (``torch.result_type``) on Values and Python numbers.
+
+    Three classes, each promoted within itself with ``promote_types``: tensors with dimensions,
+    0-d tensors and Python numbers (a bool is bool, an int or a symbolic size i64, a float the
+    default f32). A lower class changes the result only when its category is higher
+    (``u8_tensor + 300`` stays u8, ``i8_tensor + 1.5`` is f32) or the higher one is bool
+    (``bool_tensor + 1`` is i64)."""
+    dims = zero = wrapped = None
+    for x in xs:
+        if isinstance(x, Value):
+            if x.dtype is None:
+                continue
+            if x.rank == 0:
+                zero = promote_types(zero, x.dtype)
+            else:  # an unknown rank counts as dimensioned
+                dims = promote_types(dims, x.dtype)
+        elif isinstance(x, (bool, np.bool_)):
+            wrapped = promote_types(wrapped, DType.BOOL)
+        elif isinstance(x, (int, np.integer, SymDim)):
+            wrapped = promote_types(wrapped, DType.I64)
+        elif isinstance(x, (float, np.floating)):
+            wrapped = promote_types(wrapped, DType.F32)
+    out = _combine_categories(dims, _combine_categories(zero, wrapped))
+    return DType.I64 if out is None else out
 
 
 def producer(ctx: EmitContext, v: Value):

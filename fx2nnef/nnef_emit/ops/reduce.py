@@ -14,7 +14,7 @@ import torch
 
 from ...ir import DType, SymDim, Value, product, simplify
 from ..context import TRACT_DATUM, EmitContext
-from ..helpers import axes, axis, cast, compare, ew, rank, result_dtype, select, to_float, un
+from ..helpers import axes, axis, cast, compare, ew, negative_at, rank, result_dtype, select, to_float, un
 from ..registry import register
 from .shape import concat, expand_to, full_like_value, reshape_to, slice_axis
 
@@ -47,15 +47,42 @@ def reduce(ctx: EmitContext, op: str, x: Value, axes_: list, keepdim: bool = Tru
     """NNEF reduction ``op`` of ``x`` over ``axes_``."""
     if not axes_:
         return x
-    if op == "mean_reduce" and ctx.target == "tract" and _dynamic_count(x, axes_):
+    empty = may_be_empty(ctx, x, axes_) if ctx.target == "tract" and op in _NEUTRAL else []
+    if op == "mean_reduce" and ctx.target == "tract" and (_dynamic_count(x, axes_) or empty):
         # NOTE: tract 0.23.9 takes time exponential in the number of chained ``mean_reduce`` (or
         # divisions by a size) over dynamic axes to load a graph: 3 GroupNorms on dynamic H and W
         # do not load within minutes (Poolformer hung). A sum times the recip of the count, which
-        # is how tract computes the mean itself, loads at once
+        # is how tract computes the mean itself, loads at once (and over no element gives
+        # 0 * inf = NaN, as torch's mean)
         total = reduce(ctx, "sum_reduce", x, axes_, True, out_dtype)
         return squeeze_unless(ctx, divide_by_count(ctx, total, x, axes_), x.shape, axes_, keepdim)
-    y = ctx.op(op, x, axes=axes_, out_dtype=out_dtype or x.dtype, out_shape=reduced_shape(x.shape, axes_, True))
+    source = pad_neutral(ctx, x, empty, _NEUTRAL[op]) if empty else x
+    y = ctx.op(op, source, axes=axes_, out_dtype=out_dtype or x.dtype, out_shape=reduced_shape(x.shape, axes_, True))
     return squeeze_unless(ctx, y, x.shape, axes_, keepdim)
+
+
+# NOTE: tract 0.23.9 panics ("attempt to divide by zero", core/src/ops/nn/reduce.rs) in a sum,
+# product, max or min reduction over an axis of size 0 (``x[:, 4:].sum(1)`` at S = 4); its
+# ``any_reduce`` / ``all_reduce`` give False / True there, as torch. Where an axis may be empty
+# within the export's range, the reduced tensor is padded with one neutral element on that axis:
+# the reduction is unchanged elsewhere and torch's value (0, 1) at size 0. amax/amin/max/min are
+# left as they are: torch raises on an empty axis too.
+_NEUTRAL = {"sum_reduce": 0.0, "mean_reduce": 0.0, "tract_core_product_reduce": 1.0}
+
+
+def may_be_empty(ctx: EmitContext, x: Value, axes_: list) -> list:
+    """Those of ``axes_`` whose size in ``x`` is 0, or can be 0 within the export's range of sizes."""
+    if x.shape is None:
+        return []
+    return [a for a in axes_ if (x.shape[a] == 0 if isinstance(x.shape[a], int)
+                                 else negative_at(ctx, x.shape[a] - 1) is not None)]
+
+
+def pad_neutral(ctx: EmitContext, x: Value, axes_: list, value: float) -> Value:
+    """``x`` with one element ``value`` appended on each of ``axes_`` (a constant pad, static amounts)."""
+    pairs = [(0, 1 if i in axes_ else 0) for i in range(len(x.shape))]
+    shape = tuple(simplify(d + 1) if i in axes_ else d for i, d in enumerate(x.shape))
+    return ctx.op("pad", x, padding=pairs, border="constant", value=float(value), out_shape=shape, out_dtype=x.dtype)
 
 
 def _dynamic_count(x: Value, axes_: list) -> bool:
@@ -388,7 +415,11 @@ def logsumexp(ctx: EmitContext, input: Value, dim, keepdim: bool = False):
     """logsumexp(Tensor self, int[1] dim, bool keepdim=False) -> Tensor"""
     x = to_float(ctx, input)
     axes_ = reduce_axes(dim, x)
-    m = reduce(ctx, "max_reduce", x, axes_)
+    empty = may_be_empty(ctx, x, axes_) if ctx.target == "tract" else []
+    if empty:  # the max over no element (see _NEUTRAL): the lowest finite value, exp(x - m) sums to 0, log gives -inf
+        m = reduce(ctx, "max_reduce", pad_neutral(ctx, x, empty, -float(np.finfo(x.dtype.numpy_name).max)), axes_)
+    else:
+        m = reduce(ctx, "max_reduce", x, axes_)
     total = reduce(ctx, "sum_reduce", un(ctx, "exp", ew(ctx, "sub", x, m)), axes_)
     return squeeze_unless(ctx, ew(ctx, "add", un(ctx, "log", total), m), x.shape, axes_, keepdim)
 
