@@ -122,3 +122,67 @@ def test_quantile_tract(case, tmp_path):
 def test_quantile_refuses_q_out_of_range(q, tmp_path):
     with pytest.raises(Exception, match="range|in \\[0, 1\\]"):
         run_case(OpCase("q_bad", lambda x: torch.quantile(x, q, dim=1), [QX]), tmp_path, "tract")
+
+
+# ---- tril_indices / triu_indices of a dynamic square size, logspace with a dynamic number of steps ------------------
+DYN0 = {"x0": {0: "S"}}
+
+TRI_CASES = [
+    OpCase("tril_indices_dyn", lambda x: torch.tril_indices(x.shape[0], x.shape[0]), [randn(5, 3)], dynamic_axes=DYN0,
+           khronos=False),
+    OpCase("tril_indices_dyn_sum", lambda x: torch.tril_indices(x.shape[0], x.shape[0]).float().sum(1), [randn(5, 3)],
+           dynamic_axes=DYN0, khronos=False),
+    OpCase("tril_indices_dyn_below_diagonal", lambda x: torch.tril_indices(x.shape[0], x.shape[0], -1), [randn(6, 3)],
+           dynamic_axes=DYN0, khronos=False),
+    OpCase("tril_indices_dyn_int32", lambda x: torch.tril_indices(x.shape[1], x.shape[1], dtype=torch.int32),
+           [randn(2, 7)], dynamic_axes=DYN1, khronos=False),
+    OpCase("triu_indices_dyn_above_diagonal", lambda x: torch.triu_indices(x.shape[0], x.shape[0], 1), [randn(5, 3)],
+           dynamic_axes=DYN0, khronos=False),
+    OpCase("triu_indices_dyn", lambda x: torch.triu_indices(x.shape[1], x.shape[1]), [randn(3, 40)],
+           dynamic_axes=DYN1, khronos=False),
+    OpCase("triu_indices_dyn_pairs_gathered", lambda x: x[torch.triu_indices(x.shape[0], x.shape[0], 1)[0]]
+           - x[torch.triu_indices(x.shape[0], x.shape[0], 1)[1]], [randn(6, 3)], dynamic_axes=DYN0, khronos=False),
+    OpCase("logspace_dyn", lambda x: x[:, 0] * torch.logspace(0, 2, x.shape[0]), [randn(5, 3)], dynamic_axes=DYN0,
+           khronos=False),
+    OpCase("logspace_dyn_base2", lambda x: x[:, 0] * torch.logspace(-1, 3.5, x.shape[0], base=2.0), [randn(5, 3)],
+           dynamic_axes=DYN0, khronos=False),
+    OpCase("logspace_dyn_one_step", lambda x: x[:, 0] * torch.logspace(-1, 3.5, x.shape[0], 0.5), [randn(1, 3)],
+           dynamic_axes=DYN0, khronos=False),
+    OpCase("logspace_dyn_f64", lambda x: torch.logspace(-1, 3.5, x.shape[0], dtype=torch.float64), [randn(4, 3)],
+           dynamic_axes=DYN0, khronos=False),
+]
+
+
+@pytest.mark.parametrize("case", TRI_CASES, ids=str)
+def test_tri_indices_logspace_tract(case, tmp_path):
+    run_case(case, tmp_path, "tract")
+
+
+@pytest.mark.parametrize("fn", [lambda n: torch.tril_indices(n, n), lambda n: torch.tril_indices(n, n, -1),
+                                lambda n: torch.triu_indices(n, n, 1), lambda n: torch.triu_indices(n, n)],
+                         ids=["tril0", "tril-1", "triu1", "triu0"])
+def test_tri_indices_at_many_sizes(fn, tmp_path):
+    """One asset, run at sizes from 1 to 2500 (3 million items: the float32 square root of the
+    closed form is corrected to the exact row), equal to torch's indices item for item."""
+    import fx2nnef
+    from fx2nnef.targets.tract_runner import run_tract_many
+    from harness import FnModule
+
+    out = tmp_path / "t.nnef.tgz"
+    fx2nnef.export(FnModule(lambda x: fn(x.shape[0])), (randn(5, 2),), out,
+                   target=fx2nnef.TractNNEF(dynamic_axes=DYN0), input_names=["x0"])
+    sizes = [1, 2, 3, 7, 64, 2500]
+    got = run_tract_many(out, [[np.zeros((n, 2), np.float32)] for n in sizes])
+    for n, (g,) in zip(sizes, got):
+        np.testing.assert_array_equal(g, fn(n).numpy(), err_msg=f"n={n}")
+
+
+@pytest.mark.parametrize("fn, match", [
+    (lambda x: torch.tril_indices(x.shape[0], x.shape[1]), "square"),
+    (lambda x: torch.tril_indices(x.shape[0], x.shape[0], 2), "not lowered"),
+    (lambda x: torch.triu_indices(x.shape[0], x.shape[0], -2), "not lowered"),
+    (lambda x: torch.tril_indices(x.shape[0], x.shape[0], -3), "below S = 3"),
+])
+def test_tri_indices_refusals(fn, match, tmp_path):
+    with pytest.raises(Exception, match=match):
+        run_case(OpCase("bad", fn, [randn(5, 4)], dynamic_axes={"x0": {0: "S", 1: "T"}}), tmp_path, "tract")
