@@ -186,3 +186,63 @@ def test_tri_indices_at_many_sizes(fn, tmp_path):
 def test_tri_indices_refusals(fn, match, tmp_path):
     with pytest.raises(Exception, match=match):
         run_case(OpCase("bad", fn, [randn(5, 4)], dynamic_axes={"x0": {0: "S", 1: "T"}}), tmp_path, "tract")
+
+
+# ---- erfcx, log_ndtr, ndtri, polygamma, mvlgamma ------------------------------------------------------------------
+SPECIAL_X = torch.cat([torch.tensor([0.0, -0.0, 1e-30, -1e-30, 0.5, -0.5, 1.0, -1.0, 3.0, -3.0, 9.0, -9.0, -9.5, 26.0,
+                                     -26.0, 40.0, -40.0, 1e10, -1e10, 1e30, INF, -INF, NAN]),
+                       torch.linspace(-12, 12, 97)])[None]
+# ndtri: both poles, outside [0, 1], NaN, the far tails (subnormal included), both sides of the switch at 0.02
+NDTRI_P = torch.cat([torch.tensor([0.0, 1.0, -0.1, 1.1, NAN, 1e-45, 1e-38, 1e-30, 1e-10, 1e-5, 0.0199, 0.0201, 0.5,
+                                   0.98, 0.999999, 1 - 6e-8]), torch.linspace(0.001, 0.999, 60)])[None]
+# polygamma: poles (0, -0, negative integers), reflection region, tiny, large, +-inf, NaN
+POLYGAMMA_X = torch.tensor([[0.0, -0.0, -1.0, -2.0, -2.5, -0.5, -1.5, -7.3, 1e-30, 0.1, 0.49, 0.5, 1.0, 2.0, 9.5, 100.0,
+                             1e6, INF, -INF, NAN]])
+
+SPECIAL_CASES = [
+    OpCase("erfcx_edges", torch.special.erfcx, [SPECIAL_X], dynamic_axes=DYN1),
+    OpCase("log_ndtr_edges", torch.special.log_ndtr, [SPECIAL_X], dynamic_axes=DYN1),
+    OpCase("ndtri_edges", torch.special.ndtri, [NDTRI_P], dynamic_axes=DYN1),
+    OpCase("polygamma1_edges", lambda x: torch.polygamma(1, x), [POLYGAMMA_X], dynamic_axes=DYN1),
+    OpCase("polygamma2_edges", lambda x: torch.polygamma(2, x), [POLYGAMMA_X], dynamic_axes=DYN1),
+    OpCase("polygamma3_special", lambda x: torch.special.polygamma(3, x), [POLYGAMMA_X]),
+    OpCase("polygamma_method_0_1", lambda x: x.polygamma(0) + x.polygamma(1), [randn(3, 7, seed=21) * 4]),
+    OpCase("polygamma4_positive", lambda x: torch.polygamma(4, x), [torch.rand(3, 7, generator=torch.Generator()
+                                                                             .manual_seed(22)) * 20 + 0.05]),
+    OpCase("mvlgamma_p3", lambda x: torch.mvlgamma(x, 3), [torch.rand(3, 7, generator=torch.Generator()
+                                                                      .manual_seed(23)) * 10 + 1.01], dynamic_axes=DYN1),
+    OpCase("multigammaln_method", lambda x: torch.special.multigammaln(x, 1) + x.mvlgamma(p=2),
+           [torch.rand(3, 7, generator=torch.Generator().manual_seed(24)) * 10 + 0.6]),
+]
+
+
+@pytest.mark.parametrize("case", SPECIAL_CASES, ids=str)
+def test_special_tract(case, tmp_path):
+    run_case(case, tmp_path, "tract")
+
+
+@pytest.mark.parametrize("case", [c for c in SPECIAL_CASES if c.khronos], ids=str)
+def test_special_khronos(case, tmp_path):
+    run_case(case, tmp_path, "khronos")
+
+
+def test_erfcx_ndtri_accuracy_vs_mpmath(tmp_path):
+    """erfcx on [0, 1e30] and ndtri on [1e-40, 1 - 1e-7] against mpmath: relative error below 1e-6."""
+    import mpmath
+
+    import fx2nnef
+    from fx2nnef.targets.tract_runner import run_tract
+    from harness import FnModule
+
+    x = torch.cat([torch.linspace(0, 30, 1501), torch.logspace(1.5, 30, 300)])[None]
+    p = torch.cat([torch.logspace(-40, -0.31, 1000), 1 - torch.logspace(-7, -0.31, 500)])[None]
+    out = tmp_path / "s.nnef.tgz"
+    fx2nnef.export(FnModule(lambda a, b: (torch.special.erfcx(a), torch.special.ndtri(b))), (x, p), out,
+                   target=fx2nnef.TractNNEF(check_io=False), input_names=["x", "p"])
+    got_erfcx, got_ndtri = run_tract(out, [x.numpy(), p.numpy()])
+    with mpmath.workdps(80):  # 1 - 2p for p down to 1e-40
+        want_erfcx = np.array([[float(mpmath.exp(mpmath.mpf(float(v)) ** 2) * mpmath.erfc(float(v))) for v in x[0]]])
+        want_ndtri = np.array([[float(-mpmath.sqrt(2) * mpmath.erfinv(1 - 2 * mpmath.mpf(float(v)))) if float(v) < 0.5
+                                else float(mpmath.sqrt(2) * mpmath.erfinv(2 * mpmath.mpf(float(v)) - 1)) for v in p[0]]])
+    np.testing.assert_allclose(got_erfcx, want_erfcx, rtol=1e-6)
+    np.testing.assert_allclose(got_ndtri, want_ndtri, rtol=1e-6)
