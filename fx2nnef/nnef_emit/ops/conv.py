@@ -107,7 +107,7 @@ def conv(ctx: EmitContext, input: Value, weight: Value, bias=None, stride=1, pad
             x = slice_axes(ctx, x, picked)
             sliced = {r[0] for r in picked}
             stride = [1 if 2 + i in sliced else s for i, s in enumerate(stride)]
-    if ctx.target == "tract":
+    if ctx.target == "tract":  # computed filters too: a 1x1 convolution is an EinSum in tract
         x = merged_tile_made_opaque(ctx, x)
     # NOTE: tract 0.23.9 lowers a 1x1 conv as a matmul and mis-handles a batch made by a `tile`
     # (see linalg._untiled_matmul): the conv of the untiled batch, tiled afterwards, is the same

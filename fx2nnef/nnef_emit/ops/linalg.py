@@ -104,6 +104,15 @@ def _itemwise_of_tile_made_opaque(ctx: EmitContext, v: Value, depth: int = 6) ->
 _AXIS_MOVES = frozenset({"reshape", "transpose", "unsqueeze", "squeeze"})
 
 
+def weights_product_operands(ctx: EmitContext, *operands: Value) -> list:
+    """The operands of a product (a matmul, an einsum, a convolution), each made opaque by
+    :func:`merged_tile_made_opaque` when the target is tract and one operand is a constant (the
+    weights); as given otherwise."""
+    if ctx.target != "tract" or not any(v.is_constant for v in operands):
+        return list(operands)
+    return [merged_tile_made_opaque(ctx, v) for v in operands]
+
+
 def merged_tile_made_opaque(ctx: EmitContext, v: Value) -> Value:
     """NOTE: tract 0.23.9 fails to load an EinSum with weights (a linear layer, a 1x1 convolution)
     whose operand is a ``tile`` broadcasting a size-1 axis that a reshape then merges with its
@@ -163,8 +172,7 @@ def _matmul(ctx: EmitContext, a: Value, b: Value, transpose_b: bool = False) -> 
         a, b = (_contraction_tile_made_opaque(ctx, v, ax) for v, ax in ((a, r - 1), (b, r - 1 if transpose_b else r - 2)))
         a, b = (v if v.is_constant else _concat_of_tile_made_opaque(ctx, v) for v in (a, b))
         a, b = (v if v.is_constant else _itemwise_of_tile_made_opaque(ctx, v) for v in (a, b))
-        if ctx.target == "tract" and (a.is_constant or b.is_constant):  # a product with weights
-            a, b = (merged_tile_made_opaque(ctx, v) for v in (a, b))
+        a, b = weights_product_operands(ctx, a, b)
     if ra == 1:
         a = ctx.op("unsqueeze", a, axes=[0], out_shape=(1,) + tuple(a.shape))
     if rb == 1:
@@ -345,8 +353,7 @@ def _contract(ctx: EmitContext, a: Value, sa: str, b: Value, sb: str, keep: str,
     a = _regroup(ctx, _permute(ctx, a, sa, batch + left + inner), len(batch), (merged[left], merged[inner]))
     b = _regroup(ctx, _permute(ctx, b, sb, batch + inner + right), len(batch), (merged[inner], merged[right]))
     lead = tuple(size[c] for c in batch)
-    if ctx.target == "tract" and (a.is_constant or b.is_constant):  # a product with weights
-        a, b = merged_tile_made_opaque(ctx, a), merged_tile_made_opaque(ctx, b)
+    a, b = weights_product_operands(ctx, a, b)
     y = ctx.op("matmul", a, b, transposeA=False, transposeB=False, out_shape=lead + (merged[left], merged[right]))
     return _regroup(ctx, y, len(batch), tuple(size[c] for c in left + right)), batch + left + right
 
@@ -393,8 +400,7 @@ def einsum_tract(ctx: EmitContext, equation: str, *operands):
 
 
 def _tract_einsum(ctx: EmitContext, operands: list, expr: str, dtype: DType, shape: tuple) -> Value:
-    if any(v.is_constant for v in operands):  # a product with weights
-        operands = [merged_tile_made_opaque(ctx, v) for v in operands]
+    operands = weights_product_operands(ctx, *operands)  # (einsum_tract: tract only)
     return ctx.op("tract_core_einsum", operands, expr=expr, acc=TRACT_DATUM[dtype], out_dtype=dtype, out_shape=shape)
 
 

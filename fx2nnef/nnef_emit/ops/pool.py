@@ -51,10 +51,9 @@ def apply_along(ctx: EmitContext, x: Value, axis: int, m) -> Value:
     else:
         c = ctx.const(m.reshape((1,) * (r - 2) + m.shape), x.dtype, name="resample")
     if axis == r - 2 and tiled_from(ctx, x) is None:
-        if ctx.target == "tract" and not isinstance(m, Value):
-            from .linalg import merged_tile_made_opaque
+        from .linalg import weights_product_operands
 
-            x = merged_tile_made_opaque(ctx, x)  # an upsampling then an adaptive pool (see there)
+        c, x = weights_product_operands(ctx, c, x)  # an upsampling then an adaptive pool (see there)
         return ctx.op("matmul", c, x, transposeA=False, transposeB=False, out_shape=with_dim(x.shape, axis, m.shape[0]))
     perm = list(range(r))
     perm[axis], perm[r - 1] = r - 1, axis

@@ -446,10 +446,9 @@ def cumsum(ctx: EmitContext, input: Value, dim: int, *, dtype: Optional[DType] =
     moved = x if a == r - 1 else ctx.op("transpose", x, axes=order, out_shape=tuple(x.shape[i] for i in order))
     rows = ctx.op("reshape", moved, shape=[-1, n], out_shape=(product(moved.shape) // n, n))
     upper = ctx.const(np.triu(np.ones((n, n))), x.dtype)
-    if ctx.target == "tract":
-        from .linalg import merged_tile_made_opaque
+    from .linalg import weights_product_operands
 
-        rows = merged_tile_made_opaque(ctx, rows)
+    rows, upper = weights_product_operands(ctx, rows, upper)
     summed = ctx.op("matmul", rows, upper, out_shape=rows.shape)
     back = ctx.op("reshape", summed, shape=list(moved.shape), out_shape=moved.shape)
     if a == r - 1:
