@@ -42,7 +42,7 @@ def greedy_generate(asset, prompt: Sequence[int] | np.ndarray, max_new_tokens: i
             "asset": str(path), "with_transformers": _uses_transformers(path),
             "max_new_tokens": int(max_new_tokens), "eos_token_id": eos}))
         try:
-            outcome = run_child(CHILD_SCRIPT, workdir, timeout)
+            outcome = run_child(CHILD_SCRIPT, workdir, timeout, preload=("numpy", "tract"))
         except subprocess.TimeoutExpired as error:
             raise TractError(f"greedy generation in tract did not finish within {timeout} s on {str(path)!r}; "
                              "give a larger timeout=") from error

@@ -114,7 +114,7 @@ def run_khronos_many(
 def _call_khronos_child(asset: Path, workdir: Path, timeout: float) -> dict:
     """Run the interpreter child on ``workdir``; return its result or raise KhronosError."""
     try:
-        outcome = run_child(CHILD_SCRIPT, workdir, timeout)
+        outcome = run_child(CHILD_SCRIPT, workdir, timeout, preload=("numpy", "nnef", "nnef_tools.interpreter.pytorch"))
     except subprocess.TimeoutExpired as error:
         raise KhronosError(
             f"the nnef_tools interpreter did not finish within {timeout} s on {str(asset)!r}; "

@@ -90,7 +90,7 @@ def _call_tract_child(
     request = {"asset": str(asset), "with_transformers": with_transformers, "input_sets": input_sets}
     (workdir / "request.json").write_text(json.dumps(request))
     try:
-        outcome = run_child(CHILD_SCRIPT, workdir, timeout)
+        outcome = run_child(CHILD_SCRIPT, workdir, timeout, preload=("numpy", "tract"))
     except subprocess.TimeoutExpired as error:
         partial = error.stdout.decode(errors="replace") if isinstance(error.stdout, bytes) else error.stdout or ""
         stage = ChildOutcome(-1, partial, "", None).stage
