@@ -165,3 +165,18 @@ def test_resampling_matrix_applied_to_an_expand(name, fn, shape, axes, tmp_path)
     (tmp_path / "static").mkdir()
     check_op(fn, [randn(*shape)], tmp_path / "static")
     check_op(fn, [randn(*shape)], tmp_path, dynamic_axes={"x0": axes})
+
+
+C3 = torch.tensor([0.3, -0.5, 0.7])
+W1X1 = randn(2, 4, 1, 1, seed=4)
+
+
+@pytest.mark.parametrize("name,fn", [
+    ("mul", lambda x: F.conv2d(C3.expand(x.shape + (3,)) * x.unsqueeze(-1), W1X1, stride=2)),
+    ("through_relu", lambda x: F.conv2d(torch.relu(x.unsqueeze(-1) - C3.expand(x.shape + (3,))), W1X1, stride=(2, 1))),
+], ids=["mul", "through_relu"])
+def test_strided_1x1_conv_of_a_broadcast_on_dynamic_sizes(name, fn, tmp_path):
+    """Fuzz seed 9175: tract pulled a strided 1x1 conv's Downsample over the broadcast of a constant
+    on dynamic sizes without updating its shape and failed to load ("Trying to substitute a
+    T,4,S,2,F32 by T,4,S,3,F32")."""
+    _check_sizes(fn, [(7, 4, 7)], [[(1, 4, 1)], [(2, 4, 8)], [(5, 4, 2)]], {"x0": {0: "T", 2: "S"}}, tmp_path)

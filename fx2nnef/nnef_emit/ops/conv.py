@@ -99,8 +99,9 @@ def conv(ctx: EmitContext, input: Value, weight: Value, bias=None, stride=1, pad
     if ctx.target == "tract" and x.shape is not None and _below_reshape(ctx, x):
         # NOTE: tract 0.23.9 makes the stride of a kernel-1 axis a Downsample, which it fails to pull
         # over a reshape above it ("Pulling Downsample over Reshape: Invalid axis", x.roll(1) then
-        # a strided 1x1 conv, also with elementwise ops between: clamp): below a reshape, those
-        # items are taken by slice_axes (no Downsample)
+        # a strided 1x1 conv, also with elementwise ops between: clamp) or over a broadcast on
+        # dynamic sizes ("Trying to substitute a T,4,S,2,F32 by T,4,S,3,F32": c.expand(...) * x then
+        # the conv; fuzz seed 9175): below either, those items are taken by slice_axes (no Downsample)
         picked = [(2 + i, 0, x.shape[2 + i], s) for i, (k, s, p) in enumerate(zip(kernel, stride, pads))
                   if k == 1 and s > 1 and tuple(p) == (0, 0)]
         if picked:
@@ -129,19 +130,21 @@ _ELEMENTWISE = {"min", "max", "add", "sub", "mul", "div", "neg", "abs", "exp", "
 
 
 def _below_reshape(ctx: EmitContext, x: Value) -> bool:
-    """Whether ``x`` is a reshape's result, directly or through elementwise ops of its shape."""
-    v = x
-    for _ in range(16):
+    """Whether ``x`` is a reshape's or a broadcast's (``tile``) result, directly or through elementwise
+    ops of its rank (any operand): where tract would pull a strided 1x1 conv's Downsample to."""
+    seen, todo = set(), [x]
+    while todo and len(seen) < 32:
+        v = todo.pop()
+        if id(v) in seen:
+            continue
+        seen.add(id(v))
         st = producer(ctx, v)
-        if st is None or st.op == "reshape":
-            return st is not None
-        if st.op not in _ELEMENTWISE:
-            return False
-        ins = [a for a in st.args if isinstance(a, Value) and not a.is_constant and a.shape is not None
-               and len(a.shape) == len(v.shape)]
-        if not ins:
-            return False
-        v = ins[0]
+        if st is None:
+            continue
+        if st.op in ("reshape", "tile"):
+            return True
+        if st.op in _ELEMENTWISE:
+            todo.extend(a for a in st.args if isinstance(a, Value) and a.shape is not None and len(a.shape) == len(x.shape))
     return False
 
 
