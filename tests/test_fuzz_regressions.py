@@ -180,3 +180,24 @@ def test_strided_1x1_conv_of_a_broadcast_on_dynamic_sizes(name, fn, tmp_path):
     on dynamic sizes without updating its shape and failed to load ("Trying to substitute a
     T,4,S,2,F32 by T,4,S,3,F32")."""
     _check_sizes(fn, [(7, 4, 7)], [[(1, 4, 1)], [(2, 4, 8)], [(5, 4, 2)]], {"x0": {0: "T", 2: "S"}}, tmp_path)
+
+
+@pytest.mark.parametrize("name,fn,shape,dyn", [
+    ("pool1d", lambda x: F.adaptive_avg_pool1d(F.interpolate(x, scale_factor=2, mode="nearest"), 4), (5, 4, 4),
+     {"x0": {0: "T", 2: "S"}}),
+    ("pool2d_rows", lambda x: F.adaptive_avg_pool2d(F.interpolate(x, scale_factor=2, mode="nearest"), (3, 2)),
+     (1, 2, 5, 4), {"x0": {2: "H", 3: "W"}}),
+], ids=["pool1d", "pool2d_rows"])
+def test_adaptive_pool_of_an_upsampling_on_dynamic_sizes(name, fn, shape, dyn, tmp_path):
+    """Fuzz seed 9030: a nearest upsampling then an adaptive pool whose matrix is computed from the
+    dynamic size: tract 0.23.9 never finished optimizing the product (a timeout at load)."""
+    import fx2nnef
+    from harness import FnModule, tract_matches_eager
+
+    x = randn(*shape)
+    asset = tmp_path / "m.nnef.tgz"
+    fx2nnef.export(FnModule(fn), (x,), asset, input_names=["x0"],
+                   target=fx2nnef.TractNNEF(dynamic_axes=dyn, timeout=60))
+    sizes = [[randn(*[7 if i in dyn["x0"] else d for i, d in enumerate(shape)], seed=1)],
+             [randn(*[2 if i in dyn["x0"] else d for i, d in enumerate(shape)], seed=2)]]
+    tract_matches_eager(asset, FnModule(fn), sizes)

@@ -50,10 +50,13 @@ def apply_along(ctx: EmitContext, x: Value, axis: int, m) -> Value:
                                     out_dtype=m.dtype)
     else:
         c = ctx.const(m.reshape((1,) * (r - 2) + m.shape), x.dtype, name="resample")
-    if axis == r - 2 and tiled_from(ctx, x) is None:
-        from .linalg import weights_product_operands
+    if ctx.target == "tract":
+        from .linalg import merged_tile_made_opaque
 
-        c, x = weights_product_operands(ctx, c, x)  # an upsampling then an adaptive pool (see there)
+        # an upsampling then an adaptive pool (see there); with a matrix computed from dynamic
+        # sizes too: tract 0.23.9 never finished optimizing that product (fuzz seed 9030)
+        x = merged_tile_made_opaque(ctx, x)
+    if axis == r - 2 and tiled_from(ctx, x) is None:
         return ctx.op("matmul", c, x, transposeA=False, transposeB=False, out_shape=with_dim(x.shape, axis, m.shape[0]))
     perm = list(range(r))
     perm[axis], perm[r - 1] = r - 1, axis
