@@ -33,61 +33,7 @@ from pathlib import Path
 STDOUT_FILE = "child_stdout.txt"
 STDERR_FILE = "child_stderr.txt"
 
-# The zygote's program, run with ``python -c``; argv[1:] are the modules to import first.
-_ZYGOTE_SOURCE = r'''
-import json, os, runpy, sys, traceback
-del sys.path[0]  # the '' of -c: nothing from the zygote's working folder may shadow a module
-for _name in sys.argv[1:]:
-    try:
-        __import__(_name)
-    except Exception:
-        pass  # the child imports it again and reports the failure in its own words
-_requests = os.fdopen(os.dup(0), "rb")
-_reply = os.fdopen(os.dup(1), "w")
-_null = os.open(os.devnull, os.O_RDWR)
-os.dup2(_null, 0)
-os.dup2(_null, 1)
-
-def _child(request):
-    os.chdir(request["workdir"])
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
-    os.dup2(os.open("child_stdout.txt", flags, 0o644), 1)
-    os.dup2(os.open("child_stderr.txt", flags, 0o644), 2)
-    os.environ.clear()
-    os.environ.update(request["env"])
-    sys.argv = [request["script"], request["workdir"]]
-    code = 0
-    try:
-        runpy.run_path(request["script"], run_name="__main__")
-    except SystemExit as stop:
-        code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
-        if not isinstance(stop.code, (int, type(None))):
-            print(stop.code, file=sys.stderr)
-    except BaseException:
-        traceback.print_exc()
-        code = 1
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    finally:
-        os._exit(code)
-
-try:
-    for _line in _requests:
-        _request = json.loads(_line)
-        _pid = os.fork()
-        if _pid == 0:
-            _requests.close()
-            _reply.close()
-            _child(_request)
-        _reply.write(json.dumps({"pid": _pid}) + "\n")
-        _reply.flush()
-        _, _status = os.waitpid(_pid, 0)
-        _reply.write(json.dumps({"status": os.waitstatus_to_exitcode(_status)}) + "\n")
-        _reply.flush()
-except (KeyboardInterrupt, BrokenPipeError):
-    pass
-'''
+ZYGOTE_SCRIPT = Path(__file__).resolve().with_name("_zygote_main.py")
 
 
 class Zygote:
@@ -96,7 +42,7 @@ class Zygote:
     def __init__(self, preload: tuple[str, ...], env: dict[str, str]):
         self.lock = threading.Lock()
         self.process = subprocess.Popen(
-            [sys.executable, "-c", _ZYGOTE_SOURCE, *preload],
+            [sys.executable, str(ZYGOTE_SCRIPT), *preload],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd="/", env=env,
         )
         self.buffer = b""
