@@ -104,16 +104,8 @@ def test_tract(case, tmp_path):
     run_case(case, tmp_path, "tract")
 
 
-# each Khronos check costs ~5 s (interpreter child process): the default run keeps one case per lowering
-KHRONOS_QUICK = {
-    "conv1d_stride_pad_dil", "conv1d_same_even_k", "conv1d_input_weight_bias", "conv2d_groups_nobias",
-    "conv2d_depthwise", "conv2d_input_weight", "conv2d_reflect_mode", "conv2d_circular_mode", "conv3d",
-    "deconv1d_outpad_gt_pad", "deconv1d_groups", "deconv2d_3to5", "deconv2d_groups_dil", "deconv2d_input_weight",
-    "small_cnn",
-}
 
 
-@pytest.mark.parametrize("case", [pytest.param(c, marks=() if c.name in KHRONOS_QUICK else pytest.mark.slow)
-                                  for c in CASES if c.khronos], ids=str)
+@pytest.mark.parametrize("case", [c for c in CASES if c.khronos], ids=str)
 def test_khronos(case, tmp_path):
     run_case(case, tmp_path, "khronos")

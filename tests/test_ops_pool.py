@@ -147,19 +147,9 @@ def test_tract(case, tmp_path):
     run_case(case, tmp_path, "tract")
 
 
-# each Khronos check costs ~5 s (interpreter child process): the default run keeps one case per lowering
-KHRONOS_QUICK = {
-    "max_pool1d_ceil_dil", "max_pool2d_pad_negative", "max_pool2d_ceil_pad", "avg_pool1d_no_pad_count",
-    "avg_pool2d_pad", "avg_pool2d_ceil", "avg_pool2d_divisor", "adaptive_avg_pool2d_one", "adaptive_avg_pool2d_div",
-    "adaptive_avg_pool2d_nondiv", "adaptive_max_pool2d_nondiv", "pad_constant_2d_crop", "pad_constant_channels",
-    "pad_constant_rank2", "pad_reflect_2d", "pad_replicate_2d", "pad_circular_2d", "nearest_scale2",
-    "nearest_scale_1_5", "bilinear_align", "bilinear_scale_frac", "bicubic", "trilinear", "pixel_shuffle",
-    "pixel_unshuffle",
-}
 
 
-@pytest.mark.parametrize("case", [pytest.param(c, marks=() if c.name in KHRONOS_QUICK else pytest.mark.slow)
-                                  for c in CASES if c.khronos], ids=str)
+@pytest.mark.parametrize("case", [c for c in CASES if c.khronos], ids=str)
 def test_khronos(case, tmp_path):
     run_case(case, tmp_path, "khronos")
 
