@@ -85,8 +85,9 @@ class Zygote:
         fd = self.process.stdout.fileno()
         while b"\n" not in self.buffer:
             wait = None if deadline is None else max(0.0, deadline - time.monotonic())
-            ready, _, _ = select.select([fd], [], [], wait)
-            if not ready:
+            poller = select.poll()  # not select.select: it fails on descriptors past 1023
+            poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+            if not poller.poll(None if wait is None else int(wait * 1000) + 1):
                 return None
             chunk = os.read(fd, 1 << 16)
             if not chunk:
@@ -101,8 +102,9 @@ _REGISTRY_LOCK = threading.Lock()
 
 
 def usable() -> bool:
-    """Whether this platform and setting allow warm starts (fork, select on pipes; FX2NNEF_WARM_START not 0)."""
-    return hasattr(os, "fork") and os.name == "posix" and os.environ.get("FX2NNEF_WARM_START", "1") != "0"
+    """Whether this platform and setting allow warm starts (fork, poll on pipes; FX2NNEF_WARM_START not 0)."""
+    return (hasattr(os, "fork") and hasattr(select, "poll") and os.name == "posix"
+            and os.environ.get("FX2NNEF_WARM_START", "1") != "0")
 
 
 def acquire(preload: tuple[str, ...], env: dict[str, str]) -> Zygote | None:
