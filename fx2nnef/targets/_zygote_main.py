@@ -23,8 +23,8 @@ os.dup2(_null, 1)
 def _child(request):
     os.chdir(request["workdir"])
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
-    os.dup2(os.open("child_stdout.txt", flags, 0o644), 1)
-    os.dup2(os.open("child_stderr.txt", flags, 0o644), 2)
+    os.dup2(os.open(request["stdout"], flags, 0o644), 1)
+    os.dup2(os.open(request["stderr"], flags, 0o644), 2)
     os.environ.clear()
     os.environ.update(request["env"])
     sys.argv = [request["script"], request["workdir"]]

@@ -7,11 +7,12 @@ modules; it imports them, then forks a fresh child for each run. The child is st
 process (a panic, an abort or a runaway run kills only it), it starts with the engine already
 imported, and nothing of one run is seen by the next.
 
-Protocol, one JSON object per line: the caller writes ``{"script", "workdir", "env"}`` on the
-zygote's stdin; the zygote forks, answers ``{"pid": N}`` at once and ``{"status": code}`` when
-the child has ended (a negative code is the signal that killed it, as in ``subprocess``). The
-child runs ``script`` as ``__main__`` from ``workdir`` with ``sys.argv = [script, workdir]``,
-the given environment, and its stdout / stderr in ``workdir/child_stdout.txt`` / ``child_stderr.txt``.
+Protocol, one JSON object per line: the caller writes ``{"script", "workdir", "env", "stdout",
+"stderr"}`` on the zygote's stdin; the zygote forks, answers ``{"pid": N}`` at once and
+``{"status": code}`` when the child has ended (a negative code is the signal that killed it, as
+in ``subprocess``). The child runs ``script`` as ``__main__`` from ``workdir`` with
+``sys.argv = [script, workdir]``, the given environment, and its stdout / stderr in the files
+of ``workdir`` the request names (``STDOUT_FILE``, ``STDERR_FILE``).
 
 Only one run at a time goes through a zygote; a caller that finds it busy (another thread)
 or broken starts a plain child instead, so a zygote never changes what a run computes, only
@@ -64,7 +65,8 @@ class Zygote:
         Raises OSError or EOFError if the zygote is gone (then it is marked broken).
         """
         try:
-            request = json.dumps({"script": str(script), "workdir": str(workdir), "env": env})
+            request = json.dumps({"script": str(script), "workdir": str(workdir), "env": env,
+                                  "stdout": STDOUT_FILE, "stderr": STDERR_FILE})
             self.process.stdin.write(request.encode() + b"\n")
             self.process.stdin.flush()
             pid = json.loads(self._read_line(None))["pid"]

@@ -96,7 +96,7 @@ def conv(ctx: EmitContext, input: Value, weight: Value, bias=None, stride=1, pad
     stride, dilation = ntuple(stride, n, "stride"), ntuple(dilation, n, "dilation")
     pads = conv_padding(padding, kernel, dilation, stride)
     out_shape = node_shape(ctx, int(unbatched))
-    if ctx.target == "tract" and x.shape is not None and _below_reshape(ctx, x):
+    if ctx.target == "tract" and x.shape is not None and _below_reshape_or_broadcast(ctx, x):
         # NOTE: tract 0.23.9 makes the stride of a kernel-1 axis a Downsample, which it fails to pull
         # over a reshape above it ("Pulling Downsample over Reshape: Invalid axis", x.roll(1) then
         # a strided 1x1 conv, also with elementwise ops between: clamp) or over a broadcast on
@@ -129,7 +129,7 @@ _ELEMENTWISE = {"min", "max", "add", "sub", "mul", "div", "neg", "abs", "exp", "
                 "select", "copy", "tract_core_cast", "pow", "sqrt", "rsqrt", "sin", "cos", "floor", "ceil", "round"}
 
 
-def _below_reshape(ctx: EmitContext, x: Value) -> bool:
+def _below_reshape_or_broadcast(ctx: EmitContext, x: Value) -> bool:
     """Whether ``x`` is a reshape's or a broadcast's (``tile``) result, directly or through elementwise
     ops of its rank (any operand): where tract would pull a strided 1x1 conv's Downsample to."""
     seen, todo = set(), [x]
