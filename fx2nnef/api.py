@@ -86,12 +86,21 @@ def export(model: torch.nn.Module, args=(), path=None, *, kwargs: Optional[dict]
     unchanged. Without it, a loop is exported only when a size of its carried tensors bounds
     its trip count (``while i < x.size(0)``).
 
-    ``branches="select"``: a Python ``if`` on tensor data (``if x.sum() > 0:``, ``if t.item() > 0.5:``)
-    is traced both ways and, where both outcomes give outputs of the same shapes and dtypes, the
-    outputs are merged with select on the traced condition, so the asset is right for either
-    outcome (at most 8 paths through such decisions). ``result.guards`` marks each decision
-    "merged", or "baked" with the reason it could not be merged. Off by default: each decision
-    then keeps the example's outcome.
+    ``branches``: what becomes of the forward's Python decisions.
+
+    - None (default): a Python ``if`` on the dynamic sizes (``if x.shape[1] < 7:``) whose other
+      outcome computes otherwise would make the export valid on the example's side only; it is
+      traced both ways instead and, where both outcomes give outputs of the same shapes and
+      dtypes, the outputs are merged with select on the same comparison of the sizes, so the
+      asset holds on both sides (checked there by the probes and by check_io). Where they cannot
+      be merged, the range stays bounded and asserted. A decision on tensor data keeps the
+      example's outcome.
+    - ``"select"``: in addition, a Python ``if`` on tensor data (``if x.sum() > 0:``,
+      ``if t.item() > 0.5:``) is traced both ways and merged with select on the traced condition,
+      so the asset is right for either outcome (at most 8 paths through such decisions).
+    - ``"example"``: every decision keeps the example's outcome; one on sizes bounds the range.
+
+    ``result.guards`` marks each decision "merged", or says why it could not be merged.
 
     ``scalars_as_inputs=True``: top-level ``int``/``float`` arguments of ``args``/``kwargs`` become
     rank-0 inputs (int64 / float32, named after the forward's parameters) instead of constants,

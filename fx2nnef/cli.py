@@ -156,8 +156,10 @@ def _add_target_options(p):
 def _add_trace_options(p):
     p.add_argument("--max-loop-iterations", type=int, metavar="N",
                    help="steps of every while_loop whose trip count no size bounds (the extra ones keep the carries)")
-    p.add_argument("--branches", choices=["select"],
-                   help="select: a Python `if` on tensor data exported both ways, merged with select")
+    p.add_argument("--branches", choices=["select", "example"],
+                   help="select: a Python `if` on tensor data exported both ways, merged with select (one on "
+                        "sizes is, by default, when it bounds the range); example: every decision keeps the "
+                        "example's outcome")
 
 
 def build_parser() -> argparse.ArgumentParser:

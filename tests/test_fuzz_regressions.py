@@ -142,7 +142,7 @@ def test_a_branch_that_agrees_on_the_probe_data_only_bounds_the_range(tmp_path):
     import fx2nnef
 
     y = torch.tensor([3, 9, 7, 3])
-    result = fx2nnef.export(_FlipOrRoll(), (y,), tmp_path / "m.nnef.tgz", input_names=["y"],
+    result = fx2nnef.export(_FlipOrRoll(), (y,), tmp_path / "m.nnef.tgz", input_names=["y"], branches="example",
                             target=fx2nnef.TractNNEF(dynamic_axes={"y": {0: "S"}}))
     assert result.ranges["S"].lo == 4, result.ranges
     tract_matches_eager(result.path, _FlipOrRoll(), [[torch.tensor([0, 5, 0, 2, 1])], [torch.arange(9) - 3]])

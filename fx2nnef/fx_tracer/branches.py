@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import dataclasses
 import operator
-from typing import Callable
+from typing import Callable, Optional
 
 import torch
 import torch.fx as fx
 
 from ..errors import TraceError
-from .control_flow import ScanCall
+from .control_flow import _SCALAR_TENSOR, ScanCall, size_comparison
 from .structures import has_tensor, same_value
 from .tracer import GuardRecord, TraceResult
 
@@ -169,19 +169,24 @@ class _Merger:
             return self._keep(records, sides[taken], f"not merged: {mismatch}")
         cond = self._condition(self.maps[rep][decision.node], decision)
         if cond is None:
-            kind = type(decision.node.meta.get("value")).__name__
-            return self._keep(records, sides[taken], f"not merged: the condition is a Python {kind}, not a tensor")
+            why = "the condition is no comparison of sizes the graph computes" if _on_sizes(decision) else \
+                f"the condition is a Python {type(decision.node.meta.get('value')).__name__}, not a tensor"
+            return self._keep(records, sides[taken], f"not merged: {why}")
         merged = [t if t is f else self._add("call_function", torch.where, (cond, t, f), decision)
                   for t, f in zip(yes, no)]
         for r in records:
             r.merged, r.branch_note = True, f"both outcomes exported, {len(merged)} output(s) merged with select"
-        self._note(decision, "exported both ways, outputs merged with select on its traced condition")
+        self._note(decision, "exported both ways, outputs merged with select on "
+                   + ("the same comparison of the sizes" if _on_sizes(decision) else "its traced condition"))
         return merged
 
     def _note(self, decision: GuardRecord, what: str) -> None:
         src = decision.source
         code = f" `{src.code}`" if src is not None and src.code else ""
-        note = f"branches='select': the decision on tensor data at {src or decision.text}{code}: {what}"
+        if _on_sizes(decision):
+            note = f"the decision on dynamic sizes at {src or decision.text}{code}: {what}"
+        else:
+            note = f"branches='select': the decision on tensor data at {src or decision.text}{code}: {what}"
         if note not in self.notes:
             self.notes.append(note)
 
@@ -193,6 +198,10 @@ class _Merger:
 
     def _condition(self, node: fx.Node, decision: GuardRecord):
         value = node.meta.get("value")
+        if isinstance(value, bool):  # a decision on sizes: the same comparison made of size tensors
+            return size_comparison(node, lambda a, dtype: self._add("call_function", _SCALAR_TENSOR, (a,), decision,
+                                                                    {"dtype": dtype}),
+                                   lambda target, args: self._add("call_function", target, args, decision))
         if not isinstance(value, torch.Tensor) or value.numel() != 1:
             return None
         if value.dim() != 0:
@@ -201,16 +210,23 @@ class _Merger:
             node = self._add("call_method", "bool", (node,), decision)
         return node
 
-    def _add(self, op: str, target, args: tuple, decision: GuardRecord) -> fx.Node:
-        node = self.graph.create_node(op, target, args, {})
+    def _add(self, op: str, target, args: tuple, decision: GuardRecord, kwargs: Optional[dict] = None) -> fx.Node:
+        kwargs = kwargs or {}
+        node = self.graph.create_node(op, target, args, kwargs)
         values = [a.meta["value"] if isinstance(a, fx.Node) else a for a in args]
         with torch.no_grad():
-            node.meta["value"] = target(*values) if op == "call_function" else getattr(values[0], target)(*values[1:])
+            node.meta["value"] = target(*values, **kwargs) if op == "call_function" else \
+                getattr(values[0], target)(*values[1:], **kwargs)
         node.meta["source"] = decision.source
         for key in ("module_path", "module_type"):
             if key in decision.node.meta:
                 node.meta[key] = decision.node.meta[key]
         return node
+
+
+def _on_sizes(decision: GuardRecord) -> bool:
+    """A decision on sizes (a Python bool of the sizes), not on tensor data (a traced tensor)."""
+    return isinstance(decision.node.meta.get("value"), bool)
 
 
 def _same_loop(a, b) -> bool:

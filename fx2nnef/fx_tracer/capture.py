@@ -36,6 +36,7 @@ from .torch_data import TorchData
 from .tracer import _module_state, _restore_module_state, trace_model
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+BRANCHES = (None, "select", "example")  # the values of export's branches=
 
 
 @dataclasses.dataclass
@@ -251,10 +252,11 @@ def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_na
     """Validate, trace, clean, probe and build the IR of ``model(*args, **kwargs)``.
 
     ``max_loop_iterations`` bounds every ``while_loop`` (see :mod:`.control_flow`);
-    ``branches="select"`` exports both outcomes of Python decisions on tensor data (see :mod:`.branches`);
+    ``branches``: None merges both outcomes of a Python decision on sizes that bounds the range,
+    ``"select"`` also those of decisions on tensor data (see :mod:`.branches`), ``"example"`` none;
     ``scalars_as_inputs`` makes int/float arguments rank-0 inputs (see :mod:`.scalars`)."""
-    if branches not in (None, "select"):
-        raise InvalidArgumentError(f"branches must be None or 'select', got {branches!r}")
+    if branches not in BRANCHES:
+        raise InvalidArgumentError(f"branches must be None, 'select' or 'example', got {branches!r}")
     if not isinstance(model, torch.nn.Module):
         raise InvalidArgumentError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     if isinstance(args, torch.Tensor) or not isinstance(args, (tuple, list)):
@@ -293,8 +295,8 @@ def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_na
     with loop_options(max_loop_iterations, unroll_while=getattr(target, "name", "") == "khronos"), \
             watch_random_draws() as draws:
         try:
-            gm, analysis, trace = _trace_and_probe(model, args, kwargs, names, out_names, dyn, leaf_types,
-                                                   leaf_names, notes, ref, branches)
+            gm, analysis, trace = _trace_merging_sizes(model, args, kwargs, names, out_names, dyn, leaf_types,
+                                                       leaf_names, notes, ref, branches)
         except TraceError as error:
             if not draws or type(error) not in (TraceError, GuardError):
                 raise
@@ -442,9 +444,12 @@ def _grows(example, names, dyn, env) -> bool:
 
 
 def _trace_once(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, ref=None, branches=None,
-                roll=False):
+                roll=False, size_sites=frozenset()):
+    forcing = branches == "select" or bool(size_sites)
+
     def one_path(forced):
-        trace = trace_model(model, args, kwargs, names, out_names, leaf_types, leaf_names, forced, roll_loops=roll)
+        trace = trace_model(model, args, kwargs, names, out_names, leaf_types, leaf_names, forced, roll_loops=roll,
+                            size_sites=size_sites, data_decisions=branches == "select")
         if roll:
             lines = None if roll is True else roll
             trace.control_flow.extend(roll_loops(trace.gm, trace.loops, trace.guards, lines))
@@ -459,9 +464,9 @@ def _trace_once(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_nam
         return trace
 
     with number_reads() as reads:
-        trace = trace_branches(one_path) if branches == "select" else one_path(None)
+        trace = trace_branches(one_path) if forcing else one_path(None)
     read = _first_reads(reads)
-    if read and branches == "select":  # the example's path alone is the baseline
+    if read and forcing:  # the example's path alone is the baseline
         check_number_reads(lambda: one_path({}), one_path({}).gm, read)
     elif read:
         check_number_reads(lambda: one_path(None), trace.gm, read)
@@ -515,10 +520,12 @@ def _wider(a: dict, b: dict) -> bool:
     return better
 
 
-def _trace_rolling(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, ref=None, branches=None):
+def _trace_rolling(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, ref=None, branches=None,
+                   size_sites=frozenset()):
     """A trace and its analysis; when a Python loop over a dynamic size bounds the range, the trace
     again with such loops rolled into scans, kept if that is valid for more sizes."""
-    trace, analysis = _trace_once(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, ref, branches)
+    trace, analysis = _trace_once(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, ref, branches,
+                                  size_sites=size_sites)
     loop_guards = _loop_guards(analysis)
     if loop_guards:
         # a Python loop over a dynamic size may bound the range: trace again rolling such loops into
@@ -527,7 +534,7 @@ def _trace_rolling(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_
         roll = {(g.source.file, g.source.line) for g in bounding} if bounding else True
         try:
             rolled = _trace_once(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, ref, branches,
-                                 roll=roll)
+                                 roll=roll, size_sites=size_sites)
         except Exception:  # noqa: BLE001 - a loop that cannot be rolled: the unrolled trace reports it
             rolled = None
         if rolled is not None and not rolled[1].failures and any(rec.rolled for rec in rolled[0].loops) and (
@@ -536,8 +543,74 @@ def _trace_rolling(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_
     return trace, analysis
 
 
-def _trace_and_probe(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, notes, ref, branches=None):
-    trace, analysis = _trace_rolling(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, ref, branches)
+def _trace_merging_sizes(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, notes, ref,
+                         branches=None):
+    """:func:`_trace_and_probe`, and when a Python ``if`` on the dynamic sizes bounds the range
+    (``if x.shape[1] < 7:`` traced at S=10 holds for S >= 7 only), the same with both outcomes of
+    that decision exported: the forward is traced again at the example's sizes with the decision
+    forced the other way, the two traces share what they have in common, and their outputs are
+    merged with select on the same comparison made of the sizes (see :mod:`.branches`). That graph
+    is kept when its analysis finds it valid for more sizes (the probes compare it with the model
+    on both sides of the decision); otherwise the first stands, with its bounds or its error."""
+    first_notes: list = []
+    error = None
+    try:
+        result = _trace_and_probe(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, first_notes,
+                                  ref, branches)
+        analysis = result[1]
+    except GuardError as exc:
+        result, error, analysis = None, exc, getattr(exc, "analysis", None)
+    sites = _size_branch_sites(analysis) if dyn and analysis is not None and branches != "example" else frozenset()
+    best = None
+    for _ in range(_SIZE_MERGE_ROUNDS):
+        if not sites:
+            break
+        merged_notes: list = []
+        try:
+            merged = _trace_and_probe(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names,
+                                      merged_notes, ref, branches, size_sites=sites)
+        except Exception:  # noqa: BLE001 - the best trace so far stands, with its bounds or error
+            break
+        if not _sites_merged(merged[2], sites) or merged[1].failures or not (
+                (error is not None and best is None) or _wider(merged[1].ranges, analysis.ranges)):
+            break
+        best, analysis = (merged, merged_notes), merged[1]
+        # another `if` on sizes met on the way may bound what is left (an elif): merged too
+        more = _size_branch_sites(analysis) - sites
+        sites = sites | more if more else frozenset()
+    if best is not None:
+        notes.extend(best[1])
+        return best[0]
+    if error is not None:
+        raise error
+    notes.extend(first_notes)
+    return result
+
+
+_SIZE_MERGE_ROUNDS = 3  # traces with decisions on sizes merged, each adding those that still bound the range
+
+
+def _size_branch_sites(analysis) -> frozenset:
+    """The source lines of the Python ``if`` on sizes that bound the range or break the graph
+    elsewhere (``bool()`` of a size comparison whose other outcome differs), as ``(file, line)``."""
+    return frozenset((g.source.file, g.source.line) for g in analysis.guards
+                     if g.kind == "shape" and g.status in ("bounds", "violated") and g.what.startswith("bool(")
+                     and g.source is not None and isinstance(g.expected, bool))
+
+
+def _sites_merged(trace, sites: frozenset) -> bool:
+    """Whether every decision of ``trace`` at ``sites`` was exported both ways (and one was met)."""
+    at = [g for g in trace.guards if g.decision is not None and g.source is not None
+          and (g.source.file, g.source.line) in sites]
+    return bool(at) and all(g.merged for g in at)
+
+
+def _trace_and_probe(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, notes, ref, branches=None,
+                     size_sites=frozenset()):
+    """The graph, its analysis and trace, for the sizes the model allows: traced at the example,
+    or again at larger sizes when a decision baked there holds at the example only."""
+    trace, analysis = _trace_rolling(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, ref, branches,
+                                     size_sites)
     # a step the decisions imply (pad only when not a multiple) bounds too: a trace where the other
     # branch is taken may hold on a finer step, or on every size
     bounded = any(r.lo is not None or r.hi is not None or OFF_STEP in (r.why or "") for r in analysis.ranges.values())
@@ -562,7 +635,7 @@ def _trace_and_probe(model, args, kwargs, names, out_names, dyn, leaf_types, lea
         try:
             a2, k2 = _with_flat(args, kwargs, inputs_at(trace.example_inputs, names, dyn, bigger))
             trace2, analysis2 = _trace_rolling(model, a2, k2, names, out_names, dyn, leaf_types, leaf_names,
-                                               branches=branches)
+                                               branches=branches, size_sites=size_sites)
             if not analysis2.failures:
                 # the graph must also reproduce the example sizes: analyze at the user's inputs
                 analysis_back = analyze(trace2.gm, trace.example_inputs, names, dyn, trace2.guards, ref,
@@ -591,7 +664,7 @@ def _trace_and_probe(model, args, kwargs, names, out_names, dyn, leaf_types, lea
         lines += [f"  - {f}" for f in first_failures[:10]]
         lines.append("Make that code independent of the dynamic size, trace with other example sizes, or drop the dim from dynamic_axes.")
         lines += _loop_hint(analysis)
-        raise GuardError("\n".join(lines))
+        raise _guard_error("\n".join(lines), analysis)
     trace2, analysis_back = retraced
     _refuse_single_sizes(analysis_back)
     for g in analysis_back.guards:
@@ -703,7 +776,14 @@ def _refuse_single_sizes(analysis):
     lines += [f"  - {g}" for g in named][:10]
     lines.append("Make that code independent of the dynamic size, or drop the dim from dynamic_axes.")
     lines += _loop_hint(analysis)
-    raise GuardError("\n".join(lines))
+    raise _guard_error("\n".join(lines), analysis)
+
+
+def _guard_error(message: str, analysis) -> GuardError:
+    """A GuardError that carries the analysis it reports (for :func:`_trace_merging_sizes`)."""
+    error = GuardError(message)
+    error.analysis = analysis
+    return error
 
 
 def _loop_guards(analysis) -> list:

@@ -171,14 +171,23 @@ def _size_comparison(tracer, node):
     tensors, or None when it is something else."""
     from .proxy import CustomProxy
 
+    def scalar(a, dtype):
+        return tracer.create_proxy("call_function", _SCALAR_TENSOR, (CustomProxy(a, tracer, a.meta["value"]),),
+                                   {"dtype": dtype})
+
+    return size_comparison(node, scalar, lambda target, args: tracer.create_proxy("call_function", target, args, {}))
+
+
+def size_comparison(node, scalar, call):
+    """:func:`_size_comparison` for any graph: ``scalar(a, dtype)`` makes the rank-0 tensor of the
+    number node ``a``, ``call(target, args)`` a call; both return the caller's handles (proxies of
+    a tracer, nodes of a graph being built). None when ``node`` is no comparison of sizes."""
     def operand(a):
         if isinstance(a, fx.Node):
             value = a.meta.get("value")
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 return None
-            dtype = torch.int64 if isinstance(value, int) else torch.float32
-            return tracer.create_proxy("call_function", _SCALAR_TENSOR, (CustomProxy(a, tracer, value),),
-                                       {"dtype": dtype})
+            return scalar(a, torch.int64 if isinstance(value, int) else torch.float32)
         if isinstance(a, (int, float)) and not isinstance(a, bool):
             return a
         return None
@@ -186,19 +195,19 @@ def _size_comparison(tracer, node):
     if node.op != "call_function" or node.kwargs or len(node.args) != 2:
         return None
     if node.target in _LOGICAL:
-        parts = [_size_comparison(tracer, a) if isinstance(a, fx.Node) else None for a in node.args]
-        return None if None in parts else tracer.create_proxy("call_function", _LOGICAL[node.target], tuple(parts), {})
+        parts = [size_comparison(a, scalar, call) if isinstance(a, fx.Node) else None for a in node.args]
+        return None if any(p is None for p in parts) else call(_LOGICAL[node.target], tuple(parts))
     if node.target not in _COMPARISONS:
         return None
+    plain = (int, float)
     a, b = (operand(x) for x in node.args)
-    if a is None or b is None or not any(isinstance(x, fx.Proxy) for x in (a, b)):
+    if a is None or b is None or all(isinstance(x, plain) for x in (a, b)):
         return None
-    if not isinstance(a, fx.Proxy):  # a number on the left: the comparison mirrored
+    if isinstance(a, plain):  # a number on the left: the comparison mirrored
         a, b = b, a
         mirrored = {torch.gt: torch.lt, torch.lt: torch.gt, torch.ge: torch.le, torch.le: torch.ge}
-        return tracer.create_proxy("call_function", mirrored.get(_COMPARISONS[node.target], _COMPARISONS[node.target]),
-                                   (a, b), {})
-    return tracer.create_proxy("call_function", _COMPARISONS[node.target], (a, b), {})
+        return call(mirrored.get(_COMPARISONS[node.target], _COMPARISONS[node.target]), (a, b))
+    return call(_COMPARISONS[node.target], (a, b))
 
 
 def _fn_name(fn) -> str:

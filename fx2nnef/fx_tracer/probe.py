@@ -1427,7 +1427,7 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
                 status = "bounds"
                 note = (f"differs at {_env_text(env)}; the export is valid for "
                         + ", ".join(str(SymRange(r.symbol, r.lo, r.hi, r.step, r.rest)) for r in ranges.values() if r.bounded))
-        if kind == "data" and g.merged:
+        if g.merged:
             status, note = "merged", g.branch_note
         elif kind == "data":
             status = "baked"
@@ -1445,6 +1445,11 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
             elif r.hi is not None and n > r.hi:
                 why = differs.sub(f"shapes change otherwise above {s}={r.hi}", r.why)
                 r = ranges[s] = SymRange(s, r.lo, r.hi, r.step, r.rest, why)
+    for g in guards:
+        # a decision on sizes exported both ways: check_io also runs where it takes the other way
+        env = equivalent.get(id(g)) if g.merged and g.node not in data_dep else None
+        if env is not None and env not in io_envs:
+            io_envs.append(env)
     kept = {s: r for s, r in ranges.items() if r.bounded}
     graph_bounded = any(r == "bad" and not ranges[s].contains(n)
                         for s in symbols for n, r in results[s].items())

@@ -173,13 +173,20 @@ def setitem_functional(x: torch.Tensor, index, value) -> torch.Tensor:
 class CustomTracer(fx.Tracer):
     """Records a model into an fx Graph while running it on example values."""
 
-    def __init__(self, leaf_types: tuple = (), leaf_names: tuple = (), forced: Optional[dict] = None):
-        """``forced``, when given (``branches="select"``), maps the index of a decision on tensor
-        data (``bool()`` of a traced tensor) to the outcome to take instead of the example's;
-        every such decision is then numbered (``GuardRecord.decision``) and ``item()`` of a
+    def __init__(self, leaf_types: tuple = (), leaf_names: tuple = (), forced: Optional[dict] = None,
+                 size_sites: frozenset = frozenset(), data_decisions: bool = True):
+        """``forced``, when given, maps the index of a numbered decision to the outcome to take
+        instead of the example's. Numbered are the decisions on tensor data (``bool()`` of a
+        traced tensor; ``branches="select"``) unless ``data_decisions`` is False, and the Python
+        bools computed from sizes at the source lines ``size_sites`` (``(file, line)``: an ``if``
+        on sizes that bounds the range, see capture's ``_merge_size_branches``). Each is numbered
+        in order met (``GuardRecord.decision``); with data decisions numbered, ``item()`` of a
         traced tensor stays a traced rank-0 tensor, so that comparing it is such a decision."""
         super().__init__(autowrap_functions=())
-        self.forced = forced
+        # the data decisions' forcing (None: none numbered) and the size decisions' (one dict)
+        self.forced = forced if data_decisions else None
+        self.size_forced = forced if size_sites else None
+        self.size_sites = frozenset(size_sites)
         self.decisions: list[GuardRecord] = []
         self._data_memo: dict = {}
         self._slot_memo: dict = {}
@@ -341,12 +348,13 @@ class CustomTracer(fx.Tracer):
             return decide_in_body(self, proxy, op, result)  # a loop body is traced once, for every step
         if op == "bool" and self.forced is not None and not self._checking and self._on_data(proxy) \
                 and not in_loop_body(proxy.node, self._slot_memo):  # a loop body is traced once, for every step
-            index = len(self.decisions)
-            result = self.forced.get(index, result)
-            self._record_guard(proxy, op, result, None)
-            self.guards[-1].decision = index
-            self.decisions.append(self.guards[-1])
-            return result
+            return self._numbered(proxy, op, result, self.forced)
+        if op == "bool" and self.size_forced is not None and not self._checking and isinstance(result, bool) \
+                and isinstance(proxy.value, bool) and not self._on_data(proxy) \
+                and not in_loop_body(proxy.node, self._slot_memo):
+            src = user_frame_location()
+            if src is not None and (src.file, src.line) in self.size_sites:
+                return self._numbered(proxy, op, result, self.size_forced)
         text = None
         if op in _NUMBER_READS and isinstance(proxy.value, torch.Tensor) and not self._on_data(proxy):
             text = (f"{op}(%{proxy.node.name}) -> {result!r}: {op}() of a tensor computed from sizes is a plain "
@@ -354,6 +362,15 @@ class CustomTracer(fx.Tracer):
         self._record_guard(proxy, op, result, text)
         if op in _NUMBER_READS and not self._checking and self._on_data(proxy):
             result = read_number(self, op, result, self.guards[-1])
+        return result
+
+    def _numbered(self, proxy, op: str, result, forced: dict):
+        """A decision numbered for ``forced``: it takes the forced outcome, when there is one."""
+        index = len(self.decisions)
+        result = forced.get(index, result)
+        self._record_guard(proxy, op, result, None)
+        self.guards[-1].decision = index
+        self.decisions.append(self.guards[-1])
         return result
 
     def _on_data(self, proxy: CustomProxy) -> bool:
@@ -788,9 +805,11 @@ class _LeafRoot(torch.nn.Module):
 
 def trace_model(model: torch.nn.Module, args: tuple, kwargs: dict, flat_names: list,
                 output_names: Optional[list] = None, leaf_types: tuple = (), leaf_names: tuple = (),
-                forced: Optional[dict] = None, roll_loops: bool = False) -> TraceResult:
+                forced: Optional[dict] = None, roll_loops: bool = False, size_sites: frozenset = frozenset(),
+                data_decisions: bool = True) -> TraceResult:
     """Trace ``model(*args, **kwargs)``; tensors inside the inputs become placeholders
-    named ``flat_names`` (in :func:`structures.flatten` order). ``forced``: see :class:`CustomTracer`;
+    named ``flat_names`` (in :func:`structures.flatten` order). ``forced``, ``size_sites``,
+    ``data_decisions``: see :class:`CustomTracer`;
     ``roll_loops``: note the Python loops over ranges of traced sizes (:mod:`.loops`)."""
     while isinstance(model, _compiled_module_types()):
         model = model._orig_mod  # torch.compile(model): the model it wraps
@@ -799,7 +818,7 @@ def trace_model(model: torch.nn.Module, args: tuple, kwargs: dict, flat_names: l
     flat = structures.flatten((args, kwargs), "")
     if len(flat) != len(flat_names):
         raise TraceError(f"expected {len(flat_names)} input names for {len(flat)} input tensors")
-    tracer = CustomTracer(leaf_types, leaf_names, forced)
+    tracer = CustomTracer(leaf_types, leaf_names, forced, size_sites, data_decisions)
     tracer.roll_loops = roll_loops
     # the tracer runs the forward on ``values``, which in-place updates of the inputs change; the
     # example inputs handed back are the inputs as given

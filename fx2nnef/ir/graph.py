@@ -148,7 +148,7 @@ class Guard:
     kind: str  # "shape" or "data"
     source: Optional[SourceLoc]
     expected: Any = None
-    status: str = "kept"  # kept | checked | violated | bounds | baked (data) | merged (data, branches="select")
+    status: str = "kept"  # kept | checked | violated | bounds | baked (data) | merged (both outcomes exported)
     note: str = ""
 
     def __str__(self) -> str:

@@ -92,7 +92,7 @@ class Exporter:
 
     target: object
     registry: Registry
-    branches: Optional[str] = None  # export option: "select" merges both outcomes of decisions on data
+    branches: Optional[str] = None  # export option: None, "select" (decisions on data merged too) or "example"
     max_loop_iterations: Optional[int] = None  # export option: the steps of a while_loop no size bounds
 
     def attempt(self, module: torch.nn.Module, class_name: str, calls: list, names: list, dyn: dict,

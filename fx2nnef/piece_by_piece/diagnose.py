@@ -301,8 +301,9 @@ def diagnose(model: torch.nn.Module, inputs, target: Optional[InferenceTarget] =
             its ``dynamic_axes`` name the model's dynamic input dims.
         strategies: ``{module path | class | class name: Strategy}`` (see :class:`Strategy`).
         registry: op registry to lower with (e.g. ``REGISTRY.child()`` with extra rules).
-        branches: ``"select"`` exports both outcomes of Python decisions on tensor data, as
-            :func:`fx2nnef.export` does; a module's notes say which decisions were merged.
+        branches: None, ``"select"`` or ``"example"``: what becomes of Python decisions on
+            sizes and on tensor data, as :func:`fx2nnef.export` takes it; a module's notes say
+            which decisions were merged.
         max_loop_iterations: the steps of every while_loop whose trip count no size bounds,
             as :func:`fx2nnef.export` takes it.
     """

@@ -17,7 +17,8 @@ import torch.nn.functional as F
 from ...errors import EmitError
 from ...ir import DType, SymDim, Value, simplify
 from ..context import EmitContext
-from ..helpers import axis, broadcast_operands, cast, compare, env_text, negative_at, rank, result_dtype, unsqueeze_to
+from ..helpers import (axis, broadcast_operands, cast, compare, env_text, negative_at, opaque, rank, result_dtype,
+                       unsqueeze_to)
 from ..registry import register
 from .shape import concat, expand_to, full_like_value, permute_axes, reshape_to, slice_axes, slice_axis, slice_length
 
@@ -572,8 +573,14 @@ def _select(ctx: EmitContext, condition: Value, a, b) -> Value:
     if any(isinstance(d, SymDim) for d in shape):
         # NOTE: tract 0.23.9 can fail at run time ("Undetermined symbol") when select broadcasts
         # symbolic dims itself; operands already at the result shape avoid that.
+        uniform = all(isinstance(d, int) and d == 1 for d in condition.shape) and tuple(condition.shape) != shape
         condition, a, b = [expand_to(ctx, t, shape) if isinstance(t, Value) and tuple(t.shape) != shape else t
                            for t in (condition, a, b)]
+        if uniform:
+            # NOTE: tract 0.23.9 takes the first operand wherever a condition computed from the sizes
+            # alone (``B > 2``, a decision on sizes exported both ways) is tiled to a shape whose
+            # first axis is a symbol, whatever its value; hidden from its folding, it is right.
+            condition = opaque(ctx, condition)
     return ctx.op("select", condition, a, b, out_dtype=dtype, out_shape=shape)
 
 
