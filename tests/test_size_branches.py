@@ -1,0 +1,203 @@
+"""A Python ``if`` on the dynamic sizes exported both ways (the default, ``branches=None``).
+
+The forward is traced again with the decision forced the other way at the example's sizes, and
+the outputs of both outcomes are merged with select on the same comparison made of the sizes.
+Every export here is checked by check_io in tract (which then also runs on the other side of each
+merged decision), then run in tract at every size of a range crossing the decisions and compared
+with eager PyTorch. Decisions that cannot be merged keep the bounded range, as before.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import fx2nnef
+from harness import FnModule, tract_matches_eager
+
+
+def _export(fn, shape, dyn, tmp_path, **kw):
+    model = FnModule(fn)
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(0))
+    r = fx2nnef.export(model, (x,), tmp_path / "m.nnef.tgz", input_names=["x0"],
+                       target=fx2nnef.TractNNEF(dynamic_axes={"x0": dyn}), **kw)
+    return model, r
+
+
+def _at_sizes(shape, axis, sizes):
+    out = []
+    for n in sizes:
+        s = list(shape)
+        s[axis] = n
+        out.append([torch.randn(*s, generator=torch.Generator().manual_seed(n))])
+    return out
+
+
+def _lt(x):
+    if x.shape[1] < 7:
+        return x.flip(1)
+    return x * 2
+
+
+def _gt_on_batch(x):  # the symbol on the first axis: tract picked the first operand of the select
+    if x.shape[0] > 2:
+        return x * 3
+    return x.cumsum(1)
+
+
+def _len(x):
+    if len(x) > 2:
+        return x.flip(0)
+    return x - x.mean(0, keepdim=True)
+
+
+def _numel(x):
+    if x.numel() >= 30:
+        return x.cumsum(1)
+    return torch.tanh(x)
+
+
+def _parity(x):
+    if x.shape[1] % 2 == 0:
+        return x.roll(1, 1)
+    return x - x.mean(1, keepdim=True)
+
+
+def _one_item(x):  # prefill and decode: a size of 1 takes its own path
+    if x.shape[1] == 1:
+        return x * 3
+    return x.cumsum(1)
+
+
+def _ternary(x):
+    k = 2 if x.shape[1] > 6 else 3
+    return x * k
+
+
+def _and(x):
+    if x.shape[1] > 5 and x.shape[1] < 12:
+        return x.abs()
+    return x + 1
+
+
+def _size_in_body(x):
+    s = x.shape[1]
+    if s > 6:
+        return x * s
+    return x / s
+
+
+CASES = [
+    ("lt", _lt, (2, 10), 1, range(1, 15)),
+    ("gt_on_batch", _gt_on_batch, (3, 5), 0, range(1, 7)),
+    ("len", _len, (3, 5), 0, range(1, 7)),
+    ("numel", _numel, (3, 12), 1, range(1, 15)),
+    ("parity", _parity, (3, 10), 1, range(1, 12)),
+    ("one_item", _one_item, (3, 10), 1, range(1, 12)),
+    ("ternary", _ternary, (2, 10), 1, range(1, 15)),
+    ("and", _and, (2, 8), 1, range(1, 16)),
+    ("size_in_body", _size_in_body, (2, 10), 1, range(1, 15)),
+]
+
+
+@pytest.mark.parametrize("name,fn,shape,axis,sizes", CASES, ids=[c[0] for c in CASES])
+def test_a_decision_on_sizes_is_exported_both_ways(name, fn, shape, axis, sizes, tmp_path):
+    model, r = _export(fn, shape, {axis: "S"}, tmp_path)
+    assert not r.ranges and "tract_assert" not in r.nnef_text, r.ranges
+    merged = [g for g in r.guards if g.status == "merged"]
+    assert merged and all(g.kind == "shape" for g in merged), r.guards
+    assert any("exported both ways" in n for n in r.notes), r.notes
+    # check_io ran on the other side of the decision too
+    example = shape[axis]
+    assert len(r.check.cases) >= 3 and r.check.ok, r.check
+    tract_matches_eager(r.path, model, _at_sizes(shape, axis, sizes))
+    assert any(n != example for n in sizes)
+
+
+def test_an_elif_chain_is_merged_decision_by_decision(tmp_path):
+    """The first trace is bounded by the `if` (S > 8), the merged one by the `elif` (S > 4): merged too."""
+    def fn(x):
+        if x.shape[1] > 8:
+            y = x * 2
+        elif x.shape[1] > 4:
+            y = x.flip(1)
+        else:
+            y = -x
+        return y + 1
+    model, r = _export(fn, (3, 10), {1: "S"}, tmp_path)
+    assert not r.ranges
+    assert sum(g.status == "merged" for g in r.guards) == 2, r.guards
+    tract_matches_eager(r.path, model, _at_sizes((3, 10), 1, range(1, 13)))
+
+
+def test_two_symbols_each_with_its_decision(tmp_path):
+    def fn(x):
+        y = x.flip(0) if x.shape[0] > 3 else x * 2
+        return y.cumsum(1) if x.shape[1] < 5 else y - 1
+    model = FnModule(fn)
+    x = torch.randn(5, 8)
+    r = fx2nnef.export(model, (x,), tmp_path / "m.nnef.tgz", input_names=["x0"],
+                       target=fx2nnef.TractNNEF(dynamic_axes={"x0": {0: "B", 1: "S"}}))
+    assert not r.ranges and r.check.ok
+    sets = [[torch.randn(b, s)] for b in (1, 2, 3, 4, 6) for s in (1, 3, 4, 5, 9)]
+    tract_matches_eager(r.path, model, sets)
+
+
+def test_outcomes_of_other_shapes_keep_the_bounded_range(tmp_path):
+    """select needs equal shapes: `x[:, :6]` on one side only cannot be merged."""
+    def fn(x):
+        if x.shape[1] > 6:
+            return x[:, :6] * 2
+        return x
+    model, r = _export(fn, (2, 10), {1: "S"}, tmp_path)
+    assert r.ranges["S"].lo is not None and r.ranges["S"].lo >= 6
+    assert "tract_assert" in r.nnef_text
+    tract_matches_eager(r.path, model, _at_sizes((2, 10), 1, range(7, 14)))
+
+
+def test_an_outcome_that_fails_at_the_example_keeps_the_bounded_range(tmp_path):
+    """The other outcome is traced at the example's sizes: a reshape meant for small sizes fails
+    there, so only the example's side is exported, its range asserted."""
+    def fn(x):
+        if x.shape[1] < 7:
+            return x.reshape(2, 3, 2).sum(-1)
+        return x[:, :3] * 2
+    model, r = _export(fn, (2, 10), {1: "S"}, tmp_path)
+    assert r.ranges["S"].lo == 7, r.ranges
+    assert any(g.status == "bounds" for g in r.guards), r.guards
+
+
+def test_branches_example_keeps_the_example_outcome(tmp_path):
+    model, r = _export(_lt, (2, 10), {1: "S"}, tmp_path, branches="example")
+    assert r.ranges["S"].lo == 7 and "extension tract_assert S >= 7;" in r.nnef_text
+    assert not any(g.status == "merged" for g in r.guards)
+
+
+def test_a_decision_in_every_layer_that_cannot_be_merged_keeps_the_range(tmp_path):
+    """Four layers each decide on the size: 16 paths, past the 8 that are traced. The range stays
+    bounded (and right) rather than the export failing."""
+    class Layer(torch.nn.Module):
+        def forward(self, x):
+            return torch.relu(x) if x.shape[1] > 6 else x * 0.5
+
+    layers = torch.nn.ModuleList([Layer() for _ in range(4)])
+
+    def fn(x):
+        for layer in layers:
+            x = layer(x) + 1
+        return x
+    model, r = _export(fn, (3, 10), {1: "S"}, tmp_path)
+    assert r.ranges["S"].lo == 7
+    tract_matches_eager(r.path, model, _at_sizes((3, 10), 1, range(7, 12)))
+
+
+def test_torch_cond_on_the_first_axis_size(tmp_path):
+    """torch.cond on a size is merged with select on sizes (as before); with the symbol on the
+    first axis, tract took the first operand at every size until the condition was hidden from
+    its folding."""
+    from torch._higher_order_ops.cond import cond
+
+    def fn(x):
+        return cond(x.shape[0] > 2, lambda t: t * 3, lambda t: t.cumsum(1), (x,))
+    model, r = _export(fn, (3, 5), {0: "B"}, tmp_path)
+    assert not r.ranges
+    tract_matches_eager(r.path, model, _at_sizes((3, 5), 0, range(1, 7)))
