@@ -24,12 +24,17 @@ class _StridedPick(nn.Module):
 def test_branch_on_a_size_with_an_example_of_zeros(tmp_path):
     model = _StridedPick().eval()
     out = tmp_path / "m.nnef.tgz"
-    r = fx2nnef.export(model, (torch.zeros(3, dtype=torch.int64),), out, input_names=["z"],
+    r = fx2nnef.export(model, (torch.zeros(3, dtype=torch.int64),), out, input_names=["z"], branches="example",
                        target=fx2nnef.TractNNEF(dynamic_axes={"z": {0: "S"}}))
     assert r.check.ok, r.check
     rng = r.ranges["S"]
     assert rng.contains(3) and not rng.contains(4), r.ranges
     tract_matches_eager(out, model, [[torch.arange(s) + 5] for s in (1, 2, 3)])
+    # by default the decision is exported both ways: right on both sides of it
+    r = fx2nnef.export(model, (torch.zeros(3, dtype=torch.int64),), tmp_path / "both.nnef.tgz", input_names=["z"],
+                       target=fx2nnef.TractNNEF(dynamic_axes={"z": {0: "S"}}))
+    assert r.check.ok and not r.ranges, r.ranges
+    tract_matches_eager(r.path, model, [[torch.arange(s) + 5] for s in range(1, 9)])
 
 
 class _MaskedMean(nn.Module):
@@ -44,14 +49,23 @@ class _MaskedMean(nn.Module):
 def test_branch_with_a_mask_of_ones(tmp_path):
     model = _MaskedMean().eval()
     out = tmp_path / "m.nnef.tgz"
+    dyn = {"x": {1: "S"}, "mask": {1: "S"}}
     r = fx2nnef.export(model, (torch.randn(2, 6), torch.ones(2, 6)), out, input_names=["x", "mask"],
-                       target=fx2nnef.TractNNEF(dynamic_axes={"x": {1: "S"}, "mask": {1: "S"}}))
+                       branches="example", target=fx2nnef.TractNNEF(dynamic_axes=dyn))
     assert r.check.ok, r.check
     rng = r.ranges["S"]
     assert rng.contains(6) and not rng.contains(4), r.ranges
     mask = torch.ones(2, 9)
     mask[0, 5:] = 0
     tract_matches_eager(out, model, [[torch.randn(2, 9), mask]])
+    # by default the decision is exported both ways: right on both sides of it
+    r = fx2nnef.export(model, (torch.randn(2, 6), torch.ones(2, 6)), tmp_path / "both.nnef.tgz",
+                       input_names=["x", "mask"], target=fx2nnef.TractNNEF(dynamic_axes=dyn))
+    assert r.check.ok and not r.ranges, r.ranges
+    masks = [torch.ones(2, s) for s in (3, 4, 5, 9)]
+    for m in masks:
+        m[0, -1] = 0
+    tract_matches_eager(r.path, model, [[torch.randn(2, m.shape[1]), m] for m in masks])
 
 
 class _FastPathOnFullMask(nn.Module):

@@ -172,22 +172,46 @@ def test_branches_example_keeps_the_example_outcome(tmp_path):
     assert not any(g.status == "merged" for g in r.guards)
 
 
-def test_a_decision_in_every_layer_that_cannot_be_merged_keeps_the_range(tmp_path):
-    """Four layers each decide on the size: 16 paths, past the 8 that are traced. The range stays
-    bounded (and right) rather than the export failing."""
-    class Layer(torch.nn.Module):
-        def forward(self, x):
-            return torch.relu(x) if x.shape[1] > 6 else x * 0.5
+class _Layer(torch.nn.Module):
+    def __init__(self, stride: int = 1):
+        super().__init__()
+        self.stride = stride
 
-    layers = torch.nn.ModuleList([Layer() for _ in range(4)])
+    def forward(self, x):
+        y = torch.relu(x) if x.shape[1] > 6 else x * 0.5
+        return y[:, ::self.stride] + 1
 
-    def fn(x):
-        for layer in layers:
-            x = layer(x) + 1
+
+class _Stack(torch.nn.Module):
+    def __init__(self, stride: int = 1):
+        super().__init__()
+        self.layers = torch.nn.ModuleList([_Layer(stride) for _ in range(4)])
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
         return x
-    model, r = _export(fn, (3, 10), {1: "S"}, tmp_path)
-    assert r.ranges["S"].lo == 7
-    tract_matches_eager(r.path, model, _at_sizes((3, 10), 1, range(7, 12)))
+
+
+def test_the_same_decision_in_every_layer_is_merged_once(tmp_path):
+    """Four layers each decide `S > 6` the same way: the site is forced as one (two paths, not
+    sixteen), and the layers' own guards are checked by the probes on both sides."""
+    model = _Stack()
+    r = fx2nnef.export(model, (torch.randn(3, 10),), tmp_path / "m.nnef.tgz", input_names=["x0"],
+                       target=fx2nnef.TractNNEF(dynamic_axes={"x0": {1: "S"}}))
+    assert not r.ranges and r.check.ok
+    tract_matches_eager(r.path, model, _at_sizes((3, 10), 1, range(1, 13)))
+
+
+def test_the_same_decision_on_other_sizes_in_every_layer_keeps_the_range(tmp_path):
+    """Each layer halves S, so its `S > 6` flips at another size (S > 6, 12, 24, 48): forced as one,
+    the merged graph differs from the model between those sizes, which the probes see. The range
+    stays S >= 49, asserted, and right."""
+    model = _Stack(stride=2)
+    r = fx2nnef.export(model, (torch.randn(2, 64),), tmp_path / "m.nnef.tgz", input_names=["x0"],
+                       target=fx2nnef.TractNNEF(dynamic_axes={"x0": {1: "S"}}))
+    assert r.ranges["S"].lo == 49, r.ranges
+    tract_matches_eager(r.path, model, _at_sizes((2, 64), 1, [49, 50, 63, 64, 77]))
 
 
 def test_torch_cond_on_the_first_axis_size(tmp_path):

@@ -187,6 +187,7 @@ class CustomTracer(fx.Tracer):
         self.forced = forced if data_decisions else None
         self.size_forced = forced if size_sites else None
         self.size_sites = frozenset(size_sites)
+        self._site_first: dict = {}  # size site -> (index, example outcome) of its first decision
         self.decisions: list[GuardRecord] = []
         self._data_memo: dict = {}
         self._slot_memo: dict = {}
@@ -353,7 +354,16 @@ class CustomTracer(fx.Tracer):
                 and isinstance(proxy.value, bool) and not self._on_data(proxy) \
                 and not in_loop_body(proxy.node, self._slot_memo):
             src = user_frame_location()
-            if src is not None and (src.file, src.line) in self.size_sites:
+            site = (src.file, src.line) if src is not None else None
+            if site in self.size_sites:
+                first = self._site_first.get(site)
+                if first is not None and first[1] == result:
+                    # the same `if` met again (in every layer) deciding as the first time: it takes
+                    # the first's outcome, so that a site is two paths, not two per layer. Its guard
+                    # stays as read, and the probes check the merged graph wherever it flips
+                    self._record_guard(proxy, op, result, None)
+                    return self.size_forced.get(first[0], result)
+                self._site_first.setdefault(site, (len(self.decisions), result))
                 return self._numbered(proxy, op, result, self.size_forced)
         text = None
         if op in _NUMBER_READS and isinstance(proxy.value, torch.Tensor) and not self._on_data(proxy):
