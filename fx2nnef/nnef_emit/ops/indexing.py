@@ -17,8 +17,8 @@ import torch.nn.functional as F
 from ...errors import EmitError
 from ...ir import DType, SymDim, Value, simplify
 from ..context import EmitContext
-from ..helpers import (axis, broadcast_operands, cast, compare, env_text, negative_at, opaque, rank, result_dtype,
-                       unsqueeze_to)
+from ..helpers import (axis, broadcast_operands, cast, compare, env_text, negative_at, opaque, producer, rank,
+                       result_dtype, unsqueeze_to)
 from ..registry import register
 from .shape import concat, expand_to, full_like_value, permute_axes, reshape_to, slice_axes, slice_axis, slice_length
 
@@ -570,18 +570,35 @@ def _select(ctx: EmitContext, condition: Value, a, b) -> Value:
     r = max(rank(t) for t in tensors)
     condition, a, b = [unsqueeze_to(ctx, t, r) if isinstance(t, Value) else t for t in (condition, a, b)]
     shape = tuple(_broadcast_dim([t.shape[i] for t in (condition, a, b) if isinstance(t, Value)]) for i in range(r))
+    # NOTE: tract 0.23.9 takes the first operand whatever its value when the condition is one
+    # value computed from the sizes alone (``S // 2 > 2``: a decision on sizes exported both
+    # ways, torch.cond on sizes), broadcast by select or tiled; hidden from its folding, it is right
+    uniform = all(isinstance(d, int) and d == 1 for d in condition.shape)
     if any(isinstance(d, SymDim) for d in shape):
         # NOTE: tract 0.23.9 can fail at run time ("Undetermined symbol") when select broadcasts
         # symbolic dims itself; operands already at the result shape avoid that.
-        uniform = all(isinstance(d, int) and d == 1 for d in condition.shape) and tuple(condition.shape) != shape
         condition, a, b = [expand_to(ctx, t, shape) if isinstance(t, Value) and tuple(t.shape) != shape else t
                            for t in (condition, a, b)]
-        if uniform:
-            # NOTE: tract 0.23.9 takes the first operand wherever a condition computed from the sizes
-            # alone (``B > 2``, a decision on sizes exported both ways) is tiled to a shape whose
-            # first axis is a symbol, whatever its value; hidden from its folding, it is right.
-            condition = opaque(ctx, condition)
+    if uniform and ctx.target == "tract" and not condition.is_constant and _from_sizes_only(ctx, condition):
+        condition = opaque(ctx, condition)
     return ctx.op("select", condition, a, b, out_dtype=dtype, out_shape=shape)
+
+
+def _from_sizes_only(ctx: EmitContext, v: Value, depth: int = 0) -> bool:
+    """Whether ``v`` is computed from constants and the symbols alone (no input data): what tract
+    can fold at load time, as it cannot a value of the inputs or of a loop body's."""
+    if v.is_constant:
+        return True
+    st = producer(ctx, v) if depth < 16 else None
+    if st is None or st.op == "tract_core_external":
+        return False
+    def values(args):
+        for a in args:
+            if isinstance(a, Value):
+                yield a
+            elif isinstance(a, (list, tuple)):
+                yield from values(a)
+    return all(_from_sizes_only(ctx, a, depth + 1) for a in values(st.args))
 
 
 def _broadcast_dim(dims: list):
