@@ -225,3 +225,17 @@ def test_torch_cond_on_the_first_axis_size(tmp_path):
     model, r = _export(fn, (3, 5), {0: "B"}, tmp_path)
     assert not r.ranges
     tract_matches_eager(r.path, model, _at_sizes((3, 5), 0, range(1, 7)))
+
+
+def test_a_decision_on_a_computed_size_with_a_static_output(tmp_path):
+    """Fuzz 21060: `len(x[:max(1, S // 2)]) > 2` merged, the outputs of static shape [1, 2, 2]: select
+    broadcast the condition itself, and tract took the first operand at every size."""
+    def fn(x):
+        v1 = x[:max(1, x.shape[0] // 2)]
+        v2 = v1[v1.shape[0] - 1:]
+        if len(v1) > 2:
+            return v2.clone()
+        return torch.relu(v2)
+    model, r = _export(fn, (5, 2, 2), {0: "S"}, tmp_path)
+    assert r.check.ok and any(g.status == "merged" for g in r.guards), r.guards
+    tract_matches_eager(r.path, model, _at_sizes((5, 2, 2), 0, range(max(2, r.ranges["S"].lo or 1), 12)))
