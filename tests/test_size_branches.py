@@ -239,3 +239,43 @@ def test_a_decision_on_a_computed_size_with_a_static_output(tmp_path):
     model, r = _export(fn, (5, 2, 2), {0: "S"}, tmp_path)
     assert r.check.ok and any(g.status == "merged" for g in r.guards), r.guards
     tract_matches_eager(r.path, model, _at_sizes((5, 2, 2), 0, range(max(2, r.ranges["S"].lo or 1), 12)))
+
+
+def test_a_merged_decision_with_a_rank_0_output(tmp_path):
+    """Fuzz 22030: the condition hidden from tract's folding is rank 0 like the output; tract
+    failed to load the reshape to shape [] that made its runtime zero."""
+    def fn(x):
+        v1 = x.roll(1, 0) if x.shape[0] != 2 else x - x.mean(0, keepdim=True)
+        return torch.all(v1 + len(x)), v1.sum()
+    model, r = _export(fn, (3,), {0: "S"}, tmp_path)
+    assert not r.ranges and r.check.ok
+    tract_matches_eager(r.path, model, _at_sizes((3,), 0, range(1, 7)))
+
+
+def test_a_merged_decision_before_a_python_loop_over_the_size(tmp_path):
+    """Fuzz 21284: the loop over S after the decision is rolled into a scan on each path (the merged
+    trace kept no record of the loops, so it stayed unrolled and valid at the example only)."""
+    def fn(x):
+        x = x * 2 if x.shape[0] != 1 else x
+        acc = x[0] * 0
+        steps = []
+        for i in range(x.shape[0]):
+            acc = (acc + x[i]).clamp(-3, 3)
+            steps.append(acc)
+        return torch.stack(steps, 0)
+    model, r = _export(fn, (4, 2), {0: "S"}, tmp_path)
+    assert not r.ranges and r.check.ok, r.ranges
+    assert any("rolled into a scan" in n for n in r.notes), r.notes
+    tract_matches_eager(r.path, model, _at_sizes((4, 2), 0, [1, 2, 3, 5, 8]))
+
+
+def test_decisions_that_merge_are_merged_beside_one_that_cannot(tmp_path):
+    """Fuzz 21200: `max(1, S // 2)` items cannot be merged (the outcomes differ in shape) and keeps
+    its bound (S >= 2); the `if` after it is merged all the same."""
+    def fn(x):
+        v = x.narrow(1, 0, max(1, x.shape[1] // 2))
+        return v.flip(1) if v.shape[1] > 3 else v * 2
+    model, r = _export(fn, (2, 10), {1: "S"}, tmp_path)
+    assert r.ranges["S"].lo == 2 and r.ranges["S"].hi is None, r.ranges
+    assert [g.status for g in r.guards if g.status in ("merged", "bounds")] == ["bounds", "merged"], r.guards
+    tract_matches_eager(r.path, model, _at_sizes((2, 10), 1, range(2, 16)))

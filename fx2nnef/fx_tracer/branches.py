@@ -99,8 +99,11 @@ class _Merger:
                 if key not in seen:
                     seen.add(key)
                     guards.append(dataclasses.replace(g, node=node))
+        # the Python loops each path recorded (rolled into scans by capture's retrace, when asked)
+        loops = [rec for p in self.paths for rec in p.trace.loops]
         return TraceResult(gm, self.main.input_names, self.main.output_names, guards, self.main.example_inputs,
-                           list(self.main.control_flow) + self.notes, [g for g in guards if g.decision is not None])
+                           list(self.main.control_flow) + self.notes, [g for g in guards if g.decision is not None],
+                           loops)
 
     # one graph --------------------------------------------------------------------------------
     def _copy(self, k: int, gm: fx.GraphModule) -> dict:

@@ -571,8 +571,12 @@ def _trace_merging_sizes(model, args, kwargs, names, out_names, dyn, leaf_types,
                                       merged_notes, ref, branches, size_sites=sites)
         except Exception:  # noqa: BLE001 - the best trace so far stands, with its bounds or error
             break
-        if not _sites_merged(merged[2], sites) or merged[1].failures or not (
-                (error is not None and best is None) or _wider(merged[1].ranges, analysis.ranges)):
+        if not _sites_merged(merged[2], sites):
+            # a decision whose outcomes give other shapes (`max(1, S // 2)` items) stays as it is;
+            # the others are tried again without it
+            sites = _merged_sites(merged[2], sites)
+            continue
+        if merged[1].failures or not ((error is not None and best is None) or _wider(merged[1].ranges, analysis.ranges)):
             break
         best, analysis = (merged, merged_notes), merged[1]
         # another `if` on sizes met on the way may bound what is left (an elif): merged too
@@ -603,6 +607,15 @@ def _sites_merged(trace, sites: frozenset) -> bool:
     at = [g for g in trace.guards if g.decision is not None and g.source is not None
           and (g.source.file, g.source.line) in sites]
     return bool(at) and all(g.merged for g in at)
+
+
+def _merged_sites(trace, sites: frozenset) -> frozenset:
+    """The ``sites`` where every decision of ``trace`` was exported both ways."""
+    out = set(sites)
+    for g in trace.guards:
+        if g.decision is not None and g.source is not None and not g.merged:
+            out.discard((g.source.file, g.source.line))
+    return frozenset(out)
 
 
 def _trace_and_probe(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, notes, ref, branches=None,

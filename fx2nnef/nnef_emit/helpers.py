@@ -215,7 +215,10 @@ def runtime_zero(ctx: EmitContext, dtype: DType, r: int) -> Optional[Value]:
     k = len(source.shape)
     item = source if k == 0 else ctx.op("slice", source, axes=list(range(k)), begin=[0] * k, end=[1] * k,
                                         out_shape=(1,) * k, out_dtype=source.dtype)
-    if k != r:
+    if k != r and r == 0:
+        # NOTE: tract 0.23.9 fails to load a reshape to shape [] ("Concat: inputs.len() > 0")
+        item = ctx.op("squeeze", item, axes=list(range(k)), out_shape=(), out_dtype=source.dtype)
+    elif k != r:
         item = ctx.op("reshape", item, shape=[1] * r, out_shape=(1,) * r, out_dtype=source.dtype)
     whole = cast(ctx, item, DType.I64)  # NOTE: casting first makes a NaN input give 0 too
     zero = ctx.op("sub", whole, whole, out_shape=(1,) * r, out_dtype=DType.I64)
