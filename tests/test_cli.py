@@ -22,6 +22,30 @@ def test_export_from_factory(tmp_path, capsys, monkeypatch):
     assert out.exists() and "check in tract: OK" in printed and "B=" in printed
 
 
+def test_export_branches_on_sizes(tmp_path, capsys, monkeypatch):
+    """By default an `if` on a dynamic size is exported both ways; --branches example keeps the
+    example's side and asserts the range."""
+    (tmp_path / "sizemodels.py").write_text(textwrap.dedent("""
+        import torch
+        class M(torch.nn.Module):
+            def forward(self, x):
+                if x.shape[1] < 7:
+                    return x.flip(1)
+                return x * 2
+        def make():
+            return M(), (torch.randn(2, 10),)
+    """))
+    monkeypatch.chdir(tmp_path)
+    dyn = '{"x": {"1": "S"}}'
+    assert main(["export", "sizemodels:make", str(tmp_path / "a.nnef.tgz"), "--dynamic-axes", dyn]) == 0
+    printed = capsys.readouterr().out
+    assert "exported both ways" in printed and "valid only for" not in printed, printed
+    assert main(["export", "sizemodels:make", str(tmp_path / "b.nnef.tgz"), "--dynamic-axes", dyn,
+                 "--branches", "example"]) == 0
+    printed = capsys.readouterr().out
+    assert "valid only for S >= 7" in printed and "exported both ways" not in printed, printed
+
+
 def test_export_with_q4_0_weights(tmp_path, capsys, monkeypatch):
     (tmp_path / "q4models.py").write_text(textwrap.dedent("""
         import torch
