@@ -574,7 +574,10 @@ def _trace_merging_sizes(model, args, kwargs, names, out_names, dyn, leaf_types,
         if not _sites_merged(merged[2], sites):
             # a decision whose outcomes give other shapes (`max(1, S // 2)` items) stays as it is;
             # the others are tried again without it
-            sites = _merged_sites(merged[2], sites)
+            fewer = _merged_sites(merged[2], sites)
+            if fewer == sites:  # no decision met at those lines: nothing to merge
+                break
+            sites = fewer
             continue
         if merged[1].failures or not ((error is not None and best is None) or _wider(merged[1].ranges, analysis.ranges)):
             break

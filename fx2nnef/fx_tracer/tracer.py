@@ -54,7 +54,7 @@ class GuardRecord:
     expected: Any
     source: Optional[SourceLoc]
     text: str
-    decision: Optional[int] = None  # index among the data decisions that branches="select" can flip
+    decision: Optional[int] = None  # index among the numbered decisions (on data with branches="select", on sizes merged)
     merged: bool = False  # both outcomes exported and merged with select
     branch_note: str = ""  # how the decision was merged, or why it could not be
     # the number read went into the graph as the traced value itself: torch's argument parser read
@@ -179,7 +179,7 @@ class CustomTracer(fx.Tracer):
         instead of the example's. Numbered are the decisions on tensor data (``bool()`` of a
         traced tensor; ``branches="select"``) unless ``data_decisions`` is False, and the Python
         bools computed from sizes at the source lines ``size_sites`` (``(file, line)``: an ``if``
-        on sizes that bounds the range, see capture's ``_merge_size_branches``). Each is numbered
+        on sizes that bounds the range, see capture's ``_trace_merging_sizes``). Each is numbered
         in order met (``GuardRecord.decision``); with data decisions numbered, ``item()`` of a
         traced tensor stays a traced rank-0 tensor, so that comparing it is such a decision."""
         super().__init__(autowrap_functions=())
