@@ -8,6 +8,7 @@ import pytest
 import torch
 import transformers as T
 
+import fx2nnef
 from fx2nnef.cli import main as cli_main
 from fx2nnef.errors import CheckIOError, InvalidArgumentError
 from fx2nnef.llm import TractCausalLM, export_causal_lm, greedy_generate
@@ -337,16 +338,33 @@ def test_hybrid_models_carry_their_states(make, states, tmp_path):
     assert not r.export.ranges, r.export.ranges  # every prompt length
 
 
-def test_state_space_model_with_another_decoding_path_is_refused(tmp_path):
+def test_state_space_model_serves_prompts_and_decoding_from_one_asset(tmp_path):
     """transformers' Mamba scans a prompt from a zero state and steps one token from its cached
-    state: a graph traced on a prompt is valid for S >= 2 only, so one asset cannot serve both
-    under the contract; the error says so and nothing is written."""
+    state (`if ... seq_len == 1:`): both paths are exported, merged with select on S == 1, so one
+    asset serves prompts, prompts with past and decoding, and greedy generation matches."""
     torch.manual_seed(0)
     model = T.MambaForCausalLM(T.MambaConfig(hidden_size=32, state_size=8, num_hidden_layers=2, vocab_size=64)).eval()
+    r = export_causal_lm(model, tmp_path / "out", generate=5)
+    assert r.checks["decode"]["S"] == 1 and r.checks["generate"]["equal"], r.checks
+    assert not r.export.ranges, r.export.ranges
+    assert any(g.status == "merged" and "seq_len == 1" in (g.source.code if g.source else "") for g in r.export.guards)
+
+
+def test_a_graph_valid_for_prompts_only_is_refused(tmp_path):
+    """A graph traced on a prompt that holds for S >= 2 only (a decision on S kept on the example's
+    side) cannot serve decoding: the LLM export says so."""
+    from fx2nnef.llm.export import _refuse_prompt_only
+
+    class PromptOnly(torch.nn.Module):
+        def forward(self, ids):
+            return ids * 2 if ids.shape[1] > 1 else ids.flip(1) + 1
+
+    result = fx2nnef.export(PromptOnly(), (torch.arange(8).reshape(1, 8),), tmp_path / "m.nnef.tgz",
+                            input_names=["ids"], branches="example",
+                            target=fx2nnef.TractNNEF(dynamic_axes={"ids": {1: "S"}}))
     with pytest.raises(InvalidArgumentError, match="valid for S >= 2") as err:
-        export_causal_lm(model, tmp_path / "out")
+        _refuse_prompt_only(PromptOnly(), result)
     assert "prompts and decoding" in str(err.value)
-    assert list(tmp_path.iterdir()) == []
 
 
 def test_layers_with_other_head_sizes(tmp_path):
