@@ -279,3 +279,17 @@ def test_decisions_that_merge_are_merged_beside_one_that_cannot(tmp_path):
     assert r.ranges["S"].lo == 2 and r.ranges["S"].hi is None, r.ranges
     assert [g.status for g in r.guards if g.status in ("merged", "bounds")] == ["bounds", "merged"], r.guards
     tract_matches_eager(r.path, model, _at_sizes((2, 10), 1, range(2, 16)))
+
+
+def test_the_same_comparison_on_several_lines_is_one_decision(tmp_path):
+    """`S == 1` tested on four lines (a mask helper and each layer's one-token path, as in
+    transformers' Mamba): taken as one decision, two paths rather than sixteen (past the 8 traced);
+    each line's own guard is still checked by the probes."""
+    def fn(x):
+        a = x * 3 if x.shape[1] == 1 else x.cumsum(1)
+        b = a - 1 if a.shape[1] == 1 else a.flip(1)
+        c = torch.tanh(b) if x.size(1) == 1 else b * 0.5
+        return c + 2 if len(c.T) == 1 else c.roll(1, 1)
+    model, r = _export(fn, (2, 8), {1: "S"}, tmp_path)
+    assert not r.ranges and r.check.ok, r.ranges
+    tract_matches_eager(r.path, model, _at_sizes((2, 8), 1, range(1, 11)))

@@ -170,6 +170,20 @@ def setitem_functional(x: torch.Tensor, index, value) -> torch.Tensor:
     return out
 
 
+_COMPARISON_TARGETS = (operator.eq, operator.ne, operator.lt, operator.le, operator.gt, operator.ge)
+
+
+def _comparison_key(node: fx.Node):
+    """``(op, operand values)`` of a comparison of plain numbers (sizes at the example), or None:
+    decisions with the same key are taken as the same condition, which the probes then check."""
+    if node.op != "call_function" or node.target not in _COMPARISON_TARGETS or len(node.args) != 2 or node.kwargs:
+        return None
+    values = tuple(a.meta.get("value") if isinstance(a, fx.Node) else a for a in node.args)
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        return None
+    return ("comparison", node.target, values)
+
+
 class CustomTracer(fx.Tracer):
     """Records a model into an fx Graph while running it on example values."""
 
@@ -187,7 +201,8 @@ class CustomTracer(fx.Tracer):
         self.forced = forced if data_decisions else None
         self.size_forced = forced if size_sites else None
         self.size_sites = frozenset(size_sites)
-        self._site_first: dict = {}  # size site -> (index, example outcome) of its first decision
+        # comparison (_comparison_key) or size site -> (index, example outcome) of its first decision
+        self._site_first: dict = {}
         self.decisions: list[GuardRecord] = []
         self._data_memo: dict = {}
         self._slot_memo: dict = {}
@@ -356,14 +371,17 @@ class CustomTracer(fx.Tracer):
             src = user_frame_location()
             site = (src.file, src.line) if src is not None else None
             if site in self.size_sites:
-                first = self._site_first.get(site)
+                # the same comparison of the same numbers, else (no plain comparison) the same line
+                cond = _comparison_key(proxy.node) or site
+                first = self._site_first.get(cond)
                 if first is not None and first[1] == result:
-                    # the same `if` met again (in every layer) deciding as the first time: it takes
-                    # the first's outcome, so that a site is two paths, not two per layer. Its guard
-                    # stays as read, and the probes check the merged graph wherever it flips
+                    # the same `if` met again (in every layer), or the same comparison elsewhere
+                    # (`q_length == 1` in the mask code and `seq_len == 1` in each layer), deciding
+                    # as the first time: it takes the first's outcome, so that it adds no paths. Its
+                    # guard stays as read, and the probes check the merged graph wherever it flips
                     self._record_guard(proxy, op, result, None)
                     return self.size_forced.get(first[0], result)
-                self._site_first.setdefault(site, (len(self.decisions), result))
+                self._site_first.setdefault(cond, (len(self.decisions), result))
                 return self._numbered(proxy, op, result, self.size_forced)
         text = None
         if op in _NUMBER_READS and isinstance(proxy.value, torch.Tensor) and not self._on_data(proxy):
