@@ -293,3 +293,17 @@ def test_the_same_comparison_on_several_lines_is_one_decision(tmp_path):
     model, r = _export(fn, (2, 8), {1: "S"}, tmp_path)
     assert not r.ranges and r.check.ok, r.ranges
     tract_matches_eager(r.path, model, _at_sizes((2, 8), 1, range(1, 11)))
+
+
+def test_equal_comparisons_of_two_symbols_are_two_decisions(tmp_path):
+    """`B > 3` and `S > 3` at B = S = 5 compare the same numbers: taken as one decision first, the
+    probes find the merged graph wrong where only one flips, and the export is traced again with
+    each its own decision, both merged."""
+    def fn(x):
+        a = x.flip(0) if x.shape[0] > 3 else x * 2
+        return a.cumsum(1) if x.shape[1] > 3 else a - 1
+    model = FnModule(fn)
+    r = fx2nnef.export(model, (torch.randn(5, 5),), tmp_path / "m.nnef.tgz", input_names=["x0"],
+                       target=fx2nnef.TractNNEF(dynamic_axes={"x0": {0: "B", 1: "S"}}))
+    assert not r.ranges and [g.status for g in r.guards] == ["merged", "merged"], r.guards
+    tract_matches_eager(r.path, model, [[torch.randn(b, s)] for b in (1, 2, 4, 6) for s in (1, 3, 4, 7)])

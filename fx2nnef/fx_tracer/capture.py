@@ -444,12 +444,12 @@ def _grows(example, names, dyn, env) -> bool:
 
 
 def _trace_once(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, ref=None, branches=None,
-                roll=False, size_sites=frozenset()):
+                roll=False, size_sites=frozenset(), unify=True):
     forcing = branches == "select" or bool(size_sites)
 
     def one_path(forced):
         trace = trace_model(model, args, kwargs, names, out_names, leaf_types, leaf_names, forced, roll_loops=roll,
-                            size_sites=size_sites, data_decisions=branches == "select")
+                            size_sites=size_sites, data_decisions=branches == "select", unify_sizes=unify)
         if roll:
             lines = None if roll is True else roll
             trace.control_flow.extend(roll_loops(trace.gm, trace.loops, trace.guards, lines))
@@ -521,11 +521,11 @@ def _wider(a: dict, b: dict) -> bool:
 
 
 def _trace_rolling(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, ref=None, branches=None,
-                   size_sites=frozenset()):
+                   size_sites=frozenset(), unify=True):
     """A trace and its analysis; when a Python loop over a dynamic size bounds the range, the trace
     again with such loops rolled into scans, kept if that is valid for more sizes."""
     trace, analysis = _trace_once(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, ref, branches,
-                                  size_sites=size_sites)
+                                  size_sites=size_sites, unify=unify)
     loop_guards = _loop_guards(analysis)
     if loop_guards:
         # a Python loop over a dynamic size may bound the range: trace again rolling such loops into
@@ -534,7 +534,7 @@ def _trace_rolling(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_
         roll = {(g.source.file, g.source.line) for g in bounding} if bounding else True
         try:
             rolled = _trace_once(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, ref, branches,
-                                 roll=roll, size_sites=size_sites)
+                                 roll=roll, size_sites=size_sites, unify=unify)
         except Exception:  # noqa: BLE001 - a loop that cannot be rolled: the unrolled trace reports it
             rolled = None
         if rolled is not None and not rolled[1].failures and any(rec.rolled for rec in rolled[0].loops) and (
@@ -561,14 +561,14 @@ def _trace_merging_sizes(model, args, kwargs, names, out_names, dyn, leaf_types,
     except GuardError as exc:
         result, error, analysis = None, exc, getattr(exc, "analysis", None)
     sites = _size_branch_sites(analysis) if dyn and analysis is not None and branches != "example" else frozenset()
-    best = None
+    best, unify = None, True
     for _ in range(_SIZE_MERGE_ROUNDS):
         if not sites:
             break
         merged_notes: list = []
         try:
             merged = _trace_and_probe(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names,
-                                      merged_notes, ref, branches, size_sites=sites)
+                                      merged_notes, ref, branches, size_sites=sites, unify=unify)
         except Exception:  # noqa: BLE001 - the best trace so far stands, with its bounds or error
             break
         if not _sites_merged(merged[2], sites):
@@ -580,6 +580,11 @@ def _trace_merging_sizes(model, args, kwargs, names, out_names, dyn, leaf_types,
             sites = fewer
             continue
         if merged[1].failures or not ((error is not None and best is None) or _wider(merged[1].ranges, analysis.ranges)):
+            if unify:
+                # equal comparisons taken as one decision may be two (B > 3 and S > 3 at B = S = 5):
+                # once more with each its own decision
+                unify = False
+                continue
             break
         best, analysis = (merged, merged_notes), merged[1]
         # another `if` on sizes met on the way may bound what is left (an elif): merged too
@@ -622,11 +627,11 @@ def _merged_sites(trace, sites: frozenset) -> frozenset:
 
 
 def _trace_and_probe(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, notes, ref, branches=None,
-                     size_sites=frozenset()):
+                     size_sites=frozenset(), unify=True):
     """The graph, its analysis and trace, for the sizes the model allows: traced at the example,
     or again at larger sizes when a decision baked there holds at the example only."""
     trace, analysis = _trace_rolling(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, ref, branches,
-                                     size_sites)
+                                     size_sites, unify)
     # a step the decisions imply (pad only when not a multiple) bounds too: a trace where the other
     # branch is taken may hold on a finer step, or on every size
     bounded = any(r.lo is not None or r.hi is not None or OFF_STEP in (r.why or "") for r in analysis.ranges.values())
@@ -651,7 +656,7 @@ def _trace_and_probe(model, args, kwargs, names, out_names, dyn, leaf_types, lea
         try:
             a2, k2 = _with_flat(args, kwargs, inputs_at(trace.example_inputs, names, dyn, bigger))
             trace2, analysis2 = _trace_rolling(model, a2, k2, names, out_names, dyn, leaf_types, leaf_names,
-                                               branches=branches, size_sites=size_sites)
+                                               branches=branches, size_sites=size_sites, unify=unify)
             if not analysis2.failures:
                 # the graph must also reproduce the example sizes: analyze at the user's inputs
                 analysis_back = analyze(trace2.gm, trace.example_inputs, names, dyn, trace2.guards, ref,

@@ -188,19 +188,22 @@ class CustomTracer(fx.Tracer):
     """Records a model into an fx Graph while running it on example values."""
 
     def __init__(self, leaf_types: tuple = (), leaf_names: tuple = (), forced: Optional[dict] = None,
-                 size_sites: frozenset = frozenset(), data_decisions: bool = True):
+                 size_sites: frozenset = frozenset(), data_decisions: bool = True, unify_sizes: bool = True):
         """``forced``, when given, maps the index of a numbered decision to the outcome to take
         instead of the example's. Numbered are the decisions on tensor data (``bool()`` of a
         traced tensor; ``branches="select"``) unless ``data_decisions`` is False, and the Python
         bools computed from sizes at the source lines ``size_sites`` (``(file, line)``: an ``if``
         on sizes that bounds the range, see capture's ``_trace_merging_sizes``). Each is numbered
         in order met (``GuardRecord.decision``); with data decisions numbered, ``item()`` of a
-        traced tensor stays a traced rank-0 tensor, so that comparing it is such a decision."""
+        traced tensor stays a traced rank-0 tensor, so that comparing it is such a decision.
+        ``unify_sizes``: a size decision comparing the same numbers the same way as an earlier
+        one (the same test in every layer) follows it instead of being numbered."""
         super().__init__(autowrap_functions=())
         # the data decisions' forcing (None: none numbered) and the size decisions' (one dict)
         self.forced = forced if data_decisions else None
         self.size_forced = forced if size_sites else None
         self.size_sites = frozenset(size_sites)
+        self.unify_sizes = unify_sizes  # a size decision follows an earlier one of the same comparison
         # comparison (_comparison_key) or size site -> (index, example outcome) of its first decision
         self._site_first: dict = {}
         self.decisions: list[GuardRecord] = []
@@ -372,7 +375,7 @@ class CustomTracer(fx.Tracer):
             site = (src.file, src.line) if src is not None else None
             if site in self.size_sites:
                 # the same comparison of the same numbers, else (no plain comparison) the same line
-                cond = _comparison_key(proxy.node) or site
+                cond = (_comparison_key(proxy.node) or site) if self.unify_sizes else len(self.decisions)
                 first = self._site_first.get(cond)
                 if first is not None and first[1] == result:
                     # the same `if` met again (in every layer), or the same comparison elsewhere
@@ -834,10 +837,10 @@ class _LeafRoot(torch.nn.Module):
 def trace_model(model: torch.nn.Module, args: tuple, kwargs: dict, flat_names: list,
                 output_names: Optional[list] = None, leaf_types: tuple = (), leaf_names: tuple = (),
                 forced: Optional[dict] = None, roll_loops: bool = False, size_sites: frozenset = frozenset(),
-                data_decisions: bool = True) -> TraceResult:
+                data_decisions: bool = True, unify_sizes: bool = True) -> TraceResult:
     """Trace ``model(*args, **kwargs)``; tensors inside the inputs become placeholders
     named ``flat_names`` (in :func:`structures.flatten` order). ``forced``, ``size_sites``,
-    ``data_decisions``: see :class:`CustomTracer`;
+    ``data_decisions``, ``unify_sizes``: see :class:`CustomTracer`;
     ``roll_loops``: note the Python loops over ranges of traced sizes (:mod:`.loops`)."""
     while isinstance(model, _compiled_module_types()):
         model = model._orig_mod  # torch.compile(model): the model it wraps
@@ -846,7 +849,7 @@ def trace_model(model: torch.nn.Module, args: tuple, kwargs: dict, flat_names: l
     flat = structures.flatten((args, kwargs), "")
     if len(flat) != len(flat_names):
         raise TraceError(f"expected {len(flat_names)} input names for {len(flat)} input tensors")
-    tracer = CustomTracer(leaf_types, leaf_names, forced, size_sites, data_decisions)
+    tracer = CustomTracer(leaf_types, leaf_names, forced, size_sites, data_decisions, unify_sizes)
     tracer.roll_loops = roll_loops
     # the tracer runs the forward on ``values``, which in-place updates of the inputs change; the
     # example inputs handed back are the inputs as given
