@@ -307,3 +307,24 @@ def test_equal_comparisons_of_two_symbols_are_two_decisions(tmp_path):
                        target=fx2nnef.TractNNEF(dynamic_axes={"x0": {0: "B", 1: "S"}}))
     assert not r.ranges and [g.status for g in r.guards] == ["merged", "merged"], r.guards
     tract_matches_eager(r.path, model, [[torch.randn(b, s)] for b in (1, 2, 4, 6) for s in (1, 3, 4, 7)])
+
+
+def test_an_input_all_false_in_the_example_is_given_other_values(tmp_path):
+    """Fuzz 23124: `v = y; if S*6 >= 37: v = y.flip(0)`, then `v.masked_fill_(v, False)` clears y on
+    one side only, and only where y holds a True. With y all False in the example, the probes' other
+    values kept it all False and took the flip as equivalent: the export was wrong past S=6 for
+    other y. A constant input is now also given other items, so the decision is seen and merged."""
+    def fn(x, y):
+        v = y
+        if x.numel() >= 37:
+            v = y.flip(0)
+        v.masked_fill_(v, False)
+        return x / x.shape[1], v, y
+
+    model = FnModule(fn)
+    x, y = torch.randn(3, 6, 2), torch.zeros(2, dtype=torch.bool)
+    r = fx2nnef.export(model, (x, y), tmp_path / "m.nnef.tgz", input_names=["x0", "x1"],
+                       target=fx2nnef.TractNNEF(dynamic_axes={"x0": {1: "S"}}))
+    assert any(g.status == "merged" for g in r.guards), r.guards
+    sets = [[torch.randn(3, s, 2), torch.tensor(v)] for s in (2, 6, 7, 13) for v in ([True, False], [True, True])]
+    tract_matches_eager(r.path, lambda a, b: model(a, b.clone()), sets)

@@ -368,7 +368,8 @@ def _scrambled_mismatch(gm, reference, env: dict, inputs: list, example: list, g
     ``floor(z / 2.63)`` is all zeros where that piece of ``z`` is positive. The probe's items
     are shuffled once, then redrawn twice within the example's range of values and once within
     a sixteenth of it (``clamp(2 * s, -0.5, 0.5)`` and ``clamp(s, ...)`` agree on large sums),
-    and last given items that differ at every place (:func:`_ramped`)."""
+    given items that differ at every place (:func:`_ramped`), and last the inputs whose items are
+    all equal given others (:func:`_unfixed`)."""
     flipped = {id(g) for g in flips}
 
     def compare(other):
@@ -387,20 +388,17 @@ def _scrambled_mismatch(gm, reference, env: dict, inputs: list, example: list, g
         return _outputs_match(gm, values, expected) or ""
 
     checked = False
-    for group in (_variants(inputs, example), None):
-        if group is None:
-            if checked:
-                break
-            # every variant was the probe's own values or refused (all inputs constant in the
-            # example: zeros, a mask of ones): last, two that change every item
-            group = _unfixed(inputs)
-        for other in group:
-            found = compare(other)
-            if found is None:
-                continue
-            if found:
-                return found + " (on other input values)"
-            checked = True
+    # the variants keep an input whose example items are all equal (zeros, a mask of ones); two
+    # more change its items too (a bool input all False in the example: `v = y; if S > 6:
+    # v = y.flip(0)` then an in-place write to v changes y on one side only, and only where y
+    # holds a True), the others varied or not
+    for other in _variants(inputs, example) + _unfixed(inputs):
+        found = compare(other)
+        if found is None:
+            continue
+        if found:
+            return found + " (on other input values)"
+        checked = True
     if not checked:
         # all the values tried were the probe's own or refused by the model: that the graph agrees
         # on them says nothing of other inputs (``z[::3].flip(0)`` and ``z[::3] * 2`` on zeros)
