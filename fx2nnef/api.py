@@ -12,7 +12,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from .errors import CheckIOError, InvalidArgumentError, UnsupportedOpError
+from .errors import CheckIOError, InvalidArgumentError, TractError, UnsupportedOpError
 from .fx_tracer.capture import Capture, capture
 from .fx_tracer.random_draws import random_draws_advice
 from .piece_by_piece.record import eval_mode
@@ -93,8 +93,9 @@ def export(model: torch.nn.Module, args=(), path=None, *, kwargs: Optional[dict]
       traced both ways instead and, where both outcomes give outputs of the same shapes and
       dtypes, the outputs are merged with select on the same comparison of the sizes, so the
       asset holds on both sides (checked there by the probes and by check_io). Where they cannot
-      be merged, the range stays bounded and asserted. A decision on tensor data keeps the
-      example's outcome.
+      be merged, the range stays bounded and asserted; where tract fails on the merged graph, the
+      export is made again as with ``"example"`` and a note says why. A decision on tensor data
+      keeps the example's outcome.
     - ``"select"``: in addition, a Python ``if`` on tensor data (``if x.sum() > 0:``,
       ``if t.item() > 0.5:``) is traced both ways and merged with select on the traced condition,
       so the asset is right for either outcome (at most 8 paths through such decisions).
@@ -139,7 +140,30 @@ def export(model: torch.nn.Module, args=(), path=None, *, kwargs: Optional[dict]
                              + ") ran without autocast, in the types of their inputs: the export computes and "
                                "is checked that way")
         timings.update(cap.runs)
-        return _lower_write_check(cap, Path(path), target, timings, debug_bundle, compression_level, progress)
+        try:
+            return _lower_write_check(cap, Path(path), target, timings, debug_bundle, compression_level, progress)
+        except (TractError, CheckIOError) as error:
+            if branches is not None or not any(g.kind == "shape" and g.status == "merged" for g in cap.graph.guards):
+                raise
+            failure = error
+    # a decision on sizes exported both ways (the default) gave a graph the engine refused or
+    # computed otherwise: the export with each decision on the example's side, its range asserted,
+    # rather than an error (branches="example" asks for it directly)
+    if isinstance(failure, CheckIOError) and failure.bundle:
+        shutil.rmtree(failure.bundle, ignore_errors=True)
+    result = export(model, args, path, kwargs=kwargs, target=target, input_names=input_names,
+                    output_names=output_names, leaf_modules=leaf_modules, debug_bundle=debug_bundle,
+                    compression_level=compression_level, progress=progress,
+                    max_loop_iterations=max_loop_iterations, branches="example", scalars_as_inputs=scalars_as_inputs)
+    if isinstance(failure, CheckIOError):
+        reason = "outputs differ from PyTorch beyond tolerance"
+    else:  # tract's last cause, before the advice line
+        lines = [line.strip() for line in str(failure).splitlines() if line.strip()]
+        reason = lines[-2] if len(lines) > 2 else lines[0] if lines else ""
+    result.notes.append(f"the decisions on sizes exported both ways gave a graph {target.name} failed on "
+                        f"({type(failure).__name__}: {reason[:200]}); exported with each decision on the "
+                        "example's side instead, as branches='example' does")
+    return result
 
 
 def _lower_write_check(cap: Capture, path: Path, target: InferenceTarget, timings: dict,

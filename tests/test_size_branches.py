@@ -328,3 +328,30 @@ def test_an_input_all_false_in_the_example_is_given_other_values(tmp_path):
     assert any(g.status == "merged" for g in r.guards), r.guards
     sets = [[torch.randn(3, s, 2), torch.tensor(v)] for s in (2, 6, 7, 13) for v in ([True, False], [True, True])]
     tract_matches_eager(r.path, lambda a, b: model(a, b.clone()), sets)
+
+
+def test_a_merged_graph_tract_fails_on_falls_back_to_the_example_side(tmp_path):
+    """Fuzz 24087: three decisions on sizes after a loop rolled into a scan, all merged; tract 0.23.9
+    fails at run time on that graph ("eval() called on a Dummy op"). The export is made again with
+    each decision on the example's side (as branches="example"), its range asserted, and says why."""
+    def fn(x):
+        v2 = x[0] * 0
+        steps = []
+        for i in range(x.shape[0]):
+            v2 = torch.tanh(v2 * 0.5 + x[i])
+            steps.append(v2)
+        v1 = torch.stack(steps, 0)
+        v3 = torch.tanh(v1) if v1.numel() <= 2 else v1 - v1.mean(1, keepdim=True)
+        v4 = v3.cumsum(0) if v3.shape[1] % 2 == 0 else v3.clone()
+        v5 = v4.any(0, keepdim=True)
+        v6 = v3 * 2 if v4.shape[1] == 1 else v3.abs()
+        return (v6 * v5.shape[1]) > 0.06, v3, v4, v6
+    model = FnModule(fn)
+    x = torch.rand((1, 4), generator=torch.Generator().manual_seed(0)) * 4 - 2
+    r = fx2nnef.export(model, (x,), tmp_path / "m.nnef.tgz", input_names=["x0"],
+                       target=fx2nnef.TractNNEF(dynamic_axes={"x0": {1: "S"}}))
+    assert r.check.ok and r.ranges["S"].lo == 3, r.ranges
+    assert any("exported with each decision on the example's side" in n for n in r.notes), r.notes
+    assert not any(g.status == "merged" for g in r.guards)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.nnef.tgz"]
+    tract_matches_eager(r.path, model, _at_sizes((1, 4), 1, [3, 5, 8]))
