@@ -571,13 +571,13 @@ def _trace_merging_sizes(model, args, kwargs, names, out_names, dyn, leaf_types,
                                       merged_notes, ref, branches, size_sites=sites, unify=unify)
         except Exception:  # noqa: BLE001 - the best trace so far stands, with its bounds or error
             break
-        if not _sites_merged(merged[2], sites):
+        met, unmerged = _site_outcomes(merged[2], sites)
+        if not met:  # no decision met at those lines: nothing to merge
+            break
+        if unmerged:
             # a decision whose outcomes give other shapes (`max(1, S // 2)` items) stays as it is;
             # the others are tried again without it
-            fewer = _merged_sites(merged[2], sites)
-            if fewer == sites:  # no decision met at those lines: nothing to merge
-                break
-            sites = fewer
+            sites = sites - unmerged
             continue
         if merged[1].failures or not ((error is not None and best is None) or _wider(merged[1].ranges, analysis.ranges)):
             if unify:
@@ -610,20 +610,13 @@ def _size_branch_sites(analysis) -> frozenset:
                      and g.source is not None and isinstance(g.expected, bool))
 
 
-def _sites_merged(trace, sites: frozenset) -> bool:
-    """Whether every decision of ``trace`` at ``sites`` was exported both ways (and one was met)."""
+def _site_outcomes(trace, sites: frozenset) -> tuple:
+    """``(met, unmerged)``: the ``sites`` where ``trace`` numbered a decision, and those where one
+    of them could not be exported both ways."""
     at = [g for g in trace.guards if g.decision is not None and g.source is not None
           and (g.source.file, g.source.line) in sites]
-    return bool(at) and all(g.merged for g in at)
-
-
-def _merged_sites(trace, sites: frozenset) -> frozenset:
-    """The ``sites`` where every decision of ``trace`` was exported both ways."""
-    out = set(sites)
-    for g in trace.guards:
-        if g.decision is not None and g.source is not None and not g.merged:
-            out.discard((g.source.file, g.source.line))
-    return frozenset(out)
+    return ({(g.source.file, g.source.line) for g in at},
+            frozenset((g.source.file, g.source.line) for g in at if not g.merged))
 
 
 def _trace_and_probe(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, notes, ref, branches=None,

@@ -1427,6 +1427,9 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
                         + ", ".join(str(SymRange(r.symbol, r.lo, r.hi, r.step, r.rest)) for r in ranges.values() if r.bounded))
         if g.merged:
             status, note = "merged", g.branch_note
+            if kind == "shape" and id(g) in equivalent and equivalent[id(g)] not in io_envs:
+                # a decision on sizes exported both ways: check_io also runs where it goes the other way
+                io_envs.append(equivalent[id(g)])
         elif kind == "data":
             status = "baked"
             note = "decided on tensor data: the export keeps only this branch"
@@ -1443,11 +1446,6 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
             elif r.hi is not None and n > r.hi:
                 why = differs.sub(f"shapes change otherwise above {s}={r.hi}", r.why)
                 r = ranges[s] = SymRange(s, r.lo, r.hi, r.step, r.rest, why)
-    for g in guards:
-        # a decision on sizes exported both ways: check_io also runs where it takes the other way
-        env = equivalent.get(id(g)) if g.merged and g.node not in data_dep else None
-        if env is not None and env not in io_envs:
-            io_envs.append(env)
     kept = {s: r for s, r in ranges.items() if r.bounded}
     graph_bounded = any(r == "bad" and not ranges[s].contains(n)
                         for s in symbols for n, r in results[s].items())

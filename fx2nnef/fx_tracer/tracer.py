@@ -23,7 +23,7 @@ from ..errors import TraceError
 from ..ir import SourceLoc
 from . import structures
 from .proxy import _DATA_TENSOR_METHODS, _STATIC_TENSOR_METHODS, CustomAttribute, CustomProxy, SizeTuple
-from .control_flow import control_flow_patches, decide_in_body
+from .control_flow import _COMPARISONS, control_flow_patches, decide_in_body
 from .data_dep import depends_on_data, in_loop_body, on_slot_data, read_number, sizes_from_shape_tensors
 from .data_sizes import DataInt, check_no_data_sizes, mark_data_number
 from .fast_paths import reproduce_fast_path
@@ -170,13 +170,10 @@ def setitem_functional(x: torch.Tensor, index, value) -> torch.Tensor:
     return out
 
 
-_COMPARISON_TARGETS = (operator.eq, operator.ne, operator.lt, operator.le, operator.gt, operator.ge)
-
-
 def _comparison_key(node: fx.Node):
     """``(op, operand values)`` of a comparison of plain numbers (sizes at the example), or None:
     decisions with the same key are taken as the same condition, which the probes then check."""
-    if node.op != "call_function" or node.target not in _COMPARISON_TARGETS or len(node.args) != 2 or node.kwargs:
+    if node.op != "call_function" or node.target not in _COMPARISONS or len(node.args) != 2 or node.kwargs:
         return None
     values = tuple(a.meta.get("value") if isinstance(a, fx.Node) else a for a in node.args)
     if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):

@@ -85,10 +85,10 @@ class Zygote:
     def _read_line(self, deadline: float | None) -> bytes | None:
         """The zygote's next reply line; None at the deadline; EOFError if the zygote is gone."""
         fd = self.process.stdout.fileno()
+        poller = select.poll()  # not select.select: it fails on descriptors past 1023
+        poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
         while b"\n" not in self.buffer:
             wait = None if deadline is None else max(0.0, deadline - time.monotonic())
-            poller = select.poll()  # not select.select: it fails on descriptors past 1023
-            poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
             if not poller.poll(None if wait is None else int(wait * 1000) + 1):
                 return None
             chunk = os.read(fd, 1 << 16)

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from ...errors import EmitError
-from ...ir import DType, SymDim, Value, simplify
+from ...ir import DType, SymDim, Value, flat_values, simplify
 from ..context import EmitContext
 from ..helpers import (axis, broadcast_operands, cast, compare, env_text, negative_at, opaque, producer, rank,
                        result_dtype, unsqueeze_to)
@@ -592,13 +592,7 @@ def _from_sizes_only(ctx: EmitContext, v: Value, depth: int = 0) -> bool:
     st = producer(ctx, v) if depth < 16 else None
     if st is None or st.op == "tract_core_external":
         return False
-    def values(args):
-        for a in args:
-            if isinstance(a, Value):
-                yield a
-            elif isinstance(a, (list, tuple)):
-                yield from values(a)
-    return all(_from_sizes_only(ctx, a, depth + 1) for a in values(st.args))
+    return all(_from_sizes_only(ctx, a, depth + 1) for a in flat_values(st.args))
 
 
 def _broadcast_dim(dims: list):
