@@ -27,6 +27,8 @@ def _kernel_for_this_python(root: Path) -> None:
 def test_piece_by_piece_notebook_executes(tmp_path, monkeypatch):
     _kernel_for_this_python(tmp_path / "jupyter")
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))  # the notebook's mkdtemp stays in tmp_path
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     nb = nbformat.read(NOTEBOOK, as_version=4)
     client = nbclient.NotebookClient(nb, timeout=600, kernel_name=KERNEL,
