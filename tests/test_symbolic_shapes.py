@@ -216,3 +216,60 @@ def test_strided_convs_then_attention_bias_over_the_frames(tmp_path):
                        target=fx2nnef.TractNNEF(dynamic_axes={"x": {0: "B", 1: "T"}}))
     assert r.check.ok and not any(_FALLBACK in n for n in r.notes), r.notes
     _run_sizes(model, r, "T", lambda n: torch.randn(3, n), [200, 641, 900, 1999])
+
+
+class _DevicesAndParams(nn.Module):
+    """Parameters read by the graph, factories and moves naming the CPU, a size-1 broadcast."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 4)
+
+    def forward(self, x):
+        n = x.shape[1]
+        pos = torch.arange(n, device="cpu").to("cpu").float().cpu()
+        y = torch.nn.functional.linear(x + pos[:, None], self.lin.weight, self.lin.bias)
+        return y.softmax(-1) * x.new_ones(x.shape[0], 1, 1, device=torch.device("cpu")), pos.sum()
+
+
+class _CallsASubmodule(nn.Module):
+    """A submodule called whole holds its parameters off the meta device."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 4)
+
+    def forward(self, x):
+        return self.lin(x)[:, : x.shape[1] // 2] * 2
+
+
+@pytest.mark.parametrize("model, meta", [(_DevicesAndParams(), True), (_CallsASubmodule(), False)])
+def test_shapes_at_other_sizes_run_on_meta_tensors_or_fake_ones(model, meta, monkeypatch):
+    """The shape-only runs at concrete sizes (a decision of torch's kernels flips there) give
+    what a real run gives; on meta tensors when the graph runs there, else on fake tensors."""
+    from fx2nnef.fx_tracer import fake_replay
+    from fx2nnef.fx_tracer.probe import _record
+
+    gm = torch.fx.symbolic_trace(model)
+    ran = []
+    real_run = fake_replay._MetaRecorder.run
+
+    def run(self, *a):
+        ran.append("meta")
+        out = real_run(self, *a)
+        ran.append("done")
+        return out
+    monkeypatch.setattr(fake_replay._MetaRecorder, "run", run)
+    example = [torch.randn(2, 5, 8)]
+    for b, s in [(1, 5), (2, 1), (3, 7)]:
+        ran.clear()
+        records = fake_replay.shapes_at(gm, example, ["x"], {"x": {0: "B", 1: "S"}}, {"B": b, "S": s}, _record)
+        x = torch.randn(b, s, 8)
+        real = {}
+        interp = torch.fx.Interpreter(gm)
+        original = interp.run_node
+        interp.run_node = lambda n: real.setdefault(n, original(n))
+        with torch.no_grad():
+            interp.run(x)
+        assert records == {n: _record(v) for n, v in real.items()}, (b, s)
+        assert ran == (["meta", "done"] if meta else ["meta"]), ran
