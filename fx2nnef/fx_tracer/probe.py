@@ -875,9 +875,10 @@ def _symbolic_envs(signature, base_env: dict, max_flips: int = 4) -> tuple:
             low = [n for n in low if n >= 2]  # a size of 1 broadcasts: a check there says little
         high = [n for n in same if n > v]
         if low:
-            # about half the example, an odd distance from it: the sizes run then also tell a
-            # model that accepts every k-th size only from one that accepts all (see _symbol_range)
-            below[s] = check[s] = min(low, key=lambda n: (abs(n - v // 2) + 2 * ((v - n + 1) % 2), n))
+            # about a quarter of the example (the check's two real runs cost a fraction of the
+            # example's), an odd distance from it: the sizes run then also tell a model that
+            # accepts every k-th size only from one that accepts all (see _symbol_range)
+            below[s] = check[s] = min(low, key=lambda n: (abs(n - max(2, v // 4)) + 2 * ((v - n + 1) % 2), n))
         if high:
             above[s] = min(high, key=lambda n: (abs(n - (v + 3)), n))
             check.setdefault(s, min(high, key=lambda n: (abs(n - (v + 1)), n)))
