@@ -875,10 +875,11 @@ def _symbolic_envs(signature, base_env: dict, max_flips: int = 4) -> tuple:
             low = [n for n in low if n >= 2]  # a size of 1 broadcasts: a check there says little
         high = [n for n in same if n > v]
         if low:
-            # about a quarter of the example (the check's two real runs cost a fraction of the
-            # example's), an odd distance from it: the sizes run then also tell a model that
+            # about an eighth of the example (the check's two real runs then cost a fraction of
+            # the example's: a conv net's by the area, an LLM's by the tokens until weight reads
+            # dominate), an odd distance from it: the sizes run then also tell a model that
             # accepts every k-th size only from one that accepts all (see _symbol_range)
-            below[s] = check[s] = min(low, key=lambda n: (abs(n - max(2, v // 4)) + 2 * ((v - n + 1) % 2), n))
+            below[s] = check[s] = min(low, key=lambda n: (abs(n - max(2, v // 8)) + 2 * ((v - n + 1) % 2), n))
         if high:
             above[s] = min(high, key=lambda n: (abs(n - (v + 3)), n))
             check.setdefault(s, min(high, key=lambda n: (abs(n - (v + 1)), n)))
