@@ -350,6 +350,23 @@ def test_state_space_model_serves_prompts_and_decoding_from_one_asset(tmp_path):
     assert any(g.status == "merged" and "seq_len == 1" in (g.source.code if g.source else "") for g in r.export.guards)
 
 
+def test_hybrid_whose_one_token_step_differs_serves_prompts_and_decoding(tmp_path):
+    """Jamba's Mamba layers step one token from their cached state with code whose shapes hold at
+    S=1 only (``hidden_states.squeeze(2)`` in ``if ... seq_len == 1``): that outcome cannot be
+    traced at a prompt's sizes, so the forward is also traced at S=1 and selected there. One asset
+    serves prompts, prompts with past and decoding, and greedy generation matches."""
+    torch.manual_seed(0)
+    config = T.JambaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                           num_key_value_heads=2, vocab_size=64, attn_layer_period=2, attn_layer_offset=1,
+                           expert_layer_period=2, expert_layer_offset=1, num_experts=2, mamba_d_state=8,
+                           mamba_dt_rank=4, use_mamba_kernels=False)
+    model = _randomize_norms(T.JambaForCausalLM(config).eval())
+    r = export_causal_lm(model, tmp_path / "out", generate=4)
+    assert r.checks["decode"]["S"] == 1 and r.checks["generate"]["equal"], r.checks
+    assert not r.export.ranges, r.export.ranges
+    assert any("S=1 takes other code" in n for n in r.export.notes), r.export.notes
+
+
 def test_a_graph_valid_for_prompts_only_is_refused(tmp_path):
     """A graph traced on a prompt that holds for S >= 2 only (a decision on S kept on the example's
     side) cannot serve decoding: the LLM export says so."""

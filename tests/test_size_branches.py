@@ -355,3 +355,52 @@ def test_a_merged_graph_tract_fails_on_falls_back_to_the_example_side(tmp_path):
     assert not any(g.status == "merged" for g in r.guards)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.nnef.tgz"]
     tract_matches_eager(r.path, model, _at_sizes((1, 4), 1, [3, 5, 8]))
+
+
+class _OneStep(torch.nn.Module):
+    """A step from a state for one item (``x.squeeze(1)``: its shapes hold at S=1 only, so the
+    decision cannot be forced at the example's sizes), a scan of the sequence otherwise."""
+
+    def __init__(self, longer: bool = False):
+        super().__init__()
+        torch.manual_seed(0)
+        self.lin = torch.nn.Linear(8, 8)
+        self.longer = longer
+
+    def forward(self, x, state):
+        if x.shape[1] == 1:
+            h = self.lin(x.squeeze(1) + state[:, -1])
+            new = torch.cat([state, h[:, None]] + ([h[:, None]] * 5 if self.longer else []), 1)
+            return h[:, None] * 2, new
+        h = self.lin(x).cumsum(1)
+        return h, torch.cat([state, h], 1)
+
+
+def _one_step_export(tmp_path, **kw):
+    model = _OneStep(**kw).eval()
+    x, state = torch.randn(2, 5, 8), torch.randn(2, 3, 8)
+    r = fx2nnef.export(model, (x, state), tmp_path / "m.nnef.tgz", input_names=["x", "state"],
+                       target=fx2nnef.TractNNEF(dynamic_axes={"x": {1: "S"}, "state": {1: "P"}}))
+    return model, r
+
+
+def test_a_path_taken_at_one_size_only_is_traced_there_and_selected(tmp_path):
+    """The other outcome of ``if S == 1`` does not trace at the example's sizes: the forward is
+    traced at S=1 as well, run on the inputs cut to one item, and its outputs (the state one
+    item longer, padded to P + S) are selected where S == 1. check_io runs at S=1 too."""
+    model, r = _one_step_export(tmp_path)
+    assert r.check.ok and not r.ranges, r.ranges
+    assert any("S=1 takes other code" in n and "selected where S == 1" in n for n in r.notes), r.notes
+    assert any(g.status == "merged" and "S=1" in g.note for g in r.graph.guards), r.graph.guards
+    assert any(label.startswith("S=1,") for label, _ in r.check.cases), r.check.cases
+    sizes = [(1, 3), (1, 7), (1, 1), (2, 2), (4, 1), (9, 6)]
+    tract_matches_eager(r.path, model, [[torch.randn(2, s, 8), torch.randn(2, p, 8)] for s, p in sizes])
+
+
+def test_a_path_at_one_size_with_longer_outputs_keeps_the_range(tmp_path):
+    """At S=1 the state grows by 6 items, past the example's P + S: the outputs cannot be merged,
+    and the export stays valid for S >= 2, as without the trace at S=1."""
+    model, r = _one_step_export(tmp_path, longer=True)
+    assert r.ranges["S"].lo == 2, r.ranges
+    assert not any("S=1 takes other code" in n for n in r.notes), r.notes
+    tract_matches_eager(r.path, model, [[torch.randn(2, s, 8), torch.randn(2, p, 8)] for s, p in [(2, 3), (7, 1)]])

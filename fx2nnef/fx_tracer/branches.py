@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import operator
+import os
 from typing import Callable, Optional
 
 import torch
@@ -137,15 +138,7 @@ class _Merger:
         return not has_tensor((mine, theirs)) and same_value(mine, theirs)
 
     def _attr(self, k: int, gm, target: str) -> str:
-        obj = operator.attrgetter(target)(gm)
-        try:
-            if operator.attrgetter(target)(self.main.gm) is obj:
-                return target
-        except AttributeError:
-            pass
-        name = f"_fx2nnef_path{k}_{target.replace('.', '_')}"
-        setattr(self.main.gm, name, obj)
-        return name
+        return _shared_attr(self.main.gm, gm, target, f"path{k}")
 
     # the tree of decisions --------------------------------------------------------------------
     def _members(self, prefix: tuple) -> list:
@@ -252,3 +245,118 @@ def _mismatch(yes: list, no: list) -> str:
             return (f"output {i} is {tuple(tv.shape)} {tv.dtype} when true but {tuple(fv.shape)} {fv.dtype} when "
                     "false (select needs equal shapes and dtypes)")
     return ""
+
+
+# a branch traced at one size ---------------------------------------------------------------------
+
+def merge_at_size(main: TraceResult, point: TraceResult, dynamic_axes: dict, sym: str, size: int,
+                  sites: frozenset) -> TraceResult:
+    """One graph holding ``main`` and ``point``, the forward traced where ``sym`` is ``size``
+    (``S == 1``: the one-token step of a model decoding from its cached state, whose code the
+    example's trace does not take and cannot take at the example's sizes: its shapes hold at
+    ``S = 1`` only). ``point`` runs on the inputs cut to their first ``size`` items along ``sym``'s
+    axes, so it sees the sizes it was traced at whatever ``sym`` is; each output is ``point``'s
+    where ``sym == size``, else ``main``'s. An output of ``point`` shorter on an axis (``P + 1``
+    cached positions for ``P + S``) is padded to ``main``'s length, an axis of 1 is broadcast:
+    what ``point`` gives elsewhere is computed and dropped. ``main``'s decisions at ``sites``
+    (the source lines that took the other code) are marked merged. Raise :class:`TraceError`
+    when the outputs cannot be merged (other counts, dtypes, ranks, or a longer axis)."""
+    graph = fx.Graph()
+    root = main.gm
+    env_m: dict = {}
+    outs_m = outs_p = None
+    for n in main.gm.graph.nodes:
+        if n.op == "output":
+            outs_m = [env_m[a] if isinstance(a, fx.Node) else a for a in n.args[0]]
+            continue
+        env_m[n] = graph.node_copy(n, lambda a: env_m[a])
+    placeholders = [n for n in main.gm.graph.nodes if n.op == "placeholder"]
+    point_placeholders = [n for n in point.gm.graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != len(point_placeholders):
+        raise TraceError(f"the trace at {sym}={size} has {len(point_placeholders)} inputs, the example's "
+                         f"{len(placeholders)}")
+
+    def add(op, target, args, kwargs=None):
+        node = graph.create_node(op, target, args, kwargs or {})
+        values, kw = fx.node.map_arg((args, kwargs or {}), lambda a: a.meta["value"])
+        with torch.no_grad():
+            node.meta["value"] = target(*values, **kw) if op == "call_function" else \
+                getattr(values[0], target)(*values[1:], **kw)
+        return node
+
+    env_p: dict = {}
+    size_of = None  # (input node, axis) giving sym
+    for name, pm, pp in zip(main.input_names, placeholders, point_placeholders):
+        node = env_m[pm]
+        for axis, s in sorted(dynamic_axes.get(name, {}).items()):
+            if s == sym:
+                size_of = size_of or (env_m[pm], axis)
+                node = add("call_method", "narrow", (node, axis, 0, size))
+        env_p[pp] = node
+    if size_of is None:
+        raise TraceError(f"no input has an axis {sym}")
+    for n in point.gm.graph.nodes:
+        if n.op == "placeholder":
+            continue
+        if n.op == "output":
+            outs_p = [env_p[a] if isinstance(a, fx.Node) else a for a in n.args[0]]
+            continue
+        new = graph.node_copy(n, lambda a: env_p[a])
+        if n.op == "get_attr":
+            new.target = _shared_attr(root, point.gm, n.target, "at_size")
+        env_p[n] = new
+    if len(outs_m) != len(outs_p):
+        raise TraceError(f"the forward gives {len(outs_m)} outputs at the example and {len(outs_p)} at {sym}={size}")
+    scalar = add("call_function", _SCALAR_TENSOR, (add("call_method", "size", size_of),), {"dtype": torch.int64})
+    cond = add("call_function", torch.eq, (scalar, size))
+    merged = []
+    for i, (m, p) in enumerate(zip(outs_m, outs_p)):
+        mv = m.meta.get("value") if isinstance(m, fx.Node) else m
+        pv = p.meta.get("value") if isinstance(p, fx.Node) else p
+        if not isinstance(mv, torch.Tensor) or not isinstance(pv, torch.Tensor):
+            if not has_tensor((mv, pv)) and same_value(mv, pv):
+                merged.append(m)
+                continue
+            raise TraceError(f"output {i} is no tensor, and differs at {sym}={size}")
+        if mv.dtype != pv.dtype or mv.dim() != pv.dim():
+            raise TraceError(f"output {i} is {tuple(mv.shape)} {mv.dtype} at the example but {tuple(pv.shape)} "
+                             f"{pv.dtype} at {sym}={size}")
+        for axis in range(mv.dim()):
+            if pv.shape[axis] in (1, mv.shape[axis]):
+                continue  # broadcast, or alike
+            if pv.shape[axis] > mv.shape[axis]:
+                raise TraceError(f"output {i} has {pv.shape[axis]} items on axis {axis} at {sym}={size}, more than "
+                                 f"the example's {mv.shape[axis]}")
+            amount = add("call_function", operator.sub, (add("call_method", "size", (m, axis)),
+                                                         add("call_method", "size", (p, axis))))
+            p = add("call_function", torch.nn.functional.pad, (p, [0, 0] * (mv.dim() - 1 - axis) + [0, amount]))
+            pv = p.meta["value"]
+        merged.append(add("call_function", torch.where, (cond, p, m)))
+    graph.output(merged)
+    gm = fx.GraphModule(root, graph, class_name=type(root).__name__)
+    where = ", ".join(sorted(f"{os.path.basename(file)}:{line}" for file, line in sites))
+    note = (f"{sym}={size} takes other code" + (f" ({where})" if where else "") + f": the forward traced at "
+            f"{sym}={size} is exported alongside and selected where {sym} == {size}")
+    guards = []
+    for g in main.guards:
+        g = dataclasses.replace(g, node=env_m[g.node])
+        if g.source is not None and (g.source.file, g.source.line) in sites and isinstance(g.expected, bool):
+            g.merged, g.branch_note = True, f"the other outcome exported by the trace at {sym}={size}"
+        guards.append(g)
+    guards += [dataclasses.replace(g, node=env_p[g.node]) for g in point.guards]
+    control_flow = list(main.control_flow) + [c for c in point.control_flow if c not in main.control_flow] + [note]
+    return TraceResult(gm, main.input_names, main.output_names, guards, main.example_inputs, control_flow,
+                       list(main.decisions) + list(point.decisions), list(main.loops) + list(point.loops))
+
+
+def _shared_attr(root: fx.GraphModule, gm: fx.GraphModule, target: str, tag: str) -> str:
+    """``target`` of ``gm`` as an attribute of ``root``: the same name when it is the same object there."""
+    obj = operator.attrgetter(target)(gm)
+    try:
+        if operator.attrgetter(target)(root) is obj:
+            return target
+    except AttributeError:
+        pass
+    name = f"_fx2nnef_{tag}_{target.replace('.', '_')}"
+    setattr(root, name, obj)
+    return name

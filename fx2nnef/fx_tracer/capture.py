@@ -19,7 +19,7 @@ import torch
 from ..errors import GuardError, InvalidArgumentError, TraceError
 from ..ir import CheckCase, Graph, Value
 from . import structures
-from .branches import trace_branches
+from .branches import merge_at_size, trace_branches
 from .control_flow import loop_options, run_eagerly
 from .data_dep import check_number_reads, complex_values_note, number_reads
 from .loops import roll_loops
@@ -444,7 +444,26 @@ def _grows(example, names, dyn, env) -> bool:
 
 
 def _trace_once(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, ref=None, branches=None,
-                roll=False, size_sites=frozenset(), unify=True):
+                roll=False, size_sites=frozenset(), unify=True, at_size=None):
+    """The trace of ``model(*args, **kwargs)`` and its analysis. ``at_size``: ``(symbol, size,
+    sites)``, the forward also traced where the symbol is that size and merged (see
+    :func:`.branches.merge_at_size`)."""
+    trace = _traced(model, args, kwargs, names, out_names, leaf_types, leaf_names, branches, roll, size_sites, unify)
+    if at_size is not None:
+        sym, size, sites = at_size
+        base = {s: t.shape[axis] for n, t in zip(names, trace.example_inputs) for axis, s in dyn.get(n, {}).items()}
+        a1, k1 = _with_flat(args, kwargs, inputs_at(trace.example_inputs, names, dyn, {**base, sym: size}))
+        point = _traced(model, a1, k1, names, out_names, leaf_types, leaf_names, branches, roll, frozenset(), unify)
+        trace = merge_at_size(trace, point, dyn, sym, size, sites)
+    if ref is None and dyn:
+        ref = _reference(model, args, kwargs, names, dyn, trace.example_inputs)
+    _drop_traced_data(trace.gm)
+    analysis = analyze(trace.gm, trace.example_inputs, names, dyn, trace.guards, ref)
+    return trace, analysis
+
+
+def _traced(model, args, kwargs, names, out_names, leaf_types, leaf_names, branches, roll, size_sites, unify):
+    """The forward traced and cleaned (each path of the decisions forced, merged)."""
     forcing = branches == "select" or bool(size_sites)
 
     def one_path(forced):
@@ -470,11 +489,7 @@ def _trace_once(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_nam
         check_number_reads(lambda: one_path({}), one_path({}).gm, read)
     elif read:
         check_number_reads(lambda: one_path(None), trace.gm, read)
-    if ref is None and dyn:
-        ref = _reference(model, args, kwargs, names, dyn, trace.example_inputs)
-    _drop_traced_data(trace.gm)
-    analysis = analyze(trace.gm, trace.example_inputs, names, dyn, trace.guards, ref)
-    return trace, analysis
+    return trace
 
 
 def _drop_traced_data(gm: fx.GraphModule) -> None:
@@ -521,11 +536,11 @@ def _wider(a: dict, b: dict) -> bool:
 
 
 def _trace_rolling(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, ref=None, branches=None,
-                   size_sites=frozenset(), unify=True):
+                   size_sites=frozenset(), unify=True, at_size=None):
     """A trace and its analysis; when a Python loop over a dynamic size bounds the range, the trace
     again with such loops rolled into scans, kept if that is valid for more sizes."""
     trace, analysis = _trace_once(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, ref, branches,
-                                  size_sites=size_sites, unify=unify)
+                                  size_sites=size_sites, unify=unify, at_size=at_size)
     loop_guards = _loop_guards(analysis)
     if loop_guards:
         # a Python loop over a dynamic size may bound the range: trace again rolling such loops into
@@ -534,7 +549,7 @@ def _trace_rolling(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_
         roll = {(g.source.file, g.source.line) for g in bounding} if bounding else True
         try:
             rolled = _trace_once(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, ref, branches,
-                                 roll=roll, size_sites=size_sites, unify=unify)
+                                 roll=roll, size_sites=size_sites, unify=unify, at_size=at_size)
         except Exception:  # noqa: BLE001 - a loop that cannot be rolled: the unrolled trace reports it
             rolled = None
         if rolled is not None and not rolled[1].failures and any(rec.rolled for rec in rolled[0].loops) and (
@@ -562,6 +577,7 @@ def _trace_merging_sizes(model, args, kwargs, names, out_names, dyn, leaf_types,
         result, error, analysis = None, exc, getattr(exc, "analysis", None)
     sites = _size_branch_sites(analysis) if dyn and analysis is not None and branches != "example" else frozenset()
     best, unify = None, True
+    best_sites, best_unify = frozenset(), True
     for _ in range(_SIZE_MERGE_ROUNDS):
         if not sites:
             break
@@ -587,9 +603,23 @@ def _trace_merging_sizes(model, args, kwargs, names, out_names, dyn, leaf_types,
                 continue
             break
         best, analysis = (merged, merged_notes), merged[1]
+        best_sites, best_unify = sites, unify
         # another `if` on sizes met on the way may bound what is left (an elif): merged too
         more = _size_branch_sites(analysis) - sites
         sites = sites | more if more else frozenset()
+    at_size = _one_size_path(analysis) if dyn and analysis is not None and branches != "example" else None
+    if at_size is not None:
+        # the graph differs from the model at S=1 only (a one-token step from a cached state):
+        # the forward traced at S=1 too, selected there
+        at_notes: list = []
+        try:
+            merged = _trace_and_probe(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, at_notes,
+                                      ref, branches, size_sites=best_sites, unify=best_unify, at_size=at_size)
+        except Exception:  # noqa: BLE001 - the best trace so far stands, with its bounds or error
+            merged = None
+        if merged is not None and not merged[1].failures and (
+                (error is not None and best is None) or _wider(merged[1].ranges, analysis.ranges)):
+            best = (merged, at_notes)
     if best is not None:
         notes.extend(best[1])
         return best[0]
@@ -597,6 +627,24 @@ def _trace_merging_sizes(model, args, kwargs, names, out_names, dyn, leaf_types,
         raise error
     notes.extend(first_notes)
     return result
+
+
+def _one_size_path(analysis):
+    """``(symbol, 1, sites)`` when the graph differs from the model where that symbol is 1 only,
+    the other sizes as in the example (its range starts at 2, or the probes failed there), with
+    ``sites`` the lines of the decisions on sizes that differ there; else None."""
+    base = analysis.base_env
+    for s, v in base.items():
+        if v == 1:
+            continue
+        r = analysis.ranges.get(s)
+        bounded = r is not None and r.lo == 2 and r.step == 1 and \
+            f"the graph differs from the model at {s}=1" in (r.why or "")
+        failing = any(f.env.get(s) == 1 and all(f.env.get(k) == n for k, n in base.items() if k != s)
+                      for f in analysis.failures)
+        if bounded or failing:
+            return s, 1, _size_branch_sites(analysis)
+    return None
 
 
 _SIZE_MERGE_ROUNDS = 3  # traces with decisions on sizes merged, each adding those that still bound the range
@@ -620,11 +668,11 @@ def _site_outcomes(trace, sites: frozenset) -> tuple:
 
 
 def _trace_and_probe(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, notes, ref, branches=None,
-                     size_sites=frozenset(), unify=True):
+                     size_sites=frozenset(), unify=True, at_size=None):
     """The graph, its analysis and trace, for the sizes the model allows: traced at the example,
     or again at larger sizes when a decision baked there holds at the example only."""
     trace, analysis = _trace_rolling(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, ref, branches,
-                                     size_sites, unify)
+                                     size_sites, unify, at_size)
     # a step the decisions imply (pad only when not a multiple) bounds too: a trace where the other
     # branch is taken may hold on a finer step, or on every size
     bounded = any(r.lo is not None or r.hi is not None or OFF_STEP in (r.why or "") for r in analysis.ranges.values())
@@ -649,7 +697,7 @@ def _trace_and_probe(model, args, kwargs, names, out_names, dyn, leaf_types, lea
         try:
             a2, k2 = _with_flat(args, kwargs, inputs_at(trace.example_inputs, names, dyn, bigger))
             trace2, analysis2 = _trace_rolling(model, a2, k2, names, out_names, dyn, leaf_types, leaf_names,
-                                               branches=branches, size_sites=size_sites, unify=unify)
+                                               branches=branches, size_sites=size_sites, unify=unify, at_size=at_size)
             if not analysis2.failures:
                 # the graph must also reproduce the example sizes: analyze at the user's inputs
                 analysis_back = analyze(trace2.gm, trace.example_inputs, names, dyn, trace2.guards, ref,
