@@ -105,6 +105,7 @@ def emit_graph(graph: Graph, target: str, *, registry: Registry = REGISTRY, bool
     for v in graph.inputs:
         ctx.call("nnef.external", v)
     lower_nodes(ctx, graph, on_node=on_node)
+    _write_repeats_once(ctx)
     out_names = _bind_outputs(ctx, graph)
     text = _render(ctx, graph, out_names, extra_fragments or {}, list(extra_asserts))
     files: dict = {"graph.nnef": text.encode()}
@@ -282,6 +283,45 @@ def emit_fragment(graph: Graph, target: str, name: str, *, registry: Registry = 
     used.pop("variable", None)
     return FragmentBody(text, weights, used, set(ctx.fragments), [ctx.names[id(v)] for v in graph.inputs],
                         list(results), dict(ctx.fragment_texts))
+
+
+_NOT_MERGED = ("variable", "external", "tract_core_external")
+
+
+def _write_repeats_once(ctx: EmitContext) -> None:
+    """A statement that computes what an earlier one computes (the same op on the same arguments)
+    is dropped, its outputs named as the earlier one's. Merged decisions each rebuild their
+    condition from the sizes, and the paths of a merge repeat what their outcomes share. Besides
+    a smaller graph: tract 0.23.9 fails at run time on some graphs holding such repeats ("eval()
+    called on a Dummy op. This is a bug.", two selects alike on alike conditions: fuzz 24452)."""
+    seen: dict = {}
+    kept = []
+    holders: dict = {}  # name -> ids of the Values written with it (a lowering may name several alike)
+    for key, name in ctx.names.items():
+        holders.setdefault(name, []).append(key)
+    for st in ctx.statements:
+        if st.op in _NOT_MERGED or not st.outputs:
+            kept.append(st)
+            continue
+        text = _statement(ctx, st)
+        key = text[text.index(" = ") + 3:]
+        first = seen.get(key)
+        if first is None or len(first.outputs) != len(st.outputs):
+            seen.setdefault(key, st)
+            kept.append(st)
+            continue
+        for out, earlier in zip(st.outputs, first.outputs):
+            old, new = ctx.names[id(out)], ctx.names[id(earlier)]
+            if old == new:
+                continue
+            for key in holders.get(old, ()):
+                ctx.names[key] = new
+            holders.setdefault(new, []).extend(holders.pop(old, ()))
+        ctx._alive.append(st)  # its outputs' ids stay taken
+        ctx.used_ops[st.op] -= 1
+        if not ctx.used_ops[st.op]:
+            del ctx.used_ops[st.op]
+    ctx.statements[:] = kept
 
 
 def _bind_outputs(ctx: EmitContext, graph: Graph) -> list:
