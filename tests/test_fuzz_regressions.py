@@ -201,3 +201,34 @@ def test_adaptive_pool_of_an_upsampling_on_dynamic_sizes(name, fn, shape, dyn, t
     sizes = [[randn(*[7 if i in dyn["x0"] else d for i, d in enumerate(shape)], seed=1)],
              [randn(*[2 if i in dyn["x0"] else d for i, d in enumerate(shape)], seed=2)]]
     tract_matches_eager(asset, FnModule(fn), sizes)
+
+
+def _two_merged_decisions(x, y):
+    v1 = y + len(x)
+    v2 = torch.gather(v1, 0, x.long().abs() % 1)
+    v3 = v2.cumsum(0) if v2.numel() <= 2 else v2.abs()
+    v4 = v3.reshape(-1)
+    v5 = v2.clone() if v4.shape[0] % 2 == 0 else v2
+    v6 = v4 + len(v2)
+    v7 = v6.reshape(-1)
+    v6.zero_()
+    return v7, v3, v5, v6
+
+
+def test_merged_decisions_repeating_their_selects_run_in_tract(tmp_path):
+    """Fuzz 24452: two decisions on sizes merged, each output's select and condition built
+    again; tract 0.23.9 failed at run time ("eval() called on a Dummy op") on the repeats. Each
+    computation is written once now. Exported without the check (whose failure would export the
+    example's side instead), then run in tract at sizes on both sides of both decisions."""
+    import fx2nnef
+    from harness import FnModule
+
+    model = FnModule(_two_merged_decisions)
+
+    def inputs(n):
+        g = torch.Generator().manual_seed(n)
+        return [torch.randint(-5, 6, (n,), generator=g).to(torch.int32), torch.rand(1, generator=g) * 4 - 2]
+    r = fx2nnef.export(model, tuple(inputs(5)), tmp_path / "m.nnef.tgz", input_names=["x", "y"],
+                       target=fx2nnef.TractNNEF(check_io=False, dynamic_axes={"x": {0: "S"}}))
+    assert not r.ranges and sum(g.status == "merged" for g in r.graph.guards) == 2, r
+    tract_matches_eager(r.path, model, [inputs(n) for n in (1, 2, 3, 4, 5, 6, 9)])

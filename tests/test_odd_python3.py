@@ -225,12 +225,24 @@ class _LayoutNoMatter(nn.Module):
 
 
 @pytest.mark.parametrize("model", [_ViewOrReshape, _OnLayout], ids=["caught_failure", "is_contiguous"])
-def test_decision_on_the_layout_bounds_the_range(model, tmp_path):
+def test_decision_on_the_layout_at_one_size_is_traced_there(model, tmp_path):
     """Whether a view fails, or a tensor is contiguous, follows the sizes: the decision is a shape
-    guard, and the sizes where it differs (S=1) are outside the range, not silently exported with
-    the example's branch."""
+    guard that differs at S=1 only, never silently exported with the example's branch there. It
+    has no comparison of sizes to force, so the forward is traced at S=1 too and selected there."""
     m = model()
     r = fx2nnef.export(m, (randn(2, 5, 4),), tmp_path / "a.nnef.tgz", input_names=["x"],
+                       target=fx2nnef.TractNNEF(dynamic_axes={"x": {1: "S"}}))
+    assert r.check.ok and not r.ranges, r.ranges
+    assert any("S=1 takes other code" in n for n in r.notes), r.notes
+    assert [g.kind for g in r.guards][0] == "shape" and r.guards[0].status in ("merged", "checked"), r.guards
+    tract_matches_eager(r.path, m, [[randn(2, s, 4, seed=s)] for s in (1, 2, 3, 9)])
+
+
+@pytest.mark.parametrize("model", [_ViewOrReshape, _OnLayout], ids=["caught_failure", "is_contiguous"])
+def test_decision_on_the_layout_bounds_the_range_with_example_branches(model, tmp_path):
+    """With ``branches="example"`` the sizes where the decision differs (S=1) are outside the range."""
+    m = model()
+    r = fx2nnef.export(m, (randn(2, 5, 4),), tmp_path / "a.nnef.tgz", input_names=["x"], branches="example",
                        target=fx2nnef.TractNNEF(dynamic_axes={"x": {1: "S"}}))
     assert r.ranges["S"].lo == 2 and r.ranges["S"].hi is None, r.ranges
     assert [g.kind for g in r.guards] == ["shape"] and r.guards[0].status == "bounds", r.guards
