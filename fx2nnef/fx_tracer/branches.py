@@ -346,7 +346,7 @@ def merge_at_size(main: TraceResult, point: TraceResult, dynamic_axes: dict, sym
     guards += [dataclasses.replace(g, node=env_p[g.node]) for g in point.guards]
     control_flow = list(main.control_flow) + [c for c in point.control_flow if c not in main.control_flow] + [note]
     return TraceResult(gm, main.input_names, main.output_names, guards, main.example_inputs, control_flow,
-                       list(main.decisions) + list(point.decisions), list(main.loops) + list(point.loops))
+                       [g for g in guards if g.decision is not None], list(main.loops) + list(point.loops))
 
 
 def _shared_attr(root: fx.GraphModule, gm: fx.GraphModule, target: str, tag: str) -> str:
