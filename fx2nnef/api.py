@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from .errors import CheckIOError, InvalidArgumentError, TractError, UnsupportedOpError
+from .fx_tracer.branches import AT_SIZE
 from .fx_tracer.capture import Capture, capture
 from .fx_tracer.random_draws import random_draws_advice
 from .piece_by_piece.record import eval_mode
@@ -94,8 +95,10 @@ def export(model: torch.nn.Module, args=(), path=None, *, kwargs: Optional[dict]
       dtypes, the outputs are merged with select on the same comparison of the sizes, so the
       asset holds on both sides (checked there by the probes and by check_io). Where they cannot
       be merged, the range stays bounded and asserted; where tract fails on the merged graph, the
-      export is made again as with ``"example"`` and a note says why. A decision on tensor data
-      keeps the example's outcome.
+      export is made again as with ``"example"`` and a note says why. A graph that still differs
+      from the model at S=1 only (a one-token step whose shapes hold at S=1) gets the forward
+      traced at S=1 beside it, selected where S == 1. A decision on tensor data keeps the
+      example's outcome.
     - ``"select"``: in addition, a Python ``if`` on tensor data (``if x.sum() > 0:``,
       ``if t.item() > 0.5:``) is traced both ways and merged with select on the traced condition,
       so the asset is right for either outcome (at most 8 paths through such decisions).
@@ -143,7 +146,9 @@ def export(model: torch.nn.Module, args=(), path=None, *, kwargs: Optional[dict]
         try:
             return _lower_write_check(cap, Path(path), target, timings, debug_bundle, compression_level, progress)
         except (TractError, CheckIOError) as error:
-            if branches is not None or not any(g.kind == "shape" and g.status == "merged" for g in cap.graph.guards):
+            merged = any(g.kind == "shape" and g.status == "merged" for g in cap.graph.guards) or \
+                any(AT_SIZE in n for n in cap.control_flow)
+            if branches is not None or not merged:
                 raise
             failure = error
     # a decision on sizes exported both ways (the default) gave a graph the engine refused or

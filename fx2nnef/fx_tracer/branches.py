@@ -249,6 +249,9 @@ def _mismatch(yes: list, no: list) -> str:
 
 # a branch traced at one size ---------------------------------------------------------------------
 
+AT_SIZE = " is exported alongside and selected where"  # in the note of a graph merged by merge_at_size
+
+
 def merge_at_size(main: TraceResult, point: TraceResult, dynamic_axes: dict, sym: str, size: int,
                   sites: frozenset) -> TraceResult:
     """One graph holding ``main`` and ``point``, the forward traced where ``sym`` is ``size``
@@ -336,7 +339,7 @@ def merge_at_size(main: TraceResult, point: TraceResult, dynamic_axes: dict, sym
     gm = fx.GraphModule(root, graph, class_name=type(root).__name__)
     where = ", ".join(sorted(f"{os.path.basename(file)}:{line}" for file, line in sites))
     note = (f"{sym}={size} takes other code" + (f" ({where})" if where else "") + f": the forward traced at "
-            f"{sym}={size} is exported alongside and selected where {sym} == {size}")
+            f"{sym}={size}{AT_SIZE} {sym} == {size}")
     guards = []
     for g in main.guards:
         g = dataclasses.replace(g, node=env_m[g.node])
