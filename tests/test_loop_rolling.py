@@ -8,6 +8,8 @@ length far from the example; a loop that cannot be rolled still gets the error n
 """
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -189,10 +191,33 @@ def _over_len(x):
     return torch.stack(outs, 1)
 
 
+def _index_as_number(x):
+    """The index read as a number by item-wise ops: ``/ (t + 1)``, ``- t``, ``+ t / 4``."""
+    h = torch.zeros(x.shape[0], x.shape[2])
+    outs = []
+    for t in range(x.shape[1]):
+        h = torch.tanh(h * 0.5 + x[:, t] / (t + 1)) - t + t / 4
+        outs.append(h * (2 * t - 1))
+    return torch.stack(outs, 1), h
+
+
+def _index_as_number_from_one(x):
+    """fuzz 10570: a running maximum from the second step, less the index."""
+    v = x[:, 0].clone()
+    for i in range(1, x.shape[1]):
+        v = torch.maximum(v, x[:, i]) - i
+    return v
+
+
+def _narrow_times_index(x):
+    """fuzz 10726: ``torch.cat([x.narrow(1, i, 1) * i for i in range(S)], 1)``."""
+    return torch.cat([x.narrow(1, i, 1) * i for i in range(x.shape[1])], 1)
+
+
 @pytest.mark.parametrize("fn", [_backwards, _count_down, _from_one, _no_carry, _written, _made_in_loop, _chunked,
-                                _over_len],
+                                _over_len, _index_as_number, _index_as_number_from_one, _narrow_times_index],
                          ids=["reversed", "count_down", "from_one", "no_carry", "written", "made_in_loop", "chunked",
-                              "over_len"])
+                              "over_len", "index_as_number", "index_from_one", "narrow_times_index"])
 def test_loop_forms_roll(fn, tmp_path):
     axis = 2 if fn is _made_in_loop else 1
     x = randn(3, 6, 4) if axis == 1 else randn(3, 4, 6)
@@ -338,10 +363,24 @@ def test_last_states_stacked_with_other_values_roll(tmp_path):
     _same_in_tract(r, FnModule(_scan_per_head), [torch.rand(2, 2, 3, 13), randn(2, 2, 3, 13, seed=3)])
 
 
-def _index_as_number(x):
+def _index_off_a_line(x):
     h = torch.zeros(x.shape[0], x.shape[2])
     for t in range(x.shape[1]):
-        h = h * 0.5 + x[:, t] / (t + 1)
+        h = h * 0.5 + x[:, t] / math.sqrt(t + 1)  # no line through the steps' numbers
+    return h
+
+
+def _index_on_integers(x):
+    """The index as a number on an integer tensor (tract panics loading that scan body)."""
+    n = (x * 4).to(torch.int32)
+    outs = [n[:, t] * t + (t - 2) for t in range(x.shape[1])]
+    return torch.stack(outs, 1)
+
+
+def _index_in_a_factory(x):
+    h = torch.zeros(x.shape[0], x.shape[2])
+    for t in range(x.shape[1]):
+        h = h * 0.5 + x[:, t] * torch.full((x.shape[2],), t)  # the index read by a factory, not an item-wise op
     return h
 
 
@@ -352,10 +391,12 @@ def _reads_one_step(x):
     return outs[0] + outs[-1]
 
 
-@pytest.mark.parametrize("fn", [_index_as_number, _reads_one_step], ids=["index_as_number", "one_step_read"])
+@pytest.mark.parametrize("fn", [_index_off_a_line, _index_in_a_factory, _index_on_integers, _reads_one_step],
+                         ids=["index_off_a_line", "index_in_a_factory", "index_on_integers", "one_step_read"])
 def test_loop_that_does_not_repeat_stays_unrolled(fn, tmp_path):
-    """A loop whose iterations are not alike (the index read as a number), or whose steps are read
-    one by one after it, keeps the unrolled graph: the export reports the loop's line, as before."""
+    """A loop whose iterations are not alike (a number of the index that follows no line, the index
+    given to a factory), or whose steps are read one by one after it, keeps the unrolled graph: the
+    export reports the loop's line, as before."""
     with pytest.raises(fx2nnef.GuardError, match=r"(?s)for t in range\(x\.shape\[1\]\).*Python loop over a dynamic"):
         _export(FnModule(fn), [randn(2, 6, 3)], tmp_path, {"x0": {1: "S"}})
 

@@ -80,7 +80,10 @@ def carry_slot(init: torch.Tensor) -> torch.Tensor:
 
 
 def scanned_slot(xs: torch.Tensor, dim: int) -> torch.Tensor:
-    """One slice of a scanned input inside a loop body (its example value is the first)."""
+    """One slice of a scanned input inside a loop body (its example value is the first; zeros of
+    its shape when the loop runs no step: the graph's run then only skips the scan)."""
+    if xs.shape[dim] == 0:
+        return xs.new_zeros(xs.shape[:dim] + xs.shape[dim + 1:])
     return xs.select(dim, 0).clone()
 
 

@@ -9,15 +9,19 @@ checks that every iteration recorded the same calls as the first one, reading on
 - values of the iteration before (the carries; values made before the loop in the first one),
 - values made before the loop (loop-invariant), and
 - the loop index, only to take the index-th slice of a tensor made before the loop (a scanned
-  input: ``x[:, t]``, ``x[t]``, ``x.select(1, t)``);
+  input: ``x[:, t]``, ``x[t]``, ``x.select(1, t)``, ``x.narrow(1, t, 1)``);
 
 and that after the loop the graph reads only the last iteration's carries and, given whole to
 ``torch.stack`` or ``torch.cat``, lists of one value per iteration (the stacked outputs). The
 first iteration then becomes the body of a :class:`~.control_flow.ScanCall`, as ``torch``'s scan
 gives it, and the other iterations go; the analysis then runs the rolled graph on the example
 and at other sizes against the model, as for any graph. Anything else (a ``break``, a decision
-on tensor data in the loop, an iteration that differs, the index used in arithmetic, a list
+on tensor data in the loop, an iteration that differs, the index in other arithmetic, a list
 read item by item) leaves the loop unrolled, as before: the export then names the loop's line.
+The index, or a number that follows it on a line (``t + 1``, ``t / 4``, the same through every
+step), may also be the number operand of an item-wise op on a float tensor (``h - t``, ``x * (t + 1)``):
+the scan then also runs over ``arange`` of the loop's indices, and that number is computed from
+each step's item.
 """
 from __future__ import annotations
 
@@ -249,6 +253,8 @@ class _Plan:
     carry_uses: list  # (position, path, carry position): where the first iteration reads a carry
     index_uses: dict  # position -> path of the loop index in that node's arguments
     extra: list  # per iteration, its reads of the items of a tuple the iteration before made
+    # position -> (path, scale, offset): a number ``scale * index + offset`` in that node's arguments
+    affine_uses: dict = dataclasses.field(default_factory=dict)
 
 
 def _roll(gm: fx.GraphModule, rec: LoopRecord, guards: list) -> str:
@@ -272,18 +278,26 @@ def _roll(gm: fx.GraphModule, rec: LoopRecord, guards: list) -> str:
     # the first iteration's values that repeat at every step (computed from values made before the
     # loop only): a tensor among them may be scanned
     varying: set = set()
-    starts_varying = {p for p, _, _ in plan.carry_uses} | set(plan.index_uses)
+    starts_varying = {p for p, _, _ in plan.carry_uses} | set(plan.index_uses) | set(plan.affine_uses)
     for p, n in enumerate(first):
         if p in starts_varying or any(a in varying for a in n.all_input_nodes):
             varying.add(n)
     local = set(first) - varying
     uses: dict = {}  # position -> (scan key, the index without the loop's entry or None)
     writes: dict = {}  # position -> (buffer, its index with the loop's entry, where that entry is)
+    numbers: dict = {}  # position -> path: the index as a number in an item-wise op on a tensor
     for p, path in plan.index_uses.items():
         if first[p].op == "call_function" and first[p].target is operator.setitem:
             writes[p] = _index_write(first[p], path, inside)
+        elif _number_use(first[p], path):
+            numbers[p] = (path, 1, 0)
         else:
             uses[p] = _index_use(first[p], path, inside - local, scanned)
+    for p, (path, scale, shift) in plan.affine_uses.items():
+        if not _number_use(first[p], path):
+            raise _NoRoll(f"%{first[p].name} ({_target_text(first[p])}) reads a number computed from the loop "
+                          "index, not as the number operand of an item-wise op on a tensor")
+        numbers[p] = (path, scale, shift)
     written = {n for seg in segs for p, n in enumerate(seg) if p in writes}
     for buf, _, _ in writes.values():
         if any(u in inside and u not in written for u in buf.users):
@@ -361,13 +375,14 @@ def _roll(gm: fx.GraphModule, rec: LoopRecord, guards: list) -> str:
         return n
 
     xs, scan_slots = [], []
+    indices = None
     with graph.inserting_before(start):
         hi_arg = hi.node if _orig_isinstance(hi, fx.Proxy) else hi  # in the graph, a node
         if offset:
             hi_arg = new(operator.add, (hi_arg, offset)) if _orig_isinstance(hi_arg, fx.Node) else hi_arg + offset
-        if not scanned:  # nothing scanned: the loop runs over its indices
-            xs.append(new(torch.arange, (low, hi_arg)))
-            scan_slots.append(new(scanned_slot, (xs[-1], 0)))
+        if not scanned or numbers:  # the loop runs over its indices (read as numbers, or nothing scanned)
+            indices = new(torch.arange, (low, hi_arg))
+            index_slot = new(scanned_slot, (indices, 0))
     for (x, axis) in scanned:
         # a tensor made in the first iteration from values made before the loop is sliced where it is made
         with graph.inserting_before(x.next if x in local else start):
@@ -375,6 +390,9 @@ def _roll(gm: fx.GraphModule, rec: LoopRecord, guards: list) -> str:
             piece = moved if _whole(x, axis, low, hi, offset) else new(operator.getitem, (moved, slice(low, hi_arg)))
             xs.append(piece)
             scan_slots.append(new(scanned_slot, (piece, 0)))
+    if indices is not None:  # last: the scanned tensors' slots keep their places
+        xs.append(indices)
+        scan_slots.append(index_slot)
     for slot in scan_slots:
         slot.meta["loop_slot"] = True
     with graph.inserting_before(start):
@@ -385,6 +403,14 @@ def _roll(gm: fx.GraphModule, rec: LoopRecord, guards: list) -> str:
             carry_slots[q] = slot
     for p, path, q in plan.carry_uses:
         _set_at(first[p], path, carry_slots[q])
+    for p, (path, scale, shift) in numbers.items():
+        number = index_slot  # each step's index, a rank-0 int64 tensor
+        with graph.inserting_before(first[p]):
+            if scale != 1:
+                number = new(operator.mul, (number, scale))
+            if shift != 0:
+                number = new(operator.add, (number, shift))
+        _set_at(first[p], path, number)
     write_ys = [first[p].args[2] for p in writes]  # the value each step writes
     written_values = [[seg[p].args[2].meta["value"] for seg in segs] for p in writes]
     for p in writes:
@@ -471,7 +497,7 @@ def _roll(gm: fx.GraphModule, rec: LoopRecord, guards: list) -> str:
     gm.recompile()
     rec.rolled = True
     return (f"the Python loop at {where_text} is rolled into a scan: {n_iter} iterations at the example, "
-            f"{len(carry_pos)} carried value(s), {len(xs) if scanned else 0} scanned input(s), {len(ys)} stacked "
+            f"{len(carry_pos)} carried value(s), {len(scanned)} scanned input(s), {len(ys)} stacked "
             f"and {len(writes)} index-written output(s); it runs for any length (tract_core_scan for tract)")
 
 
@@ -619,10 +645,19 @@ def _match(graph: fx.Graph, rec: LoopRecord) -> _Plan:
                 for i, (x, y) in enumerate(zip((a.start, a.stop, a.step), (b.start, b.stop, b.step))):
                     same(x, y, p, path + (("slice", i),))
                 return
+            if type(a) is int and type(b) is int and a != b and a == rec.values[k] and b == rec.values[0]:
+                found.append((p, path, "index", None))
+                return
+            if type(a) is type(b) and type(a) in (int, float) and a != b and rec.values[k] != rec.values[0]:
+                # a number computed from the index (``t + 1``, ``t / 4``): the same line through every step's
+                step = rec.values[k] - rec.values[0]
+                if type(a) is int and (a - b) % step == 0:
+                    scale = (a - b) // step
+                else:
+                    scale = (a - b) / step
+                found.append((p, path, "affine", (scale, b - scale * rec.values[0])))
+                return
             if type(a) is int and type(b) is int and a != b:
-                if a == rec.values[k] and b == rec.values[0]:
-                    found.append((p, path, "index", None))
-                    return
                 raise _NoRoll(f"iteration {k} calls with the constant {a} where the first has {b}")
             if not _same_constant(a, b):
                 raise _NoRoll(f"iteration {k} calls with {a!r} where the first has {b!r}")
@@ -639,12 +674,39 @@ def _match(graph: fx.Graph, rec: LoopRecord) -> _Plan:
             raise _NoRoll(f"iteration {k} reads the carries or the index elsewhere than iteration 1")
     carry_uses = [(p, path, q) for p, path, kind, q in seen if kind == "carry"]
     index_uses: dict = {}
-    for p, path, kind, _ in seen:
-        if kind == "index":
-            if p in index_uses:
+    affine_uses: dict = {}
+    for p, path, kind, detail in seen:
+        if kind in ("index", "affine"):
+            if p in index_uses or p in affine_uses:
                 raise _NoRoll(f"%{segs[0][p].name} reads the loop index twice")
-            index_uses[p] = path
-    return _Plan(segs, carries, carry_uses, index_uses, extra)
+            if kind == "index":
+                index_uses[p] = path
+            else:
+                affine_uses[p] = (path,) + detail
+    return _Plan(segs, carries, carry_uses, index_uses, extra, affine_uses)
+
+
+_ITEMWISE = {operator.add, operator.sub, operator.mul, operator.truediv, operator.floordiv, operator.mod,
+             operator.pow, torch.add, torch.sub, torch.mul, torch.div, torch.true_divide, torch.remainder}
+_ITEMWISE_METHODS = {"add", "sub", "mul", "div", "true_divide", "remainder", "pow", "__add__", "__radd__",
+                     "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__", "__rtruediv__"}
+
+
+def _number_use(node: fx.Node, path: tuple) -> bool:
+    """Whether ``node`` reads the loop index as the number operand of an item-wise op whose other
+    operand is a floating-point tensor of rank 1 or more (``h - t``, ``x * t``): each step's index
+    as a rank-0 int64 tensor then gives the same values and dtype (a tensor of rank >= 1 sets the
+    result's type, an integer number or a rank-0 integer tensor alike). Integer tensors are left
+    out: tract 0.23.9 panics loading a scan body with their exact product ("unreachable" in the
+    scan's declutter)."""
+    if path not in (("args", 0), ("args", 1)) or len(node.args) != 2:
+        return False
+    if not (node.op == "call_function" and node.target in _ITEMWISE) and \
+            not (node.op == "call_method" and node.target in _ITEMWISE_METHODS):
+        return False
+    other = node.args[1 - path[1]]
+    value = other.meta.get("value") if _orig_isinstance(other, fx.Node) else None
+    return _orig_isinstance(value, torch.Tensor) and value.dim() >= 1 and value.is_floating_point()
 
 
 def _index_use(node: fx.Node, path: tuple, inside: set, scanned: dict):
@@ -677,6 +739,10 @@ def _index_use(node: fx.Node, path: tuple, inside: set, scanned: dict):
         axis = node.args[1]
         if not _orig_isinstance(axis, int):
             raise _NoRoll(f"%{node.name} selects along a traced axis")
+    elif node.op in ("call_method", "call_function") and _target_text(node) == "narrow" and path == ("args", 2) \
+            and len(node.args) == 4 and node.args[3] == 1 and type(node.args[1]) is int and -rank <= node.args[1] < rank:
+        axis = node.args[1] % rank  # x.narrow(axis, t, 1): the slice with its axis kept
+        rest = (slice(None),) * axis + (None,)
     else:
         raise _NoRoll(f"the loop index is read by %{node.name} ({_target_text(node)}), not as the index of a tensor")
     if not -rank <= axis < rank or rank == 0:
