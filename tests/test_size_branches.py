@@ -430,3 +430,27 @@ def test_a_path_at_one_size_with_longer_outputs_keeps_the_range(tmp_path):
     assert r.ranges["S"].lo == 2, r.ranges
     assert not any("S=1 takes other code" in n for n in r.notes), r.notes
     tract_matches_eager(r.path, model, [[torch.randn(2, s, 8), torch.randn(2, p, 8)] for s, p in [(2, 3), (7, 1)]])
+
+
+class _AbsOnSmallSizes(torch.nn.Module):
+    def forward(self, x, y):
+        v = y
+        if (x + y).numel() <= 52:
+            v = y.abs()
+        return v
+
+
+def test_a_one_item_integer_input_is_given_values_of_both_signs(tmp_path):
+    """Fuzz 24603: ``if x.numel() <= 52: v = y.abs()`` with ``y`` one positive integer (11) in the
+    example: ``abs(y)`` is ``y`` on every value of that sign, so the flip looked equivalent and the
+    export kept ``y`` at every size, silently wrong for a negative ``y`` at small sizes. The probes
+    also try inputs of one sign negated: the decision is merged and holds on both sides."""
+    model = _AbsOnSmallSizes()
+    x = torch.randint(-5, 6, (3, 7, 5), generator=torch.Generator().manual_seed(0))
+    r = fx2nnef.export(model, (x, torch.tensor([[[11]]])), tmp_path / "m.nnef.tgz", input_names=["x", "y"],
+                       target=fx2nnef.TractNNEF(dynamic_axes={"x": {1: "T", 2: "S"}}))
+    assert r.check.ok and not r.ranges, r.ranges
+    assert any(g.status == "merged" for g in r.guards), r.guards
+    sets = [[torch.randint(-5, 6, (3, t, s)), torch.tensor([[[v]]])] for s, t, v in
+            [(1, 7, -16), (2, 7, -3), (5, 7, -8), (1, 1, -6), (3, 3, 4)]]
+    tract_matches_eager(r.path, model, sets)

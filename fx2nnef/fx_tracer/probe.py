@@ -422,9 +422,24 @@ def _deciding_as_traced(gm, inputs: list, example: list, guards: list, keep: set
 
 def _variants(inputs: list, example: list) -> list:
     """Other values for a probe's ``inputs``: its items shuffled, redrawn twice within the
-    example's range of values and once within a sixteenth of it, and ramped."""
+    example's range of values and once within a sixteenth of it, ramped, and of the other sign."""
     return [_scrambled(inputs, 1), _redrawn(inputs, example, 2), _redrawn(inputs, example, 3),
-            _redrawn(inputs, example, 4, 1 / 16), _ramped(inputs, example)]
+            _redrawn(inputs, example, 4, 1 / 16), _ramped(inputs, example), _negated(inputs, example)]
+
+
+def _negated(inputs: list, example: list) -> list:
+    """The inputs whose example values are all of one sign (not all zero), integer or float,
+    negated; the others kept. Every other variant stays within the example's sign (an integer
+    input of one item keeps its value in all of them): ``y.abs()`` and ``y`` agree there (fuzz
+    24603: ``if x.numel() <= 52: v = y.abs()`` with ``y`` one item, 11, was exported as ``y``)."""
+    out = []
+    for t, e in zip(inputs, example):
+        signed = isinstance(t, torch.Tensor) and t.dtype != torch.bool and t.dtype.is_signed and not t.is_complex()
+        if signed and isinstance(e, torch.Tensor) and e.numel() > 0 and bool((t != 0).any()) \
+                and (bool((e >= 0).all()) or bool((e <= 0).all())):
+            t = -t
+        out.append(t)
+    return out
 
 
 def _same_inputs(a: list, b: list) -> bool:
