@@ -390,8 +390,8 @@ def test_piece_by_piece_names_the_constructs():
 
 
 def test_python_loop_that_cannot_roll_points_at_scan(tmp_path):
-    """A ``for i in range(S)`` loop that reads its index as a number (``* (i + 1)``) cannot be
-    rolled into a scan (see test_loop_rolling): it is unrolled at the example size, valid there
+    """A ``for i in range(S)`` loop that reads a number of its index off any line (``* (i + 1) ** 2``)
+    cannot be rolled into a scan (see test_loop_rolling): it is unrolled at the example size, valid there
     only, and the error names the loop and says how to write it; the scan it suggests exports for
     any length."""
     from harness import FnModule
@@ -400,7 +400,7 @@ def test_python_loop_that_cannot_roll_points_at_scan(tmp_path):
         h = torch.zeros(x.shape[0], x.shape[2])
         outs = []
         for i in range(x.shape[1]):
-            h = 0.9 * h + x[:, i] * (i + 1)
+            h = 0.9 * h + x[:, i] * (i + 1) ** 2
             outs.append(h)
         return torch.stack(outs, 1)
 
@@ -408,7 +408,7 @@ def test_python_loop_that_cannot_roll_points_at_scan(tmp_path):
         def step(h, xt):
             h = 0.9 * h + xt[:, 1:] * xt[:, :1]
             return h, h.clone()
-        steps = torch.arange(1, x.shape[1] + 1, dtype=x.dtype)[None, :, None].expand(x.shape[0], -1, 1)
+        steps = (torch.arange(1, x.shape[1] + 1, dtype=x.dtype) ** 2)[None, :, None].expand(x.shape[0], -1, 1)
         return scan(step, torch.zeros(x.shape[0], x.shape[2]), torch.cat([steps, x], 2), dim=1)[1]
 
     x = torch.randn(2, 7, 4, generator=torch.Generator().manual_seed(0))

@@ -435,8 +435,9 @@ def _negated(inputs: list, example: list) -> list:
     out = []
     for t, e in zip(inputs, example):
         signed = isinstance(t, torch.Tensor) and t.dtype != torch.bool and t.dtype.is_signed and not t.is_complex()
+        # finite values only: an additive mask of 0 and -inf is no number of a sign (+inf is no mask)
         if signed and isinstance(e, torch.Tensor) and e.numel() > 0 and bool((t != 0).any()) \
-                and (bool((e >= 0).all()) or bool((e <= 0).all())):
+                and bool(torch.isfinite(e).all()) and (bool((e >= 0).all()) or bool((e <= 0).all())):
             t = -t
         out.append(t)
     return out
