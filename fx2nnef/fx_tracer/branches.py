@@ -207,17 +207,23 @@ class _Merger:
         return node
 
     def _add(self, op: str, target, args: tuple, decision: GuardRecord, kwargs: Optional[dict] = None) -> fx.Node:
-        kwargs = kwargs or {}
-        node = self.graph.create_node(op, target, args, kwargs)
-        values = [a.meta["value"] if isinstance(a, fx.Node) else a for a in args]
-        with torch.no_grad():
-            node.meta["value"] = target(*values, **kwargs) if op == "call_function" else \
-                getattr(values[0], target)(*values[1:], **kwargs)
+        node = _valued_node(self.graph, op, target, args, kwargs)
         node.meta["source"] = decision.source
         for key in ("module_path", "module_type"):
             if key in decision.node.meta:
                 node.meta[key] = decision.node.meta[key]
         return node
+
+
+def _valued_node(graph: fx.Graph, op: str, target, args: tuple, kwargs: Optional[dict] = None) -> fx.Node:
+    """A new ``call_function`` or ``call_method`` node of ``graph``, its value at the example
+    computed from its arguments' values."""
+    node = graph.create_node(op, target, args, kwargs or {})
+    values, kw = fx.node.map_arg((args, kwargs or {}), lambda a: a.meta["value"])
+    with torch.no_grad():
+        node.meta["value"] = target(*values, **kw) if op == "call_function" else \
+            getattr(values[0], target)(*values[1:], **kw)
+    return node
 
 
 def _on_sizes(decision: GuardRecord) -> bool:
@@ -280,12 +286,7 @@ def merge_at_size(main: TraceResult, point: TraceResult, dynamic_axes: dict, sym
                          f"{len(placeholders)}")
 
     def add(op, target, args, kwargs=None):
-        node = graph.create_node(op, target, args, kwargs or {})
-        values, kw = fx.node.map_arg((args, kwargs or {}), lambda a: a.meta["value"])
-        with torch.no_grad():
-            node.meta["value"] = target(*values, **kw) if op == "call_function" else \
-                getattr(values[0], target)(*values[1:], **kw)
-        return node
+        return _valued_node(graph, op, target, args, kwargs)
 
     env_p: dict = {}
     size_of = None  # (input node, axis) giving sym

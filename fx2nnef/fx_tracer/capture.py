@@ -26,7 +26,7 @@ from .loops import roll_loops
 from .grouped import check_grouped_outputs
 from .padded import check_padded
 from .passes import cleanup_slices, complex_to_real, fold_constant_selects, masked_updates, remove_dead_code, remove_inplace
-from .probe import AT_EXAMPLE, OFF_STEP, RUNS, analyze, inputs_at
+from .probe import AT_EXAMPLE, OFF_STEP, RUNS, analyze, example_sizes, inputs_at
 from .random_draws import random_draws_advice, random_draws_text, watch_random_draws
 from .scalars import scalars_to_inputs
 from .stored_values import StoredValues, stored_values
@@ -281,7 +281,7 @@ def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_na
     out_names = _check_names("output", output_names, len(ref_flat)) if output_names else [
         _ident(n or "output") for n, _ in ref_flat]
     dyn = validate_dynamic_axes(getattr(target, "dynamic_axes", {}) or {}, names, tensors, out_names)
-    base_env = {sym: tensors[names.index(n)].shape[axis] for n, axes in dyn.items() for axis, sym in axes.items()}
+    base_env = example_sizes(tensors, names, dyn)
     # the model's outputs at the probed sizes are kept for check_io only
     checks = bool(getattr(target, "check_io", True))
     ref = _reference(model, args, kwargs, names, dyn, tensors, (base_env, [t for _, t in ref_flat]),
@@ -451,7 +451,7 @@ def _trace_once(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_nam
     trace = _traced(model, args, kwargs, names, out_names, leaf_types, leaf_names, branches, roll, size_sites, unify)
     if at_size is not None:
         sym, size, sites = at_size
-        base = {s: t.shape[axis] for n, t in zip(names, trace.example_inputs) for axis, s in dyn.get(n, {}).items()}
+        base = example_sizes(trace.example_inputs, names, dyn)
         a1, k1 = _with_flat(args, kwargs, inputs_at(trace.example_inputs, names, dyn, {**base, sym: size}))
         point = _traced(model, a1, k1, names, out_names, leaf_types, leaf_names, branches, roll, frozenset(), unify)
         trace = merge_at_size(trace, point, dyn, sym, size, sites)

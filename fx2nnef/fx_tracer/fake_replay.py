@@ -328,9 +328,8 @@ def _to_meta(x):
 def _meta_args(args, kwargs) -> tuple:
     """``(args, kwargs)`` with their tensors and devices (a device given as a string too: only
     where a device is expected, ``.to("cpu")`` or ``device=``) on the meta device."""
-    def tensors(x):
-        return x.to(_META) if isinstance(x, torch.Tensor) and x.device != _META else \
-            _META if isinstance(x, torch.device) else x
+    def tensors(x):  # strings left as they are: not every string is a device
+        return x if isinstance(x, str) else _to_meta(x)
 
     args = fx.node.map_aggregate(args, tensors)
     kwargs = fx.node.map_aggregate(kwargs, tensors)

@@ -117,6 +117,11 @@ def resize(t: torch.Tensor, axis: int, n: int, edge: bool = False) -> torch.Tens
     return torch.cat([t] * reps, dim=axis).narrow(axis, 0, n).clone()
 
 
+def example_sizes(example: list, names: list, dynamic_axes: dict) -> dict:
+    """symbol -> its size in the example inputs."""
+    return {sym: t.shape[axis] for name, t in zip(names, example) for axis, sym in dynamic_axes.get(name, {}).items()}
+
+
 def inputs_at(example: list, names: list, dynamic_axes: dict, env: dict, edge: bool = False) -> list:
     out = []
     for name, t in zip(names, example):
@@ -1072,10 +1077,7 @@ def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, 
     differs bounds the range of that symbol (``Analysis.ranges``); a guard that flips at a
     size where the graph still reproduces the model was an equivalent branch.
     """
-    base_env = {}
-    for name, t in zip(names, example):
-        for axis, sym in dynamic_axes.get(name, {}).items():
-            base_env[sym] = t.shape[axis]
+    base_env = example_sizes(example, names, dynamic_axes)
     symbols = list(base_env)
     # the example's values are kept for the IR (constants, dtypes, Python numbers); a tensor
     # computed from input data is never a constant: its shape and dtype are enough, except for

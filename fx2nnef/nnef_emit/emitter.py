@@ -297,8 +297,8 @@ def _write_repeats_once(ctx: EmitContext) -> None:
     seen: dict = {}
     kept = []
     holders: dict = {}  # name -> ids of the Values written with it (a lowering may name several alike)
-    for key, name in ctx.names.items():
-        holders.setdefault(name, []).append(key)
+    for value_id, name in ctx.names.items():
+        holders.setdefault(name, []).append(value_id)
     for st in ctx.statements:
         if st.op in _NOT_MERGED or not st.outputs:
             kept.append(st)
@@ -314,8 +314,8 @@ def _write_repeats_once(ctx: EmitContext) -> None:
             old, new = ctx.names[id(out)], ctx.names[id(earlier)]
             if old == new:
                 continue
-            for key in holders.get(old, ()):
-                ctx.names[key] = new
+            for value_id in holders.get(old, ()):
+                ctx.names[value_id] = new
             holders.setdefault(new, []).extend(holders.pop(old, ()))
         ctx._alive.append(st)  # its outputs' ids stay taken
         ctx.used_ops[st.op] -= 1
