@@ -308,12 +308,13 @@ def test_branch_equal_on_the_example_values_only(tmp_path):
 
 
 def test_sizes_equal_near_a_flip_only(tmp_path):
-    """`max(1, S // 2)` at S=3 takes 1; the trace at S=5 takes `S // 2`, which gives the model's 1
-    at S=2 and 3 but 0 at S=1: the far end of the sizes past the flip is probed too, and the graph
-    traced again is checked as it was traced (fuzz seed 2026703). Before: 0 items at S=1."""
+    """`S // 2 if S // 2 > 1 else 1` (fuzz seed 2026703's `max(1, S // 2)`, which is no decision
+    now: see test_size_extrema.py) at S=3 takes 1; the trace at S=5 takes `S // 2`, which gives the
+    model's 1 at S=2 and 3 but 0 at S=1: the far end of the sizes past the flip is probed too, and
+    the graph traced again is checked as it was traced. Before: 0 items at S=1."""
     def fn(x):
         y = torch.expm1(x)
-        return y.narrow(0, 0, max(1, y.shape[0] // 2))
+        return y.narrow(0, 0, y.shape[0] // 2 if y.shape[0] // 2 > 1 else 1)
     r = _one_symbol(fn, (3, 2, 2), 0, tmp_path)
     assert r.ranges["S"].contains(3)
 
@@ -393,12 +394,13 @@ def test_flip_after_a_reshape(tmp_path):
 
 @pytest.mark.parametrize("kind", ["clamp_low", "clamp_high"])
 def test_decision_equal_at_its_flip_but_not_beyond(kind, tmp_path):
-    """``max(0, 16 - S)`` flips at S=16, where both branches give 0: the graph (16 - S) still
-    matches there, and was exported for every S (x * -4 at S=20 instead of 0). The next size on
-    tells the branch apart."""
+    """``16 - S if 16 - S > 0 else 0`` flips at S=16, where both branches give 0: the graph
+    (16 - S) still matches there, and was exported for every S (x * -4 at S=20 instead of 0). The
+    next size on tells the branch apart. (Written ``max(0, 16 - S)``, it is no decision now: see
+    test_size_extrema.py.)"""
     def fn(x):
         n = x.shape[1]
-        k = max(0, 16 - n) if kind == "clamp_low" else min(n, 12) - 12
+        k = (16 - n if 16 - n > 0 else 0) if kind == "clamp_low" else (n if n < 12 else 12) - 12
         return x * k + x
     r = _one_symbol(fn, (2, 10, 3), 1, tmp_path, top=24)
     bound = 16 if kind == "clamp_low" else 12

@@ -978,7 +978,7 @@ def _settle_extrema(expr, symbols: dict):
     """``expr`` with each ``Max`` and ``Min`` replaced by the argument that is the largest
     (smallest) at every size of at least 1 (``Max(1, 4*((S + 3)//4))``: torch's flatten and view
     guard against empty axes, which a dynamic axis never is), found from the arguments' bounds
-    by torch's value-range analysis; an extremum it cannot settle is kept (and has no IR form)."""
+    by torch's value-range analysis; an extremum it cannot settle is kept (an atom of the IR dim, see SymDim.extremum)."""
     from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
     from torch.utils._sympy.numbers import int_oo
 
@@ -1006,7 +1006,7 @@ def _is_extremum(e) -> bool:
 
 def to_dim(expr, symbols: dict, conditions: Optional[list] = None):
     """A sympy integer expression of the ShapeEnv's symbols as an IR dim (int or SymDim);
-    ``ValueError`` names the part with no IR form (Max, Min, a symbol that is no input size).
+    ``ValueError`` names the part with no IR form (a symbol that is no input size).
 
     ``conditions``: where given, a truncation whose argument may be negative (``int((S - 127) /
     64 + 1)``, Moonshine's output lengths) is written as a floor and the sympy condition under
@@ -1064,6 +1064,14 @@ def to_dim(expr, symbols: dict, conditions: Optional[list] = None):
             if kind == "CeilToInt":
                 num = num + (d - 1)
             return num // d if isinstance(num, int) else SymDim.floordiv(num, d)
+    if kind in ("Max", "Min") and args:
+        # max(1, S // 2) items, min(S, window): an extremum of sizes that no side wins at every
+        # size (those are settled before, see _settle_extrema) is an atom tract reads as written
+        pick = max if kind == "Max" else min
+        out = sub(args[0])
+        for a in args[1:]:
+            out = SymDim.extremum(pick, out, sub(a))
+        return out
     if kind in ("FloorDiv", "CleanDiv", "Mod", "PythonMod") and len(args) == 2:
         # a size divided by a size: exact when the numerator is a multiple of the divisor as
         # polynomials (reshape(-1, 64) of a length padded to a multiple of 64: L // (L // 64) is

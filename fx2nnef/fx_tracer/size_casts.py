@@ -82,6 +82,33 @@ def traced_float(x):
     return x
 
 
+def _size_int(x) -> bool:
+    """A plain int, or a traced int computed from sizes (not from data)."""
+    return type(x) is _builtin_int or (_traced_number(x) and type(x.value) is _builtin_int)
+
+
+def _extremum(builtin, traced):
+    """A stand-in for ``max`` or ``min`` (``builtin``): of ints and at least one traced size
+    (``max(1, S // 2)``, ``min(x.shape[1], 4)``, ``min((h, w))``) it records ``traced``
+    (``torch.sym_max``/``sym_min``, which are the builtin on ints and an extremum of symbols in
+    the fake replay), any other call is the builtin's. Read as the builtin, the comparison
+    inside is a decision on the size, whose flip bounds the range."""
+    def stand_in(*args, **kwargs):
+        items = args[0] if len(args) == 1 and type(args[0]) in (tuple, list) else args
+        if kwargs or len(items) < 2 or all(type(x) is _builtin_int for x in items) \
+                or not all(_size_int(x) for x in items):
+            return builtin(*args, **kwargs)
+        tracer = next(x.tracer for x in items if type(x) is not _builtin_int)
+        out = items[0]
+        for x in items[1:]:
+            out = tracer.create_proxy("call_function", traced, (out, x), {})
+        return out
+
+    stand_in.__name__ = builtin.__name__
+    stand_in.__doc__ = builtin.__doc__
+    return stand_in
+
+
 class _StandInType(type):
     """The metaclass of :data:`TracedInt` and :data:`TracedFloat`: instance and subclass checks
     are the builtin's; a call on a traced number records it, any other call is the builtin's."""
@@ -121,6 +148,12 @@ class TracedFloat(metaclass=_StandInType):
 _STAND_INS = {"int": TracedInt, "float": TracedFloat}
 
 
+def _extrema() -> dict:
+    import torch
+
+    return {"max": _extremum(builtins.max, torch.sym_max), "min": _extremum(builtins.min, torch.sym_min)}
+
+
 def _code_module_names(model) -> list:
     """The names of the Python modules whose code ``model``'s forwards run: those defining its
     submodules' classes, and the functions its modules hold (``self.fn = f``, called in forward)."""
@@ -135,7 +168,7 @@ def _code_module_names(model) -> list:
 def _model_modules(model) -> dict:
     """name -> the Python modules whose code ``model`` runs (:func:`_code_module_names`), except
     torch's and ours, and those whose code needs the real class of that name (or defines it)."""
-    out: dict = {name: [] for name in _STAND_INS}
+    out: dict = {name: [] for name in (*_STAND_INS, "max", "min")}
     for mod_name in _code_module_names(model):
         if mod_name.startswith(("torch.", "fx2nnef.")) or mod_name in ("torch", "builtins"):
             continue
@@ -147,22 +180,25 @@ def _model_modules(model) -> dict:
         except (OSError, TypeError):  # no source (built in, made by exec): nothing to look through
             continue
         for name, mods in out.items():
-            if mod not in mods and name not in vars(mod) and not _NEEDS_REAL[name].search(source):
+            if mod not in mods and name not in vars(mod) and (name not in _NEEDS_REAL or
+                                                              not _NEEDS_REAL[name].search(source)):
                 mods.append(mod)
     return out
 
 
 @contextlib.contextmanager
 def size_casts(model):
-    """While tracing ``model``: ``int`` and ``float`` of a traced number in its modules stay traced."""
+    """While tracing ``model``: ``int``, ``float``, ``max`` and ``min`` of traced numbers in its
+    modules stay traced."""
     mods = _model_modules(model)
-    for name, stand_in in _STAND_INS.items():
+    stand_ins = {**_STAND_INS, **_extrema()}
+    for name, stand_in in stand_ins.items():
         for mod in mods[name]:
             setattr(mod, name, stand_in)
     try:
         yield
     finally:
-        for name, stand_in in _STAND_INS.items():
+        for name, stand_in in stand_ins.items():
             for mod in mods[name]:
                 if vars(mod).get(name) is stand_in:
                     delattr(mod, name)

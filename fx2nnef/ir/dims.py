@@ -14,6 +14,10 @@ Monomial = tuple  # sorted tuple of symbol names, () is the constant term
 # Floor-division atoms: a name such as "((S+1)/2)" stands for floor(numerator / divisor) and
 # is used like a symbol inside polynomials (tract parses the name itself as that expression).
 _DIV_ATOMS: dict = {}
+# Extremum atoms: a name such as "max(((S)/2),1)" stands for the larger (``max``) or smaller
+# (``min``) of two dims, used like a symbol too (``max(1, S // 2)`` items, ``min(S, window)``);
+# tract 0.23.9 reads ``min`` and ``max`` in sizes. name -> (max or min, (dim, dim))
+_EXTREMA: dict = {}
 
 
 class SymDim:
@@ -60,6 +64,19 @@ class SymDim:
         _DIV_ATOMS[name] = (numerator, divisor)
         return cls({(name,): 1})
 
+    @classmethod
+    def extremum(cls, pick, a, b):
+        """``pick(a, b)`` (``pick``: the builtin ``max`` or ``min``) of two dims: the one that is
+        larger (smaller) at every size when their difference is a constant, else an atom."""
+        a, b = simplify(as_sym(a)), simplify(as_sym(b))
+        gap = simplify(as_sym(a) - as_sym(b))
+        if isinstance(gap, int):
+            return a if (gap >= 0) == (pick is max) else b
+        texts = sorted([(str(a).replace(" ", ""), a), (str(b).replace(" ", ""), b)], key=lambda t: t[0])
+        name = f"{pick.__name__}({texts[0][0]},{texts[1][0]})"
+        _EXTREMA[name] = (pick, (texts[0][1], texts[1][1]))
+        return cls({(name,): 1})
+
     def __init__(self, terms: dict):
         self.terms = {m: int(c) for m, c in terms.items() if c != 0}
 
@@ -76,7 +93,13 @@ class SymDim:
         """The input sizes this dim reads, through its floor-division atoms too."""
         out = set()
         for s in self.symbols:
-            out |= _DIV_ATOMS[s][0].input_symbols if s in _DIV_ATOMS else {s}
+            if s in _DIV_ATOMS:
+                out |= _DIV_ATOMS[s][0].input_symbols
+            elif s in _EXTREMA:
+                for d in _EXTREMA[s][1]:
+                    out |= d.input_symbols if isinstance(d, SymDim) else set()
+            else:
+                out.add(s)
         return out
 
     def evaluate(self, env: dict) -> int:
@@ -171,6 +194,9 @@ def substitute(x: Dim, mapping: dict) -> Dim:
             elif s in _DIV_ATOMS:
                 numerator, divisor = _DIV_ATOMS[s]
                 value = SymDim.floordiv(substitute(numerator, mapping), divisor)
+            elif s in _EXTREMA:
+                pick, (a, b) = _EXTREMA[s]
+                value = as_sym(SymDim.extremum(pick, substitute(a, mapping), substitute(b, mapping)))
             else:
                 value = SymDim.symbol(s)
             prod = prod * value
@@ -212,6 +238,9 @@ def exact_quotient(total: Dim, known: Dim):
 def _atom_value(name: str, env: dict) -> int:
     if name in env:
         return env[name]
+    if name in _EXTREMA:
+        pick, (a, b) = _EXTREMA[name]
+        return pick(*(d.evaluate(env) if isinstance(d, SymDim) else d for d in (a, b)))
     numerator, divisor = _DIV_ATOMS[name]
     return numerator.evaluate(env) // divisor
 

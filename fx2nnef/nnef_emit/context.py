@@ -104,7 +104,7 @@ def _positive_divisions(d: SymDim):
     from ..ir.dims import _DIV_ATOMS
 
     def symbols(mono) -> set:
-        return set().union(*(_DIV_ATOMS[a][0].input_symbols if a in _DIV_ATOMS else {a} for a in mono))
+        return SymDim({mono: 1}).input_symbols
 
     # only where tract has something to merge the division into: another term of degree one in
     # the same symbols. Elsewhere the rewrite is not needed, and tract could no longer match the

@@ -81,7 +81,8 @@ def _position(i, n, ctx: Optional[EmitContext] = None, clamp: bool = False):
     """A non-negative index into an axis of size ``n``. An index computed from the dynamic sizes
     (``x[..., -S:]``) counts from the end where it is negative: it must be so at every size of
     the export's range or at none (tract reads a negative begin as a position before 0).
-    ``clamp``: a slice bound, which torch clamps to 0 (``mems[-512:]`` of S < 512 items)."""
+    ``clamp``: a slice bound, which torch clamps to 0 (``mems[-512:]`` of S < 512 items): where
+    that happens at some sizes of the range only, the bound is ``max(n - 512, 0)``."""
     if isinstance(i, int) and i < 0:
         if isinstance(n, int) and i < -n:
             if clamp:
@@ -92,10 +93,7 @@ def _position(i, n, ctx: Optional[EmitContext] = None, clamp: bool = False):
             within = negative_at(ctx, -(n + i))
             if within is None:
                 return 0  # before the start at every size of the range
-            raise EmitError(f"the slice bound {i} is before the start of the axis at {env_text(before)} "
-                            f"and not at {env_text(within)}: torch clamps it to 0 there, so the "
-                            f"slice has min({n}, {-i}) items, which no tract slice gives at every size; keep that axis "
-                            "static or slice with bounds that stay within the axis")
+            return SymDim.extremum(max, n + i, 0)  # clamped to 0 at some sizes of the range only
         return n + i
     if isinstance(i, SymDim) and ctx is not None:
         negative = negative_at(ctx, i)
@@ -129,8 +127,8 @@ def _clamped_end(ctx: EmitContext, end, n):
     """A constant slice end of a dynamic axis of size ``n``: torch clamps it to the size, tract
     refuses an end past it. Where no size of the export's range exceeds ``end`` (``x[:, 2:100]``
     of S items, the range ``S <= 99`` set by the fake replay's ``S < 100``), the end is ``n``;
-    where every size reaches it, ``end``; a range on both sides has no single tract slice (the
-    slice holds ``min(end, n) - begin`` items), which is refused with the sizes on each side."""
+    where every size reaches it, ``end``; on a range on both sides, ``min(end, n)``, which tract
+    reads in a slice's bounds."""
     if not isinstance(end, int) or not isinstance(n, SymDim):
         return end
     past = negative_at(ctx, end - n)  # a size where the axis is longer than the end: end kept
@@ -139,10 +137,7 @@ def _clamped_end(ctx: EmitContext, end, n):
     short = negative_at(ctx, n - end)  # a size where the axis is shorter: torch clamps
     if short is None:
         return end
-    raise EmitError(f"the slice end {end} is past the axis of size {n} at {env_text(short)} and not at "
-                    f"{env_text(past)}, both within the export's range: torch clamps the end to the size, so "
-                    f"the slice holds min({end}, {n}) - begin items, which no single tract slice gives. Keep the "
-                    "slice within the axis (pad the axis first), or make that axis static")
+    return SymDim.extremum(min, end, n)
 
 
 def _index_tensor(ctx: EmitContext, item, n) -> Value:
