@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import fx2nnef
-from fx2nnef.ir.dims import SymDim
+from fx2nnef.ir.dims import SymDim, SymRange, settle_extrema
 from harness import FnModule, tract_matches_eager
 
 
@@ -47,12 +47,16 @@ def _three_args(x):  # max of three, one a size: max(2, S // 4) items of at leas
     return x[:, :max(2, x.shape[1] // 4, 1)].exp()
 
 
-def _clamped_end(x):  # no min() in the code: torch's slice kernel clamps the end 7 to the axis
+def _clamped_end(x):  # no min() in the code: torch clamps the end 7 to the axis (fuzz 10806)
     return x[:, 2:7].softmax(1) if x.shape[1] > 2 else x
 
 
 def _clamped_begin(x):  # x[:, -3:] of an axis shorter than 3 starts at 0
     return x[:, -3:] * 3
+
+
+def _settled(x):  # the range is S >= 10 (the outcomes differ in shape): min(8, S) is 8 there
+    return x[:, 1:8] * 2 if x.shape[1] > 9 else x[:, :2]
 
 
 def _reshaped(x):  # max() in a reshape's shape
@@ -67,11 +71,10 @@ CASES = [
     ("from_three", _from_three, 1),
     ("arange", _arange, 1),
     ("three_args", _three_args, 2),  # x[:, :2] at S=1 has 1 item, which max(2, 0) is not
-    # the fake replay's slice kernel decides S >= 7 (a guard) and that bounds the range; the
-    # emitter writes min(7, S) when a range holds sizes on both sides (fuzz 10802, below)
-    ("clamped_end", _clamped_end, 7),
-    ("clamped_begin", _clamped_begin, 3),  # likewise: the kernel decides S >= 3
+    ("clamped_end", _clamped_end, 3),  # min(7, S) items; the `if` flips at S=2 to another shape
+    ("clamped_begin", _clamped_begin, 1),  # x[:, max(S-3,0):]
     ("reshaped", _reshaped, 1),
+    ("settled", _settled, 10),
 ]
 
 
@@ -136,3 +139,8 @@ def test_extremum_dims_evaluate_and_compare():
     b = 2 * SymDim.extremum(min, S, T) + 1
     assert b.evaluate({"S": 4, "T": 2}) == 5 and b.input_symbols == {"S", "T"}
     assert str(a).replace(" ", "") in ("max(((S)/2),1)", "max(1,((S)/2))")
+    at_least = {"S": SymRange("S", lo=7), "T": SymRange("T", hi=3)}
+    assert settle_extrema(SymDim.extremum(min, 7, S), at_least) == 7
+    assert settle_extrema(SymDim.extremum(max, S - 3, 0), at_least) == S - 3
+    assert settle_extrema((2, SymDim.extremum(min, S, T) + 1), at_least) == (2, T + 1)
+    assert settle_extrema(SymDim.extremum(min, 9, S), at_least) == SymDim.extremum(min, 9, S)

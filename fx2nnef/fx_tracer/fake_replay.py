@@ -434,6 +434,8 @@ class _Runner(_Reusing):
 
         if target is call_fails and _symbolic_args(args, kwargs):
             raise ReplayUnavailable("whether a call the model catches fails at other sizes has no symbolic form")
+        if target is operator.getitem and len(args) == 2 and isinstance(args[0], torch.Tensor):
+            args = (args[0], _clamped_index(args[0], args[1]))
         alt = _symbolic_function(target, args)
         return alt(*args, **kwargs) if alt is not None else super().call_function(target, args, kwargs)
 
@@ -444,6 +446,34 @@ class _Runner(_Reusing):
             return _NUMBER_OF[target](args[0])  # a size divided with torch.div (see _scalar_division)
         alt = _SYMBOLIC_METHODS.get(target) if args and isinstance(args[0], torch.Tensor) else None
         return alt(*args, **kwargs) if alt is not None else super().call_method(target, args, kwargs)
+
+
+def _clamped_index(x: torch.Tensor, index):
+    """``index`` of ``x[index]`` with each constant slice bound on a symbolic axis clamped as torch
+    clamps it, in symbols: ``x[:, 2:7]`` of S items ends at ``Min(7, S)``, ``x[:, -3:]`` starts at
+    ``Max(S - 3, 0)``. torch's slice kernel decides the clamp on the symbol instead (a guard
+    ``S >= 7`` that bounds the range); the emitter writes the same bounds (``min(7,S)``)."""
+    items = index if isinstance(index, tuple) else (index,)
+    if not any(isinstance(i, slice) for i in items) or \
+            not all(i is None or isinstance(i, (slice, int, torch.SymInt)) for i in items):
+        return index  # Ellipsis, tensors, masks: the axis of each slice is not plain to see
+    out, axis = [], 0
+    for item in items:
+        if item is None:
+            out.append(item)
+            continue
+        if isinstance(item, slice) and axis < x.dim():
+            n = x.shape[axis]
+            if isinstance(n, torch.SymInt) and n.node.maybe_as_int() is None:
+                start, stop = item.start, item.stop
+                if type(start) is int and start < 0:
+                    start = torch.sym_max(n + start, 0)
+                if type(stop) is int:
+                    stop = torch.sym_max(n + stop, 0) if stop < 0 else torch.sym_min(stop, n)
+                item = slice(start, stop, item.step)
+        out.append(item)
+        axis += 1
+    return tuple(out) if isinstance(index, tuple) else out[0]
 
 
 def _symbolic_args(args, kwargs) -> bool:

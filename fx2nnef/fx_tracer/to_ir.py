@@ -18,6 +18,7 @@ from torch.utils._pytree import tree_leaves, tree_map
 
 from ..errors import TraceError
 from ..ir import DType, Graph, Node, SymDim, Value, flat_values, method_key, op_key
+from ..ir.dims import settle_extrema
 from .control_flow import SLOT_FUNCTIONS, ScanCall
 from .probe import Analysis, Unfit
 from .structures import has_tensor
@@ -413,6 +414,9 @@ def build_ir(gm: fx.GraphModule, analysis: Analysis, input_names: list, output_n
              upcast_bfloat16: bool = False) -> Graph:
     """The IR of ``gm``; ``upcast_bfloat16``: the model is a bfloat16 one exported as computing in
     float32 (constants computed in bfloat16 by the trace are computed again in float32)."""
+    if any(r.bounded for r in analysis.ranges.values()):
+        # min(7, S) is 7 where the export holds for S >= 7 only: written as the emitter's bounds are
+        analysis.sym = {n: settle_extrema(d, analysis.ranges) for n, d in analysis.sym.items()}
     graph = _Builder(gm, analysis, input_names, output_names, upcast_bfloat16).build()
     graph.guards = list(analysis.guards)
     graph.ranges = dict(analysis.ranges)

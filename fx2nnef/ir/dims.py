@@ -204,6 +204,50 @@ def substitute(x: Dim, mapping: dict) -> Dim:
     return simplify(total)
 
 
+def settle_extrema(x, ranges: dict):
+    """``x`` (a dim, or a tuple of dims and None) with each extremum atom whose arguments compare
+    the same way at every size of ``ranges`` (symbol -> :class:`SymRange`) replaced by the one
+    chosen there: ``min(7,S)`` is ``7`` where S >= 7. Decided on linear differences only (their
+    bounds over the ranges are exact); another atom is kept. The IR's shapes and the emitter's
+    slice bounds go through here, so that both name a size the same way."""
+    if isinstance(x, tuple):
+        return tuple(settle_extrema(d, ranges) for d in x)
+    if not isinstance(x, SymDim) or not any(s in _EXTREMA for s in x.symbols):
+        return x
+    mapping = {}
+    for name in x.symbols & set(_EXTREMA):
+        pick, (a, b) = _EXTREMA[name]
+        a, b = settle_extrema(a, ranges), settle_extrema(b, ranges)
+        lo, hi = _linear_bounds(simplify(as_sym(a) - as_sym(b)), ranges)
+        if lo is not None and lo >= 0:
+            mapping[name] = a if pick is max else b
+        elif hi is not None and hi <= 0:
+            mapping[name] = b if pick is max else a
+        else:
+            mapping[name] = SymDim.extremum(pick, a, b)
+    return substitute(x, mapping)
+
+
+def _linear_bounds(d, ranges: dict) -> tuple:
+    """(least, greatest) of ``d`` over the sizes of ``ranges`` (a size is at least 1), None where
+    unbounded or not known (a term of degree 2, an atom)."""
+    if isinstance(d, int):
+        return d, d
+    lo = hi = d.terms.get((), 0)
+    for mono, c in d.terms.items():
+        if not mono:
+            continue
+        if len(mono) != 1 or mono[0] in _DIV_ATOMS or mono[0] in _EXTREMA:
+            return None, None
+        r = ranges.get(mono[0])
+        least = max(1, r.lo if r is not None and r.lo is not None else 1)
+        most = r.hi if r is not None else None
+        low_end, high_end = (least, most) if c > 0 else (most, least)
+        lo = None if lo is None or low_end is None else lo + c * low_end
+        hi = None if hi is None or high_end is None else hi + c * high_end
+    return lo, hi
+
+
 def exact_quotient(total: Dim, known: Dim):
     """``total / known`` when the polynomials divide exactly with integer coefficients
     (``12*B*L**2 - 24*B*L + 12*B`` by ``(L - 1)**2`` is ``12*B``), else None. Floor-division

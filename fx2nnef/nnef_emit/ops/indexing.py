@@ -16,6 +16,7 @@ import torch.nn.functional as F
 
 from ...errors import EmitError
 from ...ir import DType, SymDim, Value, flat_values, simplify
+from ...ir.dims import settle_extrema
 from ..context import EmitContext
 from ..helpers import (axis, broadcast_operands, cast, compare, env_text, negative_at, opaque, producer, rank,
                        result_dtype, unsqueeze_to)
@@ -93,7 +94,8 @@ def _position(i, n, ctx: Optional[EmitContext] = None, clamp: bool = False):
             within = negative_at(ctx, -(n + i))
             if within is None:
                 return 0  # before the start at every size of the range
-            return SymDim.extremum(max, n + i, 0)  # clamped to 0 at some sizes of the range only
+            # clamped to 0 at some sizes of the range only
+            return settle_extrema(SymDim.extremum(max, n + i, 0), ctx.ranges)
         return n + i
     if isinstance(i, SymDim) and ctx is not None:
         negative = negative_at(ctx, i)
@@ -137,7 +139,7 @@ def _clamped_end(ctx: EmitContext, end, n):
     short = negative_at(ctx, n - end)  # a size where the axis is shorter: torch clamps
     if short is None:
         return end
-    return SymDim.extremum(min, end, n)
+    return settle_extrema(SymDim.extremum(min, end, n), ctx.ranges)
 
 
 def _index_tensor(ctx: EmitContext, item, n) -> Value:
@@ -152,16 +154,44 @@ def _index_tensor(ctx: EmitContext, item, n) -> Value:
     return ctx.const(np.where(data < 0, data + n, data).astype(np.int64) if isinstance(n, int) else data.astype(np.int64), DType.I64)
 
 
-def _sliced(ctx: EmitContext, x: Value, items: list):
-    """Apply the slice and int items of ``items`` (ints kept as unit axes); returns (x, int axes, tensor items)."""
+def _as_traced(ctx: EmitContext, item: slice, n, b, e, s, want):
+    """The bounds ``(b, e)`` of ``item`` on an axis of size ``n``, written as the IR's shape
+    ``want`` of that axis names its length: a constant bound torch clamps is ``min(7,S)``
+    (``max(S-3,0)`` for a begin) where the fake replay clamped it so, and the plain bound where
+    the shapes were settled or fitted at sizes on one side only (``7``, ``S``)."""
+    if want is None or not isinstance(n, SymDim) or slice_length(b, e, s) == want:
+        return b, e
+    begins, ends = [b], [e]
+    if type(item.start) is int and item.start < 0:
+        begins.append(settle_extrema(SymDim.extremum(max, n + item.start, 0), ctx.ranges))
+    if type(item.stop) is int:
+        ends.append(settle_extrema(SymDim.extremum(max, n + item.stop, 0) if item.stop < 0
+                                   else SymDim.extremum(min, item.stop, n), ctx.ranges))
+        ends.append(n)
+    for b2 in begins:
+        for e2 in ends:
+            if slice_length(b2, e2, s) == want:
+                return b2, e2
+    return b, e
+
+
+def _sliced(ctx: EmitContext, x: Value, items: list, want: Optional[tuple] = None):
+    """Apply the slice and int items of ``items`` (ints kept as unit axes); returns (x, int axes,
+    tensor items). ``want``: the IR's shape of ``x[items]`` (items without tensors), whose sizes
+    the slices' bounds are written to match (:func:`_as_traced`)."""
     ranges, ints, tensors, ax = [], [], [], 0
+    out_ax = 0  # the axis of the result an item's axis becomes
     for item in items:
         if item is None or isinstance(item, bool):
+            out_ax += item is None
             continue
         n = x.shape[ax]
         if isinstance(item, slice):
             b, e, s = _bounds(item, n, ctx)
             e = _clamped_end(ctx, e, n)
+            if want is not None and out_ax < len(want):
+                b, e = _as_traced(ctx, item, n, b, e, s, want[out_ax])
+            out_ax += 1
             if not (b == 0 and e == n and s == 1):
                 ranges.append((ax, b, e, s))
         elif isinstance(item, (int, SymDim)):
@@ -188,7 +218,11 @@ def getitem(ctx: EmitContext, input: Value, index):
         raise EmitError("x[False] selects nothing: empty tensors cannot be exported")
     if any(_is_mask(i) for i in items):
         raise EmitError("a boolean mask index gives a data-dependent shape; use torch.where or masked_fill instead")
-    x, ints, tensors = _sliced(ctx, input, items)
+    plain = not any(isinstance(i, (Value, list)) for i in items)
+    node = ctx.node
+    want = node.outputs[0].shape if plain and node is not None and node.kind == "operator.getitem" \
+        and len(node.outputs) == 1 and node.args and node.args[0] is input else None
+    x, ints, tensors = _sliced(ctx, input, items, want)
     if len(tensors) > 1:
         if ints:
             raise EmitError("int and several tensor indices together in x[...] are not supported")
