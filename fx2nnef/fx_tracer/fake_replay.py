@@ -1008,7 +1008,8 @@ def _settle_extrema(expr, symbols: dict):
     """``expr`` with each ``Max`` and ``Min`` replaced by the argument that is the largest
     (smallest) at every size of at least 1 (``Max(1, 4*((S + 3)//4))``: torch's flatten and view
     guard against empty axes, which a dynamic axis never is), found from the arguments' bounds
-    by torch's value-range analysis; an extremum it cannot settle is kept (an atom of the IR dim, see SymDim.extremum)."""
+    by torch's value-range analysis; an extremum it cannot settle is kept (an atom of the IR
+    dim, see SymDim.extremum)."""
     from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
     from torch.utils._sympy.numbers import int_oo
 

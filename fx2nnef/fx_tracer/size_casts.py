@@ -1,5 +1,5 @@
-"""``int()``, ``float()``, ``math.ceil``, ``math.floor`` and ``math.trunc`` of a Python number
-computed from traced sizes stay traced.
+"""``int()``, ``float()``, ``math.ceil``, ``math.floor``, ``math.trunc``, ``max`` and ``min`` of
+Python numbers computed from traced sizes stay traced.
 
 A model that pads or resizes to a multiple of its patch size computes the target in Python:
 ``int(math.ceil(h / p) * p)`` (MobileViT), ``int(w * 0.5)``. Read as plain numbers, these fixed
@@ -16,6 +16,11 @@ the builtin's, and ``isinstance(3, int)`` still holds. ``float`` likewise (:data
 probes tell from the model only on values where it matters (a clamp hides it elsewhere).
 Modules that test ``type(x) is int`` or pass ``int`` as a dtype keep the builtin (each name on
 its own).
+
+``max`` and ``min`` of sizes (``max(1, S // 2)``, ``min(x.shape[1], window)``) are stand-ins in the
+same modules: read as the builtins, they compare, and the comparison is a decision on the size
+whose flip bounds the range. Recorded as ``torch.sym_max``/``sym_min``, they are extrema of
+symbols in the fake replay, which tract reads in sizes (:meth:`..ir.dims.SymDim.extremum`).
 """
 from __future__ import annotations
 
