@@ -59,6 +59,18 @@ def _settled(x):  # the range is S >= 10 (the outcomes differ in shape): min(8, 
     return x[:, 1:8] * 2 if x.shape[1] > 9 else x[:, :2]
 
 
+def _in_place_on_clamped(x):  # fuzz 25078: the region written is min(2, S) items, as the view read
+    v = x[:, :2]
+    v.neg_()
+    return v, x
+
+
+def _assigned_clamped(x):  # fuzz 25068
+    x = x.clone()
+    x[:, :3] = x[:, :3] * 2
+    return x
+
+
 def _reshaped(x):  # max() in a reshape's shape
     return x[:, :max(1, x.shape[1] // 2)].reshape(-1, max(1, x.shape[1] // 2), 1).tanh()
 
@@ -75,6 +87,8 @@ CASES = [
     ("clamped_begin", _clamped_begin, 1),  # x[:, max(S-3,0):]
     ("reshaped", _reshaped, 1),
     ("settled", _settled, 10),
+    ("in_place_on_clamped", _in_place_on_clamped, 1),
+    ("assigned_clamped", _assigned_clamped, 1),
 ]
 
 

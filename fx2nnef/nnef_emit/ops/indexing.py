@@ -332,7 +332,11 @@ def _set_region(ctx: EmitContext, x: Value, items: list, value) -> Value:
     ranges, region = [], list(x.shape)
     for ax, item in enumerate(items):
         n = x.shape[ax]
-        b, e, s = _bounds(item, n, ctx) if isinstance(item, slice) else (_position(item, n, ctx), _position(item, n, ctx) + 1, 1)
+        if isinstance(item, slice):
+            b, e, s = _bounds(item, n, ctx)
+            e = _clamped_end(ctx, e, n)  # as x[items] was written (min(2,S) where torch clamps)
+        else:
+            b, e, s = _position(item, n, ctx), _position(item, n, ctx) + 1, 1
         if not (b == 0 and e == n and s == 1):
             ranges.append((ax, b, e, s))
         region[ax] = slice_length(b, e, s)
