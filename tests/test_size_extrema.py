@@ -159,3 +159,28 @@ def test_extremum_dims_evaluate_and_compare():
     assert settle_extrema(SymDim.extremum(max, S - 3, 0), at_least) == S - 3
     assert settle_extrema((2, SymDim.extremum(min, S, T) + 1), at_least) == (2, T + 1)
     assert settle_extrema(SymDim.extremum(min, 9, S), at_least) == SymDim.extremum(min, 9, S)
+
+
+def _chunks(width):
+    def fn(x):  # CANINE's local attention: chunks of `width` from position 1, the last one cut at S
+        n = x.shape[1]
+        out = [x[:, :1]]
+        for start in range(1, n, width):
+            out.append(x[:, start:min(n, start + width)].softmax(1))
+        return torch.cat(out, 1)
+    return fn
+
+
+@pytest.mark.parametrize("width,lo,hi,sizes", [(32, None, 33, [1, 2, 5, 20, 33]), (8, 9, 17, [9, 10, 13, 17])])
+def test_a_loop_over_chunks_holds_where_it_runs_as_many_steps(width, lo, hi, sizes, tmp_path):
+    """``for start in range(1, S, width)``: the decision is how many steps the loop runs (one for
+    S <= 33 at width 32, two for 10 <= S <= 17 at width 8), not the number S read; where the last
+    step's chunk is empty (S=1, S=9) the graph still gives the model's outputs, in tract too.
+    ``min()`` in the loop's body stays a decision per step. Before: the bound of the range was read
+    as consumed by the min() after it, and the export refused the clamped slice."""
+    model = FnModule(_chunks(width))
+    r = fx2nnef.export(model, (torch.randn(2, 11, 3),), tmp_path / "m.nnef.tgz", input_names=["x0"],
+                       target=fx2nnef.TractNNEF(dynamic_axes={"x0": {1: "S"}}))
+    assert (r.ranges["S"].lo, r.ranges["S"].hi) == (lo, hi), r.ranges
+    tract_matches_eager(r.path, model, [[torch.randn(2, n, 3, generator=torch.Generator().manual_seed(n))]
+                                        for n in sizes])

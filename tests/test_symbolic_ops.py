@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 import fx2nnef
 from fx2nnef.targets.tract_runner import run_tract_many
-from harness import FnModule
+from harness import FnModule, tract_matches_eager
 
 _FALLBACK = "dynamic shapes were fitted from probe runs"
 
@@ -111,9 +111,10 @@ def test_tensor_split_at_indices_bounds_where_shapes_change(tmp_path):
     assert "shapes change otherwise below S=3" in str(r.ranges["S"])
 
 
-def test_clamped_slice_bounds_where_shapes_change(tmp_path):
-    r = _export(lambda x: x[:, :4] * 2, (2, 6), 1, tmp_path, [4, 5, 12], lo=4)
-    assert "shapes change otherwise below S=4" in str(r.ranges["S"])
+def test_clamped_slice_end_holds_on_both_sides(tmp_path):
+    """``x[:, :4]`` of S items holds min(4, S) of them (before: bounded at S >= 4)."""
+    r = _export(lambda x: x[:, :4] * 2, (2, 6), 1, tmp_path, [1, 3, 4, 5, 12])
+    assert "min(4,S)" in r.nnef_text
 
 
 def _assign_inner(x):
@@ -150,13 +151,13 @@ def _far_export(fn, tmp_path):
 
 def test_slice_end_past_a_dynamic_size(tmp_path):
     """``x[:, 2:100]`` of S items: torch clamps the end (S - 2 items up to S=100, then 98), tract
-    refuses an end past the size. The decision S < 100, far above the sizes scanned one by one,
-    bounds the range, and the end is written as S there, so the asset runs below it."""
+    refuses an end past the size: the end is written min(100,S), which holds on both sides (before:
+    the decision S < 100 bounded the range)."""
     r = _far_export(lambda x: x[:, 2:100] * 2, tmp_path)
-    assert r.ranges["S"].hi == 99 and "S=100" in r.ranges["S"].why, r.ranges
-    assert "tract_assert S <= 99" in r.nnef_text
-    got = run_tract_many(r.path, [[np.ones((2, n), np.float32)] for n in (3, 60, 99)])
-    assert [g[0].shape for g in got] == [(2, 1), (2, 58), (2, 97)]
+    assert r.ranges["S"].lo == 2 and r.ranges["S"].hi is None, r.ranges
+    assert "min(100,S)" in r.nnef_text
+    got = run_tract_many(r.path, [[np.ones((2, n), np.float32)] for n in (3, 60, 99, 150)])
+    assert [g[0].shape for g in got] == [(2, 1), (2, 58), (2, 97), (2, 98)]
 
 
 def test_python_decision_far_above_the_example_bounds_the_range(tmp_path):
@@ -207,50 +208,46 @@ def test_slice_from_the_end_by_a_dynamic_size(tmp_path):
     _export(fn, (2, 4, 9), 2, tmp_path, [1, 5, 20])
 
 
-def _bounded_export(fn, shape, tmp_path, sizes, hi):
-    """Export ``fn`` with axis 1 dynamic; the range must end at ``hi`` (asserted in graph.nnef)
-    and the asset match eager PyTorch in tract at ``sizes`` within it."""
+def _both_sides_export(fn, shape, tmp_path, sizes, lo=None):
+    """Export ``fn`` with axis 1 dynamic; the range must start at ``lo`` and have no end, and the
+    asset match eager PyTorch in tract at ``sizes``, on both sides of where torch clamps a bound."""
     model = FnModule(fn)
     r = fx2nnef.export(model, (torch.randn(shape),), tmp_path / "m.nnef.tgz", input_names=["x"],
                        target=fx2nnef.TractNNEF(dynamic_axes={"x": {1: "S"}}))
-    assert r.ranges["S"].hi == hi, r.ranges
-    ins = [torch.randn(shape[0], n, *shape[2:], generator=torch.Generator().manual_seed(n)) for n in sizes]
-    for i, g in zip(ins, run_tract_many(r.path, [[i.numpy()] for i in ins])):
-        e = model(i).numpy()
-        assert g[0].shape == e.shape, (i.shape, g[0].shape, e.shape)
-        np.testing.assert_allclose(g[0], e, atol=1e-4, rtol=5e-4, err_msg=str(i.shape))
+    got = r.ranges.get("S")
+    assert (got.lo if got else None) == lo and (got is None or got.hi is None), r.ranges
+    tract_matches_eager(r.path, model, [[torch.randn(shape[0], n, *shape[2:], generator=torch.Generator().manual_seed(n))]
+                                        for n in sizes])
     return r
 
 
-def test_slice_clamped_at_the_example_holds_up_to_the_bound(tmp_path):
+def test_slice_clamped_at_the_example_holds_on_both_sides(tmp_path):
     """``x[:, -12:]`` of S=7 items: torch clamps the start to 0 up to S=12 (min(S, 12) items,
-    XLNet's memory slice), and takes the last 12 past it. The fake replay decides ``S <= 12``; at
-    S=12 both sides give 12 items, and a fake run at S=13 shows the graph's S items are not
-    torch's 12: the export holds for S <= 12 (before: refused, and before that a start of S - 12,
-    which tract refused at run time for S < 12, the example included)."""
-    r = _bounded_export(lambda x: x[:, -12:] * 2, (2, 7, 3), tmp_path, [1, 5, 12], hi=12)
-    assert "above S=12" in r.ranges["S"].why
+    XLNet's memory slice), and takes the last 12 past it: the start is written max(S-12,0), which
+    holds at every size (before: bounded at S <= 12; before that refused, and before that a start
+    of S - 12, which tract refused at run time for S < 12, the example included)."""
+    r = _both_sides_export(lambda x: x[:, -12:] * 2, (2, 7, 3), tmp_path, [1, 5, 12, 13, 30])
+    assert "max(0,S-12)" in r.nnef_text or "max(S-12,0)" in r.nnef_text
 
 
-def test_slice_end_past_the_example_holds_up_to_the_end(tmp_path):
+def test_slice_end_past_the_example_holds_past_the_end(tmp_path):
     """``x[:, 8:12]`` of S=10 items holds S - 8 of them up to S=12 and 4 past it: the export holds
-    for 8 <= S <= 12, with the end at S (tract refuses an end past the axis)."""
-    r = _bounded_export(lambda x: x[:, 8:12] * 2, (2, 10, 3), tmp_path, [9, 12], hi=12)
-    assert r.ranges["S"].lo == 8
+    for S >= 8 (before: 8 <= S <= 12), with the end at min(12,S)."""
+    _both_sides_export(lambda x: x[:, 8:12] * 2, (2, 10, 3), tmp_path, [9, 12, 13, 40], lo=8)
 
 
-def test_slice_end_crossed_within_the_range_is_refused(tmp_path):
-    """A Python loop over chunks of 4 of S=10 items: range() reads S as a Python number, and a trace
-    again at S=13 (4 chunks) holds that number as 13, not the example's 10: it is not kept (before,
-    it was, and its chunk 8:12 of min(12, S) - 8 items had no tract slice). The error names the
-    loop and says how to write it; nothing is written."""
+def test_a_loop_over_chunks_holds_where_it_runs_as_many_steps(tmp_path):
+    """A Python loop over chunks of 4 of S=10 items: range() reads S as a Python number; the
+    decision is how many steps the loop runs (3 for 9 <= S <= 12; at S=8 the third chunk, min(12,S) - 8
+    items, is empty and the outputs are still the model's). Before, the graph traced again at S=13
+    was refused, and before that its chunk had no tract slice."""
     def chunks(x):
         return torch.cat([x[:, i:i + 4].softmax(1) for i in range(0, x.shape[1], 4)], 1)
-    with pytest.raises(fx2nnef.GuardError, match=r"(?s)index\(%size_1\) -> 10 at .*test_symbolic_ops.py.*"
-                                                  r"A Python loop over a dynamic size.*is unrolled"):
-        fx2nnef.export(FnModule(chunks), (torch.randn(2, 10, 3),), tmp_path / "m.nnef.tgz",
+    model = FnModule(chunks)
+    r = fx2nnef.export(model, (torch.randn(2, 10, 3),), tmp_path / "m.nnef.tgz",
                        input_names=["x"], target=fx2nnef.TractNNEF(dynamic_axes={"x": {1: "S"}}))
-    assert not list(tmp_path.iterdir())
+    assert (r.ranges["S"].lo, r.ranges["S"].hi) == (8, 12), r.ranges
+    tract_matches_eager(r.path, model, [[torch.randn(2, n, 3)] for n in (8, 9, 10, 12)])
 
 
 @pytest.mark.parametrize("size", [
@@ -266,8 +263,10 @@ def test_rounded_division_of_a_size_is_a_floor_division(tmp_path, size):
     _export(fn, (2, 7, 3), 1, tmp_path, [1, 4, 5, 8, 13])
 
 
-def test_slice_from_the_start_past_the_example_is_bounded(tmp_path):
+def test_slice_from_the_start_past_the_example_holds_on_both_sides(tmp_path):
     """``x[:, :9]`` of S=5 items holds S of them up to S=9 and 9 past it: not a full slice (the
-    slice cleanup dropped it, claiming every size: 11 items at S=11), bounded at S <= 9."""
-    r = _bounded_export(lambda x: x[:, :9] * 2, (2, 5, 3), tmp_path, [1, 5, 9], hi=9)
-    assert r.ranges["S"].lo is None
+    slice cleanup dropped it, claiming every size: 11 items at S=11); min(9,S) items at every size
+    (before: bounded at S <= 9)."""
+    _both_sides_export(lambda x: x[:, :9] * 2, (2, 5, 3), tmp_path, [1, 5, 9, 11])
+
+

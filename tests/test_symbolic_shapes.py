@@ -86,18 +86,18 @@ def test_fallback_to_probes_is_said(tmp_path):
 
 
 def test_bound_by_a_decision_is_not_traced_again(tmp_path):
-    """`x[:, :(4 if S > 4 else S)]` is valid for S >= 4. A trace at larger sizes takes the same
-    decision there and gives the same graph: the replay says so, and the export does not trace
-    and analyze twice more (21 real runs before, 10 now, S=1 included: the far end of the sizes
-    past a flip judged equivalent, which is also run on other input values). (``min(S, 4)`` is
-    no decision: it is written as such, see test_size_extrema.py.)"""
-    model = FnModule(lambda x: x[:, : (4 if x.shape[1] > 4 else x.shape[1])] * 2)
+    """An ``if`` whose outcomes differ in shape (``x[:, :4]`` or one sum) is valid for S >= 5. A
+    trace at larger sizes takes the same decision there and gives the same graph: the replay says
+    so, and the export does not trace and analyze twice more (21 real runs before, 10 now, S=1
+    included: the far end of the sizes past a flip judged equivalent, which is also run on other
+    input values). (``x[:, :min(S, 4)]`` is no decision: see test_size_extrema.py.)"""
+    model = FnModule(lambda x: x[:, :4] * 2 if x.shape[1] > 4 else x.sum(1, keepdim=True))
     r = fx2nnef.export(model, (torch.randn(2, 6),), tmp_path / "m.nnef.tgz", input_names=["x"],
                        target=fx2nnef.TractNNEF(dynamic_axes={"x": {1: "S"}}))
-    assert r.ranges["S"].lo == 4 and r.ranges["S"].hi is None, r.ranges
+    assert r.ranges["S"].lo == 5 and r.ranges["S"].hi is None, r.ranges
     assert r.timings["graph_runs"] <= 10, r.timings
     assert not any("traced again" in n for n in r.notes), r.notes
-    _run_sizes(model, r, "S", lambda n: torch.randn(2, n), [4, 5, 17])
+    _run_sizes(model, r, "S", lambda n: torch.randn(2, n), [5, 6, 17])
 
 
 def test_python_number_of_a_size_the_graph_cannot_compute(tmp_path):

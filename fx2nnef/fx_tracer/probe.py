@@ -168,6 +168,18 @@ def far_probe_envs(base: dict) -> list:
     return envs
 
 
+def _emptied(gm: fx.GraphModule, base: dict) -> Optional[str]:
+    """Why a graph traced at other sizes does not hold at the example: a tensor that had items
+    where it was traced has none here (``x[:, 17:S]`` of a chunk loop traced at S=18, at S=11:
+    torch gives an empty tensor where tract refuses the slice)."""
+    for n in gm.graph.nodes:
+        traced, here = n.meta.get("value"), base.get(n)
+        if isinstance(traced, torch.Tensor) and traced.numel() and here is not None and here[0] == "tensor" \
+                and 0 in here[1]:
+            return f"'{n.name}' has no item here, where it was traced with {tuple(traced.shape)}"
+    return None
+
+
 def _record(value):
     if isinstance(value, torch.Tensor):
         return ("tensor", tuple(value.shape), value.dtype)
@@ -234,6 +246,19 @@ def _read_as_traced(g: GuardRecord, value) -> bool:
         return bool(value.item() if isinstance(value, torch.Tensor) else value) == g.expected
     except Exception:  # noqa: BLE001 - not a number: no reading to compare
         return True
+
+
+def _holds_in(g: GuardRecord, values: dict) -> bool:
+    """Whether the decision ``g`` holds with ``values`` (node -> value at some sizes): for a bound
+    of ``range()``, whether the loop runs as many steps (see ``GuardRecord.counts``)."""
+    if g.counts is not None:
+        bounds, count = g.counts
+        try:
+            here = [int(values[b]) if isinstance(b, fx.Node) else b for b in bounds]
+            return len(range(*here)) == count
+        except (KeyError, TypeError, ValueError):
+            pass
+    return _guard_holds(g, values[g.node])
 
 
 def _guard_holds(g: GuardRecord, value) -> bool:
@@ -685,7 +710,7 @@ def guard_flip_sizes(gm, example, names, dynamic_axes, guards, base_env, data_de
                     interp.env[n] = next(inputs) if n.op == "placeholder" else interp.run_node(n)
         except Exception:  # noqa: BLE001 - a node needs data: its guards stay unscanned
             return None
-        return tuple(_guard_holds(g, interp.env[g.node]) if g.node in interp.env else None for g in shape_guards)
+        return tuple(_holds_in(g, interp.env) if g.node in interp.env else None for g in shape_guards)
 
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     if any(n not in need for n in placeholders):
@@ -722,7 +747,8 @@ def _baked_number(guards: list, values: dict, data_dep: set) -> Optional[str]:
     with it, and outputs can hide that on the values tried (a clamp, a saturating activation).
     None when no such number differs."""
     for g in guards:
-        if g.op not in _NUMBER_GUARDS or g.node in data_dep or g.node not in values or g.consumed:
+        if g.op not in _NUMBER_GUARDS or g.node in data_dep or g.node not in values or g.consumed \
+                or g.counts is not None:  # a range's bound: only the loop's length is kept (a decision)
             continue
         here = values[g.node]
         here = here.item() if isinstance(here, torch.Tensor) and here.numel() == 1 else here
@@ -746,6 +772,11 @@ def _signature(rep: Replay, guards: list, data_dep: set):
             raise ReplayUnavailable(f"the decision {g.text} has no symbolic form")
         if g.op in _NUMBER_GUARDS and g.consumed:
             continue  # read by torch's argument parser for a call the graph records with the traced number
+        if g.counts is not None:
+            steps = _range_length(g, rep.guard_values)
+            if steps is not None:
+                evals.append((g, steps))
+                continue
         if g.op in _NUMBER_GUARDS:
             # a size taken as a Python number (len(x)) differs at every other size, and what the
             # code decides with it is out of sight (``if len(x) > 7`` changes at 8, not at the
@@ -756,9 +787,20 @@ def _signature(rep: Replay, guards: list, data_dep: set):
 
     def signature(env):
         return (tuple(_decide(c.holds, env) for c in rep.checks)
-                + tuple(_decide(lambda e: _guard_holds(g, ev(e)), env) for g, ev in evals))
+                + tuple(_decide(lambda e: ev(e) == g.counts[1] if g.counts is not None else _guard_holds(g, ev(e)), env)
+                        for g, ev in evals))
     signature.traced = lambda sig: sig[count:]
     return signature
+
+
+def _range_length(g: GuardRecord, guard_values: dict):
+    """``env -> `` the length of the range ``g`` bounds (``GuardRecord.counts``), from the replay's
+    values of its bounds; None when one of them has no symbolic form."""
+    bounds = g.counts[0]
+    evs = [guard_values.get(b) if isinstance(b, fx.Node) else (lambda env, b=b: b) for b in bounds]
+    if any(ev is None for ev in evs):
+        return None
+    return lambda env: len(range(*[int(ev(env)) for ev in evs]))
 
 
 def _decide(fn, env):
@@ -1098,6 +1140,9 @@ def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, 
     baked = _baked_number(guards, base_values, light)
     if baked is not None and not base_failures:
         base_failures.append(ProbeFailure(base_env, None, baked + AT_EXAMPLE))
+    empty = _emptied(gm, base_records)
+    if empty is not None and not base_failures:
+        base_failures.append(ProbeFailure(base_env, None, empty + AT_EXAMPLE))
     for n in outputs & light:
         base_values[n] = data_less(base_values[n])
     if not symbols:
@@ -1233,7 +1278,7 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
             # one piece): decided once the ranges are known
             errors.append(ProbeFailure(env, err[0], err[1] + " (the eager model accepts these sizes)"))
             return "error"
-        flips = [g for g in guards if g.node in values and not _guard_holds(g, values[g.node])]
+        flips = [g for g in guards if g.node in values and not _holds_in(g, values)]
         on_data = [g for g in flips if g.op == "bool" and g.node in data_dep0]
         if on_data and expected is not None:
             # the example's values resized to these sizes take another decision on data than
@@ -1247,7 +1292,7 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
                     other = None
             if other is not None:
                 inputs, (values, err, records) = other
-                flips = [g for g in guards if g.node in values and not _guard_holds(g, values[g.node])]
+                flips = [g for g in guards if g.node in values and not _holds_in(g, values)]
         if rep is not None:
             wrong = _shape_mismatch(rep, records, env)
             if wrong is not None:

@@ -103,6 +103,11 @@ def _extremum(builtin, traced):
         if kwargs or len(items) < 2 or all(type(x) is _builtin_int for x in items) \
                 or not all(_size_int(x) for x in items):
             return builtin(*args, **kwargs)
+        if _in_for_loop(sys._getframe(1)):
+            # in a loop's body (CANINE's chunks: min(S, start + width) at each step), a decision per
+            # step, as the builtin: a loop over a size rolls into a scan only when its steps' numbers
+            # are plain, and where its count changes, the steps' decisions flip too
+            return builtin(*args, **kwargs)
         tracer = next(x.tracer for x in items if type(x) is not _builtin_int)
         out = items[0]
         for x in items[1:]:
@@ -112,6 +117,23 @@ def _extremum(builtin, traced):
     stand_in.__name__ = builtin.__name__
     stand_in.__doc__ = builtin.__doc__
     return stand_in
+
+
+_LOOP_SPANS: dict = {}  # code object -> [(start, end)] bytecode offsets of its for loops' bodies
+
+
+def _in_for_loop(frame) -> bool:
+    """Whether ``frame`` runs the body of one of its ``for`` loops (the iterator's expression, run
+    before the loop, is not in it)."""
+    import dis
+
+    code = frame.f_code
+    spans = _LOOP_SPANS.get(code)
+    if spans is None:
+        spans = [(i.offset, i.argval) for i in dis.get_instructions(code)
+                 if i.opname == "FOR_ITER" and _builtin_isinstance(i.argval, _builtin_int)]
+        _LOOP_SPANS[code] = spans
+    return any(start < frame.f_lasti < end for start, end in spans)
 
 
 class _StandInType(type):

@@ -60,6 +60,10 @@ class GuardRecord:
     # the number read went into the graph as the traced value itself: torch's argument parser read
     # it (``torch.roll(x, shifts=S // 3)``) before the call was recorded with the traced number
     consumed: bool = False
+    # a bound of ``range()`` (``for i in range(1, S, 8)``): ``(args, count)``, the range's arguments
+    # (nodes of the traced numbers, or ints) and its length at the example. What the code decided
+    # is how many steps the loop ran: the decision holds wherever the length is the same
+    counts: Optional[tuple] = None
 
 
 _EAGER_FAILURES: dict = {}
@@ -255,7 +259,7 @@ class CustomTracer(fx.Tracer):
         proxy = super().create_proxy(kind, target, args, kwargs, name, type_expr, proxy_factory_fn)
         if not isinstance(proxy, CustomProxy):
             proxy = CustomProxy(proxy.node, self)
-        if len(self.guards) > self._guards_seen:
+        if len(self.guards) > self._guards_seen and target not in _NO_ARGUMENT_PARSER:
             _mark_consumed(self.guards[self._guards_seen:], proxy.node)
         self._guards_seen = len(self.guards)
         proxy.__dict__["value"] = value
@@ -594,6 +598,24 @@ def _traced_callable(obj):
 
 
 _orig_len = builtins.len
+_orig_range = builtins.range
+
+
+def _traced_range(*args):
+    # range() of traced sizes is a range of their example values, each read a guard as for any
+    # index(); those guards note the range they bound, so that the decision is the loop's length
+    # (``range(1, S, 128)`` runs once for every S up to 129), not the number read
+    if not any(type(a) is CustomProxy for a in args):
+        return _orig_range(*args)
+    tracer = next(a.tracer for a in args if type(a) is CustomProxy)
+    before = _orig_len(tracer.guards)
+    values = [operator.index(a) for a in args]
+    out = _orig_range(*values)
+    bounds = tuple(a.node if type(a) is CustomProxy else v for a, v in zip(args, values))
+    for g in tracer.guards[before:]:
+        if g.op == "index" and g.node in bounds:
+            g.counts = (bounds, _orig_len(out))
+    return out
 
 
 def _traced_len(obj):
@@ -692,12 +714,17 @@ def _number_in_tensor(tracer, root):
     return None
 
 
+# size arithmetic the tracer records itself (max/min of sizes): no argument parser of torch read a
+# number for them, so a read just before (``range(1, S, 8)`` then ``min(S, t + 8)``) stays a decision
+_NO_ARGUMENT_PARSER = (torch.sym_max, torch.sym_min)
+
+
 def _mark_consumed(guards: list, node: fx.Node) -> None:
     """Number reads recorded just before ``node`` on values that ``node`` takes as arguments:
     torch's argument parser read them for the call the node records with the traced values."""
     inputs = set(node.all_input_nodes)
     for g in guards:
-        if g.op in _NUMBER_READS and g.node in inputs:
+        if g.op in _NUMBER_READS and g.node in inputs and g.counts is None:  # range() is no torch call
             g.consumed = True
 
 
@@ -737,6 +764,7 @@ def tracing_patches(tracer: CustomTracer):
     builtins.isinstance = _traced_isinstance
     builtins.callable = _traced_callable
     builtins.len = _traced_len
+    builtins.range = _traced_range
     torch.Tensor.__getitem__ = getitem
     script_call = torch.jit.ScriptFunction.__call__
     torch.jit.ScriptFunction.__call__ = _script_function_call(script_call)
@@ -754,6 +782,7 @@ def tracing_patches(tracer: CustomTracer):
         builtins.isinstance = _orig_isinstance
         builtins.callable = _orig_callable
         builtins.len = _orig_len
+        builtins.range = _orig_range
         torch.Tensor.__getitem__ = orig_getitem
         torch.jit.ScriptFunction.__call__ = script_call
         for name, fn in methods.items():

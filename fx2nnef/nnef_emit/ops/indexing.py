@@ -175,6 +175,19 @@ def _as_traced(ctx: EmitContext, item: slice, n, b, e, s, want):
     return b, e
 
 
+def _not_empty(ctx: EmitContext, begin, n) -> None:
+    """Refuse a constant slice begin that is past a dynamic axis at some size of the export's range
+    (``x[:, 17:S]`` of a chunk loop traced at S=18, at S=11): torch gives an empty tensor there,
+    tract refuses the slice (a begin at the axis's end is an empty slice tract takes)."""
+    if not isinstance(begin, int) or begin <= 0 or not isinstance(n, SymDim):
+        return
+    short = negative_at(ctx, n - begin)
+    if short is not None:
+        raise EmitError(f"the slice begins at {begin}, which is past the axis of size {n} at {env_text(short)}, "
+                        "within the export's range: torch gives an empty tensor there, tract refuses the slice. "
+                        "Keep the slice within the axis, or make that axis static")
+
+
 def _sliced(ctx: EmitContext, x: Value, items: list, want: Optional[tuple] = None):
     """Apply the slice and int items of ``items`` (ints kept as unit axes); returns (x, int axes,
     tensor items). ``want``: the IR's shape of ``x[items]`` (items without tensors), whose sizes
@@ -191,6 +204,7 @@ def _sliced(ctx: EmitContext, x: Value, items: list, want: Optional[tuple] = Non
             e = _clamped_end(ctx, e, n)
             if want is not None and out_ax < len(want):
                 b, e = _as_traced(ctx, item, n, b, e, s, want[out_ax])
+            _not_empty(ctx, b, n)
             out_ax += 1
             if not (b == 0 and e == n and s == 1):
                 ranges.append((ax, b, e, s))
