@@ -252,13 +252,17 @@ def _holds_in(g: GuardRecord, values: dict) -> bool:
     """Whether the decision ``g`` holds with ``values`` (node -> value at some sizes): for a bound
     of ``range()``, whether the loop runs as many steps (see ``GuardRecord.counts``)."""
     if g.counts is not None:
-        bounds, count = g.counts
         try:
-            here = [int(values[b]) if isinstance(b, fx.Node) else b for b in bounds]
-            return len(range(*here)) == count
+            return _range_steps(g, values.__getitem__) == g.counts[1]
         except (KeyError, TypeError, ValueError):
             pass
     return _guard_holds(g, values[g.node])
+
+
+def _range_steps(g: GuardRecord, value_of) -> int:
+    """How many steps the range that ``g`` bounds runs, ``value_of(node)`` giving each traced
+    bound (``GuardRecord.counts``)."""
+    return len(range(*[int(value_of(b)) if isinstance(b, fx.Node) else b for b in g.counts[0]]))
 
 
 def _guard_holds(g: GuardRecord, value) -> bool:
@@ -763,7 +767,7 @@ def _signature(rep: Replay, guards: list, data_dep: set):
     tracer's on shapes); a probe is worth its cost only where this changes. The function's
     ``traced(signature)`` gives the tracer's part: where it equals the example's, the graph takes
     the model's own Python path and only torch's kernels decide otherwise."""
-    evals = []
+    tracer_holds = []
     for g in guards:
         if g.node in data_dep or (g.node in rep.dims and g.node not in rep.varies):
             continue  # the same value at every size (float(head_dim)): no decision on a dynamic size
@@ -772,35 +776,22 @@ def _signature(rep: Replay, guards: list, data_dep: set):
             raise ReplayUnavailable(f"the decision {g.text} has no symbolic form")
         if g.op in _NUMBER_GUARDS and g.consumed:
             continue  # read by torch's argument parser for a call the graph records with the traced number
-        if g.counts is not None:
-            steps = _range_length(g, rep.guard_values)
-            if steps is not None:
-                evals.append((g, steps))
-                continue
+        if g.counts is not None and all(b in rep.guard_values for b in g.counts[0] if isinstance(b, fx.Node)):
+            tracer_holds.append(lambda env, g=g: _range_steps(g, lambda b: rep.guard_values[b](env)) == g.counts[1])
+            continue
         if g.op in _NUMBER_GUARDS:
             # a size taken as a Python number (len(x)) differs at every other size, and what the
             # code decides with it is out of sight (``if len(x) > 7`` changes at 8, not at the
             # nearest sizes): only probes spread over many sizes tell where the graph holds
             raise ReplayUnavailable(f"{g.text} reads a dynamic size as a Python number")
-        evals.append((g, ev))
+        tracer_holds.append(lambda env, g=g, ev=ev: _guard_holds(g, ev(env)))
     count = len(rep.checks)
 
     def signature(env):
         return (tuple(_decide(c.holds, env) for c in rep.checks)
-                + tuple(_decide(lambda e: ev(e) == g.counts[1] if g.counts is not None else _guard_holds(g, ev(e)), env)
-                        for g, ev in evals))
+                + tuple(_decide(holds, env) for holds in tracer_holds))
     signature.traced = lambda sig: sig[count:]
     return signature
-
-
-def _range_length(g: GuardRecord, guard_values: dict):
-    """``env -> `` the length of the range ``g`` bounds (``GuardRecord.counts``), from the replay's
-    values of its bounds; None when one of them has no symbolic form."""
-    bounds = g.counts[0]
-    evs = [guard_values.get(b) if isinstance(b, fx.Node) else (lambda env, b=b: b) for b in bounds]
-    if any(ev is None for ev in evs):
-        return None
-    return lambda env: len(range(*[int(ev(env)) for ev in evs]))
 
 
 def _decide(fn, env):

@@ -32,6 +32,8 @@ import operator
 import re
 import sys
 
+import torch
+
 _builtin_int = builtins.int
 _builtin_isinstance = builtins.isinstance
 _builtin_issubclass = builtins.issubclass
@@ -172,13 +174,8 @@ class TracedFloat(metaclass=_StandInType):
     _traced = staticmethod(traced_float)
 
 
-_STAND_INS = {"int": TracedInt, "float": TracedFloat}
-
-
-def _extrema() -> dict:
-    import torch
-
-    return {"max": _extremum(builtins.max, torch.sym_max), "min": _extremum(builtins.min, torch.sym_min)}
+_STAND_INS = {"int": TracedInt, "float": TracedFloat,
+              "max": _extremum(builtins.max, torch.sym_max), "min": _extremum(builtins.min, torch.sym_min)}
 
 
 def _code_module_names(model) -> list:
@@ -195,7 +192,7 @@ def _code_module_names(model) -> list:
 def _model_modules(model) -> dict:
     """name -> the Python modules whose code ``model`` runs (:func:`_code_module_names`), except
     torch's and ours, and those whose code needs the real class of that name (or defines it)."""
-    out: dict = {name: [] for name in (*_STAND_INS, "max", "min")}
+    out: dict = {name: [] for name in _STAND_INS}
     for mod_name in _code_module_names(model):
         if mod_name.startswith(("torch.", "fx2nnef.")) or mod_name in ("torch", "builtins"):
             continue
@@ -218,14 +215,13 @@ def size_casts(model):
     """While tracing ``model``: ``int``, ``float``, ``max`` and ``min`` of traced numbers in its
     modules stay traced."""
     mods = _model_modules(model)
-    stand_ins = {**_STAND_INS, **_extrema()}
-    for name, stand_in in stand_ins.items():
+    for name, stand_in in _STAND_INS.items():
         for mod in mods[name]:
             setattr(mod, name, stand_in)
     try:
         yield
     finally:
-        for name, stand_in in stand_ins.items():
+        for name, stand_in in _STAND_INS.items():
             for mod in mods[name]:
                 if vars(mod).get(name) is stand_in:
                     delattr(mod, name)

@@ -6,6 +6,7 @@ folded to constants.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import operator
 import re
@@ -416,7 +417,8 @@ def build_ir(gm: fx.GraphModule, analysis: Analysis, input_names: list, output_n
     float32 (constants computed in bfloat16 by the trace are computed again in float32)."""
     if any(r.bounded for r in analysis.ranges.values()):
         # min(7, S) is 7 where the export holds for S >= 7 only: written as the emitter's bounds are
-        analysis.sym = {n: settle_extrema(d, analysis.ranges) for n, d in analysis.sym.items()}
+        analysis = dataclasses.replace(analysis, sym={n: settle_extrema(d, analysis.ranges)
+                                                      for n, d in analysis.sym.items()})
     graph = _Builder(gm, analysis, input_names, output_names, upcast_bfloat16).build()
     graph.guards = list(analysis.guards)
     graph.ranges = dict(analysis.ranges)

@@ -110,8 +110,9 @@ def _position(i, n, ctx: Optional[EmitContext] = None, clamp: bool = False):
     return i
 
 
-def _bounds(item: slice, n, ctx: Optional[EmitContext] = None) -> tuple:
-    """(begin, end, step) with non-negative bounds, clamped to ``n`` where both are known."""
+def _bounds(item: slice, n, ctx: EmitContext) -> tuple:
+    """(begin, end, step) with non-negative bounds, clamped to ``n`` as torch clamps them: where
+    both are known, else as :func:`_position` and :func:`_clamped_end` write it (``min(7,S)``)."""
     step = 1 if item.step is None else item.step
     if not isinstance(step, int) or step <= 0:
         raise EmitError(f"slice step {step!r} must be a positive integer")
@@ -122,7 +123,7 @@ def _bounds(item: slice, n, ctx: Optional[EmitContext] = None) -> tuple:
         end = min(max(end, 0), n) if isinstance(end, int) else end
     if isinstance(begin, int) and isinstance(end, int):
         end = max(begin, end)
-    return begin, end, step
+    return begin, _clamped_end(ctx, end, n), step
 
 
 def _clamped_end(ctx: EmitContext, end, n):
@@ -201,7 +202,6 @@ def _sliced(ctx: EmitContext, x: Value, items: list, want: Optional[tuple] = Non
         n = x.shape[ax]
         if isinstance(item, slice):
             b, e, s = _bounds(item, n, ctx)
-            e = _clamped_end(ctx, e, n)
             if want is not None and out_ax < len(want):
                 b, e = _as_traced(ctx, item, n, b, e, s, want[out_ax])
             _not_empty(ctx, b, n)
@@ -346,11 +346,7 @@ def _set_region(ctx: EmitContext, x: Value, items: list, value) -> Value:
     ranges, region = [], list(x.shape)
     for ax, item in enumerate(items):
         n = x.shape[ax]
-        if isinstance(item, slice):
-            b, e, s = _bounds(item, n, ctx)
-            e = _clamped_end(ctx, e, n)  # as x[items] was written (min(2,S) where torch clamps)
-        else:
-            b, e, s = _position(item, n, ctx), _position(item, n, ctx) + 1, 1
+        b, e, s = _bounds(item, n, ctx) if isinstance(item, slice) else (_position(item, n, ctx), _position(item, n, ctx) + 1, 1)
         if not (b == 0 and e == n and s == 1):
             ranges.append((ax, b, e, s))
         region[ax] = slice_length(b, e, s)
