@@ -162,6 +162,41 @@ def test_size_divided_by_a_size_that_divides_it():
     assert "-S)" not in str(pad) and "(0-" not in str(pad), str(pad)
 
 
+def test_compiled_size_expressions_evaluate_as_sympy_does():
+    """The replay's decisions are evaluated at thousands of sizes by Python text compiled from
+    their sympy form: every operator gives sympy's own value (and the closures' one, kept for
+    expressions too deep to compile) at each size, divisions by a size that is 0 included."""
+    from torch.utils._sympy.functions import CeilDiv, FloorDiv, PythonMod
+
+    from fx2nnef.fx_tracer.fake_replay import _closures, _compile
+
+    s, t = sympy.symbols("s0 s1", integer=True, positive=True)
+    names = {s: "S", t: "T"}
+    exprs = [FloorDiv(s + 3, 2) * t - 7, sympy.Max(s, 2 * t, 5), sympy.Min(s, 7), sympy.Eq(PythonMod(s, 4), 1),
+             sympy.And(s < 5, sympy.Ne(t, 3)), sympy.Or(s >= 2, t <= 1), sympy.Not(s < 4), CeilDiv(s, 3),
+             sympy.Integer(4), sympy.true, FloorDiv(t, s - 3), s * sympy.Rational(1, 2) + 1]
+    for e in exprs:
+        fast, slow = _compile(e, names), _closures(e, names)
+        for n in range(1, 12):
+            for m in range(1, 5):
+                env = {"S": n, "T": m}
+                try:
+                    want = e.subs({s: n, t: m})
+                except ZeroDivisionError:
+                    want = None
+                got = [None, None]
+                for i, f in enumerate((fast, slow)):
+                    try:
+                        got[i] = f(env)
+                    except ZeroDivisionError:
+                        pass
+                assert got[0] == got[1] and type(got[0]) is type(got[1]), (e, env, got)
+                if want in (sympy.true, sympy.false):
+                    assert got[0] == bool(want), (e, env, got[0], want)
+                elif want is not None and want.is_finite:
+                    assert got[0] == float(want), (e, env, got[0], want)
+
+
 def test_nested_floor_divisions_have_one_form_and_polynomials_divide():
     """A stack of strided convs gives nested floor divisions; tract folds them into one with a
     constant in [0, divisor) and finds a reshape's -1 by dividing polynomials, so both sides

@@ -1171,7 +1171,57 @@ def _fraction_of(c: float) -> Optional[Fraction]:
 
 
 def _compile(expr, symbols: dict) -> Callable[[dict], object]:
-    """A fast Python evaluator ``env -> value`` of a sympy expression of the symbols."""
+    """A fast Python evaluator ``env -> value`` of a sympy expression of the symbols: the
+    expression written as one Python lambda (size scans evaluate it at thousands of sizes), or
+    nested closures where Python cannot compile that text (an expression nested too deep)."""
+    consts: dict = {}
+    text = _source(expr, symbols, consts)
+    try:
+        return eval(f"lambda env: {text}", {**_OP_NAMES, **consts})  # noqa: S307 - text built above
+    except (SyntaxError, RecursionError, MemoryError):
+        return _closures(expr, symbols)
+
+
+# operators written inline (each folds left to right as the _OPS function does); _OPS otherwise
+_INFIX = {"Add": "+", "Mul": "*", "FloorDiv": "//", "CleanDiv": "//", "Mod": "%", "PythonMod": "%",
+          "Equality": "==", "Unequality": "!=", "StrictLessThan": "<", "LessThan": "<=",
+          "StrictGreaterThan": ">", "GreaterThan": ">="}
+_COMPARISONS = {"Equality", "Unequality", "StrictLessThan", "LessThan", "StrictGreaterThan", "GreaterThan"}
+
+
+def _source(expr, symbols: dict, consts: dict) -> str:
+    """Python text of ``expr`` for :func:`_compile`: symbols read from ``env``, numbers bound as
+    names in ``consts`` (exactly the values :func:`_closures` uses), operators inline or as calls
+    of ``_OPS``' functions (``_op_<name>``), with the same order of evaluation and the same
+    errors (And/Or evaluate every argument, as ``all`` over a tuple does)."""
+    if expr is sympy.true or expr is sympy.false or expr.is_Number:
+        v = bool(expr) if expr is sympy.true or expr is sympy.false else int(expr) if expr.is_Integer \
+            else float(expr)
+        name = f"_c{len(consts)}"
+        consts[name] = v
+        return name
+    if expr.is_Symbol:
+        if expr not in symbols:
+            raise ReplayUnavailable(f"the expression reads '{expr}', which is not an input size")
+        return f"env[{symbols[expr]!r}]"
+    kind = type(expr).__name__
+    if kind not in _OPS:
+        raise ReplayUnavailable(f"no evaluator for {kind} in {expr}")
+    parts = [_source(a, symbols, consts) for a in expr.args]
+    if kind in _INFIX and (len(parts) == 2 or kind not in _COMPARISONS):  # no chained comparisons
+        acc = parts[0]
+        for p in parts[1:]:
+            acc = f"({acc} {_INFIX[kind]} {p})"
+        return acc
+    if kind == "Not":
+        return f"(not {parts[0]})"
+    if kind in ("And", "Or"):
+        return f"_op_{kind}(*({', '.join(parts)},))"
+    return f"_op_{kind}({', '.join(parts)})"
+
+
+def _closures(expr, symbols: dict) -> Callable[[dict], object]:
+    """:func:`_compile`'s evaluator as nested closures, one per node of the expression."""
     if expr is sympy.true or expr is sympy.false:
         v = bool(expr)
         return lambda env: v
@@ -1189,7 +1239,7 @@ def _compile(expr, symbols: dict) -> Callable[[dict], object]:
     fn = _OPS.get(type(expr).__name__)
     if fn is None:
         raise ReplayUnavailable(f"no evaluator for {type(expr).__name__} in {expr}")
-    parts = [_compile(a, symbols) for a in expr.args]
+    parts = [_closures(a, symbols) for a in expr.args]
     return lambda env: fn(*(p(env) for p in parts))
 
 
@@ -1221,3 +1271,4 @@ _OPS = {
     "OpaqueUnaryFn_sqrt": math.sqrt, "OpaqueUnaryFn_exp": math.exp, "OpaqueUnaryFn_log": math.log,
     "OpaqueUnaryFn_log2": math.log2,
 }
+_OP_NAMES = {f"_op_{k}": v for k, v in _OPS.items()}

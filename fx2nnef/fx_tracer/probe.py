@@ -786,10 +786,14 @@ def _signature(rep: Replay, guards: list, data_dep: set):
             raise ReplayUnavailable(f"{g.text} reads a dynamic size as a Python number")
         tracer_holds.append(lambda env, g=g, ev=ev: _guard_holds(g, ev(env)))
     count = len(rep.checks)
+    seen: dict = {}  # env key -> signature: the scans come back to the same sizes
 
     def signature(env):
-        return (tuple(_decide(c.holds, env) for c in rep.checks)
-                + tuple(_decide(holds, env) for holds in tracer_holds))
+        key = _env_key(env)
+        if key not in seen:
+            seen[key] = (tuple(_decide(c.holds, env) for c in rep.checks)
+                         + tuple(_decide(holds, env) for holds in tracer_holds))
+        return seen[key]
     signature.traced = lambda sig: sig[count:]
     return signature
 
