@@ -75,6 +75,11 @@ def _reshaped(x):  # max() in a reshape's shape
     return x[:, :max(1, x.shape[1] // 2)].reshape(-1, max(1, x.shape[1] // 2), 1).tanh()
 
 
+def _diagonals(x):  # diagonals of an S x 4 matrix: min(S, 4), min(S, 3) and min(S-1, 4) items (fuzz 11325)
+    m = x.unsqueeze(-1) * torch.arange(1.0, 5.0) + x[:, :1, None]
+    return torch.diagonal(m, 0, 1, 2).exp(), m.diagonal(1, 1, 2) * 2, m.diagonal(-1, 1, 2) - 1
+
+
 CASES = [
     ("half", _half, 1),
     ("last_four", _last_four, 1),
@@ -89,6 +94,7 @@ CASES = [
     ("settled", _settled, 10),
     ("in_place_on_clamped", _in_place_on_clamped, 1),
     ("assigned_clamped", _assigned_clamped, 1),
+    ("diagonals", _diagonals, 1),  # at S=1 the third is empty, in tract as in torch
 ]
 
 

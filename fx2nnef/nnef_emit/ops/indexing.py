@@ -751,16 +751,13 @@ def padded_nonzero(ctx: EmitContext, cond: Value, as_tuple: bool = False):
 
 
 def _diagonal_length(rows, cols, offset: int):
-    """Length of the diagonal ``offset`` of a ``rows x cols`` matrix, or None when it is the minimum
-    of two sizes that no single expression gives at every size (a dynamic and another size)."""
+    """Length of the diagonal ``offset`` of a ``rows x cols`` matrix: the smaller of the two sizes
+    along it, a ``min(...)`` dim where which one is smaller depends on the sizes."""
     a, b = (rows, cols - offset) if offset >= 0 else (rows + offset, cols)
     a, b = simplify(a), simplify(b)
     if isinstance(a, int) and isinstance(b, int):
         return min(a, b)
-    gap = simplify(a - b)
-    if isinstance(gap, int):
-        return b if gap >= 0 else a
-    return None
+    return SymDim.extremum(min, a, b)
 
 
 @register(torch.diagonal, "Tensor.diagonal")
@@ -769,23 +766,23 @@ def diagonal_(ctx: EmitContext, input: Value, offset: int = 0, dim1: int = 0, di
 
     The square block holding the diagonal, with ``dim1``/``dim2`` moved last, is flattened; its
     items ``0, L+1, 2(L+1), ...`` are the diagonal: L more items appended make a ``[L, L+1]``
-    matrix whose first column they are (slices and reshapes only, dynamic sizes included when the
-    diagonal's length is one expression of them, e.g. a square ``N x N``)."""
+    matrix whose first column they are (slices and reshapes only). With dynamic sizes the length is
+    ``min(S, 4)`` of an ``S x 4`` matrix, as tract reads it; a diagonal that starts past a dynamic
+    axis at some size of the range (offset -2 of a matrix of S rows, at S=1) is refused."""
     r = rank(input)
     d1, d2 = axis(dim1, r), axis(dim2, r)
     if d1 == d2:
         raise EmitError("diagonal dimensions cannot be identical")
     rows, cols = input.shape[d1], input.shape[d2]
     length = _diagonal_length(rows, cols, offset)
-    if length is None:
-        raise EmitError(f"the diagonal {offset} of a {rows} x {cols} matrix has min({rows}, {cols}) items, which depends "
-                        "on which size is smaller; make the matrix square or its sizes static")
     if isinstance(length, int) and length <= 0:
         raise EmitError("this diagonal is empty: empty tensors cannot be exported")
     others = [a for a in range(r) if a not in (d1, d2)]
     x = permute_axes(ctx, input, others + [d1, d2])
     lead = [x.shape[a] for a in range(r - 2)]
     r0, c0 = max(0, -offset), max(0, offset)
+    _not_empty(ctx, r0, rows)
+    _not_empty(ctx, c0, cols)
     block = slice_axes(ctx, x, [(ax, b, simplify(b + length), 1) for ax, b, n in ((r - 2, r0, rows), (r - 1, c0, cols))
                                 if not (b == 0 and simplify(b + length - n) == 0)])
     if isinstance(length, int) and length == 1:
