@@ -190,3 +190,23 @@ def test_a_loop_over_chunks_holds_where_it_runs_as_many_steps(width, lo, hi, siz
     assert (r.ranges["S"].lo, r.ranges["S"].hi) == (lo, hi), r.ranges
     tract_matches_eager(r.path, model, [[torch.randn(2, n, 3, generator=torch.Generator().manual_seed(n))]
                                         for n in sizes])
+
+
+def test_extremum_in_code_made_by_exec(tmp_path):
+    """A model class made by ``exec`` (generated code, a template) has no module in sys.modules:
+    its methods' globals are where ``max`` is read. Without any source to look through, ``max``
+    and ``min`` are still stood in (no code needs the real ones), ``int`` is not."""
+    source = ("import torch\n"
+              "class Gen(torch.nn.Module):\n"
+              "    def forward(self, x):\n"
+              "        return x[:, :max(1, x.shape[1] // 2)].cumsum(1)\n")
+    namespace = {"__name__": "generated_model"}
+    exec(compile(source, "<generated>", "exec"), namespace)  # noqa: S102 - the test's own code
+    model = namespace["Gen"]()
+    x = torch.randn(2, 10, generator=torch.Generator().manual_seed(0))
+    r = fx2nnef.export(model, (x,), tmp_path / "m.nnef.tgz", input_names=["x0"],
+                       target=fx2nnef.TractNNEF(dynamic_axes={"x0": {1: "S"}}))
+    assert not r.ranges and r.check.ok, r.ranges  # S >= 2 when max() was read as a decision
+    assert "max" not in namespace  # the stand-in is gone after the export
+    tract_matches_eager(r.path, model, [[torch.randn(2, n, generator=torch.Generator().manual_seed(n))]
+                                        for n in range(1, 9)])

@@ -9,8 +9,8 @@ turns into floor divisions (``ceil(h / 4) * 4`` is ``(h + 3) // 4 * 4``).
 
 ``math.ceil`` and friends call the proxy's ``__ceil__`` (:func:`rounding`). ``int(x)`` cannot
 return a proxy (Python checks the type of ``__int__``'s result), so while tracing, the name
-``int`` in the modules that define the model's submodules (where their forwards read it) is a
-stand-in class (:data:`TracedInt`): ``int(size proxy)`` gives the traced number, any other call is
+``int`` in the global namespaces of the model's code (the modules or notebook cells defining its
+submodules' methods, where their forwards read it) is a stand-in class (:data:`TracedInt`): ``int(size proxy)`` gives the traced number, any other call is
 the builtin's, and ``isinstance(3, int)`` still holds. ``float`` likewise (:data:`TracedFloat`):
 ``x + float(x.shape[0])`` read as a plain number kept the example's size in the graph, which
 probes tell from the model only on values where it matters (a clamp hides it elsewhere).
@@ -178,50 +178,80 @@ _STAND_INS = {"int": TracedInt, "float": TracedFloat,
               "max": _extremum(builtins.max, torch.sym_max), "min": _extremum(builtins.min, torch.sym_min)}
 
 
-def _code_module_names(model) -> list:
-    """The names of the Python modules whose code ``model``'s forwards run: those defining its
-    submodules' classes, and the functions its modules hold (``self.fn = f``, called in forward)."""
-    names = []
+def _code_functions(model) -> list:
+    """The Python functions whose globals ``model``'s forwards read: those its submodules' classes
+    define (forward and its helpers, along the class hierarchy), and the functions its modules hold
+    (``self.fn = f``, called in forward)."""
+    found: dict = {}
     for m in model.modules():
-        names.append(type(m).__module__)
-        names.extend(getattr(v, "__module__", None) for v in vars(m).values()
-                     if type(v).__name__ == "function")
-    return [n for n in dict.fromkeys(names) if isinstance(n, str)]
+        for cls in type(m).__mro__:
+            if cls is object or cls.__module__.startswith(("torch.", "fx2nnef.")) or cls.__module__ == "torch":
+                continue
+            for v in vars(cls).values():
+                v = getattr(v, "__func__", v)  # static and class methods
+                if inspect.isfunction(v):
+                    found.setdefault(id(v), v)
+        for v in vars(m).values():
+            if inspect.isfunction(v):
+                found.setdefault(id(v), v)
+    return list(found.values())
 
 
-def _model_modules(model) -> dict:
-    """name -> the Python modules whose code ``model`` runs (:func:`_code_module_names`), except
-    torch's and ours, and those whose code needs the real class of that name (or defines it)."""
+def _model_namespaces(model) -> dict:
+    """name -> the global namespaces (a module's dict, or the dict a class was exec'd in: a
+    notebook's cell, generated code) whose code ``model`` runs (:func:`_code_functions`), except
+    torch's and ours, and those whose code needs the real class of that name (or defines it).
+    The code looked through is the module's source, else the functions' own (a notebook's cells,
+    through linecache); with none, only ``max`` and ``min`` are stood in (no test needs the real
+    one)."""
+    spaces: dict = {}  # id -> (namespace, [functions])
+    for fn in _code_functions(model):
+        ns = fn.__globals__
+        name = ns.get("__name__")
+        if isinstance(name, str) and (name.startswith(("torch.", "fx2nnef.")) or name in ("torch", "fx2nnef")):
+            continue
+        spaces.setdefault(id(ns), (ns, []))[1].append(fn)
     out: dict = {name: [] for name in _STAND_INS}
-    for mod_name in _code_module_names(model):
-        if mod_name.startswith(("torch.", "fx2nnef.")) or mod_name in ("torch", "builtins"):
-            continue
-        mod = sys.modules.get(mod_name)
-        if mod is None:
-            continue
-        try:
-            source = inspect.getsource(mod)
-        except (OSError, TypeError):  # no source (built in, made by exec): nothing to look through
-            continue
-        for name, mods in out.items():
-            if mod not in mods and name not in vars(mod) and (name not in _NEEDS_REAL or
-                                                              not _NEEDS_REAL[name].search(source)):
-                mods.append(mod)
+    for ns, fns in spaces.values():
+        source = _source_of(sys.modules.get(ns.get("__name__")), ns, fns)
+        for name, found in out.items():
+            if name in ns:
+                continue  # the code defines or imports that name itself
+            if name in _NEEDS_REAL and (source is None or _NEEDS_REAL[name].search(source)):
+                continue
+            found.append(ns)
     return out
+
+
+def _source_of(mod, ns: dict, fns: list):
+    """The code of a namespace: its module's source when that is the namespace, else the source
+    of its functions ``fns`` that have one; None when none has."""
+    if mod is not None and vars(mod) is ns:
+        try:
+            return inspect.getsource(mod)
+        except (OSError, TypeError):  # no file (a notebook's __main__): its functions' own source
+            pass
+    parts = []
+    for fn in fns:
+        try:
+            parts.append(inspect.getsource(fn))
+        except (OSError, TypeError):
+            continue
+    return "\n".join(parts) if parts else None
 
 
 @contextlib.contextmanager
 def size_casts(model):
     """While tracing ``model``: ``int``, ``float``, ``max`` and ``min`` of traced numbers in its
-    modules stay traced."""
-    mods = _model_modules(model)
+    code's namespaces stay traced."""
+    spaces = _model_namespaces(model)
     for name, stand_in in _STAND_INS.items():
-        for mod in mods[name]:
-            setattr(mod, name, stand_in)
+        for ns in spaces[name]:
+            ns[name] = stand_in
     try:
         yield
     finally:
         for name, stand_in in _STAND_INS.items():
-            for mod in mods[name]:
-                if vars(mod).get(name) is stand_in:
-                    delattr(mod, name)
+            for ns in spaces[name]:
+                if ns.get(name) is stand_in:
+                    del ns[name]
