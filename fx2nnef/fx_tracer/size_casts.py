@@ -180,12 +180,15 @@ _STAND_INS = {"int": TracedInt, "float": TracedFloat,
 
 def _code_functions(model) -> list:
     """The Python functions whose globals ``model``'s forwards read: those its submodules' classes
-    define (forward and its helpers, along the class hierarchy), and the functions its modules hold
-    (``self.fn = f``, called in forward)."""
+    define (forward and its helpers), those of the class each one's forward comes from (inherited
+    from a class of another module), and the functions its modules hold (``self.fn = f``, called
+    in forward). Mixins along the hierarchy (transformers' PreTrainedModel) are not looked through."""
     found: dict = {}
     for m in model.modules():
-        for cls in type(m).__mro__:
-            if cls is object or cls.__module__.startswith(("torch.", "fx2nnef.")) or cls.__module__ == "torch":
+        cls = type(m)
+        owner = next((c for c in cls.__mro__ if "forward" in vars(c)), cls)
+        for cls in dict.fromkeys((cls, owner)):
+            if cls.__module__.startswith(("torch.", "fx2nnef.")) or cls.__module__ == "torch":
                 continue
             for v in vars(cls).values():
                 v = getattr(v, "__func__", v)  # static and class methods
