@@ -53,6 +53,7 @@ def test_gemma3_image_and_text_dynamic_length(tmp_path):
     r = fx2nnef.export(model, tuple(_inputs(12, 0)), out, input_names=["input_ids", "pixel_values", "token_type_ids"],
                        target=fx2nnef.TractNNEF(dynamic_axes={"input_ids": {1: "S"}, "token_type_ids": {1: "S"}}))
     assert r.check.ok and len(r.check.cases) >= 2, r.check  # the example and a longer prompt
-    assert r.ranges["S"].contains(6) and r.ranges["S"].contains(40), r.ranges
+    # unbounded, or S >= 6 where the probes ran the model at S=5 (its 4 image tokens cut: it refuses)
+    assert "S" not in r.ranges or (r.ranges["S"].contains(6) and r.ranges["S"].contains(40)), r.ranges
     assert any("broadcasting ops" in n for n in r.notes), r.notes
     tract_matches_eager(out, model, [_inputs(7, 1, start=0), _inputs(23, 2, start=11)])

@@ -12,7 +12,7 @@ import fx2nnef
 from fx2nnef.fx_tracer.fake_replay import to_dim
 from fx2nnef.ir import SymDim
 from fx2nnef.targets.tract_runner import run_tract_many
-from harness import FnModule
+from harness import FnModule, tract_matches_eager
 
 _FALLBACK = "dynamic shapes were fitted from probe runs"
 
@@ -312,3 +312,21 @@ def test_shapes_at_other_sizes_run_on_meta_tensors_or_fake_ones(model, meta, mon
             interp.run(x)
         assert records == {n: _record(v) for n, v in real.items()}, (b, s)
         assert ran == (["meta", "done"] if meta else ["meta"]), ran
+
+
+def test_values_no_output_needs_are_not_analysed(tmp_path):
+    """An unused pooling (fuzz 11315: ceil_mode, whose last window's rounding the replay takes at
+    the example's side only) sent the whole graph to the fitted probes, where the length of an
+    inverse FFT (2 * (S // 2)) has no form: the export was refused for a value nothing reads."""
+    import torch.nn.functional as F
+
+    def fn(x):
+        F.max_pool2d(x, 2, stride=3, padding=1, ceil_mode=True)  # unused
+        return torch.fft.irfft(torch.fft.rfft(x, dim=2), dim=2) * 2
+
+    model = FnModule(fn)
+    r = fx2nnef.export(model, (torch.randn(1, 2, 4, 4),), tmp_path / "m.nnef.tgz", input_names=["x0"],
+                       target=fx2nnef.TractNNEF(dynamic_axes={"x0": {2: "S"}}))
+    assert r.check.ok and not r.ranges, r.ranges
+    tract_matches_eager(r.path, model, [[torch.randn(1, 2, n, 4, generator=torch.Generator().manual_seed(n))]
+                                        for n in (2, 3, 6, 9)])

@@ -15,6 +15,7 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 import torch
+import torch.fx as fx
 
 from ..errors import GuardError, InvalidArgumentError, TraceError
 from ..ir import CheckCase, Graph, Value
@@ -457,9 +458,23 @@ def _trace_once(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_nam
         trace = merge_at_size(trace, point, dyn, sym, size, sites)
     if ref is None and dyn:
         ref = _reference(model, args, kwargs, names, dyn, trace.example_inputs)
+    # values no output needs are not analysed: their shapes at other sizes, and the replay's and
+    # probes' time on them, are nothing to the export (an unused pooling whose ceil_mode
+    # rounding has no symbolic form refused the whole model); the nodes the tracer's decisions
+    # read stay, with what they are computed from
+    remove_dead_code(trace.gm, keep=_decision_nodes(trace.guards))
     _drop_traced_data(trace.gm)
     analysis = analyze(trace.gm, trace.example_inputs, names, dyn, trace.guards, ref)
     return trace, analysis
+
+
+def _decision_nodes(guards: list) -> set:
+    """The nodes the tracer's decisions read: each guard's value, and a range's bounds."""
+    keep = {g.node for g in guards}
+    for g in guards:
+        if g.counts is not None:
+            keep.update(b for b in g.counts[0] if isinstance(b, fx.Node))
+    return keep
 
 
 def _traced(model, args, kwargs, names, out_names, leaf_types, leaf_names, branches, roll, size_sites, unify):
