@@ -363,13 +363,48 @@ def test_last_states_stacked_with_other_values_roll(tmp_path):
     _same_in_tract(r, FnModule(_scan_per_head), [torch.rand(2, 2, 3, 13), randn(2, 2, 3, 13, seed=3)])
 
 
-def test_index_as_number_from_one_rolls_for_one_step_or_more(tmp_path):
-    """fuzz 10570 rolls; at S=1 the loop runs no step, which tract's scan gets wrong (an output of
-    shape []: fuzz 87000), so the range starts at 2."""
+def test_index_as_number_from_one_rolls_for_every_length(tmp_path):
+    """fuzz 10570 rolls. At S=1 the loop runs no step: tract's scan then gives its last carry the
+    shape [] (fuzz 87000), so the carries are selected as their initial values there."""
     r = _export(FnModule(_index_as_number_from_one), [randn(3, 6, 4)], tmp_path, {"x0": {1: "S"}})
-    assert r.check.ok and r.ranges["S"].lo == 2, r.ranges
+    assert r.check.ok and not r.ranges, r.ranges
     assert any("is rolled into a scan" in n for n in r.notes), r.notes
-    tract_matches_eager(r.path, FnModule(_index_as_number_from_one), [[randn(3, n, 4, seed=n)] for n in (2, 3, 17)])
+    tract_matches_eager(r.path, FnModule(_index_as_number_from_one),
+                        [[randn(3, n, 4, seed=n)] for n in (1, 2, 3, 17)])
+
+
+def _steps_up_to_four(x):
+    """fuzz 25140: ``range(1, min(T, 4))``, no step at T=1."""
+    v = x[0]
+    for i in range(1, min(x.shape[0], 4)):
+        v = v * 0.5 + x[i]
+    return v
+
+
+def _two_carries_from_one(x):
+    h, c = x[0] * 2, x[0].tanh()
+    for t in range(1, x.shape[0]):
+        h, c = torch.tanh(h + x[t] * c), c * 0.5 + h
+    return h + c
+
+
+def _stacked_from_one(x):  # stacked steps: none at T=1, where the model takes another path
+    h, outs = x[0] * 2, []
+    for t in range(1, x.shape[0]):
+        h = torch.tanh(h + x[t])
+        outs.append(h)
+    return h, torch.stack(outs) if outs else h[None]
+
+
+@pytest.mark.parametrize("fn,lo", [(_steps_up_to_four, None), (_two_carries_from_one, None), (_stacked_from_one, 2)],
+                         ids=["steps_up_to_four", "two_carries", "stacked"])
+def test_loop_of_no_step_gives_its_initial_carries(fn, lo, tmp_path):
+    """A rolled loop that runs no step at some size of the range (T=1) gives its carries' initial
+    values in tract as in torch; a loop that stacks its steps' outputs keeps such sizes out."""
+    r = _export(FnModule(fn), [randn(6, 3, 5)], tmp_path, {"x0": {0: "T"}})
+    assert r.check.ok and any("is rolled into a scan" in n for n in r.notes), r.notes
+    assert (r.ranges["T"].lo if "T" in r.ranges else None) == lo, r.ranges
+    tract_matches_eager(r.path, FnModule(fn), [[randn(n, 3, 5, seed=n)] for n in range(lo or 1, 9)])
 
 
 def _index_off_a_line(x):

@@ -80,9 +80,14 @@ def carry_slot(init: torch.Tensor) -> torch.Tensor:
 
 
 def scanned_slot(xs: torch.Tensor, dim: int) -> torch.Tensor:
-    """One slice of a scanned input inside a loop body (its example value is the first). A loop
-    that runs no step fails here, in the graph's run: tract 0.23.9 gives a scan of no step an
-    output of shape [] for its last carry (fuzz 87000), so such sizes stay out of the range."""
+    """One slice of a scanned input inside a loop body (its example value is the first; zeros
+    when the loop runs no step, where the body never reads it: ``for t in range(1, T)`` at T=1
+    gives its carries' initial values, which the tract loop selects then, see
+    :func:`..nnef_emit.ops.control_flow.loop_tract`)."""
+    if xs.shape[dim] == 0:
+        shape = list(xs.shape)
+        del shape[dim]
+        return xs.new_zeros(shape)
     return xs.select(dim, 0).clone()
 
 
@@ -120,6 +125,10 @@ class ScanCall:
                 return mapped
         carry = [c.clone() for c in init]
         steps = xs[0].shape[self.dim]
+        if steps == 0 and self._stacks():
+            # no step to stack: tract 0.23.9 gives a scan of no step outputs of other shapes
+            # (a last carry of shape [], fuzz 87000), so these sizes stay out of the range
+            raise IndexError(f"the loop at {self.label} runs no step and stacks its steps' outputs")
         order = range(steps - 1, -1, -1) if self.reverse else range(steps)
         ys: list = [None] * steps
         for i in order:
@@ -138,6 +147,12 @@ class ScanCall:
         stacked = [torch.stack([y[j] for y in ys], self.dim) for j in range(len(ys[0]))]
         return tuple(carry) + tuple(stacked)
 
+
+    def _stacks(self) -> bool:
+        """Whether the body gives outputs stacked over the steps (besides its carries)."""
+        out = next(n for n in reversed(self.body.graph.nodes) if n.op == "output")
+        results = out.args[0] if isinstance(out.args[0], (tuple, list)) else (out.args[0],)
+        return len(results) - self.check > self.n_carry
 
     def _mapped(self, xs, full):
         """A loop with no carry (a vmap recorded as a loop) run as torch.vmap of its body: the

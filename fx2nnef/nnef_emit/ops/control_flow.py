@@ -11,9 +11,16 @@ from __future__ import annotations
 import hashlib
 
 from ...errors import EmitError, UnsupportedOpError
-from ...ir import DType, Graph, Node, Value, map_values
+from ...ir import DType, Graph, Node, SymDim, Value, map_values
 from ..context import EmitContext
+from ..helpers import negative_at
 from ..registry import register
+
+
+def _dim_tensor(ctx, d, dtype):
+    from .creation import dim_tensor  # the op families import each other late
+
+    return dim_tensor(ctx, d, dtype)
 
 
 def _body_fragment(ctx: EmitContext, body: Graph, kind: str, n_state: int = 0):
@@ -84,7 +91,17 @@ def loop_tract(ctx: EmitContext, init: list, xs: list, full: list, body: Graph, 
     output += [(r, "full", dim, chunk) for r in results[n_carry:]]
     outs = ctx.op("tract_core_scan", body=name, scan=scan, full=full_args, state=state, output=output,
                   reset_every_turn=1, n_out=len(output))
-    return _set_outputs(ctx, outs)
+    outs = _set_outputs(ctx, outs)
+    steps = xs[0].shape[dim] if xs and xs[0].shape is not None else None
+    if n_carry and isinstance(steps, SymDim) and negative_at(ctx, steps - 1) is not None:
+        # a loop of no step within the range (``range(1, T)`` at T=1): tract 0.23.9 gives its last
+        # carries the shape [] (fuzz 87000); the carries are then their initial values
+        ran = ctx.op("gt", _dim_tensor(ctx, steps, DType.I64), ctx.const([0], DType.I64), out_dtype=DType.BOOL,
+                     out_shape=(1,))
+        ran = ctx.op("squeeze", ran, axes=[0], out_shape=(), out_dtype=DType.BOOL)
+        outs[:n_carry] = [ctx.op("select", ran, o, i, out_shape=o.shape, out_dtype=o.dtype)
+                          for o, i in zip(outs[:n_carry], init)]
+    return outs
 
 
 def _step_copy(body: Graph, actuals: list):
