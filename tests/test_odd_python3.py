@@ -256,3 +256,21 @@ def test_decision_on_the_layout_that_changes_nothing_keeps_every_size(tmp_path):
     assert not r.ranges, r.ranges
     assert [g.kind for g in r.guards] == ["shape"], r.guards
     tract_matches_eager(r.path, m, [[randn(2, s, 4, seed=s)] for s in (1, 2, 9)])
+
+
+def test_numpy_scalar_and_range_checks_while_tracing(tmp_path):
+    """CTRL scales its embeddings in place by ``np.sqrt(d_model)`` (a numpy float64): torch.fx
+    reads such an argument past its own ``isinstance(a, range)``, which must hold while ``range``
+    stands for the tracer's (it raised "isinstance() arg 2 must be a type"); the model's own
+    range checks too."""
+    import numpy as np
+
+    def f(x):
+        y = x * 2
+        y *= np.sqrt(16)
+        assert isinstance(range(3), range) and not isinstance(3, range)
+        return y + 1
+
+    model = FnModule(f)
+    out = _export(model, [randn(2, 6)], tmp_path, {"x": {1: "S"}}, ["x"])
+    tract_matches_eager(out, model, [[randn(2, s, seed=s)] for s in (1, 9)])

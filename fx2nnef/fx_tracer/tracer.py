@@ -601,6 +601,30 @@ _orig_len = builtins.len
 _orig_range = builtins.range
 
 
+class _RangeStandIn(type):
+    """The metaclass of :class:`_TracedRangeType`: instance and subclass checks are the builtin
+    range's (``isinstance(a, range)`` in torch.fx's own code runs while tracing)."""
+
+    def __instancecheck__(cls, obj):
+        return _orig_isinstance(obj, _orig_range)
+
+    def __subclasscheck__(cls, sub):
+        return issubclass(sub, _orig_range)
+
+    def __call__(cls, *args):
+        return _traced_range(*args)
+
+    def __getattr__(cls, name):
+        return getattr(_orig_range, name)
+
+    def __repr__(cls):
+        return "<class 'range'>"
+
+
+class _TracedRangeType(metaclass=_RangeStandIn):
+    """Stands for ``range`` while tracing (see :func:`_traced_range`)."""
+
+
 def _traced_range(*args):
     # range() of traced sizes is a range of their example values, each read a guard as for any
     # index(); those guards note the range they bound, so that the decision is the loop's length
@@ -764,7 +788,7 @@ def tracing_patches(tracer: CustomTracer):
     builtins.isinstance = _traced_isinstance
     builtins.callable = _traced_callable
     builtins.len = _traced_len
-    builtins.range = _traced_range
+    builtins.range = _TracedRangeType
     torch.Tensor.__getitem__ = getitem
     script_call = torch.jit.ScriptFunction.__call__
     torch.jit.ScriptFunction.__call__ = _script_function_call(script_call)
