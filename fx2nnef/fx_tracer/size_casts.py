@@ -10,12 +10,13 @@ turns into floor divisions (``ceil(h / 4) * 4`` is ``(h + 3) // 4 * 4``).
 ``math.ceil`` and friends call the proxy's ``__ceil__`` (:func:`rounding`). ``int(x)`` cannot
 return a proxy (Python checks the type of ``__int__``'s result), so while tracing, the name
 ``int`` in the global namespaces of the model's code (the modules or notebook cells defining its
-submodules' methods, where their forwards read it) is a stand-in class (:data:`TracedInt`): ``int(size proxy)`` gives the traced number, any other call is
-the builtin's, and ``isinstance(3, int)`` still holds. ``float`` likewise (:data:`TracedFloat`):
-``x + float(x.shape[0])`` read as a plain number kept the example's size in the graph, which
-probes tell from the model only on values where it matters (a clamp hides it elsewhere).
-Modules that test ``type(x) is int`` or pass ``int`` as a dtype keep the builtin (each name on
-its own).
+submodules' methods, where their forwards read it) is a stand-in class (:data:`TracedInt`):
+``int(size proxy)`` gives the traced number, any other call is the builtin's, and
+``isinstance(3, int)`` still holds. ``float`` likewise (:data:`TracedFloat`): ``x + float(x.shape[0])``
+read as a plain number kept the example's size in the graph, which probes tell from the model
+only on values where it matters (a clamp hides it elsewhere). Code that tests ``type(x) is int``
+or passes ``int`` as a dtype keeps the builtin (each name on its own), and so does code with no
+source to look through (made by ``exec``).
 
 ``max`` and ``min`` of sizes (``max(1, S // 2)``, ``min(x.shape[1], window)``) are stand-ins in the
 same modules: read as the builtins, they compare, and the comparison is a decision on the size
