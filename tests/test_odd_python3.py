@@ -274,3 +274,24 @@ def test_numpy_scalar_and_range_checks_while_tracing(tmp_path):
     model = FnModule(f)
     out = _export(model, [randn(2, 6)], tmp_path, {"x": {1: "S"}}, ["x"])
     tract_matches_eager(out, model, [[randn(2, s, seed=s)] for s in (1, 9)])
+
+
+def _mask_reductions(x):
+    m = x > 0
+    rows = x.sum(-1) > 0
+    return (x[x > 0.2].sum(), x[m].exp().mean(), (x * 2)[m].amax(), x[rows].abs().min(),
+            (x[x < 0] * 0.5 + 1).prod(), torch.sum(x[x > 1] ** 2), (x[x.abs() > 0.5] > 1).any(),
+            (x[x < 0] < -1).all())
+
+
+def test_reductions_of_a_mask_selection(tmp_path):
+    """``x[m].sum()``, ``x[m].exp().mean()``, a max, a min of a row selection, a product, any and
+    all: a whole boolean-mask selection (its length read from data) reduced to one value is the
+    reduction of the whole tensor with the reduction's identity where the mask is false (fuzz
+    25191 reduced ``v6[v6 > 0.2]``); the selection alone stays refused."""
+    model = FnModule(_mask_reductions)
+    out = _export(model, [randn(3, 6)], tmp_path, {"x": {1: "S"}}, ["x"])
+    tract_matches_eager(out, model, [[randn(3, s, seed=s)] for s in (3, 9, 20)])
+    with pytest.raises(UnsupportedOpError, match="boolean mask"):
+        fx2nnef.export(FnModule(lambda x: x[x > 0].sum() + x[x > 0]), (randn(3, 6),), tmp_path / "r.nnef.tgz",
+                       input_names=["x"], target=fx2nnef.TractNNEF(dynamic_axes={"x": {1: "S"}}))

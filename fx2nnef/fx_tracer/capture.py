@@ -26,7 +26,8 @@ from .data_dep import check_number_reads, complex_values_note, number_reads
 from .loops import roll_loops
 from .grouped import check_grouped_outputs
 from .padded import check_padded
-from .passes import cleanup_slices, complex_to_real, fold_constant_selects, masked_updates, remove_dead_code, remove_inplace
+from .passes import (cleanup_slices, complex_to_real, fold_constant_selects, masked_reductions, masked_updates,
+                     remove_dead_code, remove_inplace)
 from .probe import AT_EXAMPLE, OFF_STEP, RUNS, analyze, example_sizes, inputs_at
 from .random_draws import random_draws_advice, random_draws_text, watch_random_draws
 from .scalars import scalars_to_inputs
@@ -489,6 +490,7 @@ def _traced(model, args, kwargs, names, out_names, leaf_types, leaf_names, branc
             trace.control_flow.extend(roll_loops(trace.gm, trace.loops, trace.guards, lines))
         remove_inplace(trace.gm)
         masked_updates(trace.gm)
+        masked_reductions(trace.gm)
         cleanup_slices(trace.gm)
         complex_note = complex_values_note(trace.gm)
         if complex_to_real(trace.gm) and complex_note:

@@ -9,6 +9,7 @@ are (the emitter names a data-sized selection it cannot express).
 """
 from __future__ import annotations
 
+import math
 import operator
 
 import torch
@@ -20,11 +21,14 @@ _ELEMENTWISE_FUNCTIONS = {
     operator.add, operator.sub, operator.mul, operator.truediv, operator.neg, operator.pow, operator.floordiv,
     torch.add, torch.sub, torch.mul, torch.div, torch.neg, torch.abs, torch.exp, torch.log, torch.sqrt,
     torch.relu, torch.sigmoid, torch.tanh, torch.clamp, torch.sin, torch.cos, torch.pow, torch.maximum,
-    torch.minimum,
+    torch.minimum, operator.gt, operator.lt, operator.ge, operator.le, operator.eq, operator.ne, operator.invert,
+    operator.and_, operator.or_, torch.gt, torch.lt, torch.ge, torch.le, torch.eq, torch.ne, torch.logical_not,
+    torch.logical_and, torch.logical_or,
 }
 _ELEMENTWISE_METHODS = {
     "add", "sub", "mul", "div", "neg", "abs", "exp", "log", "sqrt", "relu", "sigmoid", "tanh", "clamp",
     "sin", "cos", "pow", "float", "to", "type_as", "maximum", "minimum", "clamp_min", "clamp_max",
+    "gt", "lt", "ge", "le", "eq", "ne", "logical_not", "logical_and", "logical_or",
 }
 
 
@@ -130,5 +134,105 @@ def masked_updates(gm: fx.GraphModule) -> bool:
         from .dead_code import remove_dead_code
 
         remove_dead_code(gm)
+        gm.recompile()
+    return changed
+
+
+# reductions of a whole selection --------------------------------------------------------------
+
+_IDENTITY = {"sum": 0, "prod": 1, "any": False, "all": True, "amax": "low", "max": "low", "amin": "high",
+             "min": "high", "mean": 0, "nansum": 0}
+_REDUCTION_FUNCTIONS = {getattr(torch, name): name for name in _IDENTITY}
+
+
+def _full_reduction(n: fx.Node):
+    """The name of the reduction ``n`` is when it reduces its one tensor argument to a single
+    value (``t.sum()``, ``torch.amax(t)``, ``t.mean()``), else None."""
+    if n.kwargs or len(n.args) != 1 or not isinstance(n.args[0], fx.Node):
+        return None
+    if n.op == "call_method" and n.target in _IDENTITY:
+        return n.target
+    if n.op == "call_function":
+        try:
+            return _REDUCTION_FUNCTIONS.get(n.target)
+        except TypeError:  # an unhashable callable
+            return None
+    return None
+
+
+def _selection(value):
+    """``(x[mask] node, mask)`` that ``value`` is computed element-wise from, or None."""
+    if not isinstance(value, fx.Node):
+        return None
+    if value.op == "call_function" and value.target is operator.getitem and len(value.args) == 2:
+        mask = _mask_of(value.args[1])
+        return (value, mask) if mask is not None else None
+    if _is_elementwise(value):
+        for a in value.all_input_nodes:
+            found = _selection(a)
+            if found is not None:
+                return found
+    return None
+
+
+def _identity_of(name: str, dtype: torch.dtype):
+    v = _IDENTITY[name]
+    if v not in ("low", "high"):
+        return v
+    if dtype == torch.bool:
+        return v == "high"
+    if dtype.is_floating_point:
+        return -math.inf if v == "low" else math.inf
+    info = torch.iinfo(dtype)
+    return info.min if v == "low" else info.max
+
+
+def masked_reductions(gm: fx.GraphModule) -> bool:
+    """``x[m].sum()``, ``x[m].exp().mean()``, ``(x[m] > 0).any()``: a reduction of a whole boolean-mask
+    selection (whose length is read from data) is the reduction of the whole tensors where the
+    masked-out items are the reduction's identity (0 for a sum, -inf for a max): ``torch.where(m,
+    x, 0).sum()``; a mean is that sum over the count of ``m``. The selection itself is left to
+    dead code when nothing else reads it. Returns True if changed."""
+    changed = False
+    graph = gm.graph
+    for node in list(graph.nodes):
+        name = _full_reduction(node)
+        if name is None:
+            continue
+        source = node.args[0]
+        found = _selection(source)
+        if found is None:
+            continue
+        picked, mask = found
+        xv, mv = picked.args[0].meta.get("value"), mask.meta.get("value")
+        if not isinstance(xv, torch.Tensor) or tuple(xv.shape[:mv.dim()]) != tuple(mv.shape):
+            continue
+        rest = xv.dim() - mv.dim()
+        whole = _whole(source, mask, rest, graph, node, {})
+        if whole is None:
+            continue
+        wv = whole.meta["value"]
+        with graph.inserting_before(node):
+            cond = mask
+            for _ in range(rest):  # mask the rows: m[..., None] against the trailing dims
+                cond = graph.call_method("unsqueeze", (cond, -1))
+                cond.meta = dict(mask.meta, value=_run(cond))
+            sel = graph.call_function(torch.where, (cond, whole, _identity_of(name, wv.dtype)))
+            sel.meta = dict(whole.meta, value=_run(sel))
+            if name == "mean":
+                total = graph.call_method("sum", (sel,))
+                total.meta = dict(node.meta, value=_run(total))
+                full = graph.call_method("expand_as", (cond, sel))
+                full.meta = dict(mask.meta, value=_run(full))
+                count = graph.call_method("sum", (full,))
+                count.meta = dict(mask.meta, value=_run(count))
+                out = graph.call_function(operator.truediv, (total, count))
+            else:
+                out = graph.create_node(node.op, node.target, (sel,), {})
+        out.meta = dict(node.meta, value=_run(out))
+        node.replace_all_uses_with(out)
+        graph.erase_node(node)
+        changed = True
+    if changed:
         gm.recompile()
     return changed
