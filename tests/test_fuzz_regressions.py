@@ -92,16 +92,30 @@ def test_cross_axis(name, fn, tmp_path):
                  {"x0": {2: "S"}, "x1": {2: "S"}}, tmp_path)
 
 
-def test_area_interpolation_of_a_static_size_to_a_dynamic_one_is_refused_clearly(tmp_path):
-    """Fuzz seed 2161 (focused run): a static 7 x 7 map resized with mode='area' to another
-    tensor's dynamic size failed inside the lowering (TypeError: int % SymDim)."""
-    from fx2nnef.errors import UnsupportedOpError
+def _area_to_the_input_size(x):
+    return F.interpolate(F.adaptive_max_pool2d(x, (7, 7)), size=x.shape[-2:], mode="area")
 
-    def fn(x):
-        return F.interpolate(F.adaptive_max_pool2d(x, (7, 7)), size=x.shape[-2:], mode="area")
 
-    with pytest.raises(UnsupportedOpError, match="adaptive pooling to a dynamic size"):
-        check_op(fn, [randn(1, 3, 6, 7)], tmp_path, dynamic_axes={"x0": {2: "S", 3: "T"}})
+def _area_to_half(x):  # fuzz 31086: a dynamic length to a dynamic number of windows
+    return F.interpolate(x.flatten(2), scale_factor=0.5, recompute_scale_factor=True, mode="area") * 2
+
+
+def _adaptive_to_a_third(x):
+    y = x.mean(2)  # (1, 3, T)
+    return F.adaptive_avg_pool1d(y, y.shape[-1] // 3 + 1), F.adaptive_max_pool1d(y, y.shape[-1] // 3 + 1)
+
+
+AREA = [("static_to_input_size", _area_to_the_input_size, [(1, 3, 3, 4)], [(1, 3, 13, 9)], [(1, 3, 1, 1)]),
+        ("dynamic_to_half", _area_to_half, [(1, 3, 3, 4)], [(1, 3, 13, 9)], [(1, 3, 1, 2)]),
+        ("dynamic_to_a_third", _adaptive_to_a_third, [(1, 3, 3, 4)], [(1, 3, 13, 9)], [(1, 3, 1, 1)])]
+
+
+@pytest.mark.parametrize("name,fn,a,b,c", AREA, ids=[c[0] for c in AREA])
+def test_area_interpolation_to_a_dynamic_size(name, fn, a, b, c, tmp_path):
+    """Fuzz seeds 2161 and 31086: adaptive pooling to a number of windows that is dynamic (another
+    tensor's size, a scale of the input's own) was refused; its windows are computed at run time
+    as for a dynamic input length."""
+    _check_sizes(fn, [(1, 3, 6, 7)], [a, b, c], {"x0": {2: "S", 3: "T"}}, tmp_path)
 
 
 def _in_place_abs_through_views(x):

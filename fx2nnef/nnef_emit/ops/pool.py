@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from ...errors import EmitError
-from ...ir import Value, simplify
+from ...ir import SymDim, Value, simplify
 from ..context import EmitContext
 from ..helpers import rank, tiled_from
 from ..registry import register
@@ -270,20 +270,27 @@ def _adaptive_axis(ctx: EmitContext, x: Value, axis: int, out: int, kind: str) -
     return ctx.op("concat", parts, axis=axis, out_shape=with_dim(x.shape, axis, out))
 
 
-def bin_mask(ctx: EmitContext, size, out: int) -> tuple:
-    """``(mask, begin, end)``: the [out, size] bool matrix of torch's adaptive windows over a
-    dynamic ``size``, computed at run time (row i is true on ``begin[i] <= h < end[i]``, for
+def bin_mask(ctx: EmitContext, size, out) -> tuple:
+    """``(mask, begin, end)``: the [out, size] bool matrix of torch's adaptive windows, computed at
+    run time where ``size`` or ``out`` is dynamic (row i is true on ``begin[i] <= h < end[i]``, for
     ``begin[i] = floor(i*size/out)``, ``end[i] = ceil((i+1)*size/out)``, both [out, 1] i64)."""
     from ...ir import DType
     from ..helpers import compare, ew
     from .creation import dim_tensor
 
     n = dim_tensor(ctx, size, DType.I64)  # [1]
-    i = ctx.const(np.arange(out, dtype=np.int64).reshape(out, 1), DType.I64)
-    i_next = ctx.const(np.arange(1, out + 1, dtype=np.int64).reshape(out, 1), DType.I64)
+    if isinstance(out, int):
+        i = ctx.const(np.arange(out, dtype=np.int64).reshape(out, 1), DType.I64)
+        i_next = ctx.const(np.arange(1, out + 1, dtype=np.int64).reshape(out, 1), DType.I64)
+        o, o_less = out, out - 1
+    else:  # a dynamic number of windows (area interpolation to another tensor's size)
+        i = ctx.op("unsqueeze", ctx.call("nnef.range", 0, out, 1, DType.I64, (out,)), axes=[1], out_shape=(out, 1),
+                   out_dtype=DType.I64)
+        i_next = ew(ctx, "add", i, 1)
+        o, o_less = dim_tensor(ctx, out, DType.I64), dim_tensor(ctx, out - 1, DType.I64)
     # integer division of non-negative numbers: exact floors (a float division is not, in tract)
-    begin = ew(ctx, "div", ew(ctx, "mul", i, n), out)  # [out, 1]
-    end = ew(ctx, "div", ew(ctx, "add", ew(ctx, "mul", i_next, n), out - 1), out)
+    begin = ew(ctx, "div", ew(ctx, "mul", i, n), o)  # [out, 1]
+    end = ew(ctx, "div", ew(ctx, "add", ew(ctx, "mul", i_next, n), o_less), o)
     h = ctx.call("nnef.range", 0, size, 1, DType.I64, (size,))
     h = ctx.op("unsqueeze", h, axes=[0], out_shape=(1, size), out_dtype=DType.I64)  # [1, size]
     # NOTE: compare differences with 0: tract fails to run a comparison of two symbolic-shape tensors
@@ -292,8 +299,9 @@ def bin_mask(ctx: EmitContext, size, out: int) -> tuple:
     return ew(ctx, "and", after, before), begin, end
 
 
-def _adaptive_axis_dynamic(ctx: EmitContext, x: Value, axis: int, out: int, kind: str) -> Value:
-    """Adaptive pooling along a dynamic axis, with the windows computed at run time: a matmul
+def _adaptive_axis_dynamic(ctx: EmitContext, x: Value, axis: int, out, kind: str) -> Value:
+    """Adaptive pooling along an axis whose size or number of windows ``out`` is dynamic, with the
+    windows computed at run time: a matmul
     with the matrix of window means for avg; for max, the input spread over the ``out`` windows
     (-inf outside each) and reduced with max_reduce."""
     from ...ir import DType
@@ -319,25 +327,21 @@ def _adaptive_axis_dynamic(ctx: EmitContext, x: Value, axis: int, out: int, kind
 def adaptive_pool(ctx: EmitContext, input: Value, output_size, n: int, kind: str) -> Value:
     """Adaptive pooling: a reduce for output 1, a pool when the sizes divide, else axis by axis."""
     x, unbatched = add_batch(ctx, input, n)
-    sizes = [output_size] * n if isinstance(output_size, int) else list(output_size)
+    sizes = [output_size] * n if isinstance(output_size, (int, SymDim)) else list(output_size)
     outs = [d if o is None else o for o, d in zip(sizes, x.shape[2:])]
     shape = node_shape(ctx, int(unbatched))
     if all(o == 1 for o in outs):
         y = ctx.op(ADAPTIVE_REDUCE[kind], x, axes=list(range(2, n + 2)), out_shape=shape)
         return drop_batch(ctx, y, unbatched)
-    dynamic_out = next((o for o, i in zip(outs, x.shape[2:]) if not isinstance(o, int) and isinstance(i, int)), None)
-    if dynamic_out is not None:  # (area interpolation of a static size to another tensor's dynamic size)
-        raise EmitError(f"adaptive pooling to a dynamic size {dynamic_out} is not supported")
-    if not all(isinstance(d, int) for d in x.shape[2:]):
-        # a dynamic axis: its windows are computed at run time; static axes as below
+    if not all(isinstance(d, int) for d in list(x.shape[2:]) + outs):
+        # a dynamic axis or number of windows (area interpolation to another tensor's size, to
+        # a size computed from S): its windows are computed at run time; static axes as below
         for axis, (i, o) in enumerate(zip(x.shape[2:], outs), start=2):
-            if not isinstance(o, int):
-                if simplify(o - i) != 0:
-                    raise EmitError(f"adaptive pooling to a dynamic size {o} is not supported")
-            elif not isinstance(i, int):
+            if isinstance(o, int) and isinstance(i, int):
+                if i != o:
+                    x = _adaptive_axis(ctx, x, axis, o, kind)
+            elif simplify(o - i) != 0:
                 x = _adaptive_axis_dynamic(ctx, x, axis, o, kind)
-            elif i != o:
-                x = _adaptive_axis(ctx, x, axis, o, kind)
         return drop_batch(ctx, x, unbatched)
     ins = static_dims(x.shape[2:], f"adaptive pooling to {outs}")
     if all(i % o == 0 for i, o in zip(ins, outs)):
