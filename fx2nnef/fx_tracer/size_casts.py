@@ -179,6 +179,11 @@ _STAND_INS = {"int": TracedInt, "float": TracedFloat,
               "max": _extremum(builtins.max, torch.sym_max), "min": _extremum(builtins.min, torch.sym_min)}
 
 
+def _library(module_name) -> bool:
+    """Whether code of the module ``module_name`` is torch's or ours (no stand-in goes there)."""
+    return isinstance(module_name, str) and module_name.split(".")[0] in ("torch", "fx2nnef")
+
+
 def _code_functions(model) -> list:
     """The Python functions whose globals ``model``'s forwards read: those its submodules' classes
     define (forward and its helpers), those of the class each one's forward comes from (inherited
@@ -189,7 +194,7 @@ def _code_functions(model) -> list:
         cls = type(m)
         owner = next((c for c in cls.__mro__ if "forward" in vars(c)), cls)
         for cls in dict.fromkeys((cls, owner)):
-            if cls.__module__.startswith(("torch.", "fx2nnef.")) or cls.__module__ == "torch":
+            if _library(cls.__module__):
                 continue
             for v in vars(cls).values():
                 v = getattr(v, "__func__", v)  # static and class methods
@@ -211,8 +216,7 @@ def _model_namespaces(model) -> dict:
     spaces: dict = {}  # id -> (namespace, [functions])
     for fn in _code_functions(model):
         ns = fn.__globals__
-        name = ns.get("__name__")
-        if isinstance(name, str) and (name.startswith(("torch.", "fx2nnef.")) or name in ("torch", "fx2nnef")):
+        if _library(ns.get("__name__")):
             continue
         spaces.setdefault(id(ns), (ns, []))[1].append(fn)
     out: dict = {name: [] for name in _STAND_INS}

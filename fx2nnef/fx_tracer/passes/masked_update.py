@@ -102,6 +102,25 @@ def _run(n: fx.Node):
         return getattr(a[0], n.target)(*a[1:], **k)
 
 
+def _rows_masked(x: fx.Node, mask: fx.Node):
+    """How many trailing dims of ``x`` the boolean ``mask`` leaves whole (``x[m]`` takes rows of
+    them), or None when the mask is not over ``x``'s leading dims."""
+    xv, mv = x.meta.get("value"), mask.meta.get("value")
+    if not isinstance(xv, torch.Tensor) or tuple(xv.shape[:mv.dim()]) != tuple(mv.shape):
+        return None
+    return xv.dim() - mv.dim()
+
+
+def _condition(graph: fx.Graph, mask: fx.Node, rest: int) -> fx.Node:
+    """``mask`` as a condition over the whole tensor: ``m[..., None]`` against the ``rest``
+    trailing dims (inserted where the graph inserts)."""
+    cond = mask
+    for _ in range(rest):
+        cond = graph.call_method("unsqueeze", (cond, -1))
+        cond.meta = dict(mask.meta, value=_run(cond))
+    return cond
+
+
 def masked_updates(gm: fx.GraphModule) -> bool:
     """Rewrite element-wise writes through a boolean mask as selects. Returns True if changed."""
     changed = False
@@ -113,19 +132,12 @@ def masked_updates(gm: fx.GraphModule) -> bool:
         mask = _mask_of(index)
         if mask is None or not isinstance(value, fx.Node) or not isinstance(base, fx.Node):
             continue
-        mv, bv = mask.meta["value"], base.meta.get("value")
-        if not isinstance(bv, torch.Tensor) or tuple(bv.shape[:mv.dim()]) != tuple(mv.shape):
-            continue
-        rest = bv.dim() - mv.dim()
-        whole = _whole(value, mask, rest, graph, node, {})
+        rest = _rows_masked(base, mask)
+        whole = None if rest is None else _whole(value, mask, rest, graph, node, {})
         if whole is None:
             continue
         with graph.inserting_before(node):
-            cond = mask
-            for _ in range(rest):  # mask the rows: m[..., None] against the trailing dims
-                cond = graph.call_method("unsqueeze", (cond, -1))
-                cond.meta = dict(mask.meta, value=_run(cond))
-            sel = graph.call_function(torch.where, (cond, whole, base))
+            sel = graph.call_function(torch.where, (_condition(graph, mask, rest), whole, base))
         sel.meta = {k: v for k, v in node.meta.items()}
         node.replace_all_uses_with(sel)
         graph.erase_node(node)
@@ -204,19 +216,13 @@ def masked_reductions(gm: fx.GraphModule) -> bool:
         if found is None:
             continue
         picked, mask = found
-        xv, mv = picked.args[0].meta.get("value"), mask.meta.get("value")
-        if not isinstance(xv, torch.Tensor) or tuple(xv.shape[:mv.dim()]) != tuple(mv.shape):
-            continue
-        rest = xv.dim() - mv.dim()
-        whole = _whole(source, mask, rest, graph, node, {})
+        rest = _rows_masked(picked.args[0], mask)
+        whole = None if rest is None else _whole(source, mask, rest, graph, node, {})
         if whole is None:
             continue
         wv = whole.meta["value"]
         with graph.inserting_before(node):
-            cond = mask
-            for _ in range(rest):  # mask the rows: m[..., None] against the trailing dims
-                cond = graph.call_method("unsqueeze", (cond, -1))
-                cond.meta = dict(mask.meta, value=_run(cond))
+            cond = _condition(graph, mask, rest)
             sel = graph.call_function(torch.where, (cond, whole, _identity_of(name, wv.dtype)))
             sel.meta = dict(whole.meta, value=_run(sel))
             if name == "mean":

@@ -17,12 +17,6 @@ from ..helpers import negative_at
 from ..registry import register
 
 
-def _dim_tensor(ctx, d, dtype):
-    from .creation import dim_tensor  # the op families import each other late
-
-    return dim_tensor(ctx, d, dtype)
-
-
 def _body_fragment(ctx: EmitContext, body: Graph, kind: str, n_state: int = 0):
     from ..emitter import emit_fragment  # the emitter imports the op families
 
@@ -96,7 +90,9 @@ def loop_tract(ctx: EmitContext, init: list, xs: list, full: list, body: Graph, 
     if n_carry and isinstance(steps, SymDim) and negative_at(ctx, steps - 1) is not None:
         # a loop of no step within the range (``range(1, T)`` at T=1): tract 0.23.9 gives its last
         # carries the shape [] (fuzz 87000); the carries are then their initial values
-        ran = ctx.op("gt", _dim_tensor(ctx, steps, DType.I64), ctx.const([0], DType.I64), out_dtype=DType.BOOL,
+        from .creation import dim_tensor  # the op families import each other late
+
+        ran = ctx.op("gt", dim_tensor(ctx, steps, DType.I64), ctx.const([0], DType.I64), out_dtype=DType.BOOL,
                      out_shape=(1,))
         ran = ctx.op("squeeze", ran, axes=[0], out_shape=(), out_dtype=DType.BOOL)
         outs[:n_carry] = [ctx.op("select", ran, o, i, out_shape=o.shape, out_dtype=o.dtype)
