@@ -22,7 +22,8 @@ from ..ir import Guard, SymDim, SymRange, fit_polynomial
 from ..ir.dims import fit_floor_division
 from .data_dep import data_dependence, is_shape_query
 from .structures import data_less
-from .fake_replay import VARIES, Replay, ReplayUnavailable, replay, shapes_at
+from .fake_replay import VARIES, Replay, ReplayUnavailable, _in_place, replay, shapes_at
+from .overlap import Worker, can_overlap
 from .tracer import GuardRecord
 
 
@@ -1121,7 +1122,8 @@ def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, 
     # the outputs while they are compared with the model
     light = data_dependence(gm)
     outputs = _output_nodes(gm)
-    base_values, err, base_records = _run(gm, example, outputs, light)
+    (base_values, err, base_records), replayed = _run_and_replay(gm, example, names, dynamic_axes, guards, base_env,
+                                                                 light, hint_env)
     if err is not None:
         node, msg = err
         raise RuntimeError(f"the traced graph does not re-run on the example inputs at '{node}': {msg}")
@@ -1146,11 +1148,7 @@ def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, 
     rep = None
     above = None
     try:
-        started = time.perf_counter()
-        try:
-            rep = replay(gm, example, names, dynamic_axes, base_env, [g.node for g in guards], hint_env)
-        finally:
-            RUNS.shapes += time.perf_counter() - started
+        rep = replayed()
         return _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, base_values,
                          base_records, base_failures, rep)
     except ReplayUnavailable as exc:
@@ -1166,6 +1164,34 @@ def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, 
     analysis.replay_break = above
     return analysis
 
+
+def _run_and_replay(gm, example, names, dynamic_axes, guards, base_env, light, hint_env) -> tuple:
+    """``(base run, replayed)``: the graph's run at the example sizes (see :func:`_run`) and a
+    function giving the fake replay (or raising :class:`ReplayUnavailable`). Where a worker thread
+    may run it (:func:`.overlap.can_overlap`), the real run goes there while this thread replays:
+    the replay is Python, the run torch's kernels, and the two overlap on two cores."""
+    outputs = _output_nodes(gm)
+
+    def replay_now():
+        started = time.perf_counter()
+        try:
+            return replay(gm, example, names, dynamic_axes, base_env, [g.node for g in guards], hint_env)
+        finally:
+            RUNS.shapes += time.perf_counter() - started
+
+    if not base_env or not can_overlap():
+        return _run(gm, example, outputs, light), replay_now
+    with Worker(lambda: _run(gm, example, outputs, light)) as worker:
+        try:
+            rep = replay_now()
+            replayed = lambda: rep  # noqa: E731
+        except ReplayUnavailable as exc:
+            replayed = lambda exc=exc: _raise(exc)  # noqa: E731
+        return worker.result(), replayed
+
+
+def _raise(exc):
+    raise exc
 
 def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, base_values, base_records,
               base_failures, rep: Optional[Replay], kernel_checks: Optional[list] = None) -> Analysis:
@@ -1246,6 +1272,10 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
         RUNS.fake += 1
         return records
 
+    # the model and the graph may run side by side where the graph calls no submodule and changes
+    # no tensor in place (a buffer the model updates would be read half-written)
+    beside = can_overlap() and not any(n.op == "call_module" or _in_place(n) for n in gm.graph.nodes)
+
     def probe(env):
         if _env_key(env) in kernel_only:
             records = fake_records(env)  # None: run for real
@@ -1258,9 +1288,20 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
                 return "good"
         inputs = reference.inputs_for(env) if hasattr(reference, "inputs_for") else \
             inputs_at(example, names, dynamic_axes, env)
-        values, err, records = _run(gm, inputs, keep)
         expected = None
-        if reference is not None:
+        if reference is not None and beside and all(env[s] <= v for s, v in base_env.items()):
+            # the model's run beside the graph's (at sizes up to the example's, which costs no
+            # more memory than the example's two runs)
+            with Worker(lambda: reference(env), one_thread_each=True) as worker:
+                values, err, records = _run(gm, inputs, keep)
+            try:
+                expected = worker.result()
+            except Exception:  # noqa: BLE001 - the eager model refuses these sizes
+                refused.append(env)
+                return "refused"
+        else:
+            values, err, records = _run(gm, inputs, keep)
+        if reference is not None and expected is None:
             try:
                 expected = reference(env)
             except Exception:  # noqa: BLE001 - the eager model refuses these sizes
