@@ -32,6 +32,7 @@ from torch._guards import GuardSource, Source
 
 from ..ir import SymDim
 from ..ir.dims import exact_quotient
+from .shortcuts import function_shortcut, method_shortcut
 
 
 class ReplayUnavailable(Exception):
@@ -436,22 +437,7 @@ class _Runner(_Reusing):
             raise ReplayUnavailable("whether a call the model catches fails at other sizes has no symbolic form")
         if target is operator.getitem and len(args) == 2 and isinstance(args[0], torch.Tensor):
             args = (args[0], _clamped_index(args[0], args[1]))
-        try:
-            kind = _ELEMENTWISE_FUNCTIONS.get(target)
-        except TypeError:  # an unhashable callable
-            kind = None
-        out = _elementwise_where(args, kwargs) if target is torch.where else _elementwise_call(kind, args, kwargs)
-        if out is None and kind is None:
-            try:
-                unary = _UNARY_FUNCTIONS.get(target)
-            except TypeError:
-                unary = None
-            if unary is not None:
-                out = _unary(unary, args, kwargs)
-            elif target is torch.nn.functional.linear and not kwargs:
-                out = _linear(*args)
-            elif target in (torch.matmul, operator.matmul) and len(args) == 2 and not kwargs:
-                out = _matmul(*args)
+        out = function_shortcut(target, args, kwargs)
         if out is not None:
             return out
         alt = _symbolic_function(target, args)
@@ -462,16 +448,9 @@ class _Runner(_Reusing):
             raise ReplayUnavailable("a decision on the memory layout (is_contiguous) has no symbolic form")
         if target in _NUMBER_OF and args and isinstance(args[0], (torch.SymInt, torch.SymFloat, int, float)):
             return _NUMBER_OF[target](args[0])  # a size divided with torch.div (see _scalar_division)
-        if args and isinstance(args[0], torch.Tensor):
-            out = _elementwise_call(_ELEMENTWISE_METHODS.get(target), args, kwargs)
-            if out is None and target in _UNARY_METHODS:
-                out = _unary(target, args, kwargs)
-            if out is None and target == "matmul" and len(args) == 2 and not kwargs:
-                out = _matmul(*args)
-            if out is None and (target == "to" or target in _CASTS):
-                out = _cast(target, args, kwargs)
-            if out is not None:
-                return out
+        out = method_shortcut(target, args, kwargs)
+        if out is not None:
+            return out
         alt = _SYMBOLIC_METHODS.get(target) if args and isinstance(args[0], torch.Tensor) else None
         return alt(*args, **kwargs) if alt is not None else super().call_method(target, args, kwargs)
 
@@ -646,20 +625,16 @@ class _Body(fx.Interpreter):
     """A loop body, its calls replayed as the graph's (a loop in a loop)."""
 
     def call_function(self, target, args, kwargs):
+        out = function_shortcut(target, args, kwargs)
+        if out is not None:
+            return out
         alt = _symbolic_function(target, args)
         return alt(*args, **kwargs) if alt is not None else super().call_function(target, args, kwargs)
 
     def call_method(self, target, args, kwargs):
-        if args and isinstance(args[0], torch.Tensor):
-            out = _elementwise_call(_ELEMENTWISE_METHODS.get(target), args, kwargs)
-            if out is None and target in _UNARY_METHODS:
-                out = _unary(target, args, kwargs)
-            if out is None and target == "matmul" and len(args) == 2 and not kwargs:
-                out = _matmul(*args)
-            if out is None and (target == "to" or target in _CASTS):
-                out = _cast(target, args, kwargs)
-            if out is not None:
-                return out
+        out = method_shortcut(target, args, kwargs)
+        if out is not None:
+            return out
         alt = _SYMBOLIC_METHODS.get(target) if args and isinstance(args[0], torch.Tensor) else None
         return alt(*args, **kwargs) if alt is not None else super().call_method(target, args, kwargs)
 
@@ -899,182 +874,6 @@ _BASE_FUNCTIONS = {
 _SYMBOLIC_METHODS = {"baddbmm": _baddbmm, "tensor_split": _tensor_split, "masked_scatter": _masked_scatter}
 
 
-
-# Element-wise calls replayed without torch's kernel: when the operands' shapes broadcast with no
-# decision on the sizes (each aligned pair of sizes the same expression, or one of them 1) and
-# every operand is laid out contiguously, the output is contiguous, of the broadcast shape and the
-# promoted dtype, at every size. torch's kernel would also decide on the memory layout
-# (``Ne(S, 1)``, which of two strides is larger) at ~10 ms a call under the ShapeEnv; those
-# decisions change no shape. Anything else (another layout, sizes that must be equal, a SymInt
-# operand, keyword arguments) is torch's own call.
-_PROMOTE, _DIVIDE, _COMPARE, _BITS, _LOGICAL = range(5)
-_ELEMENTWISE_FUNCTIONS = {
-    **{fn: _PROMOTE for fn in (operator.add, operator.sub, operator.mul, torch.add, torch.sub, torch.mul)},
-    **{fn: _DIVIDE for fn in (operator.truediv, torch.div, torch.true_divide)},
-    **{fn: _COMPARE for fn in (operator.lt, operator.le, operator.gt, operator.ge, operator.eq, operator.ne,
-                               torch.lt, torch.le, torch.gt, torch.ge, torch.eq, torch.ne)},
-    **{fn: _BITS for fn in (operator.and_, operator.or_, operator.xor, torch.bitwise_and, torch.bitwise_or,
-                            torch.bitwise_xor)},
-    **{fn: _LOGICAL for fn in (torch.logical_and, torch.logical_or, torch.logical_xor)},
-}
-_ELEMENTWISE_METHODS = {
-    **{m: _PROMOTE for m in ("add", "sub", "mul", "__add__", "__sub__", "__mul__", "__radd__", "__rmul__")},
-    **{m: _DIVIDE for m in ("div", "true_divide", "__truediv__")},
-    **{m: _COMPARE for m in ("lt", "le", "gt", "ge", "eq", "ne")},
-    **{m: _BITS for m in ("bitwise_and", "bitwise_or", "bitwise_xor", "__and__", "__or__", "__xor__")},
-    **{m: _LOGICAL for m in ("logical_and", "logical_or", "logical_xor")},
-}
-
-
-def _size_expr(d):
-    return d.node.expr if isinstance(d, torch.SymInt) else d
-
-
-def _laid_out_contiguously(t: torch.Tensor) -> bool:
-    """Whether every stride of ``t`` is, as an expression, the product of the sizes after it
-    (strides of axes of size 1 aside): no decision is taken to tell."""
-    expected = 1
-    for size, stride in zip(reversed(t.shape), reversed(t.stride())):
-        size = _size_expr(size)
-        if size == 1:
-            continue
-        if _size_expr(stride) != expected:
-            return False
-        expected = expected * size
-    return True
-
-
-def _broadcast_without_decision(shapes: list) -> Optional[list]:
-    """The broadcast of ``shapes`` when no aligned pair of sizes needs a decision, else None."""
-    out = []
-    for i in range(1, max(len(shape) for shape in shapes) + 1):
-        sizes = [shape[-i] for shape in shapes if len(shape) >= i]
-        wide = [d for d in sizes if _size_expr(d) != 1]
-        if any(_size_expr(d) != _size_expr(wide[0]) for d in wide[1:]):
-            return None
-        out.append(wide[0] if wide else 1)
-    return out[::-1]
-
-
-def _elementwise(kind: int, operands: tuple, dtype_of: tuple):
-    """The output of an element-wise call of ``kind`` on ``operands`` (tensors and plain numbers),
-    its dtype promoted from ``dtype_of``, or None when torch's kernel must run (see above)."""
-    tensors = [a for a in operands if isinstance(a, torch.Tensor)]
-    if not tensors or any(not isinstance(a, (torch.Tensor, bool, int, float)) for a in operands):
-        return None
-    if not all(_laid_out_contiguously(t) for t in tensors):
-        return None
-    if len({t.device for t in tensors}) != 1 or any(t.layout != torch.strided or t.is_quantized for t in tensors):
-        return None
-    shape = _broadcast_without_decision([tuple(t.shape) for t in tensors])
-    if shape is None:
-        return None
-    if kind in (_COMPARE, _LOGICAL):
-        dtype = torch.bool
-    else:
-        dtype = torch.result_type(*dtype_of) if len(dtype_of) == 2 else dtype_of[0].dtype
-        if kind == _BITS and (dtype.is_floating_point or dtype.is_complex):
-            return None
-        if kind == _DIVIDE and not (dtype.is_floating_point or dtype.is_complex):
-            dtype = torch.get_default_dtype()
-    return torch.empty(shape, dtype=dtype, device=tensors[0].device)
-
-
-_FLOAT_UNARY = {"exp", "cos", "sin", "rsqrt", "sqrt", "tanh", "sigmoid", "log", "reciprocal", "erf"}
-_UNARY_FUNCTIONS = {**{getattr(torch, n): n for n in _FLOAT_UNARY | {"neg", "abs", "relu"}},
-                    operator.neg: "neg", torch.nn.functional.silu: "silu", torch.nn.functional.relu: "relu",
-                    torch.nn.functional.gelu: "gelu"}
-_UNARY_METHODS = {n: n for n in _FLOAT_UNARY | {"neg", "abs", "relu", "__neg__"}}
-_CASTS = {"float": torch.float32, "double": torch.float64, "half": torch.float16, "bfloat16": torch.bfloat16,
-          "int": torch.int32, "long": torch.int64, "bool": torch.bool}
-
-
-def _unary(name: str, args: tuple, kwargs: dict):
-    """``neg(x)``, ``x.exp()``, silu, ... of a contiguous tensor (see :func:`_elementwise`): a
-    contiguous tensor of its shape and dtype (float functions of float tensors only)."""
-    if len(args) != 1 or kwargs.get("inplace") or set(kwargs) - {"inplace", "approximate"} \
-            or ("approximate" in kwargs and name != "gelu"):
-        return None
-    x = args[0]
-    if not isinstance(x, torch.Tensor) or x.layout != torch.strided or not _laid_out_contiguously(x):
-        return None
-    if (name not in ("neg", "__neg__", "abs") and not x.dtype.is_floating_point) or x.dtype == torch.bool:
-        return None
-    return torch.empty(tuple(x.shape), dtype=x.dtype, device=x.device)
-
-
-def _cast(target: str, args: tuple, kwargs: dict):
-    """``x.to(dtype)``, ``x.float()``, ... of a contiguous tensor on its own device: ``x`` itself when
-    nothing changes (as torch), else a contiguous tensor of its shape."""
-    x = args[0]
-    if not isinstance(x, torch.Tensor) or x.layout != torch.strided:
-        return None
-    if target in _CASTS:
-        if len(args) != 1 or kwargs:
-            return None
-        dtype = _CASTS[target]
-    else:
-        if set(kwargs) - {"dtype", "device", "non_blocking"} or kwargs.get("non_blocking"):
-            return None
-        dtype, device = kwargs.get("dtype"), kwargs.get("device")
-        for a in args[1:]:
-            if isinstance(a, torch.dtype) and dtype is None:
-                dtype = a
-            elif isinstance(a, (torch.device, str)) and device is None:
-                device = a
-            else:
-                return None
-        if device is not None and torch.device(device) != x.device:
-            return None
-        dtype = dtype or x.dtype
-    if dtype == x.dtype:
-        return x
-    if not _laid_out_contiguously(x):
-        return None
-    return torch.empty(tuple(x.shape), dtype=dtype, device=x.device)
-
-
-def _same_size(a, b) -> bool:
-    return _size_expr(a) == _size_expr(b)
-
-
-def _linear(x, weight, bias=None):
-    """``F.linear`` of a contiguous input: contiguous, ``x``'s leading sizes then the weight's
-    rows, when the inner sizes are the same expression (else torch's own call)."""
-    if not (isinstance(x, torch.Tensor) and isinstance(weight, torch.Tensor) and x.dim() >= 1 and weight.dim() == 2
-            and (bias is None or (isinstance(bias, torch.Tensor) and bias.dim() == 1))):
-        return None
-    if x.layout != torch.strided or not _laid_out_contiguously(x) or not _same_size(x.shape[-1], weight.shape[1]) \
-            or x.dtype != weight.dtype or (bias is not None and not _same_size(bias.shape[0], weight.shape[0])):
-        return None
-    return torch.empty(tuple(x.shape[:-1]) + (weight.shape[0],), dtype=x.dtype, device=x.device)
-
-
-def _matmul(a, b):
-    """``a @ b`` of tensors of 2 dims or more: contiguous, the batch sizes broadcast then
-    ``a``'s rows and ``b``'s columns, when no decision on the sizes is needed (see
-    :func:`_elementwise`; else torch's own call)."""
-    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)) or a.dim() < 2 or b.dim() < 2 \
-            or a.dtype != b.dtype or a.layout != torch.strided or b.layout != torch.strided \
-            or a.device != b.device or not _same_size(a.shape[-1], b.shape[-2]):
-        return None
-    batch = _broadcast_without_decision([tuple(a.shape[:-2]), tuple(b.shape[:-2])]) \
-        if a.dim() > 2 or b.dim() > 2 else []
-    if batch is None:
-        return None
-    return torch.empty(tuple(batch) + (a.shape[-2], b.shape[-1]), dtype=a.dtype, device=a.device)
-
-
-def _elementwise_call(kind: Optional[int], args: tuple, kwargs: dict):
-    if kind is None or kwargs or len(args) != 2:
-        return None
-    return _elementwise(kind, args, args)
-
-
-def _elementwise_where(args: tuple, kwargs: dict):
-    if kwargs or len(args) != 3 or not isinstance(args[0], torch.Tensor) or args[0].dtype != torch.bool:
-        return None
-    return _elementwise(_PROMOTE, args, args[1:]) if any(isinstance(a, torch.Tensor) for a in args[1:]) else None
 
 class _NoKey(Exception):
     pass

@@ -43,32 +43,32 @@ def can_overlap() -> bool:
 
 class Worker:
     """Runs ``job`` in a thread, with this thread's grad mode; :meth:`result` gives its return
-    value (or raises what it raised), after waiting for it. ``one_thread_each``: torch's kernels
-    run on one core in each thread meanwhile (two runs at small sizes, which read the weights more
-    than they compute: each at about its speed on two cores).
+    value (or raises what it raised), after waiting for it. ``split_cores``: torch's kernels
+    run on half the cores in each thread meanwhile (two runs at small sizes, which read the weights
+    more than they compute: each at about its speed on all the cores).
 
     Used as a context manager: the thread is joined on exit, whatever happens in this thread;
     the lock's switch interval is short while both threads run, so that the worker's graph
     interpreter, which needs the lock between kernels, does not wait 5 ms for it each time."""
 
-    def __init__(self, job: Callable, one_thread_each: bool = False):
+    def __init__(self, job: Callable, split_cores: bool = False):
         self._job = job
         self._result: Optional[tuple] = None
         self._grad = torch.is_grad_enabled()
         self._interval = sys.getswitchinterval()
-        self._threads = torch.get_num_threads() if one_thread_each else None
+        self._threads = torch.get_num_threads() if split_cores else None
         self._thread = threading.Thread(target=self._run, name="fx2nnef-real-run", daemon=True)
 
     def __enter__(self) -> "Worker":
         sys.setswitchinterval(min(self._interval, _SWITCH_INTERVAL))
         if self._threads is not None:
-            torch.set_num_threads(1)
+            torch.set_num_threads(max(1, self._threads // 2))
         self._thread.start()
         return self
 
     def _run(self) -> None:
         if self._threads is not None:
-            torch.set_num_threads(1)
+            torch.set_num_threads(max(1, self._threads // 2))
         with torch.set_grad_enabled(self._grad):
             try:
                 self._result = (True, self._job())

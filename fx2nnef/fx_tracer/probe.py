@@ -1292,7 +1292,7 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
         if reference is not None and beside and all(env[s] <= v for s, v in base_env.items()):
             # the model's run beside the graph's (at sizes up to the example's, which costs no
             # more memory than the example's two runs)
-            with Worker(lambda: reference(env), one_thread_each=True) as worker:
+            with Worker(lambda: reference(env), split_cores=True) as worker:
                 values, err, records = _run(gm, inputs, keep)
             try:
                 expected = worker.result()
