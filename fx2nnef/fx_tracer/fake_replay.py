@@ -952,11 +952,20 @@ class _Converter:
     def __init__(self, shape_env, symbols: dict, equal: dict):
         self.shape_env, self.symbols, self.equal = shape_env, symbols, equal
         self.conditions: list = []  # (sympy condition, node): where a dim written as a floor holds
+        # the repeated layers of a model give the same expressions over and over
+        self._exprs: dict = {}
+        self._dims: dict = {}
 
     def expr(self, x):
-        e = self.shape_env.replace(x.node.expr)
-        e = e.xreplace(self.equal) if self.equal else e
-        return _settle_extrema(e, self.symbols) if any(_is_extremum(a) for a in sympy.preorder_traversal(e)) else e
+        raw = x.node.expr
+        e = self._exprs.get(raw)
+        if e is None:
+            e = self.shape_env.replace(raw)
+            e = e.xreplace(self.equal) if self.equal else e
+            if any(_is_extremum(a) for a in sympy.preorder_traversal(e)):
+                e = _settle_extrema(e, self.symbols)
+            self._exprs[raw] = e
+        return e
 
     def depends(self, value) -> bool:
         if isinstance(value, torch.Tensor):
@@ -971,9 +980,12 @@ class _Converter:
         if isinstance(d, int):
             return d
         try:
-            conditions = []
-            out = to_dim(self.expr(d), self.symbols, conditions)
-            self.conditions.extend((c, node) for c in conditions)
+            e = self.expr(d)
+            out = self._dims.get(e)
+            if out is None:  # the conditions of an expression seen before are those of its first node
+                conditions = []
+                out = self._dims[e] = to_dim(e, self.symbols, conditions)
+                self.conditions.extend((c, node) for c in conditions)
             return out
         except ValueError as exc:
             where = f" (in '{node.name}'" + (f" at {node.meta['source']})" if node.meta.get("source") else ")")

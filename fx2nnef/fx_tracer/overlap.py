@@ -19,7 +19,7 @@ from typing import Callable, Optional
 
 import torch
 
-_SWITCH_INTERVAL = 1e-4  # seconds: each thread gets the lock back soon after a kernel returns
+_SWITCH_INTERVAL = 2e-5  # seconds: each thread gets the lock back soon after a kernel returns
 
 
 def _cores() -> int:
