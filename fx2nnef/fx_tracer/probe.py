@@ -1193,6 +1193,19 @@ def _run_and_replay(gm, example, names, dynamic_axes, guards, base_env, light, h
 def _raise(exc):
     raise exc
 
+
+def _control_flow(n: fx.Node) -> bool:
+    """Whether ``n`` calls a loop, a branch or a vmap (recorded ones, or torch's)."""
+    from .control_flow import ScanCall
+
+    if n.op != "call_function":
+        return False
+    module = getattr(n.target, "__module__", None) or ""
+    return isinstance(n.target, ScanCall) or module.startswith((
+        "torch._higher_order_ops", "torch._functorch", __package__ + ".control_flow", __package__ + ".vmap",
+        __package__ + ".loops"))
+
+
 def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, base_values, base_records,
               base_failures, rep: Optional[Replay], kernel_checks: Optional[list] = None) -> Analysis:
     """The body of :func:`analyze`: probe runs, ranges, shapes and guard statuses. Shapes come from
@@ -1272,9 +1285,11 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
         RUNS.fake += 1
         return records
 
-    # the model and the graph may run side by side where the graph calls no submodule and changes
-    # no tensor in place (a buffer the model updates would be read half-written)
-    beside = can_overlap() and not any(n.op == "call_module" or _in_place(n) for n in gm.graph.nodes)
+    # the model and the graph may run side by side where the graph calls no submodule, changes no
+    # tensor in place (a buffer the model updates would be read half-written) and has no control
+    # flow (the model's run may stand plain Python in for torch's cond / scan / vmap meanwhile)
+    beside = can_overlap() and not any(n.op == "call_module" or _in_place(n) or _control_flow(n)
+                                       for n in gm.graph.nodes)
 
     def probe(env):
         if _env_key(env) in kernel_only:
@@ -1288,22 +1303,19 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
                 return "good"
         inputs = reference.inputs_for(env) if hasattr(reference, "inputs_for") else \
             inputs_at(example, names, dynamic_axes, env)
-        expected = None
-        if reference is not None and beside and all(env[s] <= v for s, v in base_env.items()):
-            # the model's run beside the graph's (at sizes up to the example's, which costs no
-            # more memory than the example's two runs)
-            with Worker(lambda: reference(env), split_cores=True) as worker:
+        run_model = None if reference is None else lambda: reference(env)
+        if run_model is not None and beside and all(a.numel() <= b.numel() for a, b in zip(inputs, example)):
+            # the model's run beside the graph's, on inputs no larger than the example's (the two
+            # runs hold about what the example's runs held, one after the other)
+            with Worker(run_model, split_cores=True) as worker:
                 values, err, records = _run(gm, inputs, keep)
-            try:
-                expected = worker.result()
-            except Exception:  # noqa: BLE001 - the eager model refuses these sizes
-                refused.append(env)
-                return "refused"
+            run_model = worker.result
         else:
             values, err, records = _run(gm, inputs, keep)
-        if reference is not None and expected is None:
+        expected = None
+        if run_model is not None:
             try:
-                expected = reference(env)
+                expected = run_model()
             except Exception:  # noqa: BLE001 - the eager model refuses these sizes
                 refused.append(env)
                 return "refused"
