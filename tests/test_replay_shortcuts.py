@@ -71,6 +71,7 @@ LEFT = [
     ("view of a transpose", "m", "reshape", lambda b, s: (_transposed(b, s), b, -1)),
     ("keyword alpha", "f", torch.add, lambda b, s: (_t(b, s), _t(b, s))),
     ("sum of ints", "m", "sum", lambda b, s: (torch.ones(b, s, dtype=torch.int64), 1)),
+    ("abs of complex", "m", "abs", lambda b, s: (torch.randn(b, s, dtype=torch.complex64),)),
 ]
 
 
@@ -83,6 +84,12 @@ def _call(kind, target, args, kwargs=None):
 
 def _meta(t):
     return tuple(t.shape), t.stride(), t.storage_offset(), t.dtype
+
+
+def _layout(t):
+    """:func:`_meta` with the strides of axes of size 1 left out: they address no other item
+    (torch's element-wise kernels carry an operand's over; a view reads none of them)."""
+    return tuple(t.shape), tuple(st for d, st in zip(t.shape, t.stride()) if d != 1), t.storage_offset(), t.dtype
 
 
 @pytest.mark.parametrize("label,kind,target,build", TAKEN, ids=[c[0] for c in TAKEN])
@@ -141,3 +148,71 @@ def test_shortcuts_take_no_decision_on_symbols():
         assert function_shortcut(operator.getitem, (x, (slice(None), slice(None, 4))), {}) is None
         assert function_shortcut(operator.add, (x, torch.randn(syms[1], syms[0])), {}) is None
     assert checked >= 25
+
+
+def _random_tensor(g, shape, dtype):
+    """A tensor of ``shape``, contiguous or not (transposed, sliced, expanded), by ``g``."""
+    how = int(torch.randint(0, 4, (), generator=g))
+    if how == 1 and len(shape) >= 2:  # a transpose of the two last axes
+        return torch.randn(*shape[:-2], shape[-1], shape[-2], generator=g).to(dtype).transpose(-1, -2)
+    if how == 2:  # every other item of the last axis
+        return torch.randn(*shape[:-1], 2 * shape[-1], generator=g).to(dtype)[..., ::2]
+    if how == 3 and shape and shape[0] > 1:  # an expanded first axis
+        return torch.randn(1, *shape[1:], generator=g).to(dtype).expand(*shape)
+    return torch.randn(*shape, generator=g).to(dtype)
+
+
+def test_random_calls_match_torch_where_taken():
+    """Random shapes, layouts and dtypes: wherever a shortcut answers, its output's layout is
+    torch's (strides of axes of size 1 aside); the contiguous cases are answered."""
+    g = torch.Generator().manual_seed(0)
+    dtypes = [torch.float32, torch.float16, torch.int64, torch.bool]
+    calls = [("f", operator.add), ("f", operator.mul), ("f", operator.truediv), ("f", operator.lt),
+             ("f", operator.and_), ("m", "exp"), ("f", operator.neg), ("m", "float"), ("m", "unsqueeze"),
+             ("m", "transpose"), ("m", "contiguous"), ("m", "reshape"), ("m", "mean"), ("f", torch.matmul),
+             ("f", operator.getitem), ("m", "expand")]
+    taken = 0
+    for case in range(600):
+        kind, target = calls[case % len(calls)]
+        rank = int(torch.randint(1, 5, (), generator=g))
+        shape = [int(v) if int(v) > 0 else 1 for v in torch.randint(0, 5, (rank,), generator=g)]
+        dtype = dtypes[int(torch.randint(0, len(dtypes), (), generator=g))]
+        if target in (operator.and_,):
+            dtype = torch.bool
+        if target in ("exp", "mean", torch.matmul, operator.neg) and dtype in (torch.bool, torch.int64):
+            dtype = torch.float32
+        x = _random_tensor(g, shape, dtype)
+        if kind == "f" and target in (operator.add, operator.mul, operator.truediv, operator.lt, operator.and_):
+            other = [d if torch.rand((), generator=g) < 0.7 else 1 for d in shape[int(torch.randint(0, rank, (), generator=g)):]]
+            args = (x, _random_tensor(g, other, dtype))
+        elif target == torch.matmul:
+            if rank < 2:
+                continue
+            args = (x, _random_tensor(g, [*shape[:-2], shape[-1], 3], dtype))
+        elif target == "unsqueeze":
+            args = (x, int(torch.randint(-rank - 1, rank + 1, (), generator=g)))
+        elif target == "transpose":
+            args = (x, int(torch.randint(-rank, rank, (), generator=g)), int(torch.randint(-rank, rank, (), generator=g)))
+        elif target == "reshape":
+            args = (x, -1, shape[-1]) if rank >= 2 else (x, 1, -1)
+        elif target == "mean":
+            args = (x, int(torch.randint(-rank, rank, (), generator=g)), bool(torch.rand((), generator=g) < 0.5))
+        elif target == operator.getitem:
+            args = (x, (Ellipsis, None, slice(None, 2), ) if shape[-1] >= 2 else (None, Ellipsis))
+        elif target == "expand":
+            args = (x, 2, *[d if d != 1 else 3 for d in shape])
+        else:
+            args = (x,)
+        try:
+            want = target(*args) if kind == "f" else getattr(args[0], target)(*args[1:])
+        except RuntimeError:
+            continue  # torch refuses the combination: the graph would not have traced
+        got = function_shortcut(target, args, {}) if kind == "f" else method_shortcut(target, args, {})
+        if got is None:
+            assert not all(a.is_contiguous() for a in args if isinstance(a, torch.Tensor)) or target in (
+                operator.truediv,) and dtype == torch.bool or target == "expand", (case, target, shape, dtype)
+            continue
+        taken += 1
+        assert _layout(got) == _layout(want), (case, target, [getattr(a, "shape", a) for a in args],
+                                               [a.stride() for a in args if isinstance(a, torch.Tensor)])
+    assert taken > 250

@@ -179,12 +179,12 @@ def _where(args: tuple, kwargs: dict):
 
 def _unary(name: str, args: tuple, kwargs: dict):
     """``neg(x)``, ``x.exp()``, silu, ... of a contiguous tensor: a contiguous tensor of its shape
-    and dtype (float functions of float tensors only)."""
+    and dtype (float functions of float tensors only; no complex tensor: abs of one is real)."""
     if len(args) != 1 or kwargs.get("inplace") or set(kwargs) - {"inplace", "approximate"} \
             or ("approximate" in kwargs and name != "gelu"):
         return None
     x = args[0]
-    if not _plain(x) or not _contiguous(x) or x.dtype == torch.bool \
+    if not _plain(x) or not _contiguous(x) or x.dtype == torch.bool or x.dtype.is_complex \
             or (name not in ("neg", "__neg__", "abs") and not x.dtype.is_floating_point):
         return None
     return torch.empty(tuple(x.shape), dtype=x.dtype, device=x.device)
