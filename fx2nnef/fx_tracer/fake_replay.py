@@ -562,6 +562,9 @@ def _spatial_sizes(input, size, scale_factor):
 def _interpolate(input, size=None, scale_factor=None, mode="nearest", align_corners=None,
                  recompute_scale_factor=None, antialias=False):
     sizes = _spatial_sizes(input, size, scale_factor)
+    for n in sizes:
+        if isinstance(n, torch.SymInt):
+            bool(n > 0)  # torch refuses an empty output: a guard of the ShapeEnv, the range ends there
     return input.new_empty([input.shape[0], input.shape[1], *sizes])
 
 
@@ -642,11 +645,21 @@ class _Body(fx.Interpreter):
 def _pad(input, pad, mode="constant", value=None):
     """F.pad's shape: each padded axis grows by its two amounts (negative ones crop); torch's
     constant_pad_nd reads the amounts as concrete ints, and a pad computed from a dynamic size
-    (up to a multiple of a chunk length) is a SymInt."""
+    (up to a multiple of a chunk length) is a SymInt. A reflect pad takes fewer items than the
+    axis has, a circular one at most as many: torch's kernels refuse other sizes, and the
+    decision is kept (the model's range ends there)."""
     shape = list(input.shape)
     for i in range(len(pad) // 2):
-        shape[-1 - i] = _padded_size(shape[-1 - i], pad[2 * i] + pad[2 * i + 1])
+        size = shape[-1 - i]
+        for amount in (pad[2 * i], pad[2 * i + 1]):
+            if mode in ("reflect", "circular") and isinstance(size, torch.SymInt) and not _plain_zero(amount):
+                bool(size > amount if mode == "reflect" else size >= amount)  # a guard of the ShapeEnv
+        shape[-1 - i] = _padded_size(size, pad[2 * i] + pad[2 * i + 1])
     return input.new_empty(shape)
+
+
+def _plain_zero(v) -> bool:
+    return type(v) is int and v <= 0
 
 
 _PERIOD_MAX = 256  # the largest period of a pad amount checked residue by residue
