@@ -1301,16 +1301,30 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
                 if _env_key(env) in flip_keys:
                     kernel_flips.append(env)
                 return "good"
-        inputs = reference.inputs_for(env) if hasattr(reference, "inputs_for") else \
-            inputs_at(example, names, dynamic_axes, env)
+        chosen = reference.inputs_for if hasattr(reference, "inputs_for") else None
+        inputs = inputs_at(example, names, dynamic_axes, env)
         run_model = None if reference is None else lambda: reference(env)
         if run_model is not None and beside and all(a.numel() <= b.numel() for a, b in zip(inputs, example)):
             # the model's run beside the graph's, on inputs no larger than the example's (the two
-            # runs hold about what the example's runs held, one after the other)
-            with Worker(run_model, split_cores=True) as worker:
+            # runs hold about what the example's runs held, one after the other). The model's
+            # side picks the inputs (inputs_for, which may run it already); the graph's run is
+            # on the inputs grown the usual way, and again on the model's if they differ
+            def model_side():
+                used = chosen(env) if chosen is not None else inputs
+                try:
+                    return used, run_model()
+                except Exception as exc:  # noqa: BLE001 - the eager model refuses these sizes
+                    return used, exc
+            with Worker(model_side, split_cores=True) as worker:
                 values, err, records = _run(gm, inputs, keep)
-            run_model = worker.result
+            used, answer = worker.result()
+            if not _same_inputs(used, inputs):
+                inputs = used
+                values, err, records = _run(gm, inputs, keep)
+            run_model = (lambda: _raise(answer)) if isinstance(answer, Exception) else (lambda: answer)
         else:
+            if chosen is not None:
+                inputs = chosen(env)
             values, err, records = _run(gm, inputs, keep)
         expected = None
         if run_model is not None:
