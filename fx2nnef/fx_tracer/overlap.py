@@ -1,14 +1,16 @@
-"""The graph's real run at the example sizes in a worker thread while the main thread replays it
-on fake tensors.
+"""Real runs in a worker thread beside the main thread's work, during the analysis of a dynamic
+export: the graph's run at the example sizes beside the symbolic replay, and the model's run at a
+probe's sizes beside the graph's.
 
 The symbolic replay (:mod:`.fake_replay`) is Python: torch's fake kernels and sympy hold the
-interpreter lock. A real run of the graph spends its time in torch's kernels, which release it.
-On a machine of two cores or more the two overlap (a dynamic export of a 160 M Llama: the replay
-takes 0.6 s, the run 0.5 s alone, 0.8 s beside the replay).
+interpreter lock. A real run spends its time in torch's kernels, which release it. On a machine of
+two cores or more the two overlap (a dynamic export of a 160 M Llama: the replay takes 0.45 s, the
+graph's run 0.5 s alone and 0.75 s beside it). Two real runs at small sizes read the weights more
+than they compute: on half the cores each, side by side, they take about the time of one.
 
 torch's modes (fake tensors, no_grad, autocast, ``torch.device`` contexts) are per thread: the
 worker runs only where this thread has none of them active, with this thread's grad mode.
-``FX2NNEF_NO_OVERLAP=1`` in the environment runs the two one after the other.
+``FX2NNEF_NO_OVERLAP=1`` in the environment runs everything one after the other.
 """
 from __future__ import annotations
 
