@@ -437,23 +437,33 @@ class _Runner(_Reusing):
             raise ReplayUnavailable("whether a call the model catches fails at other sizes has no symbolic form")
         if target is operator.getitem and len(args) == 2 and isinstance(args[0], torch.Tensor):
             args = (args[0], _clamped_index(args[0], args[1]))
-        out = function_shortcut(target, args, kwargs)
-        if out is not None:
-            return out
-        alt = _symbolic_function(target, args)
-        return alt(*args, **kwargs) if alt is not None else super().call_function(target, args, kwargs)
+        return _replayed_function(target, args, kwargs, super().call_function)
 
     def call_method(self, target, args, kwargs):
         if target == "is_contiguous" and _symbolic_args(args, kwargs):
             raise ReplayUnavailable("a decision on the memory layout (is_contiguous) has no symbolic form")
         if target in _NUMBER_OF and args and isinstance(args[0], (torch.SymInt, torch.SymFloat, int, float)):
             return _NUMBER_OF[target](args[0])  # a size divided with torch.div (see _scalar_division)
-        out = method_shortcut(target, args, kwargs)
-        if out is not None:
-            return out
-        alt = _SYMBOLIC_METHODS.get(target) if args and isinstance(args[0], torch.Tensor) else None
-        return alt(*args, **kwargs) if alt is not None else super().call_method(target, args, kwargs)
+        return _replayed_method(target, args, kwargs, super().call_method)
 
+
+def _replayed_function(target, args, kwargs, torch_call):
+    """A call_function of the replay (the graph's or a loop body's): a shortcut (see
+    :mod:`.shortcuts`), else a symbolic equivalent, else ``torch_call``."""
+    out = function_shortcut(target, args, kwargs)
+    if out is not None:
+        return out
+    alt = _symbolic_function(target, args)
+    return alt(*args, **kwargs) if alt is not None else torch_call(target, args, kwargs)
+
+
+def _replayed_method(target, args, kwargs, torch_call):
+    """A call_method of the replay, as :func:`_replayed_function`."""
+    out = method_shortcut(target, args, kwargs)
+    if out is not None:
+        return out
+    alt = _SYMBOLIC_METHODS.get(target) if args and isinstance(args[0], torch.Tensor) else None
+    return alt(*args, **kwargs) if alt is not None else torch_call(target, args, kwargs)
 
 def _clamped_index(x: torch.Tensor, index):
     """``index`` of ``x[index]`` with each constant slice bound on a symbolic axis clamped as torch
@@ -628,18 +638,10 @@ class _Body(fx.Interpreter):
     """A loop body, its calls replayed as the graph's (a loop in a loop)."""
 
     def call_function(self, target, args, kwargs):
-        out = function_shortcut(target, args, kwargs)
-        if out is not None:
-            return out
-        alt = _symbolic_function(target, args)
-        return alt(*args, **kwargs) if alt is not None else super().call_function(target, args, kwargs)
+        return _replayed_function(target, args, kwargs, super().call_function)
 
     def call_method(self, target, args, kwargs):
-        out = method_shortcut(target, args, kwargs)
-        if out is not None:
-            return out
-        alt = _SYMBOLIC_METHODS.get(target) if args and isinstance(args[0], torch.Tensor) else None
-        return alt(*args, **kwargs) if alt is not None else super().call_method(target, args, kwargs)
+        return _replayed_method(target, args, kwargs, super().call_method)
 
 
 def _pad(input, pad, mode="constant", value=None):
@@ -885,7 +887,6 @@ _BASE_FUNCTIONS = {
     **_MATH,
 }
 _SYMBOLIC_METHODS = {"baddbmm": _baddbmm, "tensor_split": _tensor_split, "masked_scatter": _masked_scatter}
-
 
 
 class _NoKey(Exception):

@@ -1194,6 +1194,14 @@ def _raise(exc):
     raise exc
 
 
+def _model_outputs(reference, env: dict):
+    """The model's flat outputs at ``env``, or the exception it raises there (it refuses the sizes)."""
+    try:
+        return reference(env)
+    except Exception as exc:  # noqa: BLE001 - a refusal is the answer
+        return exc
+
+
 def _control_flow(n: fx.Node) -> bool:
     """Whether ``n`` calls a loop, a branch or a vmap (recorded ones, or torch's)."""
     from .control_flow import ScanCall
@@ -1303,36 +1311,27 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
                 return "good"
         chosen = reference.inputs_for if hasattr(reference, "inputs_for") else None
         inputs = inputs_at(example, names, dynamic_axes, env)
-        run_model = None if reference is None else lambda: reference(env)
-        if run_model is not None and beside and all(a.numel() <= b.numel() for a, b in zip(inputs, example)):
+        if reference is not None and beside and all(a.numel() <= b.numel() for a, b in zip(inputs, example)):
             # the model's run beside the graph's, on inputs no larger than the example's (the two
             # runs hold about what the example's runs held, one after the other). The model's
             # side picks the inputs (inputs_for, which may run it already); the graph's run is
             # on the inputs grown the usual way, and again on the model's if they differ
             def model_side():
-                used = chosen(env) if chosen is not None else inputs
-                try:
-                    return used, run_model()
-                except Exception as exc:  # noqa: BLE001 - the eager model refuses these sizes
-                    return used, exc
+                return (chosen(env) if chosen is not None else inputs), _model_outputs(reference, env)
             with Worker(model_side, split_cores=True) as worker:
                 values, err, records = _run(gm, inputs, keep)
-            used, answer = worker.result()
+            used, expected = worker.result()
             if not _same_inputs(used, inputs):
                 inputs = used
                 values, err, records = _run(gm, inputs, keep)
-            run_model = (lambda: _raise(answer)) if isinstance(answer, Exception) else (lambda: answer)
         else:
             if chosen is not None:
                 inputs = chosen(env)
             values, err, records = _run(gm, inputs, keep)
-        expected = None
-        if run_model is not None:
-            try:
-                expected = run_model()
-            except Exception:  # noqa: BLE001 - the eager model refuses these sizes
-                refused.append(env)
-                return "refused"
+            expected = _model_outputs(reference, env) if reference is not None else None
+        if isinstance(expected, Exception):  # the eager model refuses these sizes
+            refused.append(env)
+            return "refused"
         if err is not None:
             if reference is None:
                 return "refused"
