@@ -276,34 +276,59 @@ def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_na
     RUNS.reset()
     names = _check_names("input", input_names, len(flat)) if input_names else default_input_names(named_model, args,
                                                                                                   kwargs)
-    # on copies: a model may update its inputs in place
-    ref_flat = structures.flatten(_run_model(model, args, kwargs, [t.clone() for t in tensors]), "")
-    if not ref_flat:
-        raise InvalidArgumentError("the model returned no tensor")
-    out_names = _check_names("output", output_names, len(ref_flat)) if output_names else [
-        _ident(n or "output") for n, _ in ref_flat]
-    dyn = validate_dynamic_axes(getattr(target, "dynamic_axes", {}) or {}, names, tensors, out_names)
+    checks = bool(getattr(target, "check_io", True))
+    asked_axes = getattr(target, "dynamic_axes", {}) or {}
+    # The model's outputs at the example are the reference of check_io. Without check_io they are
+    # not run first: the trace runs the forward and tells the outputs' names, a static export
+    # compares nothing with them, and a dynamic one compares the graph with the model at the
+    # example only when a probe finds them apart (see analyze's ``defer_base``). Output names that
+    # dynamic_axes may use are known from the model's run only
+    eager_first = checks or (not output_names and isinstance(asked_axes, dict)
+                             and any(k not in names for k in asked_axes))
+    out_names = None
+    if eager_first:
+        ref_flat = _eager_outputs(model, args, kwargs, tensors)
+        out_names = _output_names(output_names, ref_flat)
+    elif output_names:
+        out_names = _check_names("output", output_names, len(output_names))  # the count is checked after the trace
+    dyn = validate_dynamic_axes(asked_axes, names, tensors, out_names or [])
     base_env = example_sizes(tensors, names, dyn)
     # the model's outputs at the probed sizes are kept for check_io only
-    checks = bool(getattr(target, "check_io", True))
-    ref = _reference(model, args, kwargs, names, dyn, tensors, (base_env, [t for _, t in ref_flat]),
-                     keep=checks) if dyn else None
-    example_outputs = [t for _, t in ref_flat] if checks or dyn else None
-    del ref_flat  # without checks nor probes, not held through the trace (an LLM's logits)
+    ref = None
+    if dyn:
+        known = (base_env, [t for _, t in ref_flat]) if eager_first else None
+        ref = _reference(model, args, kwargs, names, dyn, tensors, known, keep=checks)
+        ref.defer_base = not eager_first
+    example_outputs = [t for _, t in ref_flat] if checks else None
+    ref_flat = None  # not held through the trace (an LLM's logits)
     if target is not None:
         target.pre_trace(model, args, kwargs)
     leaf_types = tuple(leaf_modules)
     notes: list = []
     with loop_options(max_loop_iterations, unroll_while=getattr(target, "name", "") == "khronos"), \
             watch_random_draws() as draws:
+        failed = None
         try:
             gm, analysis, trace = _trace_merging_sizes(model, args, kwargs, names, out_names, dyn, leaf_types,
                                                        leaf_names, notes, ref, branches)
-        except TraceError as error:
-            if not draws or type(error) not in (TraceError, GuardError):
-                raise
-            # the graph fails to reproduce a model that draws again on each run: say so
-            raise type(error)(f"{error}\n{random_draws_advice(draws)}") from error
+        except Exception as error:  # noqa: BLE001 - re-raised below
+            failed = error
+    if failed is not None:
+        if not eager_first:
+            # the model's own error on the example, as when it ran before the trace
+            _eager_outputs(model, args, kwargs, tensors, output_names)
+        if not draws or type(failed) not in (TraceError, GuardError):
+            raise failed
+        # the graph fails to reproduce a model that draws again on each run: say so
+        raise type(failed)(f"{failed}\n{random_draws_advice(draws)}") from failed
+    if not eager_first:
+        traced_outputs = len(_output_args(gm))
+        if not traced_outputs or (output_names and len(output_names) != traced_outputs):
+            # what is wrong, as the model's run before the trace said it
+            ran = _eager_outputs(model, args, kwargs, tensors, output_names)
+            raise TraceError(f"the traced graph has {traced_outputs} outputs, the model {len(ran)}")
+        if out_names is None:
+            out_names = [_ident(n) for n in trace.output_names]
     if draws:
         notes.append(f"the forward draws random numbers ({random_draws_text(draws)}): a draw that reaches the "
                      "outputs is kept in the graph as the example's values, which the asset gives on every run")
@@ -343,6 +368,27 @@ def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_na
         runs["shapes"] = RUNS.shapes  # seconds of the trace spent on symbolic shapes
     return Capture(graph, names, tensors, cases, list(trace.control_flow) + notes, list(trace.control_flow),
                    runner, runs, random_draws=list(draws), dynamic_axes=dyn)
+
+
+def _eager_outputs(model, args, kwargs, tensors: list, output_names: Optional[list] = None) -> list:
+    """The model's flattened outputs on (copies of) the example inputs; the model's own error, an
+    output-less model or ``output_names`` of another count raise here."""
+    ref_flat = structures.flatten(_run_model(model, args, kwargs, [t.clone() for t in tensors]), "")
+    if not ref_flat:
+        raise InvalidArgumentError("the model returned no tensor")
+    if output_names:
+        _check_names("output", output_names, len(ref_flat))
+    return ref_flat
+
+
+def _output_names(output_names: Optional[list], ref_flat: list) -> list:
+    return _check_names("output", output_names, len(ref_flat)) if output_names else [
+        _ident(n or "output") for n, _ in ref_flat]
+
+
+def _output_args(gm: fx.GraphModule) -> list:
+    out_node = next(n for n in gm.graph.nodes if n.op == "output")
+    return list(out_node.args[0]) if isinstance(out_node.args[0], (list, tuple)) else [out_node.args[0]]
 
 
 def _ident(name: str) -> str:
@@ -430,8 +476,14 @@ def _reference(model, args, kwargs, names, dyn, example, known: Optional[tuple] 
                 pass
         return inputs_at(example, names, dyn, env, key in edge_envs)
 
+    def knows(env) -> bool:
+        """Whether the model's outputs at ``env`` are at hand (no run needed)."""
+        return tuple(sorted(env.items())) in cache
+
     run.inputs_for = inputs_for
     run.outputs_at = outputs_at  # not kept
+    run.knows = knows
+    run.defer_base = False  # see analyze: the comparison at the example waits for a wrong probe
     return run
 
 

@@ -1127,42 +1127,79 @@ def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, 
     if err is not None:
         node, msg = err
         raise RuntimeError(f"the traced graph does not re-run on the example inputs at '{node}': {msg}")
-    base_failures: list = []
-    if reference is not None:
-        mismatch = _outputs_match(gm, base_values, reference(base_env))
-        if mismatch is not None:
-            base_failures.append(ProbeFailure(base_env, None, mismatch + AT_EXAMPLE))
-    # a graph traced at other sizes (capture's retrace) and checked here: a number it read from
-    # the sizes that differs here is kept as read there, whatever the outputs say on these values
-    baked = _baked_number(guards, base_values, light)
-    if baked is not None and not base_failures:
-        base_failures.append(ProbeFailure(base_env, None, baked + AT_EXAMPLE))
-    empty = _emptied(gm, base_records)
-    if empty is not None and not base_failures:
-        base_failures.append(ProbeFailure(base_env, None, empty + AT_EXAMPLE))
+    # Without check_io the model's outputs at the example are not known (``reference.defer_base``):
+    # the graph's are kept, and compared with the model's only if the probes find something wrong
+    # (a failure, a bounded range). The graph was traced at the example: a graph that computes
+    # otherwise there (a route torch takes for plain tensors only) computes otherwise at the
+    # probed sizes too, and that comparison then says where it went wrong, as it did run first
+    deferred = None
+    if reference is not None and getattr(reference, "defer_base", False) and not reference.knows(base_env):
+        deferred = {n: base_values[n] for n in _output_args(gm)}
+
+    def failures_at_example(expected) -> list:
+        if expected is not None:
+            mismatch = _outputs_match(gm, {**base_values, **(deferred or {})}, expected)
+            if mismatch is not None:
+                return [ProbeFailure(base_env, None, mismatch + AT_EXAMPLE)]
+        # a graph traced at other sizes (capture's retrace) and checked here: a number it read from
+        # the sizes that differs here is kept as read there, whatever the outputs say on these values
+        baked = _baked_number(guards, base_values, light)
+        if baked is not None:
+            return [ProbeFailure(base_env, None, baked + AT_EXAMPLE)]
+        empty = _emptied(gm, base_records)
+        if empty is not None:
+            return [ProbeFailure(base_env, None, empty + AT_EXAMPLE)]
+        return []
+
+    base_failures = failures_at_example(reference(base_env) if reference is not None and deferred is None else None)
     for n in outputs & light:
         base_values[n] = data_less(base_values[n])
+
+    def analysed(base_failures, rep=None, replay_failed=None) -> Analysis:
+        kernel_checks = rep.checks if rep is not None and replay_failed is not None else None
+        analysis = _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, base_values,
+                             base_records, base_failures, None if replay_failed is not None else rep,
+                             kernel_checks=kernel_checks)
+        if replay_failed is not None:
+            why, above = replay_failed
+            analysis.shapes_from = "probes (" + why + ")"
+            # the example's sizes made the ShapeEnv fix what holds there only (an axis of 1: one chunk
+            # of a chunked scan); a trace at the size where the shapes stopped holding may be general
+            analysis.replay_break = above
+        return analysis
+
+    at_example: dict = {}  # the model's outputs there, once run
+
+    def settled(analysis: Analysis, rep=None, replay_failed=None) -> Analysis:
+        """``analysis``, or, when the comparison at the example was deferred and the probes found
+        something wrong, the analysis again with that comparison first (as it ran first before)."""
+        if deferred is None or (not analysis.failures and not any(r.bounded for r in analysis.ranges.values())):
+            return analysis
+        if "model" not in at_example:
+            at_example["model"] = reference(base_env)
+        again = failures_at_example(at_example["model"])
+        if [str(f) for f in again] == [str(f) for f in base_failures]:
+            return analysis
+        return analysed(again, rep, replay_failed)
+
     if not symbols:
-        return _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, base_values,
-                         base_records, base_failures, None)
+        return settled(analysed(base_failures))
     rep = None
-    above = None
     try:
         rep = replayed()
-        return _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, base_values,
-                         base_records, base_failures, rep)
+        return settled(analysed(base_failures, rep), rep)
     except ReplayUnavailable as exc:
         why = str(exc)
         env = getattr(exc, "env", None)
+        above = None
         if env is not None and all(env[s] >= base_env[s] for s in base_env) and env != base_env:
             above = env
-    analysis = _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, base_values,
-                         base_records, base_failures, None, kernel_checks=rep.checks if rep is not None else None)
-    analysis.shapes_from = "probes (" + why + ")"
-    # the example's sizes made the ShapeEnv fix what holds there only (an axis of 1: one chunk of
-    # a chunked scan); a trace at the size where the shapes stopped holding may be general
-    analysis.replay_break = above
-    return analysis
+    return settled(analysed(base_failures, rep, (why, above)), rep, (why, above))
+
+
+def _output_args(gm) -> list:
+    out_node = [n for n in gm.graph.nodes if n.op == "output"][0]
+    return [a for a in out_node.args[0] if isinstance(a, fx.Node)]
 
 
 def _run_and_replay(gm, example, names, dynamic_axes, guards, base_env, light, hint_env) -> tuple:

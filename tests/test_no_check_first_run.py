@@ -1,0 +1,141 @@
+"""Without check_io, the model is not run on the example before the trace (its outputs would
+serve the check only): the same asset, ranges and errors as with the run first; a dynamic export
+compares the graph with the model at the example only when a probe finds something wrong."""
+import tarfile
+
+import pytest
+import torch
+import torch.nn.functional as F
+import transformers as T
+
+import fx2nnef
+from fx2nnef.errors import InvalidArgumentError, TraceError
+from harness import randn, tract_matches_eager
+
+SMALL = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, vocab_size=256, max_position_embeddings=128)
+DYN = {"input_ids": {0: "B", 1: "S"}, "attention_mask": {0: "B", 1: "S"}}
+NAMES = ["input_ids", "attention_mask"]
+
+
+class _Logits(torch.nn.Module):
+    def __init__(self, lm):
+        super().__init__()
+        self.lm = lm
+
+    def forward(self, input_ids, attention_mask):
+        return self.lm(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
+
+
+def _llama():
+    torch.manual_seed(0)
+    config = T.LlamaConfig(**SMALL)
+    config._attn_implementation = "eager"
+    lm = T.LlamaForCausalLM(config).eval()
+    with torch.no_grad():
+        for name, p in lm.named_parameters():
+            if name.endswith("norm.weight"):
+                p.copy_(1.0 + 0.3 * torch.randn_like(p))
+    return _Logits(lm).eval()
+
+
+def _inputs(batch=2, seq=9, seed=1):
+    ids = torch.randint(0, 256, (batch, seq), generator=torch.Generator().manual_seed(seed))
+    mask = torch.ones_like(ids)
+    mask[-1, :3] = 0
+    return ids, mask
+
+
+def _export(model, inputs, path, check, dyn=None, **kw):
+    r = fx2nnef.export(model, inputs, path, target=fx2nnef.TractNNEF(check_io=check, dynamic_axes=dyn or {}), **kw)
+    with tarfile.open(path) as tar:
+        graph = tar.extractfile("graph.nnef").read().decode()
+    return r, graph
+
+
+@pytest.mark.parametrize("dyn", [None, DYN], ids=["static", "dynamic"])
+def test_same_asset_without_the_first_run(tmp_path, dyn):
+    """The graph, ranges and notes of a check_io=False export are those of a checked one; the
+    eager model ran once fewer (static: never; dynamic: only at the probe sizes), and the asset,
+    run in tract on other inputs, gives the model's outputs."""
+    model = _llama()
+    ids, mask = _inputs()
+    checked, graph_checked = _export(model, (ids, mask), tmp_path / "a.nnef.tgz", True, dyn, input_names=NAMES)
+    fast, graph_fast = _export(model, (ids, mask), tmp_path / "b.nnef.tgz", False, dyn, input_names=NAMES)
+    assert graph_fast == graph_checked
+    assert {s: str(r) for s, r in fast.ranges.items()} == {s: str(r) for s, r in checked.ranges.items()} == {}
+    assert fast.notes == checked.notes
+    if dyn is None:
+        assert fast.timings["eager_runs"] == 0 and fast.timings["graph_runs"] == 1, fast.timings
+    else:
+        # the checked export ran the model at the example first; here only the probes run it
+        assert fast.timings["eager_runs"] == checked.timings["eager_runs"] - 1 >= 1, (fast.timings, checked.timings)
+    others = [_inputs(2, 9, seed=5)] if dyn is None else [_inputs(1, 4, seed=5), _inputs(3, 17, seed=6)]
+    tract_matches_eager(tmp_path / "b.nnef.tgz", model, others)
+
+
+def test_output_names_come_from_the_trace(tmp_path):
+    """Outputs named by the model's structure (a dict) get the names the model's run gave them."""
+    class Two(torch.nn.Module):
+        def forward(self, x):
+            return {"sum": x.sum(-1), "scaled.out": x * 2}
+
+    x = randn(2, 3)
+    a, _ = _export(Two(), (x,), tmp_path / "a.nnef.tgz", True)
+    b, _ = _export(Two(), (x,), tmp_path / "b.nnef.tgz", False)
+    assert b.graph.output_names == a.graph.output_names == ["sum", "scaled_out"]
+
+
+class _Raises(torch.nn.Module):
+    def forward(self, x):
+        return x.view(7, -1)  # 2 x 3 has no view of 7 rows
+
+
+class _Nothing(torch.nn.Module):
+    def forward(self, x):
+        return None
+
+
+class _Draws(torch.nn.Module):
+    def forward(self, x):
+        return F.dropout(x, 0.5, training=True)
+
+
+@pytest.mark.parametrize("model, names, dyn, error, match", [
+    (_Raises(), None, None, RuntimeError, "shape '\\[7, -1\\]' is invalid"),
+    (_Nothing(), None, None, InvalidArgumentError, "the model returned no tensor"),
+    (torch.nn.Identity(), ["a", "b"], None, InvalidArgumentError, "2 output names given"),
+    (_Draws(), None, {"x": {0: "B"}}, TraceError, "draws random numbers"),
+], ids=["model_error", "no_output", "output_names", "random_draw"])
+def test_same_errors_without_the_first_run(tmp_path, model, names, dyn, error, match):
+    """A model that fails on the example, returns no tensor, has another number of outputs than
+    names given, or draws again at every run: the same error with check_io=False as with the check,
+    and nothing left on disk."""
+    messages = []
+    for check in (True, False):
+        with pytest.raises(error, match=match) as info:
+            fx2nnef.export(model, (randn(2, 3),), tmp_path / "m.nnef.tgz", input_names=["x"], output_names=names,
+                           target=fx2nnef.TractNNEF(check_io=check, dynamic_axes=dyn or {}))
+        messages.append(str(info.value))
+        assert info.value.__context__ is None or not isinstance(info.value.__context__, TraceError) \
+            or error is TraceError  # the model's own error, not raised while handling the trace's
+        assert not list(tmp_path.iterdir())
+    assert messages[0] == messages[1]
+
+
+def test_graph_unlike_the_model_on_the_example_is_found_without_the_check(tmp_path, monkeypatch):
+    """A graph that computes otherwise than the model on the example inputs (the encoder's packed
+    route for plain tensors left out): without check_io the probes find it apart from the model, the
+    comparison at the example then runs and gives the error it gives with the check."""
+    import fx2nnef.fx_tracer.tracer as tracer
+    from test_fast_paths import Encoder, _masks
+
+    monkeypatch.setattr(tracer, "reproduce_fast_path", lambda m, args, kwargs, out: out)
+    pad = _masks(2, 5, torch.bool)[0]
+    with pytest.raises(TraceError, match=r"does not reproduce the model on the example inputs "
+                                         r"\(output 0 differs from the model by .*diagnose") as info:
+        fx2nnef.export(Encoder().eval(), (torch.randn(2, 5, 8), pad), tmp_path / "m.nnef.tgz",
+                       input_names=["x", "pad"],
+                       target=fx2nnef.TractNNEF(check_io=False, dynamic_axes={"x": {1: "S"}, "pad": {1: "S"}}))
+    assert not isinstance(info.value, fx2nnef.GuardError)
+    assert not list(tmp_path.iterdir())
