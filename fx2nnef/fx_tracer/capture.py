@@ -362,6 +362,8 @@ def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_na
     if analysis.shapes_from.startswith("probes ("):
         notes.append("dynamic shapes were fitted from probe runs: " + analysis.shapes_from[len("probes ("):-1])
     runs = {"graph_runs": RUNS.graph, "eager_runs": RUNS.eager}
+    if RUNS.graph_light:
+        runs["light_runs"] = RUNS.graph_light  # the graph at the example, input data on meta tensors
     if RUNS.fake:
         runs["fake_runs"] = RUNS.fake
     if RUNS.shapes:

@@ -77,6 +77,10 @@ class Worker:
             except BaseException as exc:  # noqa: BLE001 - handed to the main thread
                 self._result = (False, exc)
 
+    def running(self) -> bool:
+        """Whether the job is still going on."""
+        return self._thread.is_alive()
+
     def result(self):
         self._thread.join()
         ok, value = self._result

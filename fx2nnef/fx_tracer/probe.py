@@ -96,6 +96,77 @@ class _Recorder(fx.Interpreter):
         return out
 
 
+class _LightRecorder(_Recorder):
+    """:class:`_Recorder` of a run where the nodes computed from input data run on meta tensors
+    (shapes, strides and dtypes, no data): the others, computed from sizes and weights (position
+    tables, constants), run on data. A node computed without input data that gets a meta tensor
+    all the same (from data it does not depend on) stops the run: :func:`_run_light` says None."""
+
+    def __init__(self, gm, light: set, device):
+        super().__init__(gm, set(), light)
+        self.device = device
+
+    def run_node(self, n):
+        from .fake_replay import _meta_args, _to_meta
+
+        self.current = n
+        if n in self.light and n.op in ("call_function", "call_method", "get_attr"):
+            with self._set_current_node(n):
+                args, kwargs = self.fetch_args_kwargs_from_env(n)
+            args, kwargs = _meta_args(args, kwargs)
+            if n.op == "call_method" and n.target == "cpu":
+                out = args[0]
+            else:
+                with torch.no_grad():
+                    out = getattr(self, n.op)(n.target, args, kwargs)
+        else:
+            with torch.no_grad():
+                out = fx.Interpreter.run_node(self, n)
+            if n.op == "placeholder":
+                out = _to_meta(out)
+            elif n not in self.light:
+                if isinstance(out, torch.device) and out.type == "meta":
+                    out = self.device  # a meta stand-in's device: the example's
+                elif _light_values({n: out}, {n}):
+                    raise _NeedsData(n)
+        self.records[n] = _record(out)
+        self.kept[n] = out
+        return out
+
+
+class _NeedsData(Exception):
+    pass
+
+
+def _light_values(values: dict, nodes) -> bool:
+    """Whether the value of one of ``nodes`` holds a meta tensor."""
+    def meta(v):
+        if isinstance(v, torch.Tensor):
+            return v.device.type == "meta"
+        if isinstance(v, (tuple, list)):
+            return any(meta(x) for x in v)
+        return False
+    return any(meta(values.get(n)) for n in nodes)
+
+
+def _run_light(gm, inputs, light: set) -> Optional[tuple]:
+    """``(values, None, records)`` of the graph's run at ``inputs`` where only the nodes computed
+    without input data (``light`` are the others) run on data, the rest on meta tensors: what the
+    IR needs (constants, Python numbers, shapes and dtypes) at the cost of a fake run instead of a
+    forward pass. None when some node cannot run so (no meta kernel, a number read from data, a
+    submodule called whole): the caller runs the graph for real."""
+    devices = {t.device for t in inputs if isinstance(t, torch.Tensor)}
+    if len(devices) != 1:
+        return None
+    rec = _LightRecorder(gm, light, devices.pop())
+    RUNS.graph_light += 1
+    try:
+        rec.run(*inputs)
+    except Exception:  # noqa: BLE001 - run for real instead
+        return None
+    return rec.kept, None, rec.records
+
+
 def resize(t: torch.Tensor, axis: int, n: int, edge: bool = False) -> torch.Tensor:
     """``t`` with axis ``axis`` of length ``n``, reusing its own data where it can: repeated
     whole, or with ``edge`` its last item repeated (ids holding a fixed number of image tokens
@@ -207,6 +278,7 @@ class RunCount:
         self.graph = 0
         self.eager = 0
         self.fake = 0  # fake runs at concrete sizes (shapes only, no data)
+        self.graph_light = 0  # runs of the graph with input data on meta tensors (see _run_light)
         self.shapes = 0.0  # seconds in the symbolic replay and the fake runs
 
 
@@ -1122,18 +1194,23 @@ def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, 
     # the outputs while they are compared with the model
     light = data_dependence(gm)
     outputs = _output_nodes(gm)
-    (base_values, err, base_records), replayed = _run_and_replay(gm, example, names, dynamic_axes, guards, base_env,
-                                                                 light, hint_env)
+    # Without check_io the model's outputs at the example are not known (``reference.defer_base``):
+    # nothing compares the graph's with them unless the probes find something wrong (a failure, a
+    # bounded range). The graph was traced at the example: a graph that computes otherwise there
+    # (a route torch takes for plain tensors only) computes otherwise at the probed sizes too, and
+    # that comparison then says where it went wrong, as it did when it ran first. Until then the
+    # graph's run at the example computes the values the IR needs only (see :func:`_run_light`):
+    # the probes' real runs check the graph
+    deferred = None
+    if symbols and reference is not None and getattr(reference, "defer_base", False) and not reference.knows(base_env):
+        deferred = {}
+    (base_values, err, base_records), replayed, ahead = _run_and_replay(gm, example, names, dynamic_axes, guards,
+                                                                        base_env, light, hint_env,
+                                                                        light_run=deferred is not None)
     if err is not None:
         node, msg = err
         raise RuntimeError(f"the traced graph does not re-run on the example inputs at '{node}': {msg}")
-    # Without check_io the model's outputs at the example are not known (``reference.defer_base``):
-    # the graph's are kept, and compared with the model's only if the probes find something wrong
-    # (a failure, a bounded range). The graph was traced at the example: a graph that computes
-    # otherwise there (a route torch takes for plain tensors only) computes otherwise at the
-    # probed sizes too, and that comparison then says where it went wrong, as it did run first
-    deferred = None
-    if reference is not None and getattr(reference, "defer_base", False) and not reference.knows(base_env):
+    if deferred is not None and not _light_values(base_values, outputs):  # a real run after all
         deferred = {n: base_values[n] for n in _output_args(gm)}
 
     def failures_at_example(expected) -> list:
@@ -1159,7 +1236,7 @@ def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, 
         kernel_checks = rep.checks if rep is not None and replay_failed is not None else None
         analysis = _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, base_values,
                              base_records, base_failures, None if replay_failed is not None else rep,
-                             kernel_checks=kernel_checks)
+                             kernel_checks=kernel_checks, ahead=ahead if replay_failed is None else None)
         if replay_failed is not None:
             why, above = replay_failed
             analysis.shapes_from = "probes (" + why + ")"
@@ -1173,8 +1250,15 @@ def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, 
     def settled(analysis: Analysis, rep=None, replay_failed=None) -> Analysis:
         """``analysis``, or, when the comparison at the example was deferred and the probes found
         something wrong, the analysis again with that comparison first (as it ran first before)."""
-        if deferred is None or (not analysis.failures and not any(r.bounded for r in analysis.ranges.values())):
-            return analysis
+        if deferred is None or (not analysis.failures and not any(r.bounded for r in analysis.ranges.values())
+                                and (deferred or RUNS.graph > graph_runs)):
+            return analysis  # (a graph run only at the example's without data: one real run at least)
+        if not deferred:  # the outputs of the graph's real run at the example
+            values, err, _records = _run(gm, example, outputs, light)
+            if err is not None:
+                node, msg = err
+                raise RuntimeError(f"the traced graph does not re-run on the example inputs at '{node}': {msg}")
+            deferred.update({n: values[n] for n in _output_args(gm)})
         if "model" not in at_example:
             at_example["model"] = reference(base_env)
         again = failures_at_example(at_example["model"])
@@ -1182,6 +1266,7 @@ def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, 
             return analysis
         return analysed(again, rep, replay_failed)
 
+    graph_runs = RUNS.graph
     if not symbols:
         return settled(analysed(base_failures))
     rep = None
@@ -1202,11 +1287,13 @@ def _output_args(gm) -> list:
     return [a for a in out_node.args[0] if isinstance(a, fx.Node)]
 
 
-def _run_and_replay(gm, example, names, dynamic_axes, guards, base_env, light, hint_env) -> tuple:
-    """``(base run, replayed)``: the graph's run at the example sizes (see :func:`_run`) and a
-    function giving the fake replay (or raising :class:`ReplayUnavailable`). Where a worker thread
-    may run it (:func:`.overlap.can_overlap`), the real run goes there while this thread replays:
-    the replay is Python, the run torch's kernels, and the two overlap on two cores."""
+def _run_and_replay(gm, example, names, dynamic_axes, guards, base_env, light, hint_env, light_run=False) -> tuple:
+    """``(base run, replayed, ahead)``: the graph's run at the example sizes (see :func:`_run`), a
+    function giving the fake replay (or raising :class:`ReplayUnavailable`), and the :class:`_Ahead`
+    work done while the run went on (or None). Where a worker thread may run it
+    (:func:`.overlap.can_overlap`), the real run goes there while this thread replays: the replay
+    is Python, the run torch's kernels, and the two overlap on two cores. The replay ends first;
+    the fake runs the analysis will want next, Python too, take the rest of that time."""
     outputs = _output_nodes(gm)
 
     def replay_now():
@@ -1216,15 +1303,62 @@ def _run_and_replay(gm, example, names, dynamic_axes, guards, base_env, light, h
         finally:
             RUNS.shapes += time.perf_counter() - started
 
+    if light_run:
+        base = _run_light(gm, example, light)
+        if base is not None:  # no real run of the graph's heavy part to overlap: the replay follows
+            return base, replay_now, None
     if not base_env or not can_overlap():
-        return _run(gm, example, outputs, light), replay_now
+        return _run(gm, example, outputs, light), replay_now, None
+    ahead = None
     with Worker(lambda: _run(gm, example, outputs, light)) as worker:
         try:
             rep = replay_now()
             replayed = lambda: rep  # noqa: E731
         except ReplayUnavailable as exc:
             replayed = lambda exc=exc: _raise(exc)  # noqa: E731
-        return worker.result(), replayed
+        else:
+            ahead = _Ahead.made(gm, example, names, dynamic_axes, guards, base_env, light, rep, worker)
+        return worker.result(), replayed, ahead
+
+
+class _Ahead:
+    """What :func:`_analysis` first computes from the replay alone, done while the graph's run at
+    the example goes on in the worker: the decisions' signature, the probe sizes, and the fake
+    runs at the sizes where only torch's kernels decide otherwise (each costs about a third of the
+    replay). Only the fake runs the probes reach whatever the others find are made (not those
+    at the size before a flip, probed only if the flip is bad), and only while the worker runs."""
+
+    def __init__(self, signature, envs: tuple, fake: dict):
+        self.signature = signature
+        self.envs = envs
+        self.fake = fake  # env key -> records of the fake run (None: it needs data)
+
+    @classmethod
+    def made(cls, gm, example, names, dynamic_axes, guards, base_env, data_dep, rep, worker) -> Optional["_Ahead"]:
+        try:
+            signature = _signature(rep, guards, data_dep)
+            envs = _symbolic_envs(signature, base_env)
+        except Exception:  # noqa: BLE001 - the analysis meets it again, in its order
+            return None
+        single, _multi, lazy, kernel_only = envs[:4]
+        fake: dict = {}
+        for env in single:
+            key = _env_key(env)
+            if key not in kernel_only or key in lazy:
+                continue
+            if not worker.running():
+                break  # the rest in the analysis, with the cores free
+            started = time.perf_counter()
+            try:
+                fake[key] = shapes_at(gm, example, names, dynamic_axes, env, _record)
+                RUNS.fake += 1
+            except ReplayUnavailable:
+                fake[key] = None
+            except Exception:  # noqa: BLE001 - made again by the analysis, which reports it
+                break
+            finally:
+                RUNS.shapes += time.perf_counter() - started
+        return cls(signature, envs, fake)
 
 
 def _raise(exc):
@@ -1252,7 +1386,8 @@ def _control_flow(n: fx.Node) -> bool:
 
 
 def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, base_values, base_records,
-              base_failures, rep: Optional[Replay], kernel_checks: Optional[list] = None) -> Analysis:
+              base_failures, rep: Optional[Replay], kernel_checks: Optional[list] = None,
+              ahead: Optional[_Ahead] = None) -> Analysis:
     """The body of :func:`analyze`: probe runs, ranges, shapes and guard statuses. Shapes come from
     the fake replay ``rep`` when given (probes are then only the sizes where a decision flips and
     two checks), else from polynomials fitted to many probe runs."""
@@ -1270,9 +1405,12 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
     data_dep0 = data_dependence(gm)
     signature = None
     if symbols and rep is not None:
-        signature = _signature(rep, guards, data_dep0)
+        signature = ahead.signature if ahead is not None else _signature(rep, guards, data_dep0)
         _check_base_shapes(rep, base_records, base_env)
-        single, multi, lazy, kernel_only, io_envs, checks, far = _symbolic_envs(signature, base_env)
+        # lists of their own: a second analysis (the comparison at the example deferred) starts afresh
+        single, multi, lazy, kernel_only, io_envs, checks, far = (
+            [list(e) if isinstance(e, list) else type(e)(e) for e in ahead.envs] if ahead is not None
+            else _symbolic_envs(signature, base_env))
         flip_keys = {_env_key(e) for e in single} - checks
     elif symbols:
         for env in below_probe_envs(base_env) + probe_envs(base_env) + far_probe_envs(base_env):
@@ -1320,6 +1458,8 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
     def fake_records(env):
         """Every node's record from a fake run at ``env``, or None when a node needs data or the
         sizes are refused."""
+        if ahead is not None and _env_key(env) in ahead.fake:
+            return ahead.fake[_env_key(env)]
         started = time.perf_counter()
         try:
             records = shapes_at(gm, example, names, dynamic_axes, env, _record)

@@ -113,6 +113,32 @@ def call_fails(kind: str, key, *args, **kwargs) -> bool:
     return False
 
 
+_MISSING = object()
+
+
+def _stored_attribute(root: torch.nn.Module, target: str):
+    """The parameter, buffer or plain attribute at the dotted path ``target`` of ``root``, read from
+    the modules' own tables (no ``__getattr__``, which torch.fx patches while tracing: reading
+    through it needs the patches reverted, two class attribute writes per weight); ``_MISSING``
+    when some part is anything else (a property), read the usual way."""
+    obj = root
+    for part in target.split("."):
+        if not isinstance(obj, torch.nn.Module) or hasattr(type(obj), part):
+            return _MISSING  # a class attribute (a property) comes before the tables
+        tables = obj.__dict__
+        if part in tables:
+            obj = tables[part]
+            continue
+        for table in ("_parameters", "_buffers", "_modules"):
+            held = tables.get(table)
+            if held is not None and part in held:
+                obj = held[part]
+                break
+        else:
+            return _MISSING
+    return obj
+
+
 def _may_call_modules(kind, target) -> bool:
     """Whether running ``target`` on concrete values may call an ``nn.Module`` (or read one's
     attributes), so that torch.fx's patches of ``Module.__call__``/``__getattr__`` must be
@@ -280,6 +306,10 @@ class CustomTracer(fx.Tracer):
         return proxy
 
     def _concrete(self, kind, target, args, kwargs):
+        if kind == "get_attr":
+            found = _stored_attribute(self.root, target)
+            if found is not _MISSING:
+                return found
         a, k = _unwrap(args), _unwrap(kwargs)
         try:
             with (_maybe_revert_all_patches() if _may_call_modules(kind, target) else contextlib.nullcontext()), \

@@ -25,7 +25,9 @@ class TractNNEF(InferenceTarget):
 
     Args:
         version: tract version the asset is written for (recorded in the properties).
-        check_io: run the asset in tract (in a child process) and compare with PyTorch.
+        check_io: run the asset in tract (in a child process) and compare with PyTorch. Without
+            it the export is cheaper by one forward pass: the model is not run on the example
+            inputs first, the eager runs left being a dynamic export's probes.
         dynamic_axes: ``{input_name: {axis: "SYMBOL"}}``; symbols become ``tract_symbol``.
         check_io_tolerance: one of tract's levels (exact, close, approximate, very, super, ultra;
             see fx2nnef.targets.tolerance)
