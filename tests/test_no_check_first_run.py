@@ -67,9 +67,13 @@ def test_same_asset_without_the_first_run(tmp_path, dyn):
     assert fast.notes == checked.notes
     if dyn is None:
         assert fast.timings["eager_runs"] == 0 and fast.timings["graph_runs"] == 1, fast.timings
+        assert "light_runs" not in fast.timings  # the graph's one real run
     else:
-        # the checked export ran the model at the example first; here only the probes run it
+        # the checked export ran the model at the example first; here only the probes run it, and
+        # the graph's run at the example has no forward pass on data (input data on meta tensors)
         assert fast.timings["eager_runs"] == checked.timings["eager_runs"] - 1 >= 1, (fast.timings, checked.timings)
+        assert fast.timings["graph_runs"] == checked.timings["graph_runs"] - 1 >= 1, (fast.timings, checked.timings)
+        assert fast.timings["light_runs"] == 1 and "light_runs" not in checked.timings
     others = [_inputs(2, 9, seed=5)] if dyn is None else [_inputs(1, 4, seed=5), _inputs(3, 17, seed=6)]
     tract_matches_eager(tmp_path / "b.nnef.tgz", model, others)
 
@@ -139,3 +143,45 @@ def test_graph_unlike_the_model_on_the_example_is_found_without_the_check(tmp_pa
                        target=fx2nnef.TractNNEF(check_io=False, dynamic_axes={"x": {1: "S"}, "pad": {1: "S"}}))
     assert not isinstance(info.value, fx2nnef.GuardError)
     assert not list(tmp_path.iterdir())
+
+
+class _Unfolds(torch.nn.Module):
+    """Refuses S < 4: the probes below the example find the model refusing, a bounded range."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.proj(x.unfold(1, 4, 1))
+
+
+def test_a_bounded_range_compares_at_the_example(tmp_path):
+    """A range the probes bound (the model refuses S=3): the graph is then run for real at the
+    example and compared with the model there, as with the check; same range and graph."""
+    x = randn(2, 6)
+    dyn = {"x": {1: "S"}}
+    checked, graph_checked = _export(_Unfolds(), (x,), tmp_path / "a.nnef.tgz", True, dyn, input_names=["x"])
+    fast, graph_fast = _export(_Unfolds(), (x,), tmp_path / "b.nnef.tgz", False, dyn, input_names=["x"])
+    assert graph_fast == graph_checked
+    assert str(fast.ranges["S"]) == str(checked.ranges["S"]) == "S >= 4 (the model refuses S=3)"
+    # the run without data at first, then the real one and the model's at the example
+    assert fast.timings["light_runs"] == 1
+    assert fast.timings["graph_runs"] == checked.timings["graph_runs"]
+    assert fast.timings["eager_runs"] == checked.timings["eager_runs"]
+
+
+def test_a_graph_that_needs_data_runs_for_real():
+    """A node that cannot run on meta tensors (nonzero: as many items as the data has): no run
+    without data, the caller runs the graph for real."""
+    from fx2nnef.fx_tracer import probe
+
+    gm = torch.fx.symbolic_trace(lambda x: torch.nonzero(x > 0).sum() + x.shape[0])
+    x = randn(3, 4)
+    assert probe._run_light(gm, [x], probe.data_dependence(gm)) is None
+    gm = torch.fx.symbolic_trace(lambda x: x.sum(-1) * torch.arange(x.shape[0], device=x.device))
+    values, err, records = probe._run_light(gm, [x], probe.data_dependence(gm))
+    nodes = {n.name: n for n in gm.graph.nodes}
+    assert err is None and values[nodes["arange"]].device.type == "cpu"  # from sizes: on data
+    assert torch.equal(values[nodes["arange"]], torch.arange(3))
+    assert values[nodes["sum_1"]].device.type == "meta" and records[nodes["mul"]] == ("tensor", (3,), torch.float32)
