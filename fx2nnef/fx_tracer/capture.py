@@ -28,7 +28,7 @@ from .grouped import check_grouped_outputs
 from .padded import check_padded
 from .passes import (cleanup_slices, complex_to_real, fold_constant_selects, masked_reductions, masked_updates,
                      remove_dead_code, remove_inplace)
-from .probe import AT_EXAMPLE, OFF_STEP, RUNS, analyze, example_sizes, inputs_at
+from .probe import AT_EXAMPLE, OFF_STEP, RUNS, _output_args, analyze, example_sizes, inputs_at
 from .random_draws import random_draws_advice, random_draws_text, watch_random_draws
 from .scalars import scalars_to_inputs
 from .stored_values import StoredValues, stored_values
@@ -386,11 +386,6 @@ def _eager_outputs(model, args, kwargs, tensors: list, output_names: Optional[li
 def _output_names(output_names: Optional[list], ref_flat: list) -> list:
     return _check_names("output", output_names, len(ref_flat)) if output_names else [
         _ident(n or "output") for n, _ in ref_flat]
-
-
-def _output_args(gm: fx.GraphModule) -> list:
-    out_node = next(n for n in gm.graph.nodes if n.op == "output")
-    return list(out_node.args[0]) if isinstance(out_node.args[0], (list, tuple)) else [out_node.args[0]]
 
 
 def _ident(name: str) -> str:

@@ -105,20 +105,29 @@ class _LightRecorder(_Recorder):
     def __init__(self, gm, light: set, device):
         super().__init__(gm, set(), light)
         self.device = device
+        # calls on meta tensors give the same for the same metadata: the repeated layers run once
+        # (none when a call is in place: it changes a tensor other calls may share)
+        self.memo: Optional[dict] = None if any(_in_place(n) for n in gm.graph.nodes) else {}
+        self.tensor_keys: dict = {}
 
     def run_node(self, n):
-        from .fake_replay import _meta_args, _to_meta
+        from .fake_replay import _memo_key, _meta_args, _to_meta
 
         self.current = n
-        if n in self.light and n.op in ("call_function", "call_method", "get_attr"):
+        if n in self.light and n.op in ("call_function", "call_method"):
             with self._set_current_node(n):
                 args, kwargs = self.fetch_args_kwargs_from_env(n)
             args, kwargs = _meta_args(args, kwargs)
-            if n.op == "call_method" and n.target == "cpu":
+            key = _memo_key(n.op, n.target, args, kwargs, self.tensor_keys) if self.memo is not None else None
+            if key is not None and key in self.memo:
+                out = self.memo[key]
+            elif n.op == "call_method" and n.target == "cpu":
                 out = args[0]
             else:
                 with torch.no_grad():
                     out = getattr(self, n.op)(n.target, args, kwargs)
+                if key is not None:
+                    self.memo[key] = out
         else:
             with torch.no_grad():
                 out = fx.Interpreter.run_node(self, n)
