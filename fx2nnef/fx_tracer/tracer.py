@@ -114,6 +114,8 @@ def call_fails(kind: str, key, *args, **kwargs) -> bool:
 
 
 _MISSING = object()
+_PLAIN_ARGUMENTS = frozenset((int, float, bool, str, type(None), torch.dtype, torch.device, torch.memory_format,
+                              torch.layout))
 
 
 def _stored_attribute(root: torch.nn.Module, target: str):
@@ -474,6 +476,16 @@ class CustomTracer(fx.Tracer):
         return super().getattr(attr, attr_val, parameter_proxy_cache)
 
     def create_arg(self, a):
+        kind = type(a)
+        # the arguments of nearly every call, answered as torch.fx answers them without its chain
+        # of isinstance checks (each through the traced isinstance): exact types only, so that
+        # subclasses (DataInt, SizeTuple, torch.Size, named tuples) take the full path below
+        if kind is CustomProxy:
+            return a.node
+        if kind in _PLAIN_ARGUMENTS:
+            return a
+        if kind is tuple or kind is list:
+            return kind([self.create_arg(x) for x in a])
         if isinstance(a, DataInt):
             return int(a)  # the guard records where it was read; the graph holds a plain int
         if isinstance(a, SizeTuple):
