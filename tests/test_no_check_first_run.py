@@ -1,6 +1,7 @@
 """Without check_io, the model is not run on the example before the trace (its outputs would
-serve the check only): the same asset, ranges and errors as with the run first; a dynamic export
-compares the graph with the model at the example only when a probe finds something wrong."""
+serve the check only): the same asset, ranges and errors as with the run first. A dynamic export
+runs the graph at the example without input data (what the IR needs), and for real, compared with
+the model there, only when a probe finds something wrong."""
 import tarfile
 
 import pytest
@@ -11,20 +12,10 @@ import transformers as T
 import fx2nnef
 from fx2nnef.errors import InvalidArgumentError, TraceError
 from harness import randn, tract_matches_eager
+from test_overlap import SMALL, _Logits
 
-SMALL = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-             num_key_value_heads=2, vocab_size=256, max_position_embeddings=128)
 DYN = {"input_ids": {0: "B", 1: "S"}, "attention_mask": {0: "B", 1: "S"}}
 NAMES = ["input_ids", "attention_mask"]
-
-
-class _Logits(torch.nn.Module):
-    def __init__(self, lm):
-        super().__init__()
-        self.lm = lm
-
-    def forward(self, input_ids, attention_mask):
-        return self.lm(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
 
 
 def _llama():
