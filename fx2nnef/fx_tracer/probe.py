@@ -168,11 +168,11 @@ def _run_light(gm, inputs, light: set) -> Optional[tuple]:
     if len(devices) != 1:
         return None
     rec = _LightRecorder(gm, light, devices.pop())
-    RUNS.graph_light += 1
     try:
         rec.run(*inputs)
     except Exception:  # noqa: BLE001 - run for real instead
         return None
+    RUNS.graph_light += 1
     return rec.kept, None, rec.records
 
 
