@@ -288,7 +288,7 @@ def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_na
     out_names = None
     if eager_first:
         ref_flat = _eager_outputs(model, args, kwargs, tensors)
-        out_names = _output_names(output_names, ref_flat)
+        out_names = _output_names(output_names, [k for k, _ in ref_flat])
     elif output_names:
         out_names = _check_names("output", output_names, len(output_names))  # the count is checked after the trace
     dyn = validate_dynamic_axes(asked_axes, names, tensors, out_names or [])
@@ -297,8 +297,7 @@ def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_na
     ref = None
     if dyn:
         known = (base_env, [t for _, t in ref_flat]) if eager_first else None
-        ref = _reference(model, args, kwargs, names, dyn, tensors, known, keep=checks)
-        ref.defer_base = not eager_first
+        ref = _reference(model, args, kwargs, names, dyn, tensors, known, keep=checks, defer_base=not eager_first)
     example_outputs = [t for _, t in ref_flat] if checks else None
     ref_flat = None  # not held through the trace (an LLM's logits)
     if target is not None:
@@ -328,7 +327,7 @@ def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_na
             ran = _eager_outputs(model, args, kwargs, tensors, output_names)
             raise TraceError(f"the traced graph has {traced_outputs} outputs, the model {len(ran)}")
         if out_names is None:
-            out_names = [_ident(n) for n in trace.output_names]
+            out_names = _output_names(None, trace.output_names)
     if draws:
         notes.append(f"the forward draws random numbers ({random_draws_text(draws)}): a draw that reaches the "
                      "outputs is kept in the graph as the example's values, which the asset gives on every run")
@@ -383,9 +382,11 @@ def _eager_outputs(model, args, kwargs, tensors: list, output_names: Optional[li
     return ref_flat
 
 
-def _output_names(output_names: Optional[list], ref_flat: list) -> list:
-    return _check_names("output", output_names, len(ref_flat)) if output_names else [
-        _ident(n or "output") for n, _ in ref_flat]
+def _output_names(output_names: Optional[list], keys: list) -> list:
+    """The outputs' names: ``output_names`` checked against the count of ``keys``, else the keys of
+    the flattened outputs (:func:`structures.flatten`) made identifiers."""
+    return _check_names("output", output_names, len(keys)) if output_names else [
+        _ident(k or "output") for k in keys]
 
 
 def _ident(name: str) -> str:
@@ -423,11 +424,14 @@ def _run_model(model, args, kwargs, flat_inputs: list):
         return run_eagerly(lambda: model(*a, **k))
 
 
-def _reference(model, args, kwargs, names, dyn, example, known: Optional[tuple] = None, keep: bool = True):
+def _reference(model, args, kwargs, names, dyn, example, known: Optional[tuple] = None, keep: bool = True,
+               defer_base: bool = False):
     """``env -> flat eager outputs`` of the model at the sizes ``env`` (on ``inputs`` when given).
 
     With ``keep``, the outputs at each ``env`` are kept (a size checked by the probes is reused
-    by check_io); ``known`` is ``(env, outputs)`` already computed."""
+    by check_io); ``known`` is ``(env, outputs)`` already computed. ``defer_base``: the analysis
+    compares the graph with the model at the example only when a probe finds something wrong
+    (see :func:`.probe.analyze`)."""
     cache = {} if known is None else {tuple(sorted(known[0].items())): known[1]}
     edge_envs: set = set()  # sizes where the model took the inputs grown by their last item only
 
@@ -480,7 +484,7 @@ def _reference(model, args, kwargs, names, dyn, example, known: Optional[tuple] 
     run.inputs_for = inputs_for
     run.outputs_at = outputs_at  # not kept
     run.knows = knows
-    run.defer_base = False  # see analyze: the comparison at the example waits for a wrong probe
+    run.defer_base = defer_base
     return run
 
 

@@ -136,7 +136,7 @@ class _LightRecorder(_Recorder):
             elif n not in self.light:
                 if isinstance(out, torch.device) and out.type == "meta":
                     out = self.device  # a meta stand-in's device: the example's
-                elif _light_values({n: out}, {n}):
+                elif _holds_meta(out):
                     raise _NeedsData(n)
         self.records[n] = _record(out)
         self.kept[n] = out
@@ -147,15 +147,13 @@ class _NeedsData(Exception):
     pass
 
 
-def _light_values(values: dict, nodes) -> bool:
-    """Whether the value of one of ``nodes`` holds a meta tensor."""
-    def meta(v):
-        if isinstance(v, torch.Tensor):
-            return v.device.type == "meta"
-        if isinstance(v, (tuple, list)):
-            return any(meta(x) for x in v)
-        return False
-    return any(meta(values.get(n)) for n in nodes)
+def _holds_meta(value) -> bool:
+    """Whether ``value`` is or holds (in tuples and lists) a meta tensor."""
+    if isinstance(value, torch.Tensor):
+        return value.device.type == "meta"
+    if isinstance(value, (tuple, list)):
+        return any(_holds_meta(v) for v in value)
+    return False
 
 
 def _run_light(gm, inputs, light: set) -> Optional[tuple]:
@@ -1210,21 +1208,19 @@ def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, 
     # that comparison then says where it went wrong, as it did when it ran first. Until then the
     # graph's run at the example computes the values the IR needs only (see :func:`_run_light`):
     # the probes' real runs check the graph
-    deferred = None
-    if symbols and reference is not None and getattr(reference, "defer_base", False) and not reference.knows(base_env):
-        deferred = {}
+    deferred = bool(symbols) and reference is not None and getattr(reference, "defer_base", False) \
+        and not reference.knows(base_env)
     (base_values, err, base_records), replayed, ahead = _run_and_replay(gm, example, names, dynamic_axes, guards,
-                                                                        base_env, light, hint_env,
-                                                                        light_run=deferred is not None)
-    if err is not None:
-        node, msg = err
-        raise RuntimeError(f"the traced graph does not re-run on the example inputs at '{node}': {msg}")
-    if deferred is not None and not _light_values(base_values, outputs):  # a real run after all
-        deferred = {n: base_values[n] for n in _output_args(gm)}
+                                                                        base_env, light, hint_env, light_run=deferred)
+    _check_reran(err)
+    # the graph's real outputs at the example while the comparison waits (none after a run without data)
+    real_outputs: dict = {}
+    if deferred and not any(_holds_meta(base_values[n]) for n in outputs):
+        real_outputs = {n: base_values[n] for n in _output_args(gm)}
 
     def failures_at_example(expected) -> list:
         if expected is not None:
-            mismatch = _outputs_match(gm, {**base_values, **(deferred or {})}, expected)
+            mismatch = _outputs_match(gm, {**base_values, **real_outputs}, expected)
             if mismatch is not None:
                 return [ProbeFailure(base_env, None, mismatch + AT_EXAMPLE)]
         # a graph traced at other sizes (capture's retrace) and checked here: a number it read from
@@ -1237,7 +1233,7 @@ def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, 
             return [ProbeFailure(base_env, None, empty + AT_EXAMPLE)]
         return []
 
-    base_failures = failures_at_example(reference(base_env) if reference is not None and deferred is None else None)
+    base_failures = failures_at_example(reference(base_env) if reference is not None and not deferred else None)
     for n in outputs & light:
         base_values[n] = data_less(base_values[n])
 
@@ -1259,15 +1255,13 @@ def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, 
     def settled(analysis: Analysis, rep=None, replay_failed=None) -> Analysis:
         """``analysis``, or, when the comparison at the example was deferred and the probes found
         something wrong, the analysis again with that comparison first (as it ran first before)."""
-        if deferred is None or (not analysis.failures and not any(r.bounded for r in analysis.ranges.values())
-                                and (deferred or RUNS.graph > graph_runs)):
+        if not deferred or (not analysis.failures and not any(r.bounded for r in analysis.ranges.values())
+                            and (real_outputs or RUNS.graph > graph_runs)):
             return analysis  # (a graph run only at the example's without data: one real run at least)
-        if not deferred:  # the outputs of the graph's real run at the example
+        if not real_outputs:
             values, err, _records = _run(gm, example, outputs, light)
-            if err is not None:
-                node, msg = err
-                raise RuntimeError(f"the traced graph does not re-run on the example inputs at '{node}': {msg}")
-            deferred.update({n: values[n] for n in _output_args(gm)})
+            _check_reran(err)
+            real_outputs.update({n: values[n] for n in _output_args(gm)})
         if "model" not in at_example:
             at_example["model"] = reference(base_env)
         again = failures_at_example(at_example["model"])
@@ -1289,6 +1283,13 @@ def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, 
         if env is not None and all(env[s] >= base_env[s] for s in base_env) and env != base_env:
             above = env
     return settled(analysed(base_failures, rep, (why, above)), rep, (why, above))
+
+
+def _check_reran(err) -> None:
+    """Raise when the graph's run at the example sizes failed (``err`` from :func:`_run`)."""
+    if err is not None:
+        node, msg = err
+        raise RuntimeError(f"the traced graph does not re-run on the example inputs at '{node}': {msg}")
 
 
 def _output_args(gm) -> list:
@@ -1357,17 +1358,25 @@ class _Ahead:
                 continue
             if not worker.running():
                 break  # the rest in the analysis, with the cores free
-            started = time.perf_counter()
             try:
-                fake[key] = shapes_at(gm, example, names, dynamic_axes, env, _record)
-                RUNS.fake += 1
-            except ReplayUnavailable:
-                fake[key] = None
+                fake[key] = _fake_records(gm, example, names, dynamic_axes, env)
             except Exception:  # noqa: BLE001 - made again by the analysis, which reports it
                 break
-            finally:
-                RUNS.shapes += time.perf_counter() - started
         return cls(signature, envs, fake)
+
+
+def _fake_records(gm, example, names, dynamic_axes, env: dict) -> Optional[dict]:
+    """Every node's record from a fake run at ``env``, or None when a node needs data or the
+    sizes are refused (counted in ``RUNS``)."""
+    started = time.perf_counter()
+    try:
+        records = shapes_at(gm, example, names, dynamic_axes, env, _record)
+    except ReplayUnavailable:
+        return None
+    finally:
+        RUNS.shapes += time.perf_counter() - started
+    RUNS.fake += 1
+    return records
 
 
 def _raise(exc):
@@ -1465,19 +1474,10 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
         raise exc
 
     def fake_records(env):
-        """Every node's record from a fake run at ``env``, or None when a node needs data or the
-        sizes are refused."""
+        """:func:`_fake_records` at ``env``, made ahead or now."""
         if ahead is not None and _env_key(env) in ahead.fake:
             return ahead.fake[_env_key(env)]
-        started = time.perf_counter()
-        try:
-            records = shapes_at(gm, example, names, dynamic_axes, env, _record)
-        except ReplayUnavailable:
-            return None
-        finally:
-            RUNS.shapes += time.perf_counter() - started
-        RUNS.fake += 1
-        return records
+        return _fake_records(gm, example, names, dynamic_axes, env)
 
     # the model and the graph may run side by side where the graph calls no submodule, changes no
     # tensor in place (a buffer the model updates would be read half-written) and has no control
