@@ -176,3 +176,33 @@ def test_a_graph_that_needs_data_runs_for_real():
     assert err is None and values[nodes["arange"]].device.type == "cpu"  # from sizes: on data
     assert torch.equal(values[nodes["arange"]], torch.arange(3))
     assert values[nodes["sum_1"]].device.type == "meta" and records[nodes["mul"]] == ("tensor", (3,), torch.float32)
+
+
+class _SizeBranch(torch.nn.Module):
+    """``if T < 5`` traced at T=3: the first trace holds for T <= 4, the one again at larger sizes
+    (T=5) for T >= 5 only. A dead index_copy refuses T < 3, which makes the merged graph's range
+    no wider than the retraced one's on the probes above the example (fuzz seed 11897)."""
+
+    def forward(self, x):
+        v1 = x * 2.42
+        v2 = torch.div(v1, -(x.abs() + 0.5))
+        torch.index_copy(v2, 0, torch.tensor([2, 1]), v2.narrow(0, 1, 2).flip(0))
+        v6 = v1.cos()
+        if x.shape[0] < 5:
+            return v6 + 1
+        return v6.roll(1, 2)
+
+
+def test_a_graph_traced_again_at_other_sizes_is_compared_at_the_example(tmp_path):
+    """A graph traced again at larger sizes was not traced at the example: its comparison with the
+    model there is not deferred (deferred, the retraced graph, the roll branch only, was kept and
+    gave the other branch's numbers at the example's sizes). Same asset as with the check, and
+    right on both sides of the decision in tract."""
+    x = torch.rand(3, 9, 4, generator=torch.Generator().manual_seed(0)) * 4 - 2
+    dyn = {"x": {0: "T", 1: "S"}}
+    checked, graph_checked = _export(_SizeBranch(), (x,), tmp_path / "a.nnef.tgz", True, dyn, input_names=["x"])
+    fast, graph_fast = _export(_SizeBranch(), (x,), tmp_path / "b.nnef.tgz", False, dyn, input_names=["x"])
+    assert graph_fast == graph_checked and "select(" in graph_fast
+    assert fast.notes == checked.notes
+    tract_matches_eager(tmp_path / "b.nnef.tgz", _SizeBranch(),
+                        [[randn(t, s, 4, seed=t + s)] for t, s in ((3, 9), (4, 2), (5, 7), (7, 1))])

@@ -771,7 +771,7 @@ def _trace_and_probe(model, args, kwargs, names, out_names, dyn, leaf_types, lea
             if not analysis2.failures:
                 # the graph must also reproduce the example sizes: analyze at the user's inputs
                 analysis_back = analyze(trace2.gm, trace.example_inputs, names, dyn, trace2.guards, ref,
-                                        hint_env=bigger)
+                                        hint_env=bigger, traced_at_example=False)
                 _join_far_bounds(analysis_back, analysis2)
                 if not analysis_back.failures and (first_failures or _wider(analysis_back.ranges, analysis.ranges)):
                     retraced = (trace2, analysis_back)

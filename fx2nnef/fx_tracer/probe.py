@@ -1184,7 +1184,7 @@ def _bisect_refused(results: dict, rng: SymRange, v: int) -> list:
 
 
 def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, guards: list,
-            reference=None, hint_env: Optional[dict] = None) -> Analysis:
+            reference=None, hint_env: Optional[dict] = None, traced_at_example: bool = True) -> Analysis:
     """Run the graph at the example sizes and at probe sizes below and above; fit shapes;
     check guards; decide the sizes the graph is valid for.
 
@@ -1193,6 +1193,8 @@ def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, 
     size: a size the model refuses is outside the model's domain; a size where the graph
     differs bounds the range of that symbol (``Analysis.ranges``); a guard that flips at a
     size where the graph still reproduces the model was an equivalent branch.
+    ``traced_at_example``: False for a graph traced at other sizes (capture's retrace), whose
+    comparison with the model at the example is never deferred.
     """
     base_env = example_sizes(example, names, dynamic_axes)
     symbols = list(base_env)
@@ -1207,9 +1209,11 @@ def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, 
     # (a route torch takes for plain tensors only) computes otherwise at the probed sizes too, and
     # that comparison then says where it went wrong, as it did when it ran first. Until then the
     # graph's run at the example computes the values the IR needs only (see :func:`_run_light`):
-    # the probes' real runs check the graph
-    deferred = bool(symbols) and reference is not None and getattr(reference, "defer_base", False) \
-        and not reference.knows(base_env)
+    # the probes' real runs check the graph. A graph traced at other sizes (capture's retrace) holds
+    # there and may compute otherwise at the example only (a decision baked there, `if S < 5`, whose
+    # other outcome the probes above the example never take): compared at once
+    deferred = bool(symbols) and traced_at_example and reference is not None \
+        and getattr(reference, "defer_base", False) and not reference.knows(base_env)
     (base_values, err, base_records), replayed, ahead = _run_and_replay(gm, example, names, dynamic_axes, guards,
                                                                         base_env, light, hint_env, light_run=deferred)
     _check_reran(err)
