@@ -270,3 +270,20 @@ def test_slice_from_the_start_past_the_example_holds_on_both_sides(tmp_path):
     _both_sides_export(lambda x: x[:, :9] * 2, (2, 5, 3), tmp_path, [1, 5, 9, 11])
 
 
+
+
+def _pooled(x):
+    return F.avg_pool1d(torch.cat([x, x], -1), 3, 3, ceil_mode=True)  # (2*S + 2) // 3 items
+
+
+@pytest.mark.parametrize("fn", [
+    # the size as a 0-d tensor, compared: a squeeze of the one-item range tract did not prove one item
+    lambda x: torch.where(torch.tensor(_pooled(x).shape[-1]) > 4, x.cumsum(-1), x),
+    # the size as a number broadcast over the input, and a max of two sizes
+    lambda x: x * _pooled(x).shape[-1] + max(_pooled(x).shape[-1], x.shape[-1] // 2),
+], ids=["0d_tensor", "number"])
+def test_a_size_with_a_floor_division_used_as_a_value(tmp_path, fn):
+    """A size holding a floor division, (2*S + 2) // 3, used as a value: tract 0.23.9 simplified
+    its one-item range ``(E, E+1)`` to another length and refused the asset at load; the value is
+    now computed from S with integer ops. Right at sizes on both sides of each multiple of 3."""
+    _export(fn, (1, 2, 8), 2, tmp_path, [2, 3, 4, 5, 7, 13])

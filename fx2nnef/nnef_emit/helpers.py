@@ -66,7 +66,7 @@ def scalar_operand(ctx: EmitContext, x, dtype: DType):
     if isinstance(x, Value):
         return x
     if isinstance(x, SymDim):  # a dynamic size used as a number: a 1-element tensor [S]
-        v = ctx.call("nnef.range", x, x + 1, 1, dtype, (1,))
+        v = dim_value(ctx, x, dtype)
         out = ctx.node.outputs[0] if ctx.node is not None and ctx.node.outputs else None
         if out is not None and out.shape == ():  # a 0-d result (``t0d < x.size(0)``) stays 0-d
             v = ctx.op("squeeze", v, axes=[0], out_shape=(), out_dtype=dtype)
@@ -77,6 +77,62 @@ def scalar_operand(ctx: EmitContext, x, dtype: DType):
         # wraps as torch does (``u8_tensor + 300`` adds 44); numpy refuses an out-of-range int
         return ctx.const(np.array(int(x), dtype=np.int64).astype(dtype.numpy_name), dtype)
     return ctx.const(np.array(x, dtype=dtype.numpy_name), dtype)
+
+
+def dim_value(ctx: EmitContext, d, dtype: DType) -> Value:
+    """The 1-element tensor ``[d]`` of a size ``d`` (an int or a :class:`SymDim`).
+
+    A polynomial of the input sizes is ``tract_core_range(d, d+1, 1)``. A size holding floor
+    divisions (a strided or ceil-mode pooling's length) or extrema is computed from its parts
+    instead: tract 0.23.9 simplifies some such ``d+1`` to another value (``((2*T+2)/3)+1`` minus
+    ``(2*T+2)/3`` is ``1 + (2*T+1)/3 - (2*T+2)/3`` to it), so that the range's length is not
+    known to be 1 and a squeeze or broadcast of it is refused when the asset loads."""
+    if not isinstance(d, SymDim):
+        return ctx.const([d], dtype)
+    if not _compound_atoms(d):
+        return ctx.call("nnef.range", d, d + 1, 1, dtype, (1,))
+    return cast(ctx, _dim_i64(ctx, d), dtype)
+
+
+def _compound_atoms(d: SymDim) -> bool:
+    from ..ir.dims import _DIV_ATOMS, _EXTREMA
+
+    return any(s in _DIV_ATOMS or s in _EXTREMA for s in d.symbols)
+
+
+def _dim_i64(ctx: EmitContext, d) -> Value:
+    """``[d]`` as an int64 tensor computed term by term: input sizes as ranges, floor divisions
+    (by a positive int) and extrema as integer ops."""
+    from ..ir.dims import _DIV_ATOMS, _EXTREMA
+
+    if not isinstance(d, SymDim):
+        return ctx.const(np.array([d], dtype=np.int64), DType.I64)
+    if not _compound_atoms(d):
+        return ctx.call("nnef.range", d, d + 1, 1, DType.I64, (1,))
+
+    def atom(name: str) -> Value:
+        if name in _DIV_ATOMS:
+            numerator, divisor = _DIV_ATOMS[name]
+            n = _dim_i64(ctx, numerator)
+            q = ew(ctx, "div", n, divisor)  # truncates: one less where the numerator is negative and not a multiple
+            below = compare(ctx, "lt", ew(ctx, "sub", n, ew(ctx, "mul", q, divisor)), 0)
+            return ew(ctx, "sub", q, cast(ctx, below, DType.I64))
+        if name in _EXTREMA:
+            pick, (a, b) = _EXTREMA[name]
+            return ew(ctx, pick.__name__, _dim_i64(ctx, a), _dim_i64(ctx, b))
+        return ctx.call("nnef.range", SymDim.symbol(name), SymDim.symbol(name) + 1, 1, DType.I64, (1,))
+
+    total = None
+    for mono, coef in sorted(d.terms.items(), key=lambda t: (len(t[0]), t[0])):
+        term = None
+        for name in mono:
+            term = atom(name) if term is None else ew(ctx, "mul", term, atom(name))
+        if term is None:
+            term = ctx.const(np.array([coef], dtype=np.int64), DType.I64)
+        elif coef != 1:
+            term = ew(ctx, "mul", term, coef)
+        total = term if total is None else ew(ctx, "add", total, term)
+    return total
 
 
 def broadcast_operands(ctx: EmitContext, a, b, dtype: Optional[DType] = None):

@@ -16,7 +16,7 @@ import torch
 
 from ...ir import DType, SymDim, Value
 from ..context import EmitContext
-from ..helpers import cast, compare, dims_list, ew, opaque, producer, select, un, unsqueeze_to
+from ..helpers import cast, compare, dim_value, dims_list, ew, opaque, producer, select, un, unsqueeze_to
 from ..registry import register
 
 
@@ -53,9 +53,7 @@ def filled(ctx: EmitContext, sizes: list, fill_value, dtype: DType) -> Value:
 
 def dim_tensor(ctx: EmitContext, d, dtype: DType) -> Value:
     """A 1-element tensor ``[d]`` for an int or a dynamic size (built with a range ``d..d+1``)."""
-    if not isinstance(d, SymDim):
-        return ctx.const([d], dtype)
-    return ctx.call("nnef.range", d, d + 1, 1, dtype, (1,))
+    return dim_value(ctx, d, dtype)
 
 
 def range_length(start, end, step):

@@ -15,7 +15,7 @@ from ...errors import EmitError
 from ...ir import DType, SymDim, Value, product, simplify
 from ...ir.dims import exact_quotient, substitute
 from ..context import EmitContext
-from ..helpers import axes, axis, cast, dims_list, ew, opaque, producer, rank, result_dtype, tiled_from, unsqueeze_to
+from ..helpers import axes, axis, cast, dim_value, dims_list, ew, opaque, producer, rank, result_dtype, tiled_from, unsqueeze_to
 from ..registry import register
 
 # ---------------------------------------------------------------------------------------
@@ -119,7 +119,7 @@ def _reshape_by_gather(ctx: EmitContext, x: Value, out_shape: tuple) -> Value:
             idx = pos
             continue
         idx = ctx.op("unsqueeze", idx, axes=[k], out_shape=idx.shape + (1,), out_dtype=DType.I64)
-        size = d if isinstance(d, int) else ctx.call("nnef.range", d, d + 1, 1, DType.I64, (1,))
+        size = d if isinstance(d, int) else dim_value(ctx, d, DType.I64)
         idx = ew(ctx, "add", ew(ctx, "mul", idx, size), reshape_to(ctx, pos, [1] * k + [d]))
     if idx is None:  # rank 0
         return reshape_to(ctx, flat, [])
