@@ -489,3 +489,62 @@ def test_mamba_reference_path_exports_dynamic(family, tmp_path):
                        target=fx2nnef.TractNNEF(dynamic_axes={"ids": {0: "B", 1: "S"}}))
     _rolled(r, 2)
     _same_in_tract(r, Logits(), [torch.randint(0, 96, (2, 21), generator=torch.Generator().manual_seed(1))])
+
+
+def _int_from_one(x):
+    """An int64 carry over ``range(1, min(S, 3))``: no step at S=1 (fuzz 15169)."""
+    v = (x * 3 + 0.25).long()
+    h = v[:, 0]
+    for t in range(1, min(v.shape[1], 3)):
+        h = h + v[:, t]
+    return h
+
+
+def _int_count_down(x):
+    """An int64 carry over ``range(S - 1, 0, -1)``: no step at S=1."""
+    v = (x * 3 + 0.25).long()
+    h = v[:, 0]
+    for t in range(v.shape[1] - 1, 0, -1):
+        h = (h ^ v[:, t]) + 1
+    return h
+
+
+def _bool_from_one(x):
+    """A bool carry over ``range(1, S)`` beside a float one: no step at S=1."""
+    b = x[:, 0] > 1.0
+    h = x[:, 0]
+    for t in range(1, x.shape[1]):
+        b = b ^ (x[:, t] > 1.5)
+        h = h * 0.5 + x[:, t]
+    return b, h
+
+
+def _count_from_one(x):
+    """A 0-d int64 count over ``range(1, S)``, the steps along axis 1."""
+    n = x.new_zeros((), dtype=torch.long)
+    for t in range(1, x.shape[1]):
+        n = n + (x[:, t] > 1.5).sum()
+    return n, x.sum(1)
+
+
+@pytest.mark.parametrize("fn", [_int_from_one, _int_count_down, _bool_from_one, _count_from_one],
+                         ids=["int_from_one", "int_count_down", "bool_from_one", "count_from_one"])
+def test_a_carry_not_float32_of_a_loop_of_no_step(fn, tmp_path):
+    """A rolled loop that runs no step at S=1: tract 0.23.9 gives its last carries the type float32
+    there, and the select that keeps the initial value failed at run time on an int64 or bool
+    carry ("F32 vs I64"); such a carry is now the last of its initial value and its values after
+    each step. Right in tract at S=1, 2 and more."""
+    x = torch.rand(3, 4, 6, generator=torch.Generator().manual_seed(0)) * 2.9 + 0.1
+    r = _export(FnModule(fn), [x], tmp_path, {"x0": {1: "S"}})
+    _rolled(r)
+    inputs = [[torch.rand(3, s, 6, generator=torch.Generator().manual_seed(s)) * 2.9 + 0.1] for s in (1, 2, 3, 7)]
+    got = run_tract_many(r.path, [[t.numpy() for t in ins] for ins in inputs])
+    for ins, outs in zip(inputs, got):
+        exp = FnModule(fn)(*ins)
+        exp = [exp] if isinstance(exp, torch.Tensor) else list(exp)
+        for e, o in zip(exp, outs):
+            assert o.dtype == e.numpy().dtype and o.shape == tuple(e.shape), (ins[0].shape, o.dtype, o.shape)
+            if e.dtype.is_floating_point:
+                assert abs(o - e.numpy()).max() < 1e-4, ins[0].shape
+            else:
+                assert (o == e.numpy()).all(), ins[0].shape

@@ -30,7 +30,7 @@ def _body_fragment(ctx: EmitContext, body: Graph, kind: str, n_state: int = 0):
 
 
 def _set_outputs(ctx: EmitContext, outs) -> list:
-    outs = list(outs) if isinstance(outs, tuple) else [outs]
+    outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
     for out, like in zip(outs, ctx.node.outputs):
         out.dtype, out.shape = like.dtype, like.shape
     return outs
@@ -72,6 +72,12 @@ def _live(ctx: EmitContext, xs: list, anchors: list) -> list:
 def loop_tract(ctx: EmitContext, init: list, xs: list, full: list, body: Graph, dim: int, reverse: bool,
                n_carry: int, kind: str):
     """A scan or bounded while loop as ``tract_core_scan``."""
+    steps = xs[0].shape[dim] if xs and xs[0].shape is not None else None
+    may_not_run = bool(n_carry) and isinstance(steps, SymDim) and negative_at(ctx, steps - 1) is not None
+    # carries other than float32 of a loop that may run no step: also stacked over the steps (see below)
+    stacked = [i for i in range(n_carry) if body.outputs[i].dtype is not DType.F32] if may_not_run else []
+    if stacked:
+        body = _stacking(body, stacked)
     name, frag = _body_fragment(ctx, body, kind, n_carry)
     params, results = frag.inputs, frag.results
     chunk = -1 if reverse else 1
@@ -82,22 +88,59 @@ def loop_tract(ctx: EmitContext, init: list, xs: list, full: list, body: Graph, 
     full_args += [(label, w) for label, w in frag.weights]
     state = [(params[i], init[i], results[i]) for i in range(n_carry)]
     output = [(results[i], "last", 0, 1) for i in range(n_carry)]
-    output += [(r, "full", dim, chunk) for r in results[n_carry:]]
+    extra_from = len(results) - len(stacked)  # the stacked carries: the last results
+    output += [(r, "full", dim if j < extra_from else 0, chunk) for j, r in enumerate(results[n_carry:], n_carry)]
     outs = ctx.op("tract_core_scan", body=name, scan=scan, full=full_args, state=state, output=output,
                   reset_every_turn=1, n_out=len(output))
+    outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
+    every: list = []  # the stacked carries' values after each step
+    if stacked:
+        every = outs[len(outs) - len(stacked):]
+        outs = outs[:len(outs) - len(stacked)]
     outs = _set_outputs(ctx, outs)
-    steps = xs[0].shape[dim] if xs and xs[0].shape is not None else None
-    if n_carry and isinstance(steps, SymDim) and negative_at(ctx, steps - 1) is not None:
+    if may_not_run:
         # a loop of no step within the range (``range(1, T)`` at T=1): tract 0.23.9 gives its last
-        # carries the shape [] (fuzz 87000); the carries are then their initial values
+        # carries the shape [] (fuzz 87000) and the type float32 (fuzz 15169, where a select on an
+        # int64 carry then fails at run time); a float32 carry is then its initial value
         from .creation import dim_tensor  # the op families import each other late
 
         ran = ctx.op("gt", dim_tensor(ctx, steps, DType.I64), ctx.const([0], DType.I64), out_dtype=DType.BOOL,
                      out_shape=(1,))
         ran = ctx.op("squeeze", ran, axes=[0], out_shape=(), out_dtype=DType.BOOL)
-        outs[:n_carry] = [ctx.op("select", ran, o, i, out_shape=o.shape, out_dtype=o.dtype)
-                          for o, i in zip(outs[:n_carry], init)]
+        outs[:n_carry] = [ctx.op("select", ran, o, i, out_shape=o.shape, out_dtype=o.dtype) if k not in stacked
+                          else o for k, (o, i) in enumerate(zip(outs[:n_carry], init))]
+        # another carry is the last of its initial value and its values after each step, stacked
+        # (no select: even the branch not taken must have the carry's type)
+        for k, every_k in zip(stacked, every):
+            o, i = outs[k], init[k]
+            every_k.dtype, every_k.shape = o.dtype, (steps,) + tuple(o.shape)
+            first = ctx.op("unsqueeze", i, axes=[0], out_shape=(1,) + tuple(o.shape), out_dtype=o.dtype)
+            # a reverse scan stacks its steps from the end: its last carry comes first
+            parts, at = ([every_k, first], 0) if reverse else ([first, every_k], steps)
+            both = ctx.op("concat", parts, axis=0, out_shape=(steps + 1,) + tuple(o.shape), out_dtype=o.dtype)
+            last = ctx.op("slice", both, axes=[0], begin=[at], end=[at + 1], out_shape=(1,) + tuple(o.shape),
+                          out_dtype=o.dtype)
+            outs[k] = ctx.op("squeeze", last, axes=[0], out_shape=o.shape, out_dtype=o.dtype)
     return outs
+
+
+def _stacking(body: Graph, carries: list) -> Graph:
+    """``body`` with one more output for each carry of ``carries``: its next value with a leading
+    unit axis, along which the scan stacks it over the steps."""
+    out = Graph(body.name)
+    out.inputs, out.symbols, out.nodes = list(body.inputs), list(body.symbols), list(body.nodes)
+    out.outputs, out.output_names = list(body.outputs), list(body.output_names)
+    for k in carries:
+        nxt = body.outputs[k]
+        shape = None if nxt.shape is None else (1,) + tuple(nxt.shape)
+        v = Value(f"{nxt.name}_stacked", nxt.dtype, shape)
+        node = Node("Tensor.unsqueeze", (nxt, 0), {}, [v], name=v.name)
+        v.producer = node
+        out.nodes.append(node)
+        out.outputs.append(v)
+        if out.output_names:
+            out.output_names.append(v.name)
+    return out
 
 
 def _step_copy(body: Graph, actuals: list):
