@@ -285,5 +285,19 @@ def _pooled(x):
 def test_a_size_with_a_floor_division_used_as_a_value(tmp_path, fn):
     """A size holding a floor division, (2*S + 2) // 3, used as a value: tract 0.23.9 simplified
     its one-item range ``(E, E+1)`` to another length and refused the asset at load; the value is
-    now computed from S with integer ops. Right at sizes on both sides of each multiple of 3."""
+    now the shape of the range ``(0, E)``. Right at sizes on both sides of each multiple of 3."""
     _export(fn, (1, 2, 8), 2, tmp_path, [2, 3, 4, 5, 7, 13])
+
+
+def test_a_resize_of_a_ceil_mode_pooling_loads_in_tract(tmp_path):
+    """The output size of a resize by 1.5 of a ceil-mode pooling, ``(3*(S/2) + 1)/2``, read as a
+    value by the resize: tract's load hung when that value was computed from S with integer ops
+    (fuzz 15301); it loads and is right on both sides of each multiple of 2."""
+    model = FnModule(lambda x: F.interpolate(F.avg_pool2d(x, 3, stride=2, padding=1, ceil_mode=True),
+                                             scale_factor=1.5, mode="bilinear", align_corners=True))
+    x = torch.randn(1, 3, 4, 5, generator=torch.Generator().manual_seed(0))
+    r = fx2nnef.export(model, (x,), tmp_path / "m.nnef.tgz", input_names=["x"],
+                       target=fx2nnef.TractNNEF(dynamic_axes={"x": {2: "S", 3: "T"}}, timeout=120))
+    assert r.check.ok
+    tract_matches_eager(r.path, model, [[torch.randn(1, 3, s, t, generator=torch.Generator().manual_seed(s))]
+                                        for s, t in ((3, 7), (6, 2), (9, 10))])

@@ -9,7 +9,7 @@ import numpy as np
 
 from ..errors import EmitError
 from ..ir import DType, ReshapedData, SymDim, Value
-from .context import EmitContext
+from .context import TRACT_DATUM, EmitContext
 from .registry import target_lineage
 
 
@@ -80,59 +80,25 @@ def scalar_operand(ctx: EmitContext, x, dtype: DType):
 
 
 def dim_value(ctx: EmitContext, d, dtype: DType) -> Value:
-    """The 1-element tensor ``[d]`` of a size ``d`` (an int or a :class:`SymDim`).
+    """The 1-element tensor ``[d]`` of a size ``d`` (an int or a :class:`SymDim`): the range
+    ``(d, d+1)``; for tract, a size holding a floor division and never negative in the export's
+    range is the shape of the range ``(0, d)`` instead.
 
-    A polynomial of the input sizes is ``tract_core_range(d, d+1, 1)``. A size holding floor
-    divisions (a strided or ceil-mode pooling's length) or extrema is computed from its parts
-    instead: tract 0.23.9 simplifies some such ``d+1`` to another value (``((2*T+2)/3)+1`` minus
-    ``(2*T+2)/3`` is ``1 + (2*T+1)/3 - (2*T+2)/3`` to it), so that the range's length is not
-    known to be 1 and a squeeze or broadcast of it is refused when the asset loads."""
+    NOTE: tract 0.23.9 simplifies ``((2*T+2)/3)+1`` minus ``(2*T+2)/3`` to
+    ``1+(2*T+1)/3-(2*T+2)/3`` (also ``(3*T+3)/5``, ``(2*T+2)/7``; not ``(2*T+4)/3`` nor
+    ``(2*T+2)/4``), so that the range ``(d, d+1)`` is not known to have one item and a squeeze or
+    broadcast of it is refused when the asset loads. Computing ``d`` from ``T`` with integer ops
+    instead hung tract's load (after a ceil-mode pooling and a resize by 1.5)."""
     if not isinstance(d, SymDim):
         return ctx.const([d], dtype)
-    if not _compound_atoms(d):
-        return ctx.call("nnef.range", d, d + 1, 1, dtype, (1,))
-    return cast(ctx, _dim_i64(ctx, d), dtype)
+    from ..ir.dims import _DIV_ATOMS
 
-
-def _compound_atoms(d: SymDim) -> bool:
-    from ..ir.dims import _DIV_ATOMS, _EXTREMA
-
-    return any(s in _DIV_ATOMS or s in _EXTREMA for s in d.symbols)
-
-
-def _dim_i64(ctx: EmitContext, d) -> Value:
-    """``[d]`` as an int64 tensor computed term by term: input sizes as ranges, floor divisions
-    (by a positive int) and extrema as integer ops."""
-    from ..ir.dims import _DIV_ATOMS, _EXTREMA
-
-    if not isinstance(d, SymDim):
-        return ctx.const(np.array([d], dtype=np.int64), DType.I64)
-    if not _compound_atoms(d):
-        return ctx.call("nnef.range", d, d + 1, 1, DType.I64, (1,))
-
-    def atom(name: str) -> Value:
-        if name in _DIV_ATOMS:
-            numerator, divisor = _DIV_ATOMS[name]
-            n = _dim_i64(ctx, numerator)
-            q = ew(ctx, "div", n, divisor)  # truncates: one less where the numerator is negative and not a multiple
-            below = compare(ctx, "lt", ew(ctx, "sub", n, ew(ctx, "mul", q, divisor)), 0)
-            return ew(ctx, "sub", q, cast(ctx, below, DType.I64))
-        if name in _EXTREMA:
-            pick, (a, b) = _EXTREMA[name]
-            return ew(ctx, pick.__name__, _dim_i64(ctx, a), _dim_i64(ctx, b))
-        return ctx.call("nnef.range", SymDim.symbol(name), SymDim.symbol(name) + 1, 1, DType.I64, (1,))
-
-    total = None
-    for mono, coef in sorted(d.terms.items(), key=lambda t: (len(t[0]), t[0])):
-        term = None
-        for name in mono:
-            term = atom(name) if term is None else ew(ctx, "mul", term, atom(name))
-        if term is None:
-            term = ctx.const(np.array([coef], dtype=np.int64), DType.I64)
-        elif coef != 1:
-            term = ew(ctx, "mul", term, coef)
-        total = term if total is None else ew(ctx, "add", total, term)
-    return total
+    if _is_tract(ctx) and any(s in _DIV_ATOMS for s in d.symbols) and negative_at(ctx, d) is None:
+        items = ctx.call("nnef.range", 0, d, 1, DType.I64, (d,))
+        shape = ctx.op("tract_core_shape_of", items, out_dtype=DType.I64, out_shape=(1,))
+        # the shape is of tract's size type: cast, also to int64
+        return ctx.op("tract_core_cast", shape, to=TRACT_DATUM[dtype], out_dtype=dtype, out_shape=(1,))
+    return ctx.call("nnef.range", d, d + 1, 1, dtype, (1,))
 
 
 def broadcast_operands(ctx: EmitContext, a, b, dtype: Optional[DType] = None):
