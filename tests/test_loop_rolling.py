@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -548,3 +549,47 @@ def test_a_carry_not_float32_of_a_loop_of_no_step(fn, tmp_path):
                 assert abs(o - e.numpy()).max() < 1e-4, ins[0].shape
             else:
                 assert (o == e.numpy()).all(), ins[0].shape
+
+
+class _UpdatedAfterNoStep(torch.nn.Module):
+    """fuzz 17243: the carry starts as a view of ``v`` (``v[0]``); updated in place after the loop,
+    it changes ``v`` too where the loop runs no step (S=1), and not elsewhere. With ``branch``, an
+    ``if`` on T as well, exported both ways."""
+
+    def __init__(self, branch: bool):
+        super().__init__()
+        self.branch = branch
+
+    def forward(self, x, y):
+        out = []
+        if self.branch:
+            out.append(y.clone() if x.shape[1] == 8 else y.flip(0))
+        v = x.flip(0, 1)
+        h = v[0]
+        for i in range(1, min(v.shape[0], 3)):
+            h = h * 0.5 + v[i]
+        h2 = h.unsqueeze(0)
+        h2.sub_(1.0)
+        return tuple(out) + (h2, v)
+
+
+@pytest.mark.parametrize("branch", [False, True], ids=["loop", "loop_and_branch"])
+@pytest.mark.parametrize("check", [True, False], ids=["check", "no_check"])
+def test_sizes_where_a_loop_runs_no_step_are_probed(tmp_path, branch, check):
+    """Whether a rolled loop runs a step is a decision the probes look at: at S=1 the graph (its
+    carry a copy) differs from the model (a view updated in place), and the forward traced at S=1
+    is exported alongside; with an ``if`` on T, that trace is made both ways too. Right in tract
+    at S=1 for T on both sides of the decision, and elsewhere."""
+    model = _UpdatedAfterNoStep(branch)
+    x, y = torch.rand(9, 8, generator=torch.Generator().manual_seed(0)), torch.arange(8) % 3 == 0
+    r = fx2nnef.export(model, (x, y), tmp_path / "a.nnef.tgz", input_names=["x", "y"],
+                       target=fx2nnef.TractNNEF(check_io=check, dynamic_axes={"x": {0: "S", 1: "T"}, "y": {0: "T"}}))
+    assert any("S=1 takes other code" in n for n in r.notes), r.notes
+    sizes = [(1, 8), (1, 2), (1, 5), (2, 2), (4, 3), (9, 8), (7, 11)]
+    inputs = [[torch.rand(s, t, generator=torch.Generator().manual_seed(10 * s + t)), torch.arange(t) % 3 == 0]
+              for s, t in sizes]
+    got = run_tract_many(r.path, [[a.numpy() for a in ins] for ins in inputs])
+    for (s, t), ins, outs in zip(sizes, inputs, got):
+        exp = model(ins[0].clone(), ins[1])
+        for e, o in zip(exp, outs):
+            assert o.shape == tuple(e.shape) and np.allclose(o, e.numpy(), atol=1e-5), (s, t)

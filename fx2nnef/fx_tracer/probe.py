@@ -842,11 +842,14 @@ def _baked_number(guards: list, values: dict, data_dep: set) -> Optional[str]:
     return None
 
 
-def _signature(rep: Replay, guards: list, data_dep: set):
+def _signature(rep: Replay, guards: list, data_dep: set, gm: Optional[fx.GraphModule] = None):
     """``env -> tuple``: every decision on sizes at ``env`` (torch's, from the fake replay, and the
     tracer's on shapes); a probe is worth its cost only where this changes. The function's
     ``traced(signature)`` gives the tracer's part: where it equals the example's, the graph takes
-    the model's own Python path and only torch's kernels decide otherwise."""
+    the model's own Python path and only torch's kernels decide otherwise. Whether each rolled
+    loop of ``gm`` runs a step is one of the tracer's decisions: a loop of no step leaves its
+    carries as they came in (the model's may then be views of other values, which an in-place
+    update after the loop changes too), so the sizes where it runs none are probed."""
     tracer_holds = []
     for g in guards:
         if g.node in data_dep or (g.node in rep.dims and g.node not in rep.varies):
@@ -865,6 +868,7 @@ def _signature(rep: Replay, guards: list, data_dep: set):
             # nearest sizes): only probes spread over many sizes tell where the graph holds
             raise ReplayUnavailable(f"{g.text} reads a dynamic size as a Python number")
         tracer_holds.append(lambda env, g=g, ev=ev: _guard_holds(g, ev(env)))
+    tracer_holds += _loop_runs(rep, gm)
     count = len(rep.checks)
     seen: dict = {}  # env key -> signature: the scans come back to the same sizes
 
@@ -876,6 +880,22 @@ def _signature(rep: Replay, guards: list, data_dep: set):
         return seen[key]
     signature.traced = lambda sig: sig[count:]
     return signature
+
+
+def _loop_runs(rep: Replay, gm: Optional[fx.GraphModule]) -> list:
+    """``env -> bool``: whether a rolled loop with carries runs a step at ``env``, one per loop of
+    ``gm`` whose number of steps is a dynamic size."""
+    from .control_flow import ScanCall
+
+    out = []
+    for n in gm.graph.nodes if gm is not None else ():
+        if n.op != "call_function" or not isinstance(n.target, ScanCall) or not n.args[0] or not n.args[1]:
+            continue
+        dims = rep.dims.get(n.args[1][0])
+        steps = dims[n.target.dim] if isinstance(dims, tuple) and len(dims) > n.target.dim else None
+        if isinstance(steps, SymDim):
+            out.append(lambda env, steps=steps: steps.evaluate(env) > 0)
+    return out
 
 
 def _decide(fn, env):
@@ -1350,7 +1370,7 @@ class _Ahead:
     @classmethod
     def made(cls, gm, example, names, dynamic_axes, guards, base_env, data_dep, rep, worker) -> Optional["_Ahead"]:
         try:
-            signature = _signature(rep, guards, data_dep)
+            signature = _signature(rep, guards, data_dep, gm)
             envs = _symbolic_envs(signature, base_env)
         except Exception:  # noqa: BLE001 - the analysis meets it again, in its order
             return None
@@ -1427,7 +1447,7 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
     data_dep0 = data_dependence(gm)
     signature = None
     if symbols and rep is not None:
-        signature = ahead.signature if ahead is not None else _signature(rep, guards, data_dep0)
+        signature = ahead.signature if ahead is not None else _signature(rep, guards, data_dep0, gm)
         _check_base_shapes(rep, base_records, base_env)
         # lists of their own: a second analysis (the comparison at the example deferred) starts afresh
         single, multi, lazy, kernel_only, io_envs, checks, far = (
