@@ -508,7 +508,7 @@ def _trace_once(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_nam
         sym, size, sites = at_size
         base = example_sizes(trace.example_inputs, names, dyn)
         a1, k1 = _with_flat(args, kwargs, inputs_at(trace.example_inputs, names, dyn, {**base, sym: size}))
-        point = _traced(model, a1, k1, names, out_names, leaf_types, leaf_names, branches, roll, frozenset(), unify)
+        point = _traced(model, a1, k1, names, out_names, leaf_types, leaf_names, branches, roll, size_sites, unify)
         trace = merge_at_size(trace, point, dyn, sym, size, sites)
     if ref is None and dyn:
         ref = _reference(model, args, kwargs, names, dyn, trace.example_inputs)
