@@ -4,6 +4,7 @@ a plain child, and a plain child whenever the warm process is busy or gone."""
 import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import numpy as np
@@ -113,3 +114,44 @@ def test_warm_and_plain_children_compute_the_same_numbers(tmp_path, monkeypatch)
     plain = run_tract(tract_asset, [x.numpy()])[0], run_khronos(khronos_asset, [x.numpy()])[0]
     for a, b in zip(warm, plain):
         np.testing.assert_array_equal(a, b)
+
+
+def test_a_caller_killed_mid_run_leaves_no_process(script, tmp_path):
+    """The calling process killed while its child runs (a notebook kernel restarted during a check
+    that never ends): the warm process sees its requests' pipe close, kills the child and leaves;
+    neither goes on alone."""
+    folder = tmp_path / "sleep"
+    folder.mkdir()
+    (folder / "request.txt").write_text("sleep")
+    caller = subprocess.Popen([
+        __import__("sys").executable, "-c",
+        "import sys; from pathlib import Path; from fx2nnef.targets.child import run_child; "
+        f"run_child(Path({str(script)!r}), Path({str(folder)!r}), 120, preload={PRELOAD!r})"],
+        cwd=str(Path(fx2nnef.__file__).parents[1]))
+    result = folder / "result.json"
+    for _ in range(600):  # the child has started once it wrote its record
+        if result.exists() and result.read_text():
+            break
+        time.sleep(0.05)
+    record = __import__("json").loads(result.read_text())
+    assert record["ppid"] != caller.pid  # forked from the warm process
+    caller.kill()
+    caller.wait()
+    for pid in (record["pid"], record["ppid"]):
+        for _ in range(100):
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            if _zombie(pid):
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail(f"process {pid} still runs 5 s after its caller was killed")
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
+    except OSError:
+        return False

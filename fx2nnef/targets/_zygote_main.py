@@ -4,6 +4,8 @@ then forks one child per request line on stdin. Run by path and importing nothin
 import json
 import os
 import runpy
+import select
+import signal
 import sys
 import traceback
 
@@ -20,7 +22,43 @@ os.dup2(_null, 0)
 os.dup2(_null, 1)
 
 
+def _die_with_zygote():
+    """The child is killed when the zygote ends, however it ends (Linux's parent-death signal)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except Exception:  # noqa: BLE001 - elsewhere the child outlives a killed zygote, as before
+        pass
+
+
+def _wait(pid):
+    """The child's wait status. When the caller's end of the requests closes meanwhile (the calling
+    process is gone: killed, or a notebook kernel restarted), the child is killed and the zygote
+    leaves: a tract run that never ends does not go on alone."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except (AttributeError, OSError):  # no pidfd (Linux < 5.3, other systems): wait for the child
+        return os.waitpid(pid, 0)[1]
+    poller = select.poll()
+    poller.register(pidfd, select.POLLIN)
+    poller.register(_requests.fileno(), select.POLLHUP)
+    try:
+        while True:
+            for fd, events in poller.poll():
+                if fd == pidfd:
+                    return os.waitpid(pid, 0)[1]
+                if events & (select.POLLHUP | select.POLLERR):
+                    os.kill(pid, signal.SIGKILL)
+                    os.waitpid(pid, 0)
+                    raise SystemExit(0)
+                poller.unregister(fd)  # a request before the reply (none is sent): left for later
+    finally:
+        os.close(pidfd)
+
+
 def _child(request):
+    _die_with_zygote()
     os.chdir(request["workdir"])
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
     os.dup2(os.open(request["stdout"], flags, 0o644), 1)
@@ -55,7 +93,7 @@ try:
             _child(_request)
         _reply.write(json.dumps({"pid": _pid}) + "\n")
         _reply.flush()
-        _, _status = os.waitpid(_pid, 0)
+        _status = _wait(_pid)
         _reply.write(json.dumps({"status": os.waitstatus_to_exitcode(_status)}) + "\n")
         _reply.flush()
 except (KeyboardInterrupt, BrokenPipeError):
