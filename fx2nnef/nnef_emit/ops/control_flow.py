@@ -13,7 +13,7 @@ import hashlib
 from ...errors import EmitError, UnsupportedOpError
 from ...ir import DType, Graph, Node, SymDim, Value, map_values
 from ..context import EmitContext
-from ..helpers import negative_at
+from ..helpers import dim_value, negative_at
 from ..registry import register
 
 
@@ -92,19 +92,14 @@ def loop_tract(ctx: EmitContext, init: list, xs: list, full: list, body: Graph, 
     output += [(r, "full", dim if j < extra_from else 0, chunk) for j, r in enumerate(results[n_carry:], n_carry)]
     outs = ctx.op("tract_core_scan", body=name, scan=scan, full=full_args, state=state, output=output,
                   reset_every_turn=1, n_out=len(output))
-    outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
-    every: list = []  # the stacked carries' values after each step
-    if stacked:
-        every = outs[len(outs) - len(stacked):]
-        outs = outs[:len(outs) - len(stacked)]
     outs = _set_outputs(ctx, outs)
+    # the node's outputs, then the stacked carries' values after each step (outputs of the scan only)
+    outs, every = outs[:len(outs) - len(stacked)], outs[len(outs) - len(stacked):]
     if may_not_run:
         # a loop of no step within the range (``range(1, T)`` at T=1): tract 0.23.9 gives its last
         # carries the shape [] (fuzz 87000) and the type float32 (fuzz 15169, where a select on an
         # int64 carry then fails at run time); a float32 carry is then its initial value
-        from .creation import dim_tensor  # the op families import each other late
-
-        ran = ctx.op("gt", dim_tensor(ctx, steps, DType.I64), ctx.const([0], DType.I64), out_dtype=DType.BOOL,
+        ran = ctx.op("gt", dim_value(ctx, steps, DType.I64), ctx.const([0], DType.I64), out_dtype=DType.BOOL,
                      out_shape=(1,))
         ran = ctx.op("squeeze", ran, axes=[0], out_shape=(), out_dtype=DType.BOOL)
         outs[:n_carry] = [ctx.op("select", ran, o, i, out_shape=o.shape, out_dtype=o.dtype) if k not in stacked

@@ -51,11 +51,6 @@ def filled(ctx: EmitContext, sizes: list, fill_value, dtype: DType) -> Value:
     return opaque(ctx, y) if base.is_constant and any(isinstance(d, SymDim) for d in sizes) else y
 
 
-def dim_tensor(ctx: EmitContext, d, dtype: DType) -> Value:
-    """A 1-element tensor ``[d]`` for an int or a dynamic size (built with a range ``d..d+1``)."""
-    return dim_value(ctx, d, dtype)
-
-
 def range_length(start, end, step):
     """Number of items of ``arange(start, end, step)``: int, SymDim, or None when not polynomial."""
     if all(isinstance(v, (int, float)) for v in (start, end, step)):
@@ -173,7 +168,7 @@ def new_full(ctx: EmitContext, input: Value, size, fill_value, *, dtype: Optiona
 def tensor_from_data(ctx: EmitContext, data, dtype: DType) -> Value:
     """A tensor from Python numbers; dynamic sizes are allowed in a 0-d or flat 1-d ``data``."""
     if isinstance(data, SymDim):
-        return ctx.op("squeeze", dim_tensor(ctx, data, dtype), axes=[0], out_dtype=dtype, out_shape=())
+        return ctx.op("squeeze", dim_value(ctx, data, dtype), axes=[0], out_dtype=dtype, out_shape=())
     if isinstance(data, Value) and _one_item(data):  # a lone number computed from sizes: a 0-d tensor
         from .shape import reshape_to
         return reshape_to(ctx, cast(ctx, data, dtype), [])
@@ -183,7 +178,7 @@ def tensor_from_data(ctx: EmitContext, data, dtype: DType) -> Value:
     if not all(isinstance(d, (int, float, SymDim)) or _one_item(d) for d in items):
         ctx.fail("torch.tensor of tensors, or of nested lists holding dynamic sizes, is not supported")
     from .shape import reshape_to
-    parts = [reshape_to(ctx, cast(ctx, d, dtype), [1]) if isinstance(d, Value) else dim_tensor(ctx, d, dtype)
+    parts = [reshape_to(ctx, cast(ctx, d, dtype), [1]) if isinstance(d, Value) else dim_value(ctx, d, dtype)
              for d in items]
     return ctx.op("concat", parts, axis=0, out_dtype=dtype, out_shape=(len(parts),))
 
@@ -272,10 +267,10 @@ def linspace(ctx: EmitContext, start, end, steps, *, out=None, dtype: Optional[D
     dtype = dtype or DType.F32
     n = steps
     idx = ctx.call("nnef.range", 0, n, 1, DType.F32, (n,))
-    count = cast(ctx, dim_tensor(ctx, n, DType.I64), DType.F32)
+    count = cast(ctx, dim_value(ctx, n, DType.I64), DType.F32)
 
     def bound(v):
-        return cast(ctx, dim_tensor(ctx, v, DType.I64), DType.F32) if isinstance(v, SymDim) else float(v)
+        return cast(ctx, dim_value(ctx, v, DType.I64), DType.F32) if isinstance(v, SymDim) else float(v)
 
     lo, hi = bound(start), bound(end)
     # the step (end - start) / (n - 1), as a 1-item tensor when n is a dynamic size (n = 1: 0)
@@ -284,7 +279,7 @@ def linspace(ctx: EmitContext, start, end, steps, *, out=None, dtype: Optional[D
     step = ew(ctx, "div", span, gaps)
     first = ew(ctx, "add", ew(ctx, "mul", idx, step), lo)
     last = ew(ctx, "sub", hi, ew(ctx, "mul", ew(ctx, "sub", ew(ctx, "sub", count, 1.0), idx), step))
-    half = cast(ctx, dim_tensor(ctx, n // 2 if isinstance(n, int) else SymDim.floordiv(n, 2), DType.I64), DType.F32)
+    half = cast(ctx, dim_value(ctx, n // 2 if isinstance(n, int) else SymDim.floordiv(n, 2), DType.I64), DType.F32)
     y = select(ctx, compare(ctx, "lt", idx, half), first, last)
     if not (isinstance(n, int) and n != 1):
         # torch fills [start] for one step (the halves above would give [end])
@@ -297,7 +292,7 @@ def _window(ctx: EmitContext, n, periodic: bool, dtype: Optional[DType], items) 
     positions ``idx`` (0 .. n-1) and the span ``M`` (``n`` if ``periodic`` else ``n - 1``, at least
     1); a window of one item is ``[1]``."""
     idx = ctx.call("nnef.range", 0, n, 1, DType.F32, (n,))
-    count = cast(ctx, dim_tensor(ctx, n, DType.I64), DType.F32)
+    count = cast(ctx, dim_value(ctx, n, DType.I64), DType.F32)
     span = ew(ctx, "max", count if periodic else ew(ctx, "sub", count, 1.0), 1.0)
     y = select(ctx, compare(ctx, "eq", count, 1.0), 1.0, items(ctx, idx, span))
     dtype = dtype or DType.F32

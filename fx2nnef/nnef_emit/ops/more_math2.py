@@ -17,7 +17,7 @@ import torch
 
 from ...ir import DType, Value
 from ..context import EmitContext
-from ..helpers import cast, ew, un
+from ..helpers import cast, dim_value, ew, un
 from ..registry import register
 from .more_math import _add, _and, _cmp, _const, _div, _horner, _mul, _or, _sub, _where, _work
 
@@ -155,7 +155,6 @@ def _quantile_q(ctx: EmitContext, q, dtype: DType):
 
 def _quantile(ctx: EmitContext, input: Value, q, dim, keepdim: bool, interpolation: str, ignore_nan: bool):
     from ..helpers import axis, compare, rank, select
-    from .creation import dim_tensor
     from .reduce import reduce
     from .shape import expand_to, permute_axes, reshape_to
     from .sort import _topk
@@ -193,7 +192,7 @@ def _quantile(ctx: EmitContext, input: Value, q, dim, keepdim: bool, interpolati
                                                 x.dtype), [r - 1], True)  # [..., 1]
         ranks = ew(ctx, "max", _mul(ctx, qrow, _sub(ctx, valid, 1.0)), 0.0)  # every item NaN: rank 0 (a NaN)
     else:
-        last = _sub(ctx, cast(ctx, dim_tensor(ctx, n, DType.I64), x.dtype), 1.0)
+        last = _sub(ctx, cast(ctx, dim_value(ctx, n, DType.I64), x.dtype), 1.0)
         ranks = _mul(ctx, qrow, reshape_to(ctx, last, [1] * r))
     if interpolation == "lower":
         ranks = un(ctx, "floor", ranks)
@@ -268,9 +267,7 @@ def _i64(ctx: EmitContext, v: int) -> Value:
 
 def _size_tensor(ctx: EmitContext, d) -> Value:
     """A dynamic size (or int) as a one-item i64 tensor."""
-    from .creation import dim_tensor
-
-    return dim_tensor(ctx, d, DType.I64)
+    return dim_value(ctx, d, DType.I64)
 
 
 def _tril_square(ctx: EmitContext, n, offset: int, what: str, user_offset: int):
@@ -371,13 +368,12 @@ def logspace(ctx: EmitContext, start, end, steps, base: float = 10.0, *, out=Non
     dtype = dtype or DType.F32
     if not dtype.is_float:
         ctx.fail("torch.logspace with an integer dtype is not supported; compute it in float and convert")
-    from .creation import dim_tensor
 
     exps = ctx.call("torch.linspace", start, end, steps)
     y = ew(ctx, "pow", _const(ctx, float(base), DType.F32), exps)
     # NOTE: linspace's converter gives ``end`` for one step where torch gives ``start``; logspace of
     # one step is base ** start, as in torch
-    one = _cmp(ctx, "eq", cast(ctx, dim_tensor(ctx, steps, DType.I64), DType.F32), 1.0)
+    one = _cmp(ctx, "eq", cast(ctx, dim_value(ctx, steps, DType.I64), DType.F32), 1.0)
     y = _where(ctx, one, float(np.float32(float(base) ** float(start))), y)
     return cast(ctx, y, dtype) if dtype is not DType.F32 else y
 

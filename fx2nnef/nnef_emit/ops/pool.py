@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from ...errors import EmitError
 from ...ir import SymDim, Value, simplify
 from ..context import EmitContext
-from ..helpers import rank, tiled_from
+from ..helpers import dim_value, rank, tiled_from
 from ..registry import register
 from .conv import add_batch, drop_batch, node_shape, ntuple
 
@@ -276,9 +276,8 @@ def bin_mask(ctx: EmitContext, size, out) -> tuple:
     ``begin[i] = floor(i*size/out)``, ``end[i] = ceil((i+1)*size/out)``, both [out, 1] i64)."""
     from ...ir import DType
     from ..helpers import compare, ew
-    from .creation import dim_tensor
 
-    n = dim_tensor(ctx, size, DType.I64)  # [1]
+    n = dim_value(ctx, size, DType.I64)  # [1]
     if isinstance(out, int):
         i = ctx.const(np.arange(out, dtype=np.int64).reshape(out, 1), DType.I64)
         i_next = ctx.const(np.arange(1, out + 1, dtype=np.int64).reshape(out, 1), DType.I64)
@@ -287,7 +286,7 @@ def bin_mask(ctx: EmitContext, size, out) -> tuple:
         i = ctx.op("unsqueeze", ctx.call("nnef.range", 0, out, 1, DType.I64, (out,)), axes=[1], out_shape=(out, 1),
                    out_dtype=DType.I64)
         i_next = ew(ctx, "add", i, 1)
-        o, o_less = dim_tensor(ctx, out, DType.I64), dim_tensor(ctx, out - 1, DType.I64)
+        o, o_less = dim_value(ctx, out, DType.I64), dim_value(ctx, out - 1, DType.I64)
     # integer division of non-negative numbers: exact floors (a float division is not, in tract)
     begin = ew(ctx, "div", ew(ctx, "mul", i, n), o)  # [out, 1]
     end = ew(ctx, "div", ew(ctx, "add", ew(ctx, "mul", i_next, n), o_less), o)

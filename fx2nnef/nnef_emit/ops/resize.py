@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from ...errors import EmitError
 from ...ir import SymDim, Value, simplify
 from ..context import EmitContext
-from ..helpers import rank
+from ..helpers import dim_value, rank
 from ..registry import register
 from .conv import node_shape
 from .pool import adaptive_pool, apply_along, static_dims, transpose, with_dim
@@ -148,19 +148,18 @@ def nearest_indices_at_runtime(ctx: EmitContext, n_in, n_out, scale_factor: Opti
     2**24 rounds to f32 as the f32 division does."""
     from ...ir import DType
     from ..helpers import cast, ew, un
-    from .creation import dim_tensor
 
     if scale_factor:
         scale = float(np.float32(1.0 / scale_factor))
     else:
-        q = ew(ctx, "div", cast(ctx, dim_tensor(ctx, n_in, DType.I64), DType.F64),
-               cast(ctx, dim_tensor(ctx, n_out, DType.I64), DType.F64))
+        q = ew(ctx, "div", cast(ctx, dim_value(ctx, n_in, DType.I64), DType.F64),
+               cast(ctx, dim_value(ctx, n_out, DType.I64), DType.F64))
         scale = cast(ctx, q, DType.F32)  # [1]
     dst = ctx.call("nnef.range", 0, n_out, 1, DType.F32, (n_out,))
     if exact:
         dst = ew(ctx, "add", dst, 0.5)
     src = cast(ctx, un(ctx, "floor", ew(ctx, "mul", dst, scale)), DType.I64)
-    last = n_in - 1 if isinstance(n_in, int) else ew(ctx, "sub", dim_tensor(ctx, n_in, DType.I64), 1)
+    last = n_in - 1 if isinstance(n_in, int) else ew(ctx, "sub", dim_value(ctx, n_in, DType.I64), 1)
     return ew(ctx, "min", src, last)
 
 
@@ -192,11 +191,10 @@ def linear_upsample_axis(ctx: EmitContext, x: Value, axis: int, k: int) -> Value
 def _runtime_f32(ctx: EmitContext, d):
     """A size as an f32 operand: a number for a static size, a [1] tensor for a dynamic one."""
     from ...ir import DType
-    from .creation import dim_tensor
 
     if isinstance(d, int):
         return float(d)
-    return ctx.call("nnef.cast", dim_tensor(ctx, d, DType.I64), DType.F32, (1,))
+    return ctx.call("nnef.cast", dim_value(ctx, d, DType.I64), DType.F32, (1,))
 
 
 def _positions(ctx: EmitContext, n, as_column: bool) -> Value:
@@ -479,9 +477,8 @@ def _size_f32(ctx: EmitContext, n):
     """A spatial size as an f32 operand: a number, or a 1-item tensor for a dynamic size."""
     from ...ir import DType
     from ..helpers import cast
-    from .creation import dim_tensor
 
-    return float(n) if isinstance(n, int) else cast(ctx, dim_tensor(ctx, n, DType.I64), DType.F32)
+    return float(n) if isinstance(n, int) else cast(ctx, dim_value(ctx, n, DType.I64), DType.F32)
 
 
 @register(F.grid_sample, target="tract")

@@ -14,7 +14,7 @@ import torch
 
 from ...ir import DType, Value
 from ..context import EmitContext
-from ..helpers import axis, broadcast_shape, cast, compare, ew, rank, scalar_operand, select, unsqueeze_to
+from ..helpers import axis, broadcast_shape, cast, compare, dim_value, ew, rank, scalar_operand, select, unsqueeze_to
 from ..registry import register
 from .shape import expand_to, full_like_value, slice_axes
 
@@ -125,8 +125,7 @@ def index_put(ctx: EmitContext, input: Value, indices, values, accumulate: bool 
         if isinstance(size, int):
             i = select(ctx, compare(ctx, "lt", i, 0), ew(ctx, "add", i, size), i)
         else:
-            from .creation import dim_tensor
-            i = select(ctx, compare(ctx, "lt", i, 0), ew(ctx, "add", i, dim_tensor(ctx, size, DType.I64)), i)
+            i = select(ctx, compare(ctx, "lt", i, 0), ew(ctx, "add", i, dim_value(ctx, size, DType.I64)), i)
         columns.append(ctx.op("unsqueeze", i, axes=[r], out_shape=tuple(shape) + (1,), out_dtype=DType.I64))
     where = ctx.call("torch.cat", columns, r) if len(columns) > 1 else columns[0]
     updates_shape = tuple(shape) + tuple(input.shape[len(indices):])

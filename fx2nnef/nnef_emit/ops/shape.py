@@ -841,12 +841,10 @@ def _roll_axis(ctx: EmitContext, x: Value, ax: int, shift) -> Value:
 def _roll_dynamic(ctx: EmitContext, x: Value, ax: int, shift: int) -> Value:
     """Roll on a dynamic axis of size n: a gather at ``(i - shift) mod n``, right for any n
     (the shift may exceed n: 2 on a size of 1 leaves the tensor as it is)."""
-    from .creation import dim_tensor
-
     n = x.shape[ax]
     i = ctx.call("nnef.range", 0, n, 1, DType.I64, (n,))
-    j = ew(ctx, "add", i, dim_tensor(ctx, simplify(abs(shift) * n - shift), DType.I64))  # >= 0
-    size = dim_tensor(ctx, n, DType.I64)
+    j = ew(ctx, "add", i, dim_value(ctx, simplify(abs(shift) * n - shift), DType.I64))  # >= 0
+    size = dim_value(ctx, n, DType.I64)
     index = ew(ctx, "sub", j, ew(ctx, "mul", ew(ctx, "div", j, size), size))  # j >= 0: div is a floor
     return ctx.call("nnef.gather", x, index, ax, x.shape)
 
@@ -856,12 +854,10 @@ def _roll_by_size(ctx: EmitContext, x: Value, ax: int, shift: SymDim) -> Value:
     either sign: a gather at ``(i - shift) mod n`` with the modulo computed in the graph (tract's
     integer division truncates: ``shift - (shift / n) * n`` is in ``(-n, n)``, so ``i - that + n``
     is positive and its remainder by n a floor one)."""
-    from .creation import dim_tensor
-
     n = x.shape[ax]
     i = ctx.call("nnef.range", 0, n, 1, DType.I64, (n,))
-    size = ew(ctx, "max", dim_tensor(ctx, n, DType.I64), ctx.const([1], DType.I64))  # no division by 0
-    s = dim_tensor(ctx, shift, DType.I64)
+    size = ew(ctx, "max", dim_value(ctx, n, DType.I64), ctx.const([1], DType.I64))  # no division by 0
+    s = dim_value(ctx, shift, DType.I64)
     rest = ew(ctx, "sub", s, ew(ctx, "mul", ew(ctx, "div", s, size), size))
     j = ew(ctx, "add", ew(ctx, "sub", i, rest), size)
     index = ew(ctx, "sub", j, ew(ctx, "mul", ew(ctx, "div", j, size), size))

@@ -8,9 +8,8 @@ import torch
 from ...errors import EmitError
 from ...ir import DType, SymDim, Value
 from ..context import EmitContext
-from ..helpers import axis, cast, compare, rank, result_dtype, select
+from ..helpers import axis, cast, compare, dim_value, rank, result_dtype, select
 from ..registry import register
-from .creation import dim_tensor
 from .reduce import reduce
 from .shape import unsqueeze
 
@@ -22,7 +21,7 @@ def _topk(ctx: EmitContext, x: Value, k, dim: int, largest: bool) -> tuple:
     loads but fails at run time ("Undetermined symbol in expression"). The items are then taken
     again at ``range(0, k)``, whose size tract knows."""
     ax = axis(dim, rank(x))
-    count = ctx.op("squeeze", dim_tensor(ctx, k, DType.I64), axes=[0], out_shape=()) if isinstance(k, SymDim) else k
+    count = ctx.op("squeeze", dim_value(ctx, k, DType.I64), axes=[0], out_shape=()) if isinstance(k, SymDim) else k
     shape = tuple(x.shape[:ax]) + (k,) + tuple(x.shape[ax + 1:])
     values, indices = ctx.op("tract_core_topk", x, k=count, axis=ax, largest=largest, n_out=2, out_shape=shape)
     indices.dtype = DType.I64
@@ -73,7 +72,7 @@ def _count_below(ctx: EmitContext, values: Value, boundaries: Value, right: bool
     if values.dtype.is_float:
         n = boundaries.shape[-1]
         count = select(ctx, compare(ctx, "ne", values, values), n if isinstance(n, int) else
-                       dim_tensor(ctx, n, DType.I64), count)
+                       dim_value(ctx, n, DType.I64), count)
     return cast(ctx, count, DType.I32) if out_int32 else count
 
 
