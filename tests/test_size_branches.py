@@ -455,3 +455,38 @@ def test_a_one_item_integer_input_is_given_values_of_both_signs(tmp_path):
     sets = [[torch.randint(-5, 6, (3, t, s)), torch.tensor([[[v]]])] for s, t, v in
             [(1, 7, -16), (2, 7, -3), (5, 7, -8), (1, 1, -6), (3, 3, 4)]]
     tract_matches_eager(r.path, model, sets)
+
+
+class _RollOfAThreshold(torch.nn.Module):
+    """``v = y > c``, rolled past some size of ``x``: at the example's values of ``y`` (all on
+    one side of ``c``) the roll changes nothing."""
+
+    def __init__(self, c: float):
+        super().__init__()
+        self.register_buffer("c", torch.tensor(c))
+
+    def forward(self, x, y):
+        v = y > self.c
+        if x.numel() > 36:
+            v = v.roll(1, 0)
+        return v, x.float().sum(0) + y
+
+
+@pytest.mark.parametrize("y", [[0.24, -1.16, -1.63, 0.239], [0.6, 1.9, 0.75, 1.2]], ids=["mixed-signs", "positive"])
+@pytest.mark.parametrize("check_io", [True, False])
+def test_a_branch_equal_on_the_examples_values_only_is_merged(tmp_path, y, check_io):
+    """Fuzz 18298 and 18573: every item of the example's ``y`` lies below 0.52 (of both signs)
+    or above it (all positive; negated, all below), so ``y > 0.52`` is all of one value on every
+    variant the probes drew within the example's range or its mirror, the roll past S=9 looked
+    equivalent, and the export kept no roll: wrong for a ``y`` on both sides of 0.52. The probes
+    also spread values over twice the example's magnitude: the decision is merged."""
+    model = _RollOfAThreshold(0.52)
+    x = torch.ones(9, 4, dtype=torch.bool)
+    r = fx2nnef.export(model, (x, torch.tensor(y)), tmp_path / "m.nnef.tgz", input_names=["x", "y"],
+                       target=fx2nnef.TractNNEF(check_io=check_io, dynamic_axes={"x": {0: "S"}}))
+    assert not r.ranges, r.ranges
+    assert any(g.status == "merged" for g in r.guards), r.guards
+    g = torch.Generator().manual_seed(1)
+    sets = [[torch.rand(s, 4, generator=g) < 0.5, torch.rand(4, generator=g) * 4 - 2] for s in (1, 9, 10, 12, 19)]
+    sets.append([torch.ones(10, 4, dtype=torch.bool), torch.tensor([1.0, 0.0, 0.0, 0.0])])
+    tract_matches_eager(r.path, model, sets)

@@ -536,9 +536,35 @@ def _deciding_as_traced(gm, inputs: list, example: list, guards: list, keep: set
 
 def _variants(inputs: list, example: list) -> list:
     """Other values for a probe's ``inputs``: its items shuffled, redrawn twice within the
-    example's range of values and once within a sixteenth of it, ramped, and of the other sign."""
+    example's range of values and once within a sixteenth of it, ramped, of the other sign, and
+    spread over twice the example's magnitude on both sides of zero."""
     return [_scrambled(inputs, 1), _redrawn(inputs, example, 2), _redrawn(inputs, example, 3),
-            _redrawn(inputs, example, 4, 1 / 16), _ramped(inputs, example), _negated(inputs, example)]
+            _redrawn(inputs, example, 4, 1 / 16), _ramped(inputs, example), _negated(inputs, example),
+            _widened(inputs, example, 5)]
+
+
+def _widened(inputs: list, example: list, seed: int) -> list:
+    """The inputs with items spread evenly over twice the example's greatest magnitude on both
+    sides of zero (from 0 up for an integer input that is never negative), shuffled. Every other
+    variant stays within the example's range or its mirror: ``y > 0.52`` on an example of
+    -1.6..0.24 is all True there, and a roll of it was judged equal to no roll (fuzz 18298; so
+    was ``y > 0.52`` on an example of 0.5..2 negated, 18573). An input whose example items are all
+    equal or not finite keeps the probe's values, as do bools (:func:`_ramped` alternates them)."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for t, e in zip(inputs, example):
+        if isinstance(t, torch.Tensor) and isinstance(e, torch.Tensor) and t.numel() > 0 and e.numel() > 1 \
+                and t.dtype != torch.bool and not t.is_complex() and bool((e != e.reshape(-1)[0]).any()) \
+                and (not e.is_floating_point() or bool(torch.isfinite(e).all())):
+            top = 2 * float(e.abs().max())
+            bottom = 0.0 if not e.is_floating_point() and bool((e >= 0).all()) else -top
+            items = torch.linspace(bottom, top, t.numel(), dtype=torch.float64)
+            if not t.is_floating_point():
+                items = items.round()
+            items = items[torch.randperm(t.numel(), generator=g)]
+            t = items.reshape(t.shape).to(t.dtype)
+        out.append(t)
+    return out
 
 
 def _negated(inputs: list, example: list) -> list:
