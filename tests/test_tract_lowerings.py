@@ -257,3 +257,23 @@ MERGED_TILE_CASES = [
 @pytest.mark.parametrize("case", MERGED_TILE_CASES, ids=str)
 def test_merged_expand_then_weights(case, tmp_path):
     run_case(case, tmp_path, "tract")
+
+
+# an integer comparison ``a > b`` on operands tract knows to be uniform (a product by a zero
+# constant, a tensor of zeros, a tiled constant) read by a select or an ``and``: tract 0.23.9 took
+# it as true whatever the values (0 > 0, 0 > 1), so ``v[v > 0] = 1`` after ``v = x * 0`` gave ones
+# (fuzz seeds 19139, 20353); an integer ``gt`` is emitted as ``lt`` with the operands swapped
+UNIFORM_GT_CASES = [
+    OpCase("int_product_by_zero_gt_where_dyn", lambda x: torch.where(x * 0 > 0, 1, x * 0), [ints(9)], dynamic_axes=DYN0),
+    OpCase("int_product_by_zero_gt_one_where_dyn", lambda x: torch.where(x * 0 > 1, 1, x), [ints(9)], dynamic_axes=DYN0),
+    OpCase("int_zeros_gt_where_dyn", lambda x: torch.where(torch.zeros_like(x) > 0, 1, x), [ints(9)], dynamic_axes=DYN0),
+    OpCase("int_zero_lt_product_and_dyn", lambda x: torch.where((0 < x * 0) & (x >= x), 1, x), [ints(9)], dynamic_axes=DYN0),
+    OpCase("int32_product_by_zero_gt_where_dyn", lambda x: torch.where(x.int() * 0 > 0, x.int(), 0), [ints(9)],
+           dynamic_axes=DYN0),
+    OpCase("int_masked_fill_after_product_by_zero", lambda x: (x * ZERO).masked_fill(x * ZERO > 0, 1), [ints(3, 5)]),
+]
+
+
+@pytest.mark.parametrize("case", UNIFORM_GT_CASES, ids=str)
+def test_integer_gt_of_uniform_operands(case, tmp_path):
+    run_case(case, tmp_path, "tract")

@@ -192,6 +192,12 @@ class EmitContext:
         other keyword is an NNEF attribute of the op.
         """
         dtype, shape, name = out_dtype, out_shape, out_name
+        if op == "gt" and self.target == "tract" and len(args) == 2 and not attrs \
+                and any(isinstance(a, Value) and not a.dtype.is_float for a in args):
+            # tract 0.23.9 reads an integer ``gt`` whose operands it knows to be uniform (a
+            # product by a zero constant, a tiled constant) as true when a select or an ``and``
+            # consumes it, whatever the values (0 > 0 too); ``lt`` with the operands swapped is right
+            op, args = "lt", (args[1], args[0])
         for a in _values(args) + _values(list(attrs.values())):
             self.name_of(a)
         first = next(iter(_values(args)), None)

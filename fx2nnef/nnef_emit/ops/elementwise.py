@@ -8,6 +8,8 @@ NOTE: facts about tract 0.23.9 integer arithmetic that the converters below work
 - integer ``mul``/``div`` and bool ``and`` lose their broadcast when tract knows an operand is
   uniformly 0 or 1 (see ``activation.ew``).
 - ``neg`` saturates on u8 (torch wraps): ``0 - x`` wraps.
+- an integer ``gt`` of operands it knows to be uniform is true for a select or an ``and`` whatever
+  the values: every integer ``gt`` is emitted as ``lt`` with its operands swapped (``EmitContext.op``).
 - ``pow`` saturates on integers and is refused on i8/u8: integer powers are built from products.
 - comparisons, ``add``/``mul``/``max``/``min``, ``sign`` and ``square`` are refused on bool;
   ``not`` is refused on anything but bool; ``round`` rounds half away from zero (torch: to even).
