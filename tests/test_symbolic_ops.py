@@ -301,3 +301,41 @@ def test_a_resize_of_a_ceil_mode_pooling_loads_in_tract(tmp_path):
     assert r.check.ok
     tract_matches_eager(r.path, model, [[torch.randn(1, 3, s, t, generator=torch.Generator().manual_seed(s))]
                                         for s, t in ((3, 7), (6, 2), (9, 10))])
+
+
+class _OverlappingWindows(torch.nn.Module):
+    """DeepSeek V4's compressor: S // 4 windows of 4 items, each window also given the one
+    before it. The slice ``1:`` of the windows has ``max(S/4 - 1, 0)`` items, the value written
+    there (``[:-1]``) ``S/4 - 1``: equal wherever S >= 4, which the emitter has to see to write one
+    into the other."""
+
+    def forward(self, x):
+        n = x.shape[1] // 4
+        w = x[:, :n * 4].view(x.shape[0], n, 4, -1)
+        out = w.new_zeros(x.shape[0], n, 8, w.shape[-1])
+        out[:, :, 4:] = w
+        if n > 1:
+            out[:, 1:, :4] = w[:, :-1]
+        return out.softmax(2).sum(2)
+
+
+def test_an_extremum_of_a_floor_division_settled_by_the_range(tmp_path):
+    model = _OverlappingWindows()
+    r = fx2nnef.export(model, (torch.randn(2, 14, 3),), tmp_path / "m.nnef.tgz", input_names=["x"],
+                       target=fx2nnef.TractNNEF(dynamic_axes={"x": {1: "S"}}))
+    assert r.ranges["S"].lo == 4 and r.ranges["S"].hi is None, r.ranges
+    tract_matches_eager(r.path, model, [[torch.randn(2, s, 3)] for s in (4, 7, 8, 9, 14, 31)])
+
+
+def test_bounds_of_floor_division_and_extremum_atoms():
+    from fx2nnef.ir.dims import SymDim, SymRange, settle_extrema
+    s = SymDim.symbol("S")
+    quarter = SymDim.floordiv(s, 4)
+    clamped = SymDim.extremum(max, quarter - 1, 0)
+    assert settle_extrema(clamped, {"S": SymRange("S", 4, None)}) == quarter - 1
+    assert settle_extrema(clamped, {"S": SymRange("S", 3, None)}) == clamped  # S=3: max(-1, 0) is 0
+    assert settle_extrema(clamped, {"S": SymRange("S", 1, 7)}) == 0  # (S/4) - 1 <= 0 there
+    capped = SymDim.extremum(min, SymDim.floordiv(s + 1, 2), 10)
+    assert settle_extrema(capped, {"S": SymRange("S", None, 19)}) == SymDim.floordiv(s + 1, 2)
+    assert settle_extrema(capped, {"S": SymRange("S", 19, None)}) == 10
+    assert settle_extrema(capped, {}) == capped

@@ -207,8 +207,8 @@ def substitute(x: Dim, mapping: dict) -> Dim:
 def settle_extrema(x, ranges: dict):
     """``x`` (a dim, or a tuple of dims and None) with each extremum atom whose arguments compare
     the same way at every size of ``ranges`` (symbol -> :class:`SymRange`) replaced by the one
-    chosen there: ``min(7,S)`` is ``7`` where S >= 7. Decided on linear differences only (their
-    bounds over the ranges are exact); another atom is kept. The IR's shapes and the emitter's
+    chosen there: ``min(7,S)`` is ``7`` where S >= 7. Decided on bounds of the difference found
+    term by term (:func:`_linear_bounds`, never narrower than its values); another atom is kept. The IR's shapes and the emitter's
     slice bounds go through here, so that both name a size the same way."""
     if isinstance(x, tuple):
         return tuple(settle_extrema(d, ranges) for d in x)
@@ -230,22 +230,42 @@ def settle_extrema(x, ranges: dict):
 
 def _linear_bounds(d, ranges: dict) -> tuple:
     """(least, greatest) of ``d`` over the sizes of ``ranges`` (a size is at least 1), None where
-    unbounded or not known (a term of degree 2, an atom)."""
+    unbounded or not known (a term of degree 2). A floor-division or extremum atom counts as a
+    symbol bounded by its arguments' bounds (floor is monotone), so the bounds may be looser than
+    the dim's own, never narrower: ``max((S/4) - 1, 0)`` is ``(S/4) - 1`` where S >= 4."""
     if isinstance(d, int):
         return d, d
     lo = hi = d.terms.get((), 0)
     for mono, c in d.terms.items():
         if not mono:
             continue
-        if len(mono) != 1 or mono[0] in _DIV_ATOMS or mono[0] in _EXTREMA:
+        if len(mono) != 1:
             return None, None
-        r = ranges.get(mono[0])
-        least = max(1, r.lo if r is not None and r.lo is not None else 1)
-        most = r.hi if r is not None else None
+        least, most = _atom_bounds(mono[0], ranges)
         low_end, high_end = (least, most) if c > 0 else (most, least)
         lo = None if lo is None or low_end is None else lo + c * low_end
         hi = None if hi is None or high_end is None else hi + c * high_end
     return lo, hi
+
+
+def _atom_bounds(name: str, ranges: dict) -> tuple:
+    """(least, greatest) of one symbol or atom over ``ranges``, None where not known."""
+    if name in _DIV_ATOMS:
+        numerator, divisor = _DIV_ATOMS[name]
+        lo, hi = _linear_bounds(numerator, ranges)
+        return (None if lo is None else lo // divisor), (None if hi is None else hi // divisor)
+    if name in _EXTREMA:
+        pick, (a, b) = _EXTREMA[name]
+        (lo_a, hi_a), (lo_b, hi_b) = _linear_bounds(simplify(as_sym(a)), ranges), _linear_bounds(simplify(as_sym(b)), ranges)
+        if pick is max:  # at least the larger least; at most the larger greatest, if both are known
+            lo = lo_a if lo_b is None else lo_b if lo_a is None else max(lo_a, lo_b)
+            hi = None if hi_a is None or hi_b is None else max(hi_a, hi_b)
+        else:
+            lo = None if lo_a is None or lo_b is None else min(lo_a, lo_b)
+            hi = hi_a if hi_b is None else hi_b if hi_a is None else min(hi_a, hi_b)
+        return lo, hi
+    r = ranges.get(name)
+    return max(1, r.lo if r is not None and r.lo is not None else 1), (r.hi if r is not None else None)
 
 
 def exact_quotient(total: Dim, known: Dim):
