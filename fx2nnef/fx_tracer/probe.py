@@ -19,7 +19,7 @@ import torch
 import torch.fx as fx
 
 from ..ir import Guard, SymDim, SymRange, fit_polynomial
-from ..ir.dims import fit_floor_division
+from ..ir.dims import clamp_bends, fit_clamped, fit_floor_division
 from .data_dep import data_dependence, is_shape_query
 from .structures import data_less
 from .fake_replay import VARIES, Replay, ReplayUnavailable, _in_place, replay, shapes_at
@@ -1200,6 +1200,21 @@ def _division_check_envs(base: dict, seen: list) -> list:
     return envs
 
 
+def _bend_check_envs(sym: dict, base: dict, seen: list) -> list:
+    """The sizes next to where a fitted ``min(p, c)`` or ``max(p, c)`` bends (:func:`clamp_bends`)
+    that no probe ran at, the other symbols at the example's sizes."""
+    keys = {_env_key(e) for e in seen}
+    envs = []
+    for form in sym.values():
+        for s, n in clamp_bends(form):
+            for m in (n - 1, n, n + 1):
+                env = {**base, s: m}
+                if s in base and m >= 1 and _env_key(env) not in keys:
+                    keys.add(_env_key(env))
+                    envs.append(env)
+    return envs
+
+
 def _count_unfit(sym: dict) -> int:
     def count(x):
         if isinstance(x, Unfit):  # sizes only: a decision (bool) may flip where the graph still holds
@@ -1757,8 +1772,9 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
         # a floor division fitted to the probed sizes takes the least divisor that agrees with
         # them, which may agree there only: int((S - 10) * 0.3) + 5 at S = 10..33 fits
         # (2*S + 1) // 7 + 2 as well, and differs at S=20. More sizes, farther apart, then refit:
-        # a size that follows no form is then refused rather than exported wrong
-        for env in _division_check_envs(base_env, good_envs):
+        # a size that follows no form is then refused rather than exported wrong. A size cut to
+        # a constant (min(S, 8)) is also run where it bends, and on both sides of it
+        for env in _division_check_envs(base_env, good_envs) + _bend_check_envs(sym, base_env, good_envs):
             if all(ranges[k].contains(env[k]) for k in symbols):
                 r = probe(env)
                 if isinstance(r, tuple):
@@ -1849,6 +1865,8 @@ def _fit_int(samples, symbols):
     fitted = fit_polynomial(samples, symbols)
     if fitted is None:
         fitted = fit_floor_division(samples, symbols)
+    if fitted is None:
+        fitted = fit_clamped(samples, symbols)
     return Unfit(samples) if fitted is None else fitted
 
 

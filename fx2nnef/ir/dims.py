@@ -5,6 +5,7 @@ symbol are plain Python ints; :func:`simplify` turns a constant SymDim back into
 """
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 from typing import Union
 
@@ -380,6 +381,55 @@ def fit_floor_division(samples: list, symbols: list, max_divisor: int = 1024):
         negated = fit_floor_division([(env, -value) for env, value in samples], symbols, max_divisor)
         return None if negated is None else -negated
     return None
+
+
+def fit_clamped(samples: list, symbols: list):
+    """Find ``min(p, c)`` or ``max(p, c)`` mapping every sample env to its value, ``p`` a
+    polynomial of degree 1 and ``c`` the greatest (least) value: a size cut to a constant
+    (``x[:, :8]`` has ``min(S, 8)`` items, ``x[:, -8:]`` too). At least two samples on each side of
+    the bend, so that the plateau is no lone value and ``p`` is fitted, not guessed. None if
+    none fits."""
+    values = [value for _, value in samples]
+    for pick, c in ((min, max(values)), (max, min(values))):
+        off = [(env, value) for env, value in samples if value != c]
+        if len(off) < 2 or len(samples) - len(off) < 2:
+            continue
+        p = fit_polynomial(off, symbols, max_degree=1)
+        if p is None or isinstance(p, int):
+            continue
+        form = SymDim.extremum(pick, p, c)
+        if isinstance(form, int):
+            continue
+        if all(form.evaluate(env) == value for env, value in samples):
+            return form
+    return None
+
+
+def clamp_bends(x) -> list:
+    """``(symbol, size)`` pairs near which an extremum atom of ``x`` (a dim or a tuple of dims)
+    between a polynomial of degree 1 in one symbol and a constant changes sides: the size where
+    they meet (rounded both ways). The sizes to check a fitted clamp at."""
+    out = []
+    if isinstance(x, tuple):
+        for d in x:
+            out += [b for b in clamp_bends(d) if b not in out]
+        return out
+    if not isinstance(x, SymDim):
+        return out
+    for name in x.symbols & set(_EXTREMA):
+        _pick, (a, b) = _EXTREMA[name]
+        line, c = (a, b) if isinstance(b, int) else (b, a)
+        if not isinstance(c, int) or not isinstance(line, SymDim) or len(line.input_symbols) != 1 \
+                or line.symbols != line.input_symbols or any(len(m) > 1 for m in line.terms):
+            continue
+        (sym,) = line.symbols
+        slope, rest = line.terms.get((sym,), 0), line.terms.get((), 0)
+        if slope:
+            meet = Fraction(c - rest, slope)
+            for n in {math.floor(meet), math.ceil(meet)}:
+                if n >= 1 and (sym, n) not in out:
+                    out.append((sym, n))
+    return out
 
 
 def _monomials(symbols, max_degree):
