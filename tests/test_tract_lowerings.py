@@ -72,6 +72,12 @@ CASES = [
     # ... also with elementwise ops between the roll and the conv (fuzz seed 8090762)
     OpCase("strided_1x1_conv_after_roll_clamp_dyn", lambda x: F.conv2d(x.roll(1).clamp(-0.5, 0.5) * 2, W1X1, stride=2),
            [torch.randn(1, 1, 6, 4)], dynamic_axes={"x0": {2: "S"}}),
+    # ... or below a 1x1 conv, which tract makes an EinSum and a reshape (fuzz seed 24000)
+    OpCase("strided_1x1_conv_after_1x1_conv_dyn", lambda x: F.conv2d(F.conv2d(x, W1X1), W1X1.reshape(1, 3, 1, 1), stride=2),
+           [torch.randn(1, 1, 9, 8)], dynamic_axes={"x0": {2: "S", 3: "T"}}),
+    OpCase("strided_1x1_conv_after_1x1_conv_relu_dyn",
+           lambda x: F.conv2d(F.relu(F.conv2d(x, W1X1.reshape(1, 3, 1, 1))), W1X1, stride=(2, 3)),
+           [torch.randn(1, 3, 9, 8)], dynamic_axes={"x0": {2: "S", 3: "T"}}),
     OpCase("strided_dynamic_after_chain", _strided_after_chain, [torch.randn(3) * 2], dynamic_axes=DYN0),
     # a linear of a concatenation holding an expanded piece (DPT's "project" readout): tract split
     # the product per piece and failed at load ("Trying to substitute a B,6,4,F32 by B,1,4,F32")

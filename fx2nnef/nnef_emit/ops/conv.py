@@ -130,8 +130,9 @@ _ELEMENTWISE = {"min", "max", "add", "sub", "mul", "div", "neg", "abs", "exp", "
 
 
 def _below_reshape_or_broadcast(ctx: EmitContext, x: Value) -> bool:
-    """Whether ``x`` is a reshape's or a broadcast's (``tile``) result, directly or through elementwise
-    ops of its rank (any operand): where tract would pull a strided 1x1 conv's Downsample to."""
+    """Whether ``x`` is a reshape's, a broadcast's (``tile``) or a 1x1 conv's result, directly or
+    through elementwise ops of its rank (any operand): where tract would pull a strided 1x1 conv's
+    Downsample to (a 1x1 conv, then a strided one: fuzz seed 24000)."""
     seen, todo = set(), [x]
     while todo and len(seen) < 32:
         v = todo.pop()
@@ -143,6 +144,9 @@ def _below_reshape_or_broadcast(ctx: EmitContext, x: Value) -> bool:
             continue
         if st.op in ("reshape", "tile"):
             return True
+        if st.op == "conv" and len(st.args) > 1 and isinstance(st.args[1], Value) and st.args[1].shape is not None \
+                and all(isinstance(k, int) and k == 1 for k in st.args[1].shape[2:]):
+            return True  # tract makes a 1x1 conv an EinSum over the merged spatial axes, then a reshape
         if st.op in _ELEMENTWISE:
             todo.extend(a for a in st.args if isinstance(a, Value) and a.shape is not None and len(a.shape) == len(x.shape))
     return False
