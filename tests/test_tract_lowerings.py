@@ -19,6 +19,7 @@ DYN0 = {"x0": {0: "S"}}
 ZERO = torch.tensor(0)
 W1X1 = torch.randn(3, 1, 1, 1, generator=torch.Generator().manual_seed(3))
 W_CAT = torch.randn(4, 16, generator=torch.Generator().manual_seed(4))
+W_ROWS = torch.randn(9, 9, generator=torch.Generator().manual_seed(5))
 
 def _and_zero_twice(y, then):
     """``y & 0`` read by an integer add and by a float product: tract knows it is a uniform zero."""
@@ -78,6 +79,10 @@ CASES = [
     OpCase("strided_1x1_conv_after_1x1_conv_relu_dyn",
            lambda x: F.conv2d(F.relu(F.conv2d(x, W1X1.reshape(1, 3, 1, 1))), W1X1, stride=(2, 3)),
            [torch.randn(1, 3, 9, 8)], dynamic_axes={"x0": {2: "S", 3: "T"}}),
+    # ... or below a matmul (an EinSum in tract) and a transpose: an FFT along the rows (fuzz seed 13360)
+    OpCase("strided_1x1_conv_after_matmul_transpose_dyn",
+           lambda x: F.conv2d((x.mT @ W_ROWS).mT * 0.5, W1X1.reshape(1, 3, 1, 1), stride=2),
+           [torch.randn(1, 3, 9, 8)], dynamic_axes={"x0": {3: "T"}}),
     OpCase("strided_dynamic_after_chain", _strided_after_chain, [torch.randn(3) * 2], dynamic_axes=DYN0),
     # a linear of a concatenation holding an expanded piece (DPT's "project" readout): tract split
     # the product per piece and failed at load ("Trying to substitute a B,6,4,F32 by B,1,4,F32")

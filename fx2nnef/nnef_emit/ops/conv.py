@@ -124,13 +124,14 @@ def conv(ctx: EmitContext, input: Value, weight: Value, bias=None, stride=1, pad
     return drop_batch(ctx, y, unbatched)
 
 
-# ops that tract pulls a Downsample over, on the way to a reshape above them
+# ops that tract pulls a Downsample over, on the way to a reshape above them (a transpose too)
 _ELEMENTWISE = {"min", "max", "add", "sub", "mul", "div", "neg", "abs", "exp", "log", "tanh", "sigmoid", "relu",
-                "select", "copy", "tract_core_cast", "pow", "sqrt", "rsqrt", "sin", "cos", "floor", "ceil", "round"}
+                "select", "copy", "tract_core_cast", "pow", "sqrt", "rsqrt", "sin", "cos", "floor", "ceil", "round",
+                "transpose"}
 
 
 def _below_reshape_or_broadcast(ctx: EmitContext, x: Value) -> bool:
-    """Whether ``x`` is a reshape's, a broadcast's (``tile``) or a 1x1 conv's result, directly or
+    """Whether ``x`` is a reshape's, a broadcast's (``tile``), a matmul's or a 1x1 conv's result, directly or
     through elementwise ops of its rank (any operand): where tract would pull a strided 1x1 conv's
     Downsample to (a 1x1 conv, then a strided one: fuzz seed 24000)."""
     seen, todo = set(), [x]
@@ -142,8 +143,8 @@ def _below_reshape_or_broadcast(ctx: EmitContext, x: Value) -> bool:
         st = producer(ctx, v)
         if st is None:
             continue
-        if st.op in ("reshape", "tile"):
-            return True
+        if st.op in ("reshape", "tile", "matmul", "linear"):
+            return True  # a matmul is an EinSum in tract, and a reshape of its output (fuzz seed 13360)
         if st.op == "conv" and len(st.args) > 1 and isinstance(st.args[1], Value) and st.args[1].shape is not None \
                 and all(isinstance(k, int) and k == 1 for k in st.args[1].shape[2:]):
             return True  # tract makes a 1x1 conv an EinSum over the merged spatial axes, then a reshape
