@@ -391,6 +391,8 @@ def fit_clamped(samples: list, symbols: list):
     none fits."""
     values = [value for _, value in samples]
     for pick, c in ((min, max(values)), (max, min(values))):
+        if pick is max and c <= 0:
+            continue  # empty below some size (x[3:]): the range's lower bound, as tract refuses that slice
         off = [(env, value) for env, value in samples if value != c]
         if len(off) < 2 or len(samples) - len(off) < 2:
             continue
