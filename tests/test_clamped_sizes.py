@@ -53,3 +53,27 @@ def test_a_size_cut_to_a_constant_read_as_a_number(tmp_path, fn, example):
     sizes = [s for s in range(1, 14) if all(rng.contains(s) for rng in r.ranges.values())]
     assert {example, 7, 8, 9} <= set(sizes), r.ranges
     tract_matches_eager(r.path, model, [[torch.randn(1, 2, s)] for s in sizes])
+
+
+class _LastItemsUnfolded(torch.nn.Module):
+    """Fuzz seed 25074: the last 6 items (``min(6,S)``, fitted from probes), flipped or not by a
+    decision on another cut exported both ways, then windows of 3 (a reshape to ``min(6,S)``
+    items, read from memory). tract measures the slice as ``S - begin`` and could not tell ``S - max(0,S-6)`` was
+    ``min(6,S)``: the asset did not load."""
+
+    def forward(self, x):
+        v1 = x[:, :max(1, x.shape[1] // 2)]
+        v2 = x[:, -6:]
+        v3 = v2.flip(1) if v1.shape[1] >= 2 else v2 + 1
+        return v3.contiguous().as_strided((2, v3.shape[1] - 2, 3), (v3.shape[1], 1, 1)), v3
+
+
+@pytest.mark.parametrize("check_io", [True, False])
+def test_a_reshape_to_a_fitted_count_of_last_items(tmp_path, check_io):
+    model = _LastItemsUnfolded()
+    x = torch.randint(1, 7, (2, 4), generator=torch.Generator().manual_seed(0))
+    r = fx2nnef.export(model, (x,), tmp_path / "m.nnef.tgz", input_names=["x"],
+                       target=fx2nnef.TractNNEF(check_io=check_io, dynamic_axes={"x": {1: "S"}}))
+    sizes = [s for s in range(1, 14) if all(rng.contains(s) for rng in r.ranges.values())]
+    assert {4, 6, 7, 9, 13} <= set(sizes), r.ranges
+    tract_matches_eager(r.path, model, [[torch.randint(1, 7, (2, s))] for s in sizes])

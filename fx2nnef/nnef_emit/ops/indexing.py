@@ -158,13 +158,17 @@ def _index_tensor(ctx: EmitContext, item, n) -> Value:
 def _as_traced(ctx: EmitContext, item: slice, n, b, e, s, want):
     """The bounds ``(b, e)`` of ``item`` on an axis of size ``n``, written as the IR's shape
     ``want`` of that axis names its length: a constant bound torch clamps is ``min(7,S)``
-    (``max(S-3,0)`` for a begin) where the fake replay clamped it so, and the plain bound where
+    (``max(S-3,0)`` for a begin, or ``S-min(3,S)``) where the fake replay clamped it so or the
+    probes fitted its length so, and the plain bound where
     the shapes were settled or fitted at sizes on one side only (``7``, ``S``)."""
     if want is None or not isinstance(n, SymDim) or slice_length(b, e, s) == want:
         return b, e
     begins, ends = [b], [e]
     if type(item.start) is int and item.start < 0:
         begins.append(settle_extrema(SymDim.extremum(max, n + item.start, 0), ctx.ranges))
+        # the same begin, for a length fitted from probes as ``min(6,S)``: tract computes the
+        # length as end - begin and cannot tell ``S - max(0,S-6)`` is ``min(6,S)`` (fuzz seed 25074)
+        begins.append(settle_extrema(n - SymDim.extremum(min, n, -item.start), ctx.ranges))
     if type(item.stop) is int:
         ends.append(settle_extrema(SymDim.extremum(max, n + item.stop, 0) if item.stop < 0
                                    else SymDim.extremum(min, item.stop, n), ctx.ranges))
