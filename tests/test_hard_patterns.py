@@ -54,6 +54,34 @@ def test_as_strided_frames_of_a_dynamic_length(tmp_path):
         np.testing.assert_allclose(g[0], frames(x).numpy(), atol=1e-4, rtol=5e-4)
 
 
+@pytest.mark.parametrize("check_io", [True, False])
+def test_as_strided_windows_whose_count_and_length_read_alike(tmp_path, check_io):
+    """Windows of 3 every item, ``T - 2`` of them, both axes of stride 1, read from a tensor with
+    an axis of 1 (the rows of ``(1, 2, T)``): at T=4 there are 2 windows of 3 or, read the other
+    way, 3 windows of 2 (the same items there), and the other reading was taken, an unfold of 2
+    items that gave 2 windows of T - 1 at every other T, silently without check_io. The length is
+    the size the model did not compute from T; a length the model computed from T is a decision
+    (below)."""
+    def windows(x):
+        t = x.shape[-1]
+        return x.contiguous().as_strided((2, t - 2, 3), (t, 1, 1)) * 2
+    r = fx2nnef.export(FnModule(windows), (randn(1, 2, 4),), tmp_path / "a.nnef.tgz", input_names=["x0"],
+                       target=fx2nnef.TractNNEF(check_io=check_io, dynamic_axes={"x0": {2: "T"}}))
+    assert r.ranges["T"].lo == 3 and r.ranges["T"].hi is None, r.ranges
+    assert any("windows of 3 every 1" in n for n in r.notes), r.notes
+    ins = [randn(1, 2, n, seed=n) for n in (3, 4, 6, 11)]
+    for x, g in zip(ins, run_tract_many(r.path, [[x.numpy()] for x in ins])):
+        np.testing.assert_allclose(g[0], windows(x).numpy(), atol=1e-4, rtol=5e-4)
+
+
+def test_as_strided_windows_of_a_length_computed_from_a_size_are_a_decision(tmp_path):
+    def windows(x):
+        t = x.shape[-1]
+        return x.contiguous().as_strided((2, 3, t - 2), (t, 1, 1)) * 2
+    with pytest.raises(fx2nnef.GuardError, match=r"as_strided reads .* as a window length"):
+        _export(windows, [randn(2, 4)], tmp_path, {"x0": {1: "T"}})
+
+
 def test_as_strided_with_positions_from_a_dynamic_size_is_bounded_to_them(tmp_path):
     """A view other than windows (every other item, ``T // 2`` of them) keeps the example's
     positions: the sizes it reads are decisions, and the export says it holds at the example's

@@ -36,19 +36,26 @@ def record_as_strided(tracer, args: tuple, kwargs: dict, unwrap):
     """Record the equivalent of ``as_strided`` through ``tracer``; returns its proxy."""
     x, size, stride, offset = _bind(args, kwargs)
     value = unwrap(x)
+    # a size computed from the traced sizes (``n - 2`` windows) is no window length: an unfold
+    # takes its length as a number, so where both readings fit the example, the fixed one is the length
+    fixed = [not (hasattr(v, "node") and hasattr(v, "value")) for v in size]
     windows = _sliding_windows(value, [int(v) for v in unwrap(size)], [int(v) for v in unwrap(stride)],
                                unwrap(offset))
     if windows is not None:
         k, step = windows
         proxy = tracer.create_proxy("call_method", "unfold", (x, value.dim() - 1, k, step), {})
+        _guard_length(tracer, size, len(size) - 1)
         return proxy, f"windows of {k} every {step} along the last axis (unfold)"
     found = _memory_windows(tracer, x, value, [int(v) for v in unwrap(size)], [int(v) for v in unwrap(stride)],
-                            unwrap(offset))
+                            unwrap(offset), fixed)
     if found is None:
         found = _without_unit_axes(tracer, x, value, [int(v) for v in unwrap(size)],
-                                   [int(v) for v in unwrap(stride)], unwrap(offset))
+                                   [int(v) for v in unwrap(stride)], unwrap(offset), fixed)
     if found is not None:
-        return found
+        y, how, length_axis = found
+        if length_axis is not None:
+            _guard_length(tracer, size, length_axis)
+        return y, how
     # the positions read become constants: a size, stride or offset computed from the traced sizes
     # is a decision on them (valid at the sizes where it gives the same number, as int() of it)
     for item in list(size) + list(stride) + ([offset] if offset is not None else []):
@@ -88,6 +95,15 @@ def record_as_strided(tracer, args: tuple, kwargs: dict, unwrap):
             "a gather of constant positions of the flat tensor")
 
 
+def _guard_length(tracer, size, axis: int) -> None:
+    """The window length ``size[axis]`` an unfold takes as a number: a decision on the sizes
+    when the model computed it from them (the probes then bound the range where it changes)."""
+    item = size[axis]
+    if hasattr(item, "node") and hasattr(item, "value"):
+        tracer._record_guard(item, "int", int(item.value), f"as_strided reads %{item.node.name} = "
+                                                            f"{int(item.value)} as a window length")
+
+
 def _sliding_windows(value: torch.Tensor, size: list, stride: list, offset) -> "tuple | None":
     """``(k, step)`` when ``as_strided`` reads windows of ``k`` items every ``step`` items along the
     last axis of the contiguous ``value``, every one that fits (the sliding-window idiom of framing
@@ -107,7 +123,7 @@ def _sliding_windows(value: torch.Tensor, size: list, stride: list, offset) -> "
     return k, step
 
 
-def _memory_windows(tracer, x, value: torch.Tensor, size: list, stride: list, offset):
+def _memory_windows(tracer, x, value: torch.Tensor, size: list, stride: list, offset, fixed: list):
     """``as_strided`` of a dense tensor (contiguous, or a permutation of it: a transposed view) as
     ops on its axes taken in memory order, or None. The axes are merged into groups (an axis whose
     stride no output axis reads joins the axis inside it); every output axis must read one whole
@@ -144,13 +160,16 @@ def _memory_windows(tracer, x, value: torch.Tensor, size: list, stride: list, of
             rest.append(a)
     window = None
     if len(rest) == 2:
+        fits = []
         for wa, ea in (rest, rest[::-1]):
             g = g_stride.index(stride[ea]) if stride[ea] in g_stride else None
             if g is None or g in place.values() or stride[wa] % stride[ea]:
                 continue
             k, step = size[ea], stride[wa] // stride[ea]
             if 1 <= k <= g_size[g] and step >= 1 and size[wa] == (g_size[g] - k) // step + 1:
-                window = (wa, ea, g, k, step)
+                fits.append((wa, ea, g, k, step))
+        # both readings fit where the two axes have the same stride: the fixed size is the length
+        window = next((f for f in reversed(fits) if fixed[f[1]]), fits[-1] if fits else None)
     if (rest and window is None) or len(place) + (window is not None) != len(groups):
         return None
     if value.is_contiguous() and (window is None or window[4] >= window[3]):
@@ -171,10 +190,10 @@ def _memory_windows(tracer, x, value: torch.Tensor, size: list, stride: list, of
     perm = tuple(axis_of[a] for a in range(len(size)))
     if perm != tuple(range(len(size))):
         y = tracer.create_proxy("call_method", "permute", (y, perm), {})
-    return y, how
+    return y, how, (window[1] if window is not None else None)
 
 
-def _without_unit_axes(tracer, x, value: torch.Tensor, size: list, stride: list, offset):
+def _without_unit_axes(tracer, x, value: torch.Tensor, size: list, stride: list, offset, fixed: list):
     """``as_strided`` with axes of size 1 in the tensor or in the view (a single head, a width of
     1: Longformer's padding mask read through the chunking of its queries), as the same call on the
     tensor without them, the view's unit axes put back after; or None. An axis of size 1 reads one
@@ -191,14 +210,15 @@ def _without_unit_axes(tracer, x, value: torch.Tensor, size: list, stride: list,
         if value.shape[a] == 1:
             y = tracer.create_proxy("call_method", "squeeze", (y, a), {})
             sub = sub.squeeze(a)
-    found = _memory_windows(tracer, y, sub, [size[a] for a in keep], [stride[a] for a in keep], offset)
+    found = _memory_windows(tracer, y, sub, [size[a] for a in keep], [stride[a] for a in keep], offset,
+                            [fixed[a] for a in keep])
     if found is None:
         return None
-    out, how = found
+    out, how, length_axis = found
     for a, n in enumerate(size):
         if n == 1:
             out = tracer.create_proxy("call_method", "unsqueeze", (out, a), {})
-    return out, how + ", its axes of size 1 set aside"
+    return out, how + ", its axes of size 1 set aside", (keep[length_axis] if length_axis is not None else None)
 
 
 def _box(tracer, flat, size: list, stride: list, rel: int, numel: int):
