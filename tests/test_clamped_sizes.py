@@ -3,9 +3,13 @@ numbers (an ``arange`` of them, a product by them, a decision on them exported b
 symbolic shapes decide such a slice on the example's side of the bend, so these sizes are fitted
 from probe runs, as ``min(p, c)`` or ``max(p, c)`` once probes on both sides of the bend and next
 to it agree. Each export is checked in tract by the export itself, then run again in tract on
-both sides of the bend and compared with eager."""
+both sides of the bend and compared with eager. Last, a padding to a multiple of 8 fitted the same
+way."""
+import math
+
 import pytest
 import torch
+import torch.nn.functional as F
 
 import fx2nnef
 from harness import FnModule, tract_matches_eager
@@ -77,3 +81,25 @@ def test_a_reshape_to_a_fitted_count_of_last_items(tmp_path, check_io):
     sizes = [s for s in range(1, 14) if all(rng.contains(s) for rng in r.ranges.values())]
     assert {4, 6, 7, 9, 13} <= set(sizes), r.ranges
     tract_matches_eager(r.path, model, [[torch.randint(1, 7, (2, s))] for s in sizes])
+
+
+class _PaddedToEight(torch.nn.Module):
+    """Fuzz seed 25278: padding to a multiple of 8 (``ceil(S/8)*8 - S`` items, read as a number
+    by ``pad``) beside a ceil-mode pooling whose shapes the fake replay cannot give: the padding is
+    fitted from probe runs as ``8*floor((S+7)/8) - S``, once no other form fits them all."""
+
+    def forward(self, x):
+        v1 = F.avg_pool1d(x, 3, stride=3, padding=1, ceil_mode=True)
+        v1[v1 > 0.5] = 1.9
+        v3 = F.pad(x, (0, math.ceil(x.shape[2] / 8) * 8 - x.shape[2]), value=1.5)
+        return v3, v1
+
+
+@pytest.mark.parametrize("check_io", [True, False])
+def test_a_padding_to_a_multiple_fitted_from_probes(tmp_path, check_io):
+    model = _PaddedToEight()
+    r = fx2nnef.export(model, (torch.randn(1, 2, 9),), tmp_path / "m.nnef.tgz", input_names=["x"],
+                       target=fx2nnef.TractNNEF(check_io=check_io, dynamic_axes={"x": {2: "S"}}))
+    sizes = [s for s in range(1, 41) if all(rng.contains(s) for rng in r.ranges.values())]
+    assert {9, 16, 17, 23, 40} <= set(sizes), r.ranges
+    tract_matches_eager(r.path, model, [[torch.randn(1, 2, s)] for s in sizes])

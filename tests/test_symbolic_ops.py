@@ -339,3 +339,12 @@ def test_bounds_of_floor_division_and_extremum_atoms():
     assert settle_extrema(capped, {"S": SymRange("S", None, 19)}) == SymDim.floordiv(s + 1, 2)
     assert settle_extrema(capped, {"S": SymRange("S", 19, None)}) == 10
     assert settle_extrema(capped, {}) == capped
+
+
+def test_a_remainder_form_is_fitted_only_when_no_other_fits_the_samples():
+    from fx2nnef.ir.dims import fit_remainder
+    pad = [({"S": n}, math.ceil(n / 8) * 8 - n) for n in (3, 5, 6, 7, 9, 12, 13, 27)]
+    assert fit_remainder(pad, ["S"]) is None  # 8*floor((S+5)/7) - S fits these too
+    more = pad + [({"S": n}, math.ceil(n / 8) * 8 - n) for n in (16, 30, 33)]
+    form = fit_remainder(more, ["S"])
+    assert all(form.evaluate({"S": n}) == math.ceil(n / 8) * 8 - n for n in range(1, 200)), form

@@ -19,7 +19,7 @@ import torch
 import torch.fx as fx
 
 from ..ir import Guard, SymDim, SymRange, fit_polynomial
-from ..ir.dims import clamp_bends, fit_clamped, fit_floor_division
+from ..ir.dims import clamp_bends, fit_clamped, fit_floor_division, fit_remainder
 from .data_dep import data_dependence, is_shape_query
 from .structures import data_less
 from .fake_replay import VARIES, Replay, ReplayUnavailable, _in_place, replay, shapes_at
@@ -1867,6 +1867,8 @@ def _fit_int(samples, symbols):
         fitted = fit_floor_division(samples, symbols)
     if fitted is None:
         fitted = fit_clamped(samples, symbols)
+    if fitted is None:
+        fitted = fit_remainder(samples, symbols)
     return Unfit(samples) if fitted is None else fitted
 
 

@@ -407,6 +407,37 @@ def fit_clamped(samples: list, symbols: list):
     return None
 
 
+def fit_remainder(samples: list, symbols: list, max_divisor: int = 64):
+    """Find ``a*S + b + c*floor((S + r)/d)`` (one symbol, ``0 <= r < d``, ``c != 0``) mapping every
+    sample env to its value: a size padded to a multiple (``ceil(S/8)*8 - S`` items of padding is
+    ``8*floor((S+7)/8) - S``), a remainder (``S % 4`` is ``S - 4*floor(S/4)``). At least six
+    samples of five values or more, the fit exact at each. None if none fits."""
+    if len(symbols) != 1 or len(samples) < 6 or len({value for _, value in samples}) < 5:
+        return None
+    (sym,) = symbols
+    s = SymDim.symbol(sym)
+    fits = []
+    for d in range(2, max_divisor + 1):
+        for r in range(d):
+            rows = [[1, env[sym], (env[sym] + r) // d] for env, _ in samples]
+            coefs = _solve_least(rows, [value for _, value in samples])
+            if coefs is None or any(c.denominator != 1 for c in coefs) or coefs[2] == 0:
+                continue
+            a, b, c = int(coefs[1]), int(coefs[0]), int(coefs[2])
+            if all(a * env[sym] + b + c * ((env[sym] + r) // d) == value for env, value in samples):
+                fits.append((a, b, c, r, d))
+    if not fits:
+        return None
+    # the samples may fit several (ceil(S/8)*8 - S and 8*floor((S+5)/7) - S agree at S = 3, 5, 6,
+    # 7, 9, 12, 13 and 27): only a form all of them give at every size up to well past the samples
+    top = 4 * max(env[sym] for env, _ in samples) + 2 * max_divisor
+    values = {tuple(a * n + b + c * ((n + r) // d) for n in range(1, top)) for a, b, c, r, d in fits}
+    if len(values) != 1:
+        return None
+    a, b, c, r, d = fits[0]
+    return simplify(b + a * s + c * SymDim.floordiv(s + r, d))
+
+
 def clamp_bends(x) -> list:
     """``(symbol, size)`` pairs near which an extremum atom of ``x`` (a dim or a tuple of dims)
     between a polynomial of degree 1 in one symbol and a constant changes sides: the size where
