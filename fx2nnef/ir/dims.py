@@ -416,15 +416,15 @@ def fit_remainder(samples: list, symbols: list, max_divisor: int = 64):
         return None
     (sym,) = symbols
     s = SymDim.symbol(sym)
+    points = [(env[sym], value) for env, value in samples]
     fits = []
     for d in range(2, max_divisor + 1):
         for r in range(d):
-            rows = [[1, env[sym], (env[sym] + r) // d] for env, _ in samples]
-            coefs = _solve_least(rows, [value for _, value in samples])
-            if coefs is None or any(c.denominator != 1 for c in coefs) or coefs[2] == 0:
+            coefs = _three_exact([(1, n, (n + r) // d, v) for n, v in points])
+            if coefs is None or coefs[2] == 0:
                 continue
-            a, b, c = int(coefs[1]), int(coefs[0]), int(coefs[2])
-            if all(a * env[sym] + b + c * ((env[sym] + r) // d) == value for env, value in samples):
+            b, a, c = coefs
+            if all(a * n + b + c * ((n + r) // d) == v for n, v in points):
                 fits.append((a, b, c, r, d))
     if not fits:
         return None
@@ -436,6 +436,34 @@ def fit_remainder(samples: list, symbols: list, max_divisor: int = 64):
         return None
     a, b, c, r, d = fits[0]
     return simplify(b + a * s + c * SymDim.floordiv(s + r, d))
+
+
+def _three_exact(rows: list):
+    """Integers ``(x, y, z)`` with ``x*p + y*q + z*t == v`` on three independent rows ``(p, q, t,
+    v)`` of ``rows`` (Cramer's rule), or None: no three independent rows, or no integer solution
+    there (the caller checks the other rows)."""
+    def det(m):
+        return (m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1]) - m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0])
+                + m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0]))
+    for i in range(len(rows)):
+        for j in range(i + 1, len(rows)):
+            for k in range(j + 1, len(rows)):
+                m = [rows[i][:3], rows[j][:3], rows[k][:3]]
+                D = det(m)
+                if D == 0:
+                    continue
+                v = [rows[i][3], rows[j][3], rows[k][3]]
+                out = []
+                for col in range(3):
+                    mc = [list(row) for row in m]
+                    for x in range(3):
+                        mc[x][col] = v[x]
+                    num = det(mc)
+                    if num % D:
+                        return None
+                    out.append(num // D)
+                return tuple(out)
+    return None
 
 
 def clamp_bends(x) -> list:
