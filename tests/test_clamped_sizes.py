@@ -83,21 +83,27 @@ def test_a_reshape_to_a_fitted_count_of_last_items(tmp_path, check_io):
     tract_matches_eager(r.path, model, [[torch.randint(1, 7, (2, s))] for s in sizes])
 
 
-class _PaddedToEight(torch.nn.Module):
-    """Fuzz seed 25278: padding to a multiple of 8 (``ceil(S/8)*8 - S`` items, read as a number
-    by ``pad``) beside a ceil-mode pooling whose shapes the fake replay cannot give: the padding is
-    fitted from probe runs as ``8*floor((S+7)/8) - S``, once no other form fits them all."""
+class _PaddedToMultiple(torch.nn.Module):
+    """Fuzz seeds 25278 and 25487: padding to a multiple of 8 or 2 (``ceil(S/8)*8 - S`` items,
+    read as a number by ``pad``) beside a ceil-mode pooling whose shapes the fake replay cannot
+    give: the padding is fitted from probe runs as ``8*floor((S+7)/8) - S`` (``S - 2*floor(S/2)``),
+    once no other form fits them all."""
+
+    def __init__(self, m: int):
+        super().__init__()
+        self.m = m
 
     def forward(self, x):
         v1 = F.avg_pool1d(x, 3, stride=3, padding=1, ceil_mode=True)
         v1[v1 > 0.5] = 1.9
-        v3 = F.pad(x, (0, math.ceil(x.shape[2] / 8) * 8 - x.shape[2]), value=1.5)
+        v3 = F.pad(x, (0, math.ceil(x.shape[2] / self.m) * self.m - x.shape[2]), value=1.5)
         return v3, v1
 
 
+@pytest.mark.parametrize("m", [8, 2])
 @pytest.mark.parametrize("check_io", [True, False])
-def test_a_padding_to_a_multiple_fitted_from_probes(tmp_path, check_io):
-    model = _PaddedToEight()
+def test_a_padding_to_a_multiple_fitted_from_probes(tmp_path, check_io, m):
+    model = _PaddedToMultiple(m)
     r = fx2nnef.export(model, (torch.randn(1, 2, 9),), tmp_path / "m.nnef.tgz", input_names=["x"],
                        target=fx2nnef.TractNNEF(check_io=check_io, dynamic_axes={"x": {2: "S"}}))
     sizes = [s for s in range(1, 41) if all(rng.contains(s) for rng in r.ranges.values())]

@@ -410,9 +410,9 @@ def fit_clamped(samples: list, symbols: list):
 def fit_remainder(samples: list, symbols: list, max_divisor: int = 64):
     """Find ``a*S + b + c*floor((S + r)/d)`` (one symbol, ``0 <= r < d``, ``c != 0``) mapping every
     sample env to its value: a size padded to a multiple (``ceil(S/8)*8 - S`` items of padding is
-    ``8*floor((S+7)/8) - S``), a remainder (``S % 4`` is ``S - 4*floor(S/4)``). At least six
-    samples of five values or more, the fit exact at each. None if none fits."""
-    if len(symbols) != 1 or len(samples) < 6 or len({value for _, value in samples}) < 5:
+    ``8*floor((S+7)/8) - S``), a remainder (``S % 2`` is ``S - 2*floor(S/2)``). At least six
+    samples, the fit exact at each, and one form only (below). None if none fits."""
+    if len(symbols) != 1 or len(samples) < 6 or len({value for _, value in samples}) < 2:
         return None
     (sym,) = symbols
     s = SymDim.symbol(sym)
