@@ -38,13 +38,13 @@ def record_as_strided(tracer, args: tuple, kwargs: dict, unwrap):
     value = unwrap(x)
     # a size computed from the traced sizes (``n - 2`` windows) is no window length: an unfold
     # takes its length as a number, so where both readings fit the example, the fixed one is the length
-    fixed = [not (hasattr(v, "node") and hasattr(v, "value")) for v in size]
+    fixed = [not _from_sizes(v) for v in size]
     windows = _sliding_windows(value, [int(v) for v in unwrap(size)], [int(v) for v in unwrap(stride)],
                                unwrap(offset))
     if windows is not None:
         k, step = windows
         proxy = tracer.create_proxy("call_method", "unfold", (x, value.dim() - 1, k, step), {})
-        _guard_length(tracer, size, len(size) - 1)
+        _read_as_number(tracer, size[-1], "a window length")
         return proxy, f"windows of {k} every {step} along the last axis (unfold)"
     found = _memory_windows(tracer, x, value, [int(v) for v in unwrap(size)], [int(v) for v in unwrap(stride)],
                             unwrap(offset), fixed)
@@ -54,14 +54,12 @@ def record_as_strided(tracer, args: tuple, kwargs: dict, unwrap):
     if found is not None:
         y, how, length_axis = found
         if length_axis is not None:
-            _guard_length(tracer, size, length_axis)
+            _read_as_number(tracer, size[length_axis], "a window length")
         return y, how
     # the positions read become constants: a size, stride or offset computed from the traced sizes
     # is a decision on them (valid at the sizes where it gives the same number, as int() of it)
     for item in list(size) + list(stride) + ([offset] if offset is not None else []):
-        if hasattr(item, "node") and hasattr(item, "value"):
-            tracer._record_guard(item, "int", int(item.value), f"as_strided reads %{item.node.name} = "
-                                                                f"{int(item.value)} as a number")
+        _read_as_number(tracer, item, "a number")
     size, stride, offset = [int(s) for s in unwrap(size)], [int(s) for s in unwrap(stride)], unwrap(offset)
     loc = user_frame_location()
     where = f" at {loc}: `{loc.code}`" if loc else ""
@@ -95,13 +93,18 @@ def record_as_strided(tracer, args: tuple, kwargs: dict, unwrap):
             "a gather of constant positions of the flat tensor")
 
 
-def _guard_length(tracer, size, axis: int) -> None:
-    """The window length ``size[axis]`` an unfold takes as a number: a decision on the sizes
-    when the model computed it from them (the probes then bound the range where it changes)."""
-    item = size[axis]
-    if hasattr(item, "node") and hasattr(item, "value"):
+def _from_sizes(item) -> bool:
+    """Whether an argument of ``as_strided`` is a number the model computed from the traced sizes."""
+    return hasattr(item, "node") and hasattr(item, "value")
+
+
+def _read_as_number(tracer, item, what: str) -> None:
+    """``item`` taken as a plain number (``what``: a window length an unfold takes, a position):
+    a decision on the sizes when the model computed it from them (the probes then bound the
+    range where it changes)."""
+    if _from_sizes(item):
         tracer._record_guard(item, "int", int(item.value), f"as_strided reads %{item.node.name} = "
-                                                            f"{int(item.value)} as a window length")
+                                                            f"{int(item.value)} as {what}")
 
 
 def _sliding_windows(value: torch.Tensor, size: list, stride: list, offset) -> "tuple | None":

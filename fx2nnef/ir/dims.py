@@ -209,8 +209,9 @@ def settle_extrema(x, ranges: dict):
     """``x`` (a dim, or a tuple of dims and None) with each extremum atom whose arguments compare
     the same way at every size of ``ranges`` (symbol -> :class:`SymRange`) replaced by the one
     chosen there: ``min(7,S)`` is ``7`` where S >= 7. Decided on bounds of the difference found
-    term by term (:func:`_linear_bounds`, never narrower than its values); another atom is kept. The IR's shapes and the emitter's
-    slice bounds go through here, so that both name a size the same way."""
+    term by term (:func:`_linear_bounds`, never narrower than its values); another atom is kept.
+    The IR's shapes and the emitter's slice bounds go through here, so that both name a size the
+    same way."""
     if isinstance(x, tuple):
         return tuple(settle_extrema(d, ranges) for d in x)
     if not isinstance(x, SymDim) or not any(s in _EXTREMA for s in x.symbols):
@@ -257,7 +258,7 @@ def _atom_bounds(name: str, ranges: dict) -> tuple:
         return (None if lo is None else lo // divisor), (None if hi is None else hi // divisor)
     if name in _EXTREMA:
         pick, (a, b) = _EXTREMA[name]
-        (lo_a, hi_a), (lo_b, hi_b) = _linear_bounds(simplify(as_sym(a)), ranges), _linear_bounds(simplify(as_sym(b)), ranges)
+        (lo_a, hi_a), (lo_b, hi_b) = _linear_bounds(a, ranges), _linear_bounds(b, ranges)
         if pick is max:  # at least the larger least; at most the larger greatest, if both are known
             lo = lo_a if lo_b is None else lo_b if lo_a is None else max(lo_a, lo_b)
             hi = None if hi_a is None or hi_b is None else max(hi_a, hi_b)
@@ -399,9 +400,7 @@ def fit_clamped(samples: list, symbols: list):
         p = fit_polynomial(off, symbols, max_degree=1)
         if p is None or isinstance(p, int):
             continue
-        form = SymDim.extremum(pick, p, c)
-        if isinstance(form, int):
-            continue
+        form = SymDim.extremum(pick, p, c)  # an atom: p has a symbol, so p - c is no constant
         if all(form.evaluate(env) == value for env, value in samples):
             return form
     return None
@@ -430,7 +429,7 @@ def fit_remainder(samples: list, symbols: list, max_divisor: int = 64):
         return None
     # the samples may fit several (ceil(S/8)*8 - S and 8*floor((S+5)/7) - S agree at S = 3, 5, 6,
     # 7, 9, 12, 13 and 27): only a form all of them give at every size up to well past the samples
-    top = 4 * max(env[sym] for env, _ in samples) + 2 * max_divisor
+    top = 4 * max(n for n, _ in points) + 2 * max_divisor
     values = {tuple(a * n + b + c * ((n + r) // d) for n in range(1, top)) for a, b, c, r, d in fits}
     if len(values) != 1:
         return None

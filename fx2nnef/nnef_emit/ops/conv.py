@@ -124,16 +124,17 @@ def conv(ctx: EmitContext, input: Value, weight: Value, bias=None, stride=1, pad
     return drop_batch(ctx, y, unbatched)
 
 
-# ops that tract pulls a Downsample over, on the way to a reshape above them (a transpose too)
-_ELEMENTWISE = {"min", "max", "add", "sub", "mul", "div", "neg", "abs", "exp", "log", "tanh", "sigmoid", "relu",
+# ops that tract pulls a Downsample over, on the way to a reshape above them: elementwise ops and
+# a transpose
+_PULLED_THROUGH = {"min", "max", "add", "sub", "mul", "div", "neg", "abs", "exp", "log", "tanh", "sigmoid", "relu",
                 "select", "copy", "tract_core_cast", "pow", "sqrt", "rsqrt", "sin", "cos", "floor", "ceil", "round",
                 "transpose"}
 
 
 def _below_reshape_or_broadcast(ctx: EmitContext, x: Value) -> bool:
-    """Whether ``x`` is a reshape's, a broadcast's (``tile``), a matmul's or a 1x1 conv's result, directly or
-    through elementwise ops of its rank (any operand): where tract would pull a strided 1x1 conv's
-    Downsample to (a 1x1 conv, then a strided one: fuzz seed 24000)."""
+    """Whether ``x`` is a reshape's, a broadcast's (``tile``), a matmul's or a 1x1 conv's result,
+    directly or through elementwise ops and transposes of its rank (any operand): where tract would
+    pull a strided 1x1 conv's Downsample to (a 1x1 conv, then a strided one: fuzz seed 24000)."""
     seen, todo = set(), [x]
     while todo and len(seen) < 32:
         v = todo.pop()
@@ -148,7 +149,7 @@ def _below_reshape_or_broadcast(ctx: EmitContext, x: Value) -> bool:
         if st.op == "conv" and len(st.args) > 1 and isinstance(st.args[1], Value) and st.args[1].shape is not None \
                 and all(isinstance(k, int) and k == 1 for k in st.args[1].shape[2:]):
             return True  # tract makes a 1x1 conv an EinSum over the merged spatial axes, then a reshape
-        if st.op in _ELEMENTWISE:
+        if st.op in _PULLED_THROUGH:
             todo.extend(a for a in st.args if isinstance(a, Value) and a.shape is not None and len(a.shape) == len(x.shape))
     return False
 
