@@ -136,7 +136,7 @@ def export(model: torch.nn.Module, args=(), path=None, *, kwargs: Optional[dict]
                           output_names=output_names,
                           leaf_modules=tuple(leaf_modules) + tuple(registered_module_classes()),
                           max_loop_iterations=max_loop_iterations, branches=branches,
-                          scalars_as_inputs=scalars_as_inputs)
+                          scalars_as_inputs=scalars_as_inputs, rerun_beside=True)
         if autocast:
             cap.notes.append("torch.autocast regions (" + ", ".join(f"{d} {str(t).replace('torch.', '')}"
                                                                      for d, t in autocast)
@@ -144,7 +144,10 @@ def export(model: torch.nn.Module, args=(), path=None, *, kwargs: Optional[dict]
                                "is checked that way")
         timings.update(cap.runs)
         try:
-            return _lower_write_check(cap, Path(path), target, timings, debug_bundle, compression_level, progress)
+            # a static graph's check that it runs at the example goes on meanwhile (capture's rerun_beside)
+            with cap.rerun_beside():
+                return _lower_write_check(cap, Path(path), target, timings, debug_bundle, compression_level,
+                                          progress)
         except (TractError, CheckIOError) as error:
             merged = any(g.kind == "shape" and g.status == "merged" for g in cap.graph.guards) or \
                 any(AT_SIZE in n for n in cap.control_flow)
@@ -196,6 +199,8 @@ def _lower_write_check(cap: Capture, path: Path, target: InferenceTarget, timing
         staged = stage_asset(emitted.files, path, compression_level=compression_level,
                              on_bytes=bar.update if bar else None)
     with staged:  # deleted unless committed or moved into the debug bundle
+        with _timed(timings, "trace"):  # what is left of it (see capture's rerun_beside); added to its time
+            cap.wait_rerun()
         with _timed(timings, "check"):
             cases = cap.check_cases(stored) if target.check_io else []
             half = _computed_in_half(cap.graph)

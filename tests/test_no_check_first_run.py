@@ -57,8 +57,10 @@ def test_same_asset_without_the_first_run(tmp_path, dyn):
     assert {s: str(r) for s, r in fast.ranges.items()} == {s: str(r) for s, r in checked.ranges.items()} == {}
     assert fast.notes == checked.notes
     if dyn is None:
+        # the IR's values from a run with input data on meta tensors; the graph's one real run, the
+        # check that it runs at the example, went on beside the lowering and the write
         assert fast.timings["eager_runs"] == 0 and fast.timings["graph_runs"] == 1, fast.timings
-        assert "light_runs" not in fast.timings  # the graph's one real run
+        assert fast.timings["light_runs"] == 1, fast.timings
     else:
         # the checked export ran the model at the example first; here only the probes run it, and
         # the graph's run at the example has no forward pass on data (input data on meta tensors)

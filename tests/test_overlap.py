@@ -1,6 +1,8 @@
-"""Real runs beside the replay (fx_tracer/overlap.py): the same asset, ranges and run counts as
-one after the other; a model that updates a buffer in place is not run beside its graph; the
-worker hands over what it raised and restores the interpreter's and torch's settings."""
+"""Real runs beside other work (fx_tracer/overlap.py): beside the replay, and a static graph's run
+beside the lowering and the write; the same asset, ranges and run counts as one after the other; a
+model that updates a buffer in place is not run beside its graph; the worker hands over what it
+raised and restores the interpreter's and torch's settings."""
+import importlib
 import sys
 import tarfile
 
@@ -11,6 +13,8 @@ import transformers as T
 import fx2nnef
 from fx2nnef.fx_tracer import overlap, probe
 from fx2nnef.fx_tracer.overlap import Worker
+
+capture_module = importlib.import_module("fx2nnef.fx_tracer.capture")  # the module, not its capture()
 
 SMALL = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, vocab_size=256, max_position_embeddings=128)
@@ -106,3 +110,91 @@ def test_worker_hands_over_errors_and_restores_settings():
             assert sys.getswitchinterval() <= interval
         assert worker.result() is False  # the worker runs in this thread's grad mode
     assert (sys.getswitchinterval(), torch.get_num_threads(), torch.is_grad_enabled()) == (interval, threads, grad)
+
+
+def _static_export(model, inputs, path, names, check=False):
+    r = fx2nnef.export(model, inputs, path, input_names=names, target=fx2nnef.TractNNEF(check_io=check))
+    with tarfile.open(path) as tar:
+        graph = tar.extractfile("graph.nnef").read().decode()
+    return r, graph
+
+
+def test_static_graph_runs_beside_the_lowering_and_the_write(tmp_path, monkeypatch):
+    """A static export takes the IR's values from a run with input data on meta tensors, and its one
+    real run of the graph (the check that it runs at the example) goes on in a worker thread while
+    the asset is lowered and written: the same asset as with everything one after the other, which
+    tract runs as the model computes."""
+    torch.manual_seed(0)
+    config = T.LlamaConfig(**SMALL)
+    config._attn_implementation = "eager"
+    lm = T.LlamaForCausalLM(config).eval()
+    with torch.no_grad():
+        for module in lm.modules():  # norm weights that are not all ones
+            if isinstance(module, T.models.llama.modeling_llama.LlamaRMSNorm):
+                module.weight.uniform_(0.5, 1.5)
+    model = _Logits(lm).eval()
+    ids = torch.randint(0, 256, (2, 9), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones_like(ids)
+    mask[1, :3] = 0
+    names = ["input_ids", "attention_mask"]
+    started = []
+
+    class Counted(Worker):
+        def __enter__(self):
+            started.append(self._threads is not None)
+            return super().__enter__()
+
+    monkeypatch.setattr(capture_module, "Worker", Counted)
+    together, graph_together = _static_export(model, (ids, mask), tmp_path / "a.nnef.tgz", names, check=True)
+    assert together.check.ok, together.check
+    if overlap.can_overlap():
+        assert started == [True], started  # on half the cores each
+        assert together.timings["light_runs"] == 1, together.timings
+    assert together.timings["graph_runs"] == 1, together.timings
+    fast, graph_fast = _static_export(model, (ids, mask), tmp_path / "b.nnef.tgz", names)
+    monkeypatch.setenv("FX2NNEF_NO_OVERLAP", "1")
+    apart, graph_apart = _static_export(model, (ids, mask), tmp_path / "c.nnef.tgz", names)
+    assert "light_runs" not in apart.timings and apart.timings["graph_runs"] == 1, apart.timings
+    assert graph_together == graph_fast == graph_apart
+    assert together.notes == fast.notes == apart.notes
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.nnef.tgz", "b.nnef.tgz", "c.nnef.tgz"]
+
+
+class _Projected(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return torch.nn.functional.gelu(self.proj(x)) * 2
+
+
+@pytest.mark.skipif(not overlap.can_overlap(), reason="one core: the graph's real run is part of the capture")
+@pytest.mark.parametrize("check", [True, False], ids=["check_io", "no_check_io"])
+def test_a_static_graph_that_does_not_run_again_is_refused_after_the_write(check):
+    """The run left to do is really made: when the graph no longer runs at the example (here its
+    weight gets another shape after the capture), waiting for the run raises what the capture
+    raised when the run was part of it: the node that failed, or without check_io (where the model
+    did not run first) the model's own error. A second wait has nothing left to do."""
+    model = _Projected().eval()
+    x = torch.randn(2, 5, 8)
+    cap = capture_module.capture(model, (x,), {}, target=fx2nnef.TractNNEF(check_io=check), rerun_beside=True)
+    assert cap.runs["light_runs"] == 1 and cap.runs["graph_runs"] == 1, cap.runs
+    kept = model.proj.weight.data
+    model.proj.weight.data = torch.randn(3, 4)  # the same tensor, which the graph reads, of another shape
+    cap.start_rerun()
+    said = r"does not re-run on the example inputs at 'linear': RuntimeError: mat1" if check else r"^mat1 and mat2"
+    with pytest.raises(RuntimeError, match=said):
+        cap.wait_rerun()
+    cap.wait_rerun()
+    model.proj.weight.data = kept
+    cap = capture_module.capture(model, (x,), {}, target=fx2nnef.TractNNEF(check_io=check), rerun_beside=True)
+    cap.start_rerun()
+    cap.wait_rerun()  # runs
+
+
+def test_capture_without_rerun_beside_runs_the_graph_itself():
+    cap = capture_module.capture(_Projected().eval(), (torch.randn(2, 5, 8),), {},
+                                 target=fx2nnef.TractNNEF(check_io=False))
+    assert "light_runs" not in cap.runs and cap.runs["graph_runs"] == 1, cap.runs
+    cap.wait_rerun()  # nothing to do

@@ -28,7 +28,9 @@ from .grouped import check_grouped_outputs
 from .padded import check_padded
 from .passes import (cleanup_slices, complex_to_real, fold_constant_selects, masked_reductions, masked_updates,
                      remove_dead_code, remove_inplace)
-from .probe import AT_EXAMPLE, OFF_STEP, RUNS, _output_args, analyze, example_sizes, inputs_at
+from .overlap import Worker, can_overlap
+from .probe import (AT_EXAMPLE, OFF_STEP, RUNS, _output_args, analyze, check_reran, example_sizes, inputs_at,
+                    real_run_later, rerun_error)
 from .random_draws import random_draws_advice, random_draws_text, watch_random_draws
 from .scalars import scalars_to_inputs
 from .stored_values import StoredValues, stored_values
@@ -54,6 +56,47 @@ class Capture:
     random_draws: list = dataclasses.field(default_factory=list)  # RandomDraw: the forward's random draws
     dynamic_axes: dict = dataclasses.field(default_factory=dict)  # input name -> {axis: symbol}, validated
     _reference: Optional[list] = None
+    # the graph's real run at the example left to do (capture's ``rerun_beside``): () -> its error
+    # (``(node, message)``) or None, and what raises that error as the capture would have
+    _rerun: Optional[Callable[[], Optional[tuple]]] = None
+    _rerun_failed: Optional[Callable[[tuple], None]] = None
+    _worker: Optional[Worker] = None
+
+    def start_rerun(self) -> None:
+        """Start the graph's real run at the example that the capture left to do, in a worker thread
+        where it may run beside this one (:func:`.overlap.can_overlap`); :meth:`wait_rerun` waits for it."""
+        if self._rerun is not None and self._worker is None and can_overlap():
+            self._worker = Worker(self._rerun, split_cores=True)
+            self._worker.__enter__()
+
+    def wait_rerun(self) -> None:
+        """Wait for that run (run it here if it was not started) and raise what it found wrong, as the
+        capture did when it ran first; then nothing more to do."""
+        job, worker, failed = self._rerun, self._worker, self._rerun_failed
+        self._rerun = self._worker = self._rerun_failed = None
+        if worker is not None:
+            try:
+                err = worker.result()
+            finally:
+                worker.__exit__(None, None, None)
+        elif job is not None:
+            err = job()
+        else:
+            return
+        if err is not None:
+            failed(err)
+
+    @contextlib.contextmanager
+    def rerun_beside(self):
+        """Within it the graph's real run left to do goes on in a worker thread; it is waited for on
+        leaving, whatever happened meanwhile, and its error comes first (it ran first before)."""
+        self.start_rerun()
+        try:
+            yield
+        except BaseException:
+            self.wait_rerun()
+            raise
+        self.wait_rerun()
 
     @property
     def reference(self) -> list:
@@ -250,13 +293,15 @@ def validate_dynamic_axes(dynamic_axes: dict, names: list, tensors: list, output
 def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_names: Optional[list] = None,
             output_names: Optional[list] = None, leaf_modules: tuple = (), leaf_names: tuple = (),
             max_loop_iterations: Optional[int] = None, branches: Optional[str] = None,
-            scalars_as_inputs: bool = False) -> Capture:
+            scalars_as_inputs: bool = False, rerun_beside: bool = False) -> Capture:
     """Validate, trace, clean, probe and build the IR of ``model(*args, **kwargs)``.
 
     ``max_loop_iterations`` bounds every ``while_loop`` (see :mod:`.control_flow`);
     ``branches``: None merges both outcomes of a Python decision on sizes that bounds the range,
     ``"select"`` also those of decisions on tensor data (see :mod:`.branches`), ``"example"`` none;
-    ``scalars_as_inputs`` makes int/float arguments rank-0 inputs (see :mod:`.scalars`)."""
+    ``scalars_as_inputs`` makes int/float arguments rank-0 inputs (see :mod:`.scalars`);
+    ``rerun_beside``: a graph without dynamic sizes is checked to run at the example by a real run
+    that the caller starts and waits for (:meth:`Capture.rerun_beside`), beside its own work."""
     if branches not in BRANCHES:
         raise InvalidArgumentError(f"branches must be None, 'select' or 'example', got {branches!r}")
     if not isinstance(model, torch.nn.Module):
@@ -304,15 +349,16 @@ def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_na
         target.pre_trace(model, args, kwargs)
     leaf_types = tuple(leaf_modules)
     notes: list = []
+    later = real_run_later() if rerun_beside and not dyn and can_overlap() else contextlib.nullcontext()
     with loop_options(max_loop_iterations, unroll_while=getattr(target, "name", "") == "khronos"), \
-            watch_random_draws() as draws:
+            watch_random_draws() as draws, later:
         failed = None
         try:
             gm, analysis, trace = _trace_merging_sizes(model, args, kwargs, names, out_names, dyn, leaf_types,
                                                        leaf_names, notes, ref, branches)
         except Exception as error:  # noqa: BLE001 - re-raised below
             failed = error
-    if failed is not None:
+    def raise_failed(failed: Exception):
         if not eager_first:
             # the model's own error on the example, as when it ran before the trace
             _eager_outputs(model, args, kwargs, tensors, output_names)
@@ -320,47 +366,67 @@ def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_na
             raise failed
         # the graph fails to reproduce a model that draws again on each run: say so
         raise type(failed)(f"{failed}\n{random_draws_advice(draws)}") from failed
-    if not eager_first:
-        traced_outputs = len(_output_args(gm))
-        if not traced_outputs or (output_names and len(output_names) != traced_outputs):
-            # what is wrong, as the model's run before the trace said it
-            ran = _eager_outputs(model, args, kwargs, tensors, output_names)
-            raise TraceError(f"the traced graph has {traced_outputs} outputs, the model {len(ran)}")
-        if out_names is None:
-            out_names = _output_names(None, trace.output_names)
-    if draws:
-        notes.append(f"the forward draws random numbers ({random_draws_text(draws)}): a draw that reaches the "
-                     "outputs is kept in the graph as the example's values, which the asset gives on every run")
-    fold_constant_selects(gm, analysis.constant, analysis.values, analysis.sym)
-    remove_dead_code(gm)
-    if dyn:
-        def accepts(env) -> bool:
-            try:
-                ref.outputs_at(env)
-            except Exception:  # noqa: BLE001 - a refusal is the answer
-                return False
-            return True
-        bound_by_tables(gm, analysis, accepts, notes)
-    runner = ModelRunner(model, args, kwargs, tensors)
-    graph = build_ir(gm, analysis, names, out_names, upcast_bfloat16=runner.upcasts)
 
-    def cases():
-        expected = example_outputs
-        if expected is None:  # not kept: run the model again
-            expected = _flat(_run_model(model, args, kwargs, tensors))
-        out = [("example", [to_numpy(t) for t in tensors], [to_numpy(t) for t in expected])]
-        for env in _check_envs(analysis) if analysis.symbols else []:
-            case = _case(ref, names, tensors, dyn, env)
-            if case is not None:
-                out.append(case)
-        if runner.upcasts:  # expected outputs of the float32 run
-            out = [(label, ins, runner.run(ins)) for label, ins, _ in out]
-        return out
-    if runner.upcasts:
-        notes.append("bfloat16 model: written and checked in float32 (the reference reads its bfloat16 tensors as float32)")
-    if analysis.shapes_from.startswith("probes ("):
-        notes.append("dynamic shapes were fitted from probe runs: " + analysis.shapes_from[len("probes ("):-1])
-    runs = {"graph_runs": RUNS.graph, "eager_runs": RUNS.eager}
+    if failed is not None:
+        raise_failed(failed)
+    rerun = rerun_failed = None
+    if analysis.rerun:  # the IR's values came from a light run: the graph's real run is left to do
+        def rerun():
+            return rerun_error(gm, trace.example_inputs)
+
+        def rerun_failed(err: tuple):
+            try:
+                check_reran(err)
+            except RuntimeError as error:
+                raise_failed(error)
+    try:
+        if not eager_first:
+            traced_outputs = len(_output_args(gm))
+            if not traced_outputs or (output_names and len(output_names) != traced_outputs):
+                # what is wrong, as the model's run before the trace said it
+                ran = _eager_outputs(model, args, kwargs, tensors, output_names)
+                raise TraceError(f"the traced graph has {traced_outputs} outputs, the model {len(ran)}")
+            if out_names is None:
+                out_names = _output_names(None, trace.output_names)
+        if draws:
+            notes.append(f"the forward draws random numbers ({random_draws_text(draws)}): a draw that reaches the "
+                         "outputs is kept in the graph as the example's values, which the asset gives on every run")
+        fold_constant_selects(gm, analysis.constant, analysis.values, analysis.sym)
+        remove_dead_code(gm)
+        if dyn:
+            def accepts(env) -> bool:
+                try:
+                    ref.outputs_at(env)
+                except Exception:  # noqa: BLE001 - a refusal is the answer
+                    return False
+                return True
+            bound_by_tables(gm, analysis, accepts, notes)
+        runner = ModelRunner(model, args, kwargs, tensors)
+        graph = build_ir(gm, analysis, names, out_names, upcast_bfloat16=runner.upcasts)
+
+        def cases():
+            expected = example_outputs
+            if expected is None:  # not kept: run the model again
+                expected = _flat(_run_model(model, args, kwargs, tensors))
+            out = [("example", [to_numpy(t) for t in tensors], [to_numpy(t) for t in expected])]
+            for env in _check_envs(analysis) if analysis.symbols else []:
+                case = _case(ref, names, tensors, dyn, env)
+                if case is not None:
+                    out.append(case)
+            if runner.upcasts:  # expected outputs of the float32 run
+                out = [(label, ins, runner.run(ins)) for label, ins, _ in out]
+            return out
+        if runner.upcasts:
+            notes.append("bfloat16 model: written and checked in float32 (the reference reads its bfloat16 tensors as float32)")
+        if analysis.shapes_from.startswith("probes ("):
+            notes.append("dynamic shapes were fitted from probe runs: " + analysis.shapes_from[len("probes ("):-1])
+    except Exception:
+        if rerun is not None:  # that run came first before: its error first
+            err = rerun()
+            if err is not None:
+                rerun_failed(err)
+        raise
+    runs = {"graph_runs": RUNS.graph + bool(rerun), "eager_runs": RUNS.eager}
     if RUNS.graph_light:
         runs["light_runs"] = RUNS.graph_light  # the graph at the example, input data on meta tensors
     if RUNS.fake:
@@ -368,7 +434,7 @@ def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_na
     if RUNS.shapes:
         runs["shapes"] = RUNS.shapes  # seconds of the trace spent on symbolic shapes
     return Capture(graph, names, tensors, cases, list(trace.control_flow) + notes, list(trace.control_flow),
-                   runner, runs, random_draws=list(draws), dynamic_axes=dyn)
+                   runner, runs, random_draws=list(draws), dynamic_axes=dyn, _rerun=rerun, _rerun_failed=rerun_failed)
 
 
 def _eager_outputs(model, args, kwargs, tensors: list, output_names: Optional[list] = None) -> list:

@@ -9,6 +9,7 @@ The recorded graph is executed at the example sizes and at probe sizes (each sym
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import re
@@ -66,6 +67,9 @@ class Analysis:
     # graph again); None when the probes, not the replay, gave the shapes
     same_path: Optional[Callable[[dict], bool]] = None
     replay_break: Optional[dict] = None  # sizes above the example where the replay's shapes stopped holding
+    # a graph without dynamic sizes analysed within :func:`real_run_later`: its values came from a
+    # light run, and its real run at the example (the check that it runs there) is the caller's to do
+    rerun: bool = False
 
 
 class _Recorder(fx.Interpreter):
@@ -290,6 +294,29 @@ class RunCount:
 
 
 RUNS = RunCount()
+
+_REAL_RUN_LATER = [False]
+
+
+@contextlib.contextmanager
+def real_run_later():
+    """Within it, :func:`analyze` of a graph without dynamic sizes takes the values the IR needs
+    from a light run (:func:`_run_light`) and leaves the graph's real run at the example, which only
+    checks that it runs there, to the caller (``Analysis.rerun``, :func:`rerun_error`): an export runs
+    it in a worker thread while it lowers and writes the asset (:meth:`.capture.Capture.start_rerun`).
+    Only a graph that may run beside other work (:func:`runs_beside`) is left so."""
+    saved = _REAL_RUN_LATER[0]
+    _REAL_RUN_LATER[0] = True
+    try:
+        yield
+    finally:
+        _REAL_RUN_LATER[0] = saved
+
+
+def rerun_error(gm, inputs) -> Optional[tuple]:
+    """The graph's real run at ``inputs`` keeping no value: its first error as ``(node, message)``
+    (see :func:`check_reran`), or None."""
+    return _run(gm, inputs, set(), data_dependence(gm))[1]
 
 
 def _run(gm, inputs, keep: Optional[set] = None, light: Optional[set] = None) -> tuple:
@@ -1275,9 +1302,12 @@ def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, 
     # other outcome the probes above the example never take): compared at once
     deferred = bool(symbols) and traced_at_example and reference is not None \
         and getattr(reference, "defer_base", False) and not reference.knows(base_env)
-    (base_values, err, base_records), replayed, ahead = _run_and_replay(gm, example, names, dynamic_axes, guards,
-                                                                        base_env, light, hint_env, light_run=deferred)
-    _check_reran(err)
+    light_runs = RUNS.graph_light
+    (base_values, err, base_records), replayed, ahead = _run_and_replay(
+        gm, example, names, dynamic_axes, guards, base_env, light, hint_env,
+        light_run=deferred or (not symbols and _REAL_RUN_LATER[0] and runs_beside(gm)))
+    rerun = not symbols and RUNS.graph_light > light_runs
+    check_reran(err)
     # the graph's real outputs at the example while the comparison waits (none after a run without data)
     real_outputs: dict = {}
     if deferred and not any(_holds_meta(base_values[n]) for n in outputs):
@@ -1325,7 +1355,7 @@ def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, 
             return analysis  # (a graph run only at the example's without data: one real run at least)
         if not real_outputs:
             values, err, _records = _run(gm, example, outputs, light)
-            _check_reran(err)
+            check_reran(err)
             real_outputs.update({n: values[n] for n in _output_args(gm)})
         if "model" not in at_example:
             at_example["model"] = reference(base_env)
@@ -1336,7 +1366,9 @@ def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, 
 
     graph_runs = RUNS.graph
     if not symbols:
-        return settled(analysed(base_failures))
+        analysis = settled(analysed(base_failures))
+        analysis.rerun = rerun
+        return analysis
     rep = None
     try:
         rep = replayed()
@@ -1350,7 +1382,7 @@ def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, 
     return settled(analysed(base_failures, rep, (why, above)), rep, (why, above))
 
 
-def _check_reran(err) -> None:
+def check_reran(err) -> None:
     """Raise when the graph's run at the example sizes failed (``err`` from :func:`_run`)."""
     if err is not None:
         node, msg = err
@@ -1456,6 +1488,14 @@ def _model_outputs(reference, env: dict):
         return exc
 
 
+def runs_beside(gm: fx.GraphModule) -> bool:
+    """Whether a real run of ``gm`` may go on in a worker thread beside other work on the same model:
+    it calls no submodule, changes no tensor in place (a buffer the model updates would be read
+    half-written, or written so) and has no control flow (a model's run meanwhile may stand plain
+    Python in for torch's cond / scan / vmap)."""
+    return not any(n.op == "call_module" or _in_place(n) or _control_flow(n) for n in gm.graph.nodes)
+
+
 def _control_flow(n: fx.Node) -> bool:
     """Whether ``n`` calls a loop, a branch or a vmap (recorded ones, or torch's)."""
     from .control_flow import ScanCall
@@ -1544,11 +1584,8 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
             return ahead.fake[_env_key(env)]
         return _fake_records(gm, example, names, dynamic_axes, env)
 
-    # the model and the graph may run side by side where the graph calls no submodule, changes no
-    # tensor in place (a buffer the model updates would be read half-written) and has no control
-    # flow (the model's run may stand plain Python in for torch's cond / scan / vmap meanwhile)
-    beside = can_overlap() and not any(n.op == "call_module" or _in_place(n) or _control_flow(n)
-                                       for n in gm.graph.nodes)
+    # the model and the graph run side by side where they may (see runs_beside)
+    beside = can_overlap() and runs_beside(gm)
 
     def probe(env):
         if _env_key(env) in kernel_only:
