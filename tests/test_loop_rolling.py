@@ -285,6 +285,47 @@ def test_zip_of_pieces_is_right_rolled_or_refused(tmp_path):
     _same_in_tract(r, FnModule(_zip_of_pieces), [randn(3, 11, 4, seed=3)])
 
 
+def _cat_written_after(x):
+    """fuzz 27510: the concatenated steps are written in place through a view after the loop."""
+    out = torch.cat([x.narrow(1, i, 1) * i for i in range(x.shape[1])], 1)
+    flat = out.view(-1)
+    flat[flat > 0.5] = -2.0
+    return out, flat
+
+
+def _stack_written_after(x):
+    """The stacked states (along dim 1), a slice of them zeroed in place through a view after the
+    loop, then read."""
+    h = torch.zeros(x.shape[0], x.shape[2])
+    outs = []
+    for t in range(x.shape[1]):
+        h = torch.tanh(h * 0.6 + x[:, t])
+        outs.append(h)
+    out = torch.stack(outs, 1)
+    out.transpose(1, 2)[:, :2] = 0
+    return out * 3, h
+
+
+def _stack_dim0_written_after(x):
+    """Stacked along dim 0 (no reordering after the scan), written in place after the loop."""
+    out = torch.stack([torch.sigmoid(x[:, t]) for t in range(x.shape[1])])
+    out.view(-1)[::3] = 1.5
+    return out
+
+
+@pytest.mark.parametrize("fn", [_cat_written_after, _stack_written_after, _stack_dim0_written_after],
+                         ids=["cat", "stack", "stack_dim0"])
+def test_stacked_steps_written_in_place_after_the_loop(fn, tmp_path):
+    """The scan's stacked output stands for the ``torch.cat``/``torch.stack`` it replaces, in the
+    memory the in-place writes after the loop update (their view of it, as contiguous as torch's):
+    before, the rolled graph returned the values before the write and differed from the model at the
+    example, and the export was refused."""
+    r = _export(FnModule(fn), [randn(3, 6, 4)], tmp_path, {"x0": {1: "S"}})
+    _rolled(r)
+    assert not any("fitted from probe runs" in n for n in r.notes), r.notes  # the replay gave the shapes
+    _same_in_tract(r, FnModule(fn), [randn(3, 13, 4, seed=2)])
+
+
 def _two_loops(x):
     h = torch.zeros(x.shape[0], x.shape[2])
     for t in range(x.shape[1]):

@@ -59,6 +59,18 @@ class LoopRecord:
     rolled: bool = False  # rolled into a scan by roll_loops
 
 
+def _stands_for(new: fx.Node, old: fx.Node) -> None:
+    """``new``, which replaces ``old`` (the same values), also lives in ``old``'s memory for the
+    in-place pass (``meta['storage']``): a view of the loop's stacked outputs, written in place
+    after the loop (``v = out.view(-1); v[v > 0] = 0``), then still updates them."""
+    value, before = new.meta.get("value"), old.meta.get("value")
+    if _orig_isinstance(value, torch.Tensor) and _orig_isinstance(before, torch.Tensor) \
+            and value.shape == before.shape and value.dtype == before.dtype:
+        new.meta["value"] = before
+        if "storage" in old.meta:
+            new.meta["storage"] = old.meta["storage"]
+
+
 class _NoRoll(Exception):
     """This loop stays unrolled; the message says why (for the notes)."""
 
@@ -486,6 +498,12 @@ def _roll(gm: fx.GraphModule, rec: LoopRecord, guards: list) -> str:
                 y = new(torch.movedim, (y, 0, dim))
             if fn == "cat":
                 y = new(torch.flatten, (y, dim, dim + 1))
+            # laid out as torch.stack / torch.cat give it (the scan's stacked steps, moved to their
+            # axis, may not be), for the views read after the loop
+            contiguous = graph.create_node("call_method", "contiguous", (y,), {})
+            contiguous.meta.update(value=y.meta["value"].contiguous(), source=source, **module_meta)
+            y = contiguous
+        _stands_for(y, u)
         u.replace_all_uses_with(y)
         graph.erase_node(u)
     gone = {n for seg in segs[1:] for n in seg} | {n for group in plan.extra for n in group}
