@@ -313,13 +313,22 @@ def _stack_dim0_written_after(x):
     return out
 
 
-@pytest.mark.parametrize("fn", [_cat_written_after, _stack_written_after, _stack_dim0_written_after],
-                         ids=["cat", "stack", "stack_dim0"])
-def test_stacked_steps_written_in_place_after_the_loop(fn, tmp_path):
-    """The scan's stacked output stands for the ``torch.cat``/``torch.stack`` it replaces, in the
-    memory the in-place writes after the loop update (their view of it, as contiguous as torch's):
-    before, the rolled graph returned the values before the write and differed from the model at the
-    example, and the export was refused."""
+def _carry_written_after(x):
+    """The last state, written in place through a view after the loop, then read."""
+    h = torch.zeros(x.shape[0], x.shape[2])
+    for t in range(x.shape[1]):
+        h = torch.tanh(h * 0.6 + x[:, t])
+    h.view(-1)[:5] = 0
+    return h * 2
+
+
+@pytest.mark.parametrize("fn", [_cat_written_after, _stack_written_after, _stack_dim0_written_after,
+                                _carry_written_after], ids=["cat", "stack", "stack_dim0", "carry"])
+def test_values_of_the_loop_written_in_place_after_it(fn, tmp_path):
+    """The scan's outputs stand for the values they replace in the memory the in-place writes after
+    the loop update through a view: the last step's carry, and the ``torch.cat``/``torch.stack`` of
+    the steps (as contiguous as torch gives it). Before, the rolled graph returned the values before
+    the write and differed from the model at the example, and the export was refused."""
     r = _export(FnModule(fn), [randn(3, 6, 4)], tmp_path, {"x0": {1: "S"}})
     _rolled(r)
     assert not any("fitted from probe runs" in n for n in r.notes), r.notes  # the replay gave the shapes

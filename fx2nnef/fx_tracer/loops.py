@@ -59,6 +59,12 @@ class LoopRecord:
     rolled: bool = False  # rolled into a scan by roll_loops
 
 
+def _storage_keys(value) -> tuple:
+    from .tracer import storage_keys  # the tracer imports this module
+
+    return storage_keys(value)
+
+
 def _stands_for(new: fx.Node, old: fx.Node) -> None:
     """``new``, which replaces ``old`` (the same values), also lives in ``old``'s memory for the
     in-place pass (``meta['storage']``): a view of the loop's stacked outputs, written in place
@@ -467,6 +473,8 @@ def _roll(gm: fx.GraphModule, rec: LoopRecord, guards: list) -> str:
     for i in range(len(value)):
         with graph.inserting_after(prev):
             prev = new(operator.getitem, (scan, i))
+        if i < len(carry_pos):  # the last step's carry itself: the memory its views after the loop share
+            prev.meta["storage"] = _storage_keys(prev.meta["value"])
         results.append(prev)
     for j, q in enumerate(carry_pos):
         for u, item in finals.get(q, []):
