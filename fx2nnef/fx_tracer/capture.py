@@ -26,7 +26,7 @@ from .data_dep import check_number_reads, complex_values_note, number_reads
 from .loops import roll_loops
 from .grouped import check_grouped_outputs
 from .padded import check_padded
-from .passes import (cleanup_slices, complex_to_real, fold_constant_selects, masked_reductions, masked_updates,
+from .passes import (cleanup_slices, complex_to_real, pieces_as_slices, fold_constant_selects, masked_reductions, masked_updates,
                      remove_dead_code, remove_inplace)
 from .overlap import Worker, can_overlap
 from .probe import (AT_EXAMPLE, OFF_STEP, RUNS, _output_args, analyze, check_reran, example_sizes, inputs_at,
@@ -607,6 +607,7 @@ def _traced(model, args, kwargs, names, out_names, leaf_types, leaf_names, branc
         if roll:
             lines = None if roll is True else roll
             trace.control_flow.extend(roll_loops(trace.gm, trace.loops, trace.guards, lines))
+        pieces_as_slices(trace.gm, trace.guards)
         remove_inplace(trace.gm)
         masked_updates(trace.gm)
         masked_reductions(trace.gm)

@@ -3,6 +3,7 @@ from .complex import complex_to_real
 from .dead_code import fold_constant_selects, remove_dead_code
 from .inplace import remove_inplace
 from .masked_update import masked_reductions, masked_updates
+from .pieces import pieces_as_slices
 from .slices import cleanup_slices
 
-__all__ = ["cleanup_slices", "complex_to_real", "fold_constant_selects", "masked_reductions", "masked_updates", "remove_dead_code", "remove_inplace"]
+__all__ = ["cleanup_slices", "complex_to_real", "fold_constant_selects", "masked_reductions", "masked_updates", "pieces_as_slices", "remove_dead_code", "remove_inplace"]

@@ -127,12 +127,12 @@ def _bounds(item: slice, n, ctx: EmitContext) -> tuple:
 
 
 def _clamped_end(ctx: EmitContext, end, n):
-    """A constant slice end of a dynamic axis of size ``n``: torch clamps it to the size, tract
-    refuses an end past it. Where no size of the export's range exceeds ``end`` (``x[:, 2:100]``
-    of S items, the range ``S <= 99`` set by the fake replay's ``S < 100``), the end is ``n``;
-    where every size reaches it, ``end``; on a range on both sides, ``min(end, n)``, which tract
-    reads in a slice's bounds."""
-    if not isinstance(end, int) or not isinstance(n, SymDim):
+    """A slice end (a constant, or computed from the sizes: ``x[:, i * c:(i + 1) * c]`` of a chunk)
+    of a dynamic axis of size ``n``: torch clamps it to the size, tract refuses an end past it.
+    Where no size of the export's range exceeds ``end`` (``x[:, 2:100]`` of S items, the range
+    ``S <= 99`` set by the fake replay's ``S < 100``), the end is ``n``; where every size reaches
+    it, ``end``; on a range on both sides, ``min(end, n)``, which tract reads in a slice's bounds."""
+    if not isinstance(end, (int, SymDim)) or not isinstance(n, SymDim):
         return end
     past = negative_at(ctx, end - n)  # a size where the axis is longer than the end: end kept
     if past is None:
