@@ -70,49 +70,43 @@ def pieces_as_slices(gm: fx.GraphModule, guards: list) -> bool:
         if {u.args[1] for u in users} >= set(range(len(pieces))):
             continue  # every piece read (unpacked, looped over): how many there are matters
         x, kind, amount, dim = cut
+        with graph.inserting_before(n):
+            size = _int_node(graph, n, "call_method", "size", (x, dim), x.meta["value"].shape[dim])
+            length = amount if kind != "count" else _int_node(  # chunk: pieces of ceil(size / count) items
+                graph, n, "call_function", operator.floordiv,
+                (_int_node(graph, n, "call_function", operator.add, (size, amount - 1)), amount))
+
+        def start(i: int):
+            if isinstance(length, int) or i < 2:
+                return i * length if isinstance(length, int) else (0 if i == 0 else length)
+            return _int_node(graph, n, "call_function", operator.mul, (length, i))
+
         for u in users:
             i = u.args[1]
             with graph.inserting_before(u):
                 if kind == "one":
                     piece = graph.create_node("call_method", "select", (x, dim, i), {})
                 else:
-                    if kind == "length":
-                        start, end = i * amount, (i + 1) * amount
-                    else:  # chunk: pieces of ceil(size / count) items
-                        size = _int_node(graph, n, "call_method", "size", (x, dim), x.meta["value"].shape[dim])
-                        plus = _int_node(graph, n, "call_function", operator.add, (size, amount - 1))
-                        length = _int_node(graph, n, "call_function", operator.floordiv, (plus, amount))
-                        start = _int_node(graph, n, "call_function", operator.mul, (length, i)) if i else 0
-                        end = _int_node(graph, n, "call_function", operator.mul, (length, i + 1))
-                    index = (slice(None),) * dim + (slice(start, end),)
+                    index = (slice(None),) * dim + (slice(start(i), start(i + 1)),)
                     piece = graph.create_node("call_function", operator.getitem, (x, index), {})
             piece.meta.update(u.meta)
             u.replace_all_uses_with(piece)
             graph.erase_node(u)
         top = max(u.args[1] for u in users)
-        exists = _exists(graph, n, x, kind, amount, dim, top) if top else None
+        exists = None
+        if top:  # the last piece read exists: the input has items past its start
+            with graph.inserting_before(n):
+                exists = _int_node(graph, n, "call_function", operator.gt, (size, start(top)))
         guards[:] = [g if not (g.node is n and g.op == "count") else dataclasses.replace(
             g, node=exists, op="bool", expected=True, text=f"{_name(n)}(...)[{top}] exists") for g in guards
             if not (g.node is n and g.op == "count" and exists is None)]
         graph.erase_node(n)
+        if not size.users:
+            graph.erase_node(size)
         changed = True
     if changed:
         gm.recompile()
     return changed
-
-
-def _exists(graph: fx.Graph, cut: fx.Node, x: fx.Node, kind: str, amount: int, dim: int, i: int) -> fx.Node:
-    """A node, placed before ``cut``, telling whether ``cut`` gives an ``i``-th piece: whether the
-    input has more items along ``dim`` than come before that piece."""
-    with graph.inserting_before(cut):
-        size = _int_node(graph, cut, "call_method", "size", (x, dim), x.meta["value"].shape[dim])
-        if kind == "count":
-            plus = _int_node(graph, cut, "call_function", operator.add, (size, amount - 1))
-            length = _int_node(graph, cut, "call_function", operator.floordiv, (plus, amount))
-            before = _int_node(graph, cut, "call_function", operator.mul, (length, i))
-        else:
-            before = i * amount
-        return _int_node(graph, cut, "call_function", operator.gt, (size, before))
 
 
 def _int_node(graph: fx.Graph, like: fx.Node, op: str, target, args: tuple, value=None) -> fx.Node:
