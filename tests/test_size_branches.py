@@ -490,3 +490,36 @@ def test_a_branch_equal_on_the_examples_values_only_is_merged(tmp_path, y, check
     sets = [[torch.rand(s, 4, generator=g) < 0.5, torch.rand(4, generator=g) * 4 - 2] for s in (1, 9, 10, 12, 19)]
     sets.append([torch.ones(10, 4, dtype=torch.bool), torch.tensor([1.0, 0.0, 0.0, 0.0])])
     tract_matches_eager(r.path, model, sets)
+
+
+def _parity_past_a_cut(z):
+    """fuzz seed 27204: a decision on S % 2 beside a slice that needs S >= 2."""
+    v1 = z[2:, ::3]
+    v2 = F.relu(v1) if z.shape[0] % 2 == 0 else v1.roll(1, 0)
+    return torch.logaddexp2(v2.clamp(-8, 8), v1), v2
+
+
+def test_a_merged_parity_decision_wins_over_the_even_sizes(tmp_path):
+    """The decision on S % 2 alone holds the even sizes (S >= 1, S % 2 == 0: from 2 on); merged, the
+    graph holds every S >= 2 (the slice's own bound). That holds every even size and more: the merged
+    graph is kept. Before, its S >= 2 was read as starting above the even sizes' S >= 1, and the
+    export kept the even sizes only."""
+    model, r = _export(_parity_past_a_cut, (6, 2), {0: "S"}, tmp_path)
+    assert r.check.ok
+    assert [g.status for g in r.guards] == ["merged"], [str(g) for g in r.guards]
+    assert str(r.ranges["S"]).startswith("S >= 2 "), r.ranges
+    tract_matches_eager(r.path, model, _at_sizes((6, 2), 0, [3, 4, 5, 7, 8, 11]))
+
+
+def test_wider_reads_a_range_on_a_step_by_the_sizes_it_holds():
+    from fx2nnef.fx_tracer.capture import _wider
+    from fx2nnef.ir import SymRange
+
+    even = {"S": SymRange("S", lo=1, step=2, rest=0)}
+    assert _wider({"S": SymRange("S", lo=2)}, even)
+    assert not _wider(even, {"S": SymRange("S", lo=2)})
+    assert not _wider({"S": SymRange("S", lo=3)}, even)  # 2 is even and not in S >= 3
+    assert _wider({}, even) and not _wider(even, {})
+    assert not _wider({"S": SymRange("S", lo=2, hi=9)}, even)  # 10 is even
+    assert _wider({"S": SymRange("S", lo=2, hi=10)}, {"S": SymRange("S", lo=1, hi=11, step=2, rest=0)})
+    assert not _wider(even, even)

@@ -646,9 +646,9 @@ def _first_reads(reads) -> list:
 
 
 def _wider(a: dict, b: dict) -> bool:
-    """True when the ranges ``a`` (symbol -> SymRange) hold every size of ``b`` and more."""
-    def key(r):
-        return (r is None or r.lo is None, r is None or r.hi is None)
+    """True when the ranges ``a`` (symbol -> SymRange) hold every size of ``b`` and more. A range
+    on a step is read by the sizes it holds: ``S >= 1, S % 2 == 0`` starts at 2, and ``S >= 2``
+    holds all of it and more."""
     better = False
     for s in set(a) | set(b):
         ra, rb = a.get(s), b.get(s)
@@ -659,17 +659,23 @@ def _wider(a: dict, b: dict) -> bool:
             continue
         if ra is None:
             continue
-        if (rb.lo is None and ra.lo is not None) or (rb.hi is None and ra.hi is not None):
-            return False
         if ra.step > rb.step or rb.step % ra.step or (rb.rest - ra.rest) % ra.step:
             return False  # a step that does not hold every size of b's
-        if (ra.hi is not None and rb.hi is not None and ra.hi < rb.hi) or \
-                (ra.lo is not None and rb.lo is not None and ra.lo > rb.lo):
+        (lo_a, hi_a), (lo_b, hi_b) = _held(ra), _held(rb)
+        if lo_a > lo_b or (hi_a is not None and (hi_b is None or hi_a < hi_b)):
             return False
-        if key(ra) != key(rb) or ra.step < rb.step or (ra.hi is not None and rb.hi is not None and ra.hi > rb.hi) \
-                or (ra.lo is not None and rb.lo is not None and ra.lo < rb.lo):
+        if ra.step < rb.step or lo_a < lo_b or (hi_b is not None and (hi_a is None or hi_a > hi_b)):
             better = True
     return better
+
+
+def _held(r) -> tuple:
+    """``(first, last)``: the smallest and largest sizes the SymRange ``r`` holds (last None:
+    unbounded)."""
+    lo = 1 if r.lo is None else max(r.lo, 1)
+    first = lo + (r.rest - lo) % r.step
+    last = None if r.hi is None else r.hi - (r.hi - r.rest) % r.step
+    return first, last
 
 
 def _trace_rolling(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, ref=None, branches=None,
