@@ -335,6 +335,36 @@ def test_values_of_the_loop_written_in_place_after_it(fn, tmp_path):
     _same_in_tract(r, FnModule(fn), [randn(3, 13, 4, seed=2)])
 
 
+def _int_minus_index(x):
+    """fuzz 28438 (on an integer input there): a running maximum minus the index, on int32."""
+    n = (x * 4).to(torch.int32)
+    h = n[:, 0].clone()
+    for t in range(1, x.shape[1]):
+        h = torch.maximum(h, n[:, t]) - t
+    return h
+
+
+def _int_plus_index_stacked(x):
+    n = (x * 4).long()
+    return torch.stack([n[:, t] + t for t in range(x.shape[1])], 1)
+
+
+def _index_minus_int_stacked(x):
+    n = (x * 4).to(torch.int32)
+    return torch.stack([(t + 1) - n[:, t] + 3 for t in range(x.shape[1])], 1)
+
+
+@pytest.mark.parametrize("fn", [_int_minus_index, _int_plus_index_stacked, _index_minus_int_stacked],
+                         ids=["carry_minus_index", "stacked_plus_index", "index_minus_stacked"])
+def test_index_added_to_an_integer_tensor_rolls(fn, tmp_path):
+    """The index as the number in a sum or a difference with an integer tensor rolls as with a
+    float one (tract loads that scan body; a product by the index stays unrolled: see
+    test_loop_that_does_not_repeat_stays_unrolled)."""
+    r = _export(FnModule(fn), [randn(3, 6, 4)], tmp_path, {"x0": {1: "S"}})
+    _rolled(r)
+    _same_in_tract(r, FnModule(fn), [randn(3, 13, 4, seed=2)])
+
+
 def _two_loops(x):
     h = torch.zeros(x.shape[0], x.shape[2])
     for t in range(x.shape[1]):
@@ -466,7 +496,7 @@ def _index_off_a_line(x):
 
 
 def _index_on_integers(x):
-    """The index as a number on an integer tensor (tract panics loading that scan body)."""
+    """The index multiplying an integer tensor (tract panics loading that scan body)."""
     n = (x * 4).to(torch.int32)
     outs = [n[:, t] * t + (t - 2) for t in range(x.shape[1])]
     return torch.stack(outs, 1)
