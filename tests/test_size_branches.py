@@ -523,3 +523,26 @@ def test_wider_reads_a_range_on_a_step_by_the_sizes_it_holds():
     assert not _wider({"S": SymRange("S", lo=2, hi=9)}, even)  # 10 is even
     assert _wider({"S": SymRange("S", lo=2, hi=10)}, {"S": SymRange("S", lo=1, hi=11, step=2, rest=0)})
     assert not _wider(even, even)
+
+
+def _argmax_after_a_rolled_loop(x):
+    """fuzz seed 27822: a loop rolled into a scan, then a decision on the size it ran over."""
+    v1 = torch.zeros_like(x[0])
+    for i in range(x.shape[0]):
+        v1 = v1 + x[i] * (i + 1)
+    v3 = torch.max(v1, -1)[1]
+    v4 = v3
+    if x.size(0) > 2:
+        v4 = v3 + 1
+    return v4
+
+
+def test_a_decision_after_a_rolled_loop_shares_the_loop(tmp_path):
+    """Both outcomes' traces roll the loop, their bodies' nodes named apart (``add_3``, ``add_4``):
+    the loop is one scan of the merged graph. Before, the two scans shared the body's nodes, the
+    second failed to lower ("value 'add' is used before it is computed") and the export was refused."""
+    model, r = _export(_argmax_after_a_rolled_loop, (3, 4, 5), {0: "S"}, tmp_path)
+    assert r.check.ok and not r.ranges, r.ranges
+    assert [g.status for g in r.guards if "size(0) > 2" in str(g)] == ["merged"], [str(g) for g in r.guards]
+    assert r.nnef_text.count("tract_core_scan") == 1, r.nnef_text.count("tract_core_scan")
+    tract_matches_eager(r.path, model, _at_sizes((3, 4, 5), 0, [1, 2, 4, 7]))

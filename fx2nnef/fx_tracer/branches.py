@@ -232,11 +232,38 @@ def _on_sizes(decision: GuardRecord) -> bool:
 
 
 def _same_loop(a, b) -> bool:
-    """Two traces record a loop with their own :class:`ScanCall`: the same loop when its body's code agrees."""
+    """Two traces record a loop with their own :class:`ScanCall`: the same loop when its bodies compute
+    alike (:func:`_same_body`)."""
     if not isinstance(a, ScanCall) or not isinstance(b, ScanCall):
         return False
     fields = ("kind", "label", "dim", "reverse", "n_carry", "check")
-    return all(getattr(a, f) == getattr(b, f) for f in fields) and a.body.code == b.body.code
+    return all(getattr(a, f) == getattr(b, f) for f in fields) and _same_body(a.body, b.body)
+
+
+def _same_body(a: fx.GraphModule, b: fx.GraphModule) -> bool:
+    """Whether two loop bodies make the same calls on the same operands in the same order. Their
+    nodes' names may differ (``add_3`` and ``add_4``: each trace names its nodes by what it made
+    before); a body read as equal by its code only was copied twice, one scan of each sharing the
+    other's body nodes, and the second failed to lower ("used before it is computed")."""
+    nodes_a, nodes_b = list(a.graph.nodes), list(b.graph.nodes)
+    if len(nodes_a) != len(nodes_b):
+        return False
+    at_a: dict = {}
+    at_b: dict = {}
+    for i, (x, y) in enumerate(zip(nodes_a, nodes_b)):
+        at_a[x], at_b[y] = i, i
+        if x.op != y.op:
+            return False
+        if x.op == "get_attr":
+            if not same_value(operator.attrgetter(x.target)(a), operator.attrgetter(y.target)(b)):
+                return False
+        elif x.op != "placeholder" and x.target != y.target:
+            return False
+        mine = fx.node.map_arg((x.args, x.kwargs), lambda n: ("node", at_a[n]))
+        theirs = fx.node.map_arg((y.args, y.kwargs), lambda n: ("node", at_b[n]))
+        if has_tensor((mine, theirs)) or not same_value(mine, theirs):
+            return False
+    return True
 
 
 def _mismatch(yes: list, no: list) -> str:
