@@ -46,7 +46,18 @@ def _jump(x):
     return x.sum(-1) * m + torch.arange(m).sum()
 
 
-@pytest.mark.parametrize("fn", [_arange_of_cut, _product_by_last_items, _decision_on_cut, _cut_then_padded, _jump],
+def _last_items_written(x):
+    """fuzz seed 28844: the last 8 items, one of them written in place (a write into ``x`` too):
+    the region ``x[:, :, -8:]`` is ``S - max(0, S-8)`` items where the value written there has
+    ``min(8, S)``, equal at every size."""
+    x = x.clone()
+    v = x[:, :, -8:]
+    v[:, 1:, -1] = v[:, 1:, -1] * 2
+    return v * v.shape[2], x
+
+
+@pytest.mark.parametrize("fn", [_arange_of_cut, _product_by_last_items, _decision_on_cut, _cut_then_padded, _jump,
+                                _last_items_written],
                          ids=lambda f: f.__name__.strip("_"))
 @pytest.mark.parametrize("example", [6, 12])
 def test_a_size_cut_to_a_constant_read_as_a_number(tmp_path, fn, example):
