@@ -26,8 +26,8 @@ from .data_dep import check_number_reads, complex_values_note, number_reads
 from .loops import roll_loops
 from .grouped import check_grouped_outputs
 from .padded import check_padded
-from .passes import (cleanup_slices, complex_to_real, pieces_as_slices, fold_constant_selects, masked_reductions, masked_updates,
-                     remove_dead_code, remove_inplace)
+from .passes import (cleanup_slices, complex_to_real, fold_constant_selects, masked_reductions, masked_updates,
+                     pieces_as_slices, remove_dead_code, remove_inplace)
 from .overlap import Worker, can_overlap
 from .probe import (AT_EXAMPLE, OFF_STEP, RUNS, _output_args, analyze, check_reran, example_sizes, inputs_at,
                     real_run_later, rerun_error)
@@ -417,7 +417,8 @@ def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_na
                 out = [(label, ins, runner.run(ins)) for label, ins, _ in out]
             return out
         if runner.upcasts:
-            notes.append("bfloat16 model: written and checked in float32 (the reference reads its bfloat16 tensors as float32)")
+            notes.append("bfloat16 model: written and checked in float32 (the reference reads its bfloat16 tensors "
+                         "as float32)")
         if analysis.shapes_from.startswith("probes ("):
             notes.append("dynamic shapes were fitted from probe runs: " + analysis.shapes_from[len("probes ("):-1])
     except Exception:
@@ -434,7 +435,8 @@ def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_na
     if RUNS.shapes:
         runs["shapes"] = RUNS.shapes  # seconds of the trace spent on symbolic shapes
     return Capture(graph, names, tensors, cases, list(trace.control_flow) + notes, list(trace.control_flow),
-                   runner, runs, random_draws=list(draws), dynamic_axes=dyn, _rerun=rerun, _rerun_failed=rerun_failed)
+                   runner, runs, random_draws=list(draws), dynamic_axes=dyn, _rerun=rerun,
+                   _rerun_failed=rerun_failed)
 
 
 def _eager_outputs(model, args, kwargs, tensors: list, output_names: Optional[list] = None) -> list:

@@ -6,4 +6,5 @@ from .masked_update import masked_reductions, masked_updates
 from .pieces import pieces_as_slices
 from .slices import cleanup_slices
 
-__all__ = ["cleanup_slices", "complex_to_real", "fold_constant_selects", "masked_reductions", "masked_updates", "pieces_as_slices", "remove_dead_code", "remove_inplace"]
+__all__ = ["cleanup_slices", "complex_to_real", "fold_constant_selects", "masked_reductions", "masked_updates",
+           "pieces_as_slices", "remove_dead_code", "remove_inplace"]
