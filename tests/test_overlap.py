@@ -29,6 +29,19 @@ class _Logits(torch.nn.Module):
         return self.lm(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
 
 
+def _count_workers(monkeypatch, module) -> list:
+    """The workers ``module`` starts, from now on: True for each on half the cores, else False."""
+    started: list = []
+
+    class Counted(Worker):
+        def __enter__(self):
+            started.append(self._threads is not None)
+            return super().__enter__()
+
+    monkeypatch.setattr(module, "Worker", Counted)
+    return started
+
+
 def _export(model, inputs, path, dynamic_axes, names):
     r = fx2nnef.export(model, inputs, path, input_names=names, target=fx2nnef.TractNNEF(dynamic_axes=dynamic_axes))
     with tarfile.open(path) as tar:
@@ -49,14 +62,7 @@ def test_overlap_gives_the_sequential_export(tmp_path, monkeypatch):
     dyn = {"input_ids": {0: "B", 1: "S"}, "attention_mask": {0: "B", 1: "S"}}
     names = ["input_ids", "attention_mask"]
     assert overlap.can_overlap() == (overlap._cores() >= 2)
-    started = []
-
-    class Counted(Worker):
-        def __enter__(self):
-            started.append(self._threads is not None)
-            return super().__enter__()
-
-    monkeypatch.setattr(probe, "Worker", Counted)
+    started = _count_workers(monkeypatch, probe)
     together, graph_together = _export(model, (ids, mask), tmp_path / "a.nnef.tgz", dyn, names)
     if overlap.can_overlap():  # the base run beside the replay, the check's two runs side by side
         assert started.count(False) == 1 and started.count(True) >= 1, started
@@ -137,14 +143,7 @@ def test_static_graph_runs_beside_the_lowering_and_the_write(tmp_path, monkeypat
     mask = torch.ones_like(ids)
     mask[1, :3] = 0
     names = ["input_ids", "attention_mask"]
-    started = []
-
-    class Counted(Worker):
-        def __enter__(self):
-            started.append(self._threads is not None)
-            return super().__enter__()
-
-    monkeypatch.setattr(capture_module, "Worker", Counted)
+    started = _count_workers(monkeypatch, capture_module)
     together, graph_together = _static_export(model, (ids, mask), tmp_path / "a.nnef.tgz", names, check=True)
     assert together.check.ok, together.check
     if overlap.can_overlap():
