@@ -276,6 +276,22 @@ def test_numpy_scalar_and_range_checks_while_tracing(tmp_path):
     tract_matches_eager(out, model, [[randn(2, s, seed=s)] for s in (1, 9)])
 
 
+def test_numpy_numbers_of_static_sizes_as_call_arguments(tmp_path):
+    """Perceiver flattens its image with ``torch.reshape(inputs, [batch_size, np.prod(inputs.shape[1:-1]),
+    -1])``: the product of the static sizes is a NumPy integer, which torch's calls take as a number
+    (the trace failed: "argument of type: <class 'numpy.int64'>"). A NumPy float as a call's
+    argument likewise."""
+    import numpy as np
+
+    def f(x):
+        flat = torch.reshape(x, [x.shape[0], np.prod(x.shape[1:-1]), -1])
+        return torch.clamp(flat, min=np.float32(-0.5), max=np.float64(0.75)) * np.int64(3)
+
+    model = FnModule(f)
+    out = _export(model, [randn(2, 3, 4, 5)], tmp_path, {"x": {0: "B"}}, ["x"])
+    tract_matches_eager(out, model, [[randn(b, 3, 4, 5, seed=b)] for b in (1, 5)])
+
+
 def _mask_reductions(x):
     m = x > 0
     rows = x.sum(-1) > 0

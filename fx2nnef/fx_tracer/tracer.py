@@ -496,6 +496,10 @@ class CustomTracer(fx.Tracer):
             return {bool: torch.bool, int: torch.int64, float: torch.get_default_dtype()}[a]
         if isinstance(a, torch.Tensor) and not isinstance(a, fx.Proxy):
             self._snapshot_constant(a)
+        if type(a).__module__ == "numpy" and hasattr(a, "item") and getattr(a, "ndim", None) == 0:
+            # a NumPy number (``np.prod(x.shape[1:-1])`` of static sizes in Perceiver's reshape), which
+            # torch's calls take as the Python number it holds
+            return a.item()
         return super().create_arg(a)
 
     def _foreign_parameter(self, p: torch.nn.Parameter) -> torch.Tensor:
