@@ -56,8 +56,19 @@ def _last_items_written(x):
     return v * v.shape[2], x
 
 
+def _ellipsis_cut(x):
+    """``x[..., :8]``: the Ellipsis stands for the axes before the last; clamped as ``x[:, :, :8]``
+    (its range was S <= 8 before, where torch's slice kernel decides)."""
+    v = x[..., :8]
+    return v * v.shape[-1]
+
+
+def _ellipsis_last_items(x):
+    return x[..., -8:].cumsum(-1)
+
+
 @pytest.mark.parametrize("fn", [_arange_of_cut, _product_by_last_items, _decision_on_cut, _cut_then_padded, _jump,
-                                _last_items_written],
+                                _last_items_written, _ellipsis_cut, _ellipsis_last_items],
                          ids=lambda f: f.__name__.strip("_"))
 @pytest.mark.parametrize("example", [6, 12])
 def test_a_size_cut_to_a_constant_read_as_a_number(tmp_path, fn, example):

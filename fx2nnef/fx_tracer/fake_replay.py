@@ -469,11 +469,17 @@ def _clamped_index(x: torch.Tensor, index):
     """``index`` of ``x[index]`` with each constant slice bound on a symbolic axis clamped as torch
     clamps it, in symbols: ``x[:, 2:7]`` of S items ends at ``Min(7, S)``, ``x[:, -3:]`` starts at
     ``Max(S - 3, 0)``. torch's slice kernel decides the clamp on the symbol instead (a guard
-    ``S >= 7`` that bounds the range); the emitter writes the same bounds (``min(7,S)``)."""
+    ``S >= 7`` that bounds the range); the emitter writes the same bounds (``min(7,S)``). An
+    Ellipsis stands for the whole axes the other items leave."""
     items = index if isinstance(index, tuple) else (index,)
-    if not any(isinstance(i, slice) for i in items) or \
-            not all(i is None or isinstance(i, (slice, int, torch.SymInt)) for i in items):
-        return index  # Ellipsis, tensors, masks: the axis of each slice is not plain to see
+    plain = all(i is None or i is Ellipsis or isinstance(i, (slice, int, torch.SymInt)) for i in items)
+    if not plain or not any(isinstance(i, slice) for i in items) or sum(i is Ellipsis for i in items) > 1:
+        return index  # tensors, masks: the axis of each slice is not plain to see
+    if any(i is Ellipsis for i in items):  # as many whole axes as the other items leave (``x[..., :8]``)
+        at = next(k for k, i in enumerate(items) if i is Ellipsis)
+        taken = sum(1 for i in items if i is not None and i is not Ellipsis)
+        items = items[:at] + (slice(None),) * max(x.dim() - taken, 0) + items[at + 1:]
+        index = items
     out, axis = [], 0
     for item in items:
         if item is None:
