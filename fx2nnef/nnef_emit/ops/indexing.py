@@ -348,9 +348,12 @@ def _set_region(ctx: EmitContext, x: Value, items: list, value) -> Value:
     """``x[slices and ints] = value``: slices of ``x`` around the region, concatenated; an
     axis sliced with a step is written back by a scatter at ``begin, begin + step, ...``."""
     ranges, region = [], list(x.shape)
+    named = _value_lengths(items, value)
     for ax, item in enumerate(items):
         n = x.shape[ax]
         b, e, s = _bounds(item, n, ctx) if isinstance(item, slice) else (_position(item, n, ctx), _position(item, n, ctx) + 1, 1)
+        if ax in named:  # the region's length as the value names it (``min(6,S)`` for ``x[:, -6:]``)
+            b, e = _as_traced(ctx, item, n, b, e, s, named[ax])
         if not (b == 0 and e == n and s == 1):
             ranges.append((ax, b, e, s))
         region[ax] = slice_length(b, e, s)
@@ -358,6 +361,17 @@ def _set_region(ctx: EmitContext, x: Value, items: list, value) -> Value:
         return x  # an empty region: torch writes nothing
     v = _region_value(ctx, x, items, value, region)
     return _write(ctx, x, ranges, v)
+
+
+def _value_lengths(items: list, value) -> dict:
+    """axis -> the length that ``value`` (a tensor written to ``x[items]``) gives a sliced axis of
+    the region, where it has one of its own there (not 1: broadcast), aligned from the last axis as
+    torch broadcasts it."""
+    if not isinstance(value, Value) or value.shape is None:
+        return {}
+    kept = [ax for ax, item in enumerate(items) if isinstance(item, slice)]
+    dims = value.shape[max(len(value.shape) - len(kept), 0):]
+    return {ax: d for ax, d in zip(kept[len(kept) - len(dims):], dims) if isinstance(d, SymDim)}
 
 
 def _region_value(ctx: EmitContext, x: Value, items: list, value, region: list) -> Value:

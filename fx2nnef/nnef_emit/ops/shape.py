@@ -15,8 +15,7 @@ from ...errors import EmitError
 from ...ir import DType, SymDim, Value, product, simplify
 from ...ir.dims import exact_quotient, substitute
 from ..context import EmitContext
-from ..helpers import (axes, axis, cast, dim_value, dims_list, ew, negative_at, opaque, producer, rank, result_dtype,
-                       tiled_from, unsqueeze_to)
+from ..helpers import axes, axis, cast, dim_value, dims_list, ew, opaque, producer, rank, result_dtype, tiled_from, unsqueeze_to
 from ..registry import register
 
 # ---------------------------------------------------------------------------------------
@@ -265,7 +264,7 @@ def expand_to(ctx: EmitContext, x: Value, shape) -> Value:
     x = unsqueeze_to(ctx, x, len(shape))
     repeats = []
     for have, want in zip(x.shape, shape):
-        if have == want or _same_size(ctx, have, want):
+        if have == want:
             repeats.append(1)
         elif have == 1:
             repeats.append(want)
@@ -275,15 +274,6 @@ def expand_to(ctx: EmitContext, x: Value, shape) -> Value:
         return x
     y = ctx.op("tile", x, repeats=dims_list(repeats), out_shape=shape, out_dtype=x.dtype)
     return opaque(ctx, y) if x.is_constant and any(isinstance(r, SymDim) for r in repeats) else y
-
-
-def _same_size(ctx: EmitContext, a, b) -> bool:
-    """Whether two sizes written apart are equal at every size of the export's range: the region
-    ``x[:, -6:]`` writes is ``S - max(0, S-6)`` items, the value written there ``min(6, S)``."""
-    if not isinstance(a, SymDim) and not isinstance(b, SymDim):
-        return False
-    gap = simplify(a - b)
-    return negative_at(ctx, gap) is None and negative_at(ctx, -gap) is None
 
 
 def full_like_value(ctx: EmitContext, value, dtype: DType, shape) -> Value:
