@@ -38,6 +38,7 @@ import torch.fx as fx
 from .control_flow import ScanCall, body_module, carry_slot, scanned_slot, slot_dependents
 from .data_dep import depends_on_data
 from .source import user_frame_location
+from .structures import storage_keys
 
 _builtin_range = builtins.range
 _builtin_len = builtins.len
@@ -57,12 +58,6 @@ class LoopRecord:
     end: Optional[fx.Node] = None  # the graph's last node when the loop ran out
     done: bool = False  # ran out (no break)
     rolled: bool = False  # rolled into a scan by roll_loops
-
-
-def _storage_keys(value) -> tuple:
-    from .tracer import storage_keys  # the tracer imports this module
-
-    return storage_keys(value)
 
 
 def _stands_for(new: fx.Node, old: fx.Node) -> None:
@@ -474,7 +469,7 @@ def _roll(gm: fx.GraphModule, rec: LoopRecord, guards: list) -> str:
         with graph.inserting_after(prev):
             prev = new(operator.getitem, (scan, i))
         if i < len(carry_pos):  # the last step's carry itself: the memory its views after the loop share
-            prev.meta["storage"] = _storage_keys(prev.meta["value"])
+            prev.meta["storage"] = storage_keys(prev.meta["value"])
         results.append(prev)
     for j, q in enumerate(carry_pos):
         for u, item in finals.get(q, []):

@@ -176,3 +176,16 @@ def _rebuild_cache(obj, pairs):
         for i, (k, v) in enumerate(pairs):
             new.update(k, v, i)
         return new
+
+
+def storage_keys(value) -> tuple:
+    """Identities of the memory blocks that the tensors in ``value`` live in (torch's aliasing)."""
+    if isinstance(value, torch.Tensor):
+        try:
+            ptr = value.untyped_storage().data_ptr()
+        except Exception:  # noqa: BLE001 - storage-less tensors
+            return ()
+        return (ptr,) if ptr and value.numel() > 0 else ()
+    if isinstance(value, (list, tuple)) and not isinstance(value, torch.Size):
+        return tuple(dict.fromkeys(k for v in value for k in storage_keys(v)))
+    return ()

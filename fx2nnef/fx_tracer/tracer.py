@@ -588,24 +588,11 @@ def _input_versions(args) -> list:
     return found
 
 
-def storage_keys(value) -> tuple:
-    """Identities of the memory blocks that the tensors in ``value`` live in (torch's aliasing)."""
-    if isinstance(value, torch.Tensor):
-        try:
-            ptr = value.untyped_storage().data_ptr()
-        except Exception:  # noqa: BLE001 - storage-less tensors
-            return ()
-        return (ptr,) if ptr and value.numel() > 0 else ()
-    if isinstance(value, (list, tuple)) and not isinstance(value, torch.Size):
-        return tuple(dict.fromkeys(k for v in value for k in storage_keys(v)))
-    return ()
-
-
 def _record_view(node: fx.Node, value, versions: list) -> None:
     """Record, for the in-place pass, which memory ``value`` lives in (``meta['storage']``:
     a view shares it with its base) and which inputs the call updated in place
     (``meta['mutated_inputs']``, from torch's version counters)."""
-    node.meta["storage"] = storage_keys(value)
+    node.meta["storage"] = structures.storage_keys(value)
     node.meta["mutated_inputs"] = [n for n, t, v in versions if t._version != v]
 
 

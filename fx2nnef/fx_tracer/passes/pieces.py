@@ -17,12 +17,10 @@ from typing import Optional
 import torch
 import torch.fx as fx
 
+from ..tracer import _target_name
+
 _BY_LENGTH = {"split": ("split_size", "split_size_or_sections"), "unsafe_split": ("split_size",)}
 _BY_COUNT = {"chunk": ("chunks",), "unsafe_chunk": ("chunks",)}
-
-
-def _name(n: fx.Node) -> str:
-    return n.target if isinstance(n.target, str) else getattr(n.target, "__name__", "")
 
 
 def _cut(n: fx.Node) -> Optional[tuple]:
@@ -30,7 +28,7 @@ def _cut(n: fx.Node) -> Optional[tuple]:
     a constant count (``"count"``) or an unbind (``"one"``), with ``dim`` non-negative; else None."""
     if n.op not in ("call_function", "call_method") or not n.args:
         return None
-    name, x = _name(n), n.args[0]
+    name, x = _target_name(n.target), n.args[0]
     value = x.meta.get("value") if isinstance(x, fx.Node) else None
     if not isinstance(value, torch.Tensor) or value.dim() == 0:
         return None
@@ -97,8 +95,9 @@ def pieces_as_slices(gm: fx.GraphModule, guards: list) -> bool:
         if top:  # the last piece read exists: the input has items past its start
             with graph.inserting_before(n):
                 exists = _int_node(graph, n, "call_function", operator.gt, (size, start(top)))
+        text = f"{_target_name(n.target)}(...)[{top}] exists"
         guards[:] = [g if not (g.node is n and g.op == "count") else dataclasses.replace(
-            g, node=exists, op="bool", expected=True, text=f"{_name(n)}(...)[{top}] exists") for g in guards
+            g, node=exists, op="bool", expected=True, text=text) for g in guards
             if not (g.node is n and g.op == "count" and exists is None)]
         graph.erase_node(n)
         if not size.users:
