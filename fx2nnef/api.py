@@ -15,6 +15,7 @@ import torch
 from .errors import CheckIOError, InvalidArgumentError, TractError, UnsupportedOpError
 from .fx_tracer.branches import AT_SIZE
 from .fx_tracer.capture import Capture, capture
+from .fx_tracer.probe import DeferredCheckFailed
 from .fx_tracer.random_draws import random_draws_advice
 from .piece_by_piece.record import eval_mode
 from .ir import DType, apply_weight_format, sanitize
@@ -129,6 +130,24 @@ def export(model: torch.nn.Module, args=(), path=None, *, kwargs: Optional[dict]
         return export_with_fallback(model, args, path, kwargs=kwargs, target=target, input_names=input_names,
                                     output_names=output_names, branches=branches,
                                     max_loop_iterations=max_loop_iterations)
+    options = dict(kwargs=kwargs, target=target, input_names=input_names, output_names=output_names,
+                   leaf_modules=leaf_modules, debug_bundle=debug_bundle, compression_level=compression_level,
+                   progress=progress, max_loop_iterations=max_loop_iterations, branches=branches,
+                   scalars_as_inputs=scalars_as_inputs)
+    try:
+        return _export(model, args, path, beside=True, **options)
+    except DeferredCheckFailed:
+        # a check the capture took for passed, run beside the write, did not pass: the export again
+        # with every check run in its place gives what that check gives there (an error, a
+        # narrower range); nothing was written
+        return _export(model, args, path, beside=False, **options)
+
+
+def _export(model, args, path, *, kwargs, target, input_names, output_names, leaf_modules, debug_bundle,
+            compression_level, progress, max_loop_iterations, branches, scalars_as_inputs,
+            beside: bool) -> ExportResult:
+    """:func:`export` after its arguments are checked; ``beside``: the capture's check runs go on
+    beside the lowering and the write (capture's ``rerun_beside``)."""
     timings: dict = {}
     with _old_objects_skipped(), _compiled_modules_unwrapped(model) as model, eval_mode(model) as autocast:
         with _timed(timings, "trace"):
@@ -136,7 +155,7 @@ def export(model: torch.nn.Module, args=(), path=None, *, kwargs: Optional[dict]
                           output_names=output_names,
                           leaf_modules=tuple(leaf_modules) + tuple(registered_module_classes()),
                           max_loop_iterations=max_loop_iterations, branches=branches,
-                          scalars_as_inputs=scalars_as_inputs, rerun_beside=True)
+                          scalars_as_inputs=scalars_as_inputs, rerun_beside=beside)
         if autocast:
             cap.notes.append("torch.autocast regions (" + ", ".join(f"{d} {str(t).replace('torch.', '')}"
                                                                      for d, t in autocast)
@@ -144,7 +163,7 @@ def export(model: torch.nn.Module, args=(), path=None, *, kwargs: Optional[dict]
                                "is checked that way")
         timings.update(cap.runs)
         try:
-            # a static graph's check that it runs at the example goes on meanwhile (capture's rerun_beside)
+            # the capture's check runs go on meanwhile (capture's rerun_beside)
             with cap.rerun_beside():
                 return _lower_write_check(cap, Path(path), target, timings, debug_bundle, compression_level,
                                           progress)

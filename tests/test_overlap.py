@@ -13,6 +13,7 @@ import transformers as T
 import fx2nnef
 from fx2nnef.fx_tracer import overlap, probe
 from fx2nnef.fx_tracer.overlap import Worker
+from fx2nnef.targets.tolerance import compare_outputs
 
 capture_module = importlib.import_module("fx2nnef.fx_tracer.capture")  # the module, not its capture()
 
@@ -63,10 +64,14 @@ def test_overlap_gives_the_sequential_export(tmp_path, monkeypatch):
     names = ["input_ids", "attention_mask"]
     assert overlap.can_overlap() == (overlap._cores() >= 2)
     started = _count_workers(monkeypatch, probe)
+    left = _count_workers(monkeypatch, capture_module)
     together, graph_together = _export(model, (ids, mask), tmp_path / "a.nnef.tgz", dyn, names)
-    if overlap.can_overlap():  # the base run beside the replay, the check's two runs side by side
-        assert started.count(False) == 1 and started.count(True) >= 1, started
+    if overlap.can_overlap():
+        # the base run beside the replay; the check's two runs, one after the other, beside the
+        # lowering and the write (see probe.real_run_later)
+        assert started == [False] and left == [True], (started, left)
     started.clear()
+    left.clear()
     monkeypatch.setenv("FX2NNEF_NO_OVERLAP", "1")
     assert not overlap.can_overlap()
     apart, graph_apart = _export(model, (ids, mask), tmp_path / "b.nnef.tgz", dyn, names)
@@ -75,7 +80,7 @@ def test_overlap_gives_the_sequential_export(tmp_path, monkeypatch):
     assert together.ranges == apart.ranges and together.notes == apart.notes
     runs = ("graph_runs", "eager_runs", "fake_runs")
     assert [together.timings.get(k) for k in runs] == [apart.timings.get(k) for k in runs]
-    assert not started
+    assert not started and not left
 
 
 class _Counting(torch.nn.Module):
@@ -197,3 +202,111 @@ def test_capture_without_rerun_beside_runs_the_graph_itself():
                                  target=fx2nnef.TractNNEF(check_io=False))
     assert "light_runs" not in cap.runs and cap.runs["graph_runs"] == 1, cap.runs
     cap.wait_rerun()  # nothing to do
+
+
+class _Scaled(torch.nn.Module):
+    """Multiplies by a Python number the trace keeps as a constant."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 8)
+        self.scale = 2.0
+
+    def forward(self, x):
+        return torch.nn.functional.gelu(self.proj(x)) * self.scale
+
+
+@pytest.mark.skipif(not overlap.can_overlap(), reason="one core: the check runs within the capture")
+def test_a_dynamic_capture_leaves_its_check_and_raises_when_it_fails():
+    """With dynamic sizes the check's runs (the graph's and the model's at sizes where every decision
+    is the example's) are left to the caller: waiting for them passes while the graph reproduces
+    the model there, and raises DeferredCheckFailed once it does not (the model's number changed
+    after the capture); without rerun_beside the capture runs them itself."""
+    model = _Scaled().eval()
+    x = torch.randn(2, 12, 8)
+    target = fx2nnef.TractNNEF(check_io=False, dynamic_axes={"x": {1: "S"}})
+    cap = capture_module.capture(model, (x,), {}, target=target, rerun_beside=True)
+    assert cap._rerun is not None
+    cap.start_rerun()
+    cap.wait_rerun()
+    cap = capture_module.capture(model, (x,), {}, target=target, rerun_beside=True)
+    model.scale = 3.0
+    cap.start_rerun()
+    with pytest.raises(probe.DeferredCheckFailed, match="differs from the model"):
+        cap.wait_rerun()
+    assert not isinstance(probe.DeferredCheckFailed("x"), Exception)  # no fallback takes it for its own failure
+    plain = capture_module.capture(model, (x,), {}, target=target)
+    counts = ("graph_runs", "eager_runs", "light_runs", "fake_runs")
+    assert plain._rerun is None and [plain.runs.get(k) for k in counts] == [cap.runs.get(k) for k in counts]
+
+
+@pytest.mark.skipif(not overlap.can_overlap(), reason="one core: the check runs within the capture")
+@pytest.mark.parametrize("check", [True, False], ids=["check_io", "no_check_io"])
+def test_an_export_whose_check_fails_beside_the_write_is_made_again(check, tmp_path, monkeypatch):
+    """The check left to run beside the write fails (the model's number changes when it starts): the
+    staged asset is dropped and the export made again with its checks in place, which traces the
+    model as it is now; tract then computes what the model computes, and nothing else is left."""
+    model = _Scaled().eval()
+    x = torch.randn(2, 12, 8)
+    started = _count_workers(monkeypatch, capture_module)
+    start = capture_module.Capture.start_rerun
+
+    def changed_then_started(cap):
+        model.scale = 3.0
+        start(cap)
+
+    monkeypatch.setattr(capture_module.Capture, "start_rerun", changed_then_started)
+    target = fx2nnef.TractNNEF(check_io=check, dynamic_axes={"x": {1: "S"}})
+    r = fx2nnef.export(model, (x,), tmp_path / "m.nnef.tgz", target=target)
+    assert started == [True], started  # the first export's check only: the second runs its own
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.nnef.tgz"]
+    assert r.check.ok if check else r.check is None, r.check
+    x2 = torch.randn(2, 7, 8)
+    (got,) = fx2nnef.TractNNEF().run(r.path, [[x2.numpy()]])
+    with torch.no_grad():
+        expected = model(x2).numpy()
+    assert all(d.ok for d in compare_outputs(None, [expected], got, "approximate"))
+
+
+def test_a_model_changing_its_tensors_in_place_is_checked_within_the_capture(monkeypatch):
+    """A forward that updates a buffer in place: its check is not left to run beside the write of
+    that buffer, but run within the capture."""
+    cap = capture_module.capture(_Counting().eval(), (torch.randn(2, 12, 8),), {},
+                                 target=fx2nnef.TractNNEF(check_io=False, dynamic_axes={"x": {1: "S"}}),
+                                 rerun_beside=True)
+    assert cap._rerun is None and cap.runs["graph_runs"] >= 1, cap.runs
+
+
+def test_module_state_is_restored_in_place():
+    """Restoring a module's state after a run keeps each attribute that was there before in place the
+    whole time (a thread reading the model meanwhile never misses one), and the order of its
+    submodules and parameters."""
+    from fx2nnef.fx_tracer.tracer import _module_state, _restore_module_state, _restore_dict
+
+    model = _Scaled()
+    saved = _module_state(model)
+    order = [n for n, _ in model.named_parameters()]
+    table = model.__dict__
+    model.scale = 5.0
+    model.cached = torch.ones(2)
+    model.proj = torch.nn.Linear(8, 8)
+    _restore_module_state(saved)
+    assert model.__dict__ is table and model.scale == 2.0 and not hasattr(model, "cached")
+    assert [n for n, _ in model.named_parameters()] == order and model.proj is saved[0][2]["_modules"]["proj"]
+    current = {"a": 1, "b": 2, "c": 3}
+    seen = []
+
+    class Watched(dict):
+        def __delitem__(self, key):
+            seen.append(("del", key))
+            super().__delitem__(key)
+
+        def clear(self):
+            seen.append(("clear",))
+            super().clear()
+
+    watched = Watched(current)
+    _restore_dict(watched, {"a": 1, "b": 4})
+    assert dict(watched) == {"a": 1, "b": 4} and seen == [("del", "c")]
+    _restore_dict(watched, {"b": 4, "a": 1})  # another order: cleared and filled again
+    assert list(watched) == ["b", "a"] and seen[-1] == ("clear",)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import inspect
+import itertools
 import keyword
 import re
 from typing import Callable, Optional, Sequence
@@ -29,8 +30,8 @@ from .padded import check_padded
 from .passes import (cleanup_slices, complex_to_real, fold_constant_selects, masked_reductions, masked_updates,
                      pieces_as_slices, remove_dead_code, remove_inplace)
 from .overlap import Worker, can_overlap
-from .probe import (AT_EXAMPLE, OFF_STEP, RUNS, _output_args, analyze, check_reran, example_sizes, inputs_at,
-                    real_run_later, rerun_error)
+from .probe import (AT_EXAMPLE, OFF_STEP, RUNS, DeferredCheckFailed, _output_args, analyze, check_reran,
+                    example_sizes, inputs_at, real_run_later, rerun_error, run_left_checks)
 from .random_draws import random_draws_advice, random_draws_text, watch_random_draws
 from .scalars import scalars_to_inputs
 from .stored_values import StoredValues, stored_values
@@ -56,10 +57,11 @@ class Capture:
     random_draws: list = dataclasses.field(default_factory=list)  # RandomDraw: the forward's random draws
     dynamic_axes: dict = dataclasses.field(default_factory=dict)  # input name -> {axis: symbol}, validated
     _reference: Optional[list] = None
-    # the graph's real run at the example left to do (capture's ``rerun_beside``): () -> its error
-    # (``(node, message)``) or None, and what raises that error as the capture would have
-    _rerun: Optional[Callable[[], Optional[tuple]]] = None
-    _rerun_failed: Optional[Callable[[tuple], None]] = None
+    # the real runs left to do (capture's ``rerun_beside``): () -> what they found wrong or None
+    # (the graph's run at the example: its error ``(node, message)``; the checks left: why one did
+    # not pass), and what raises that as the capture would have (DeferredCheckFailed for a check)
+    _rerun: Optional[Callable[[], object]] = None
+    _rerun_failed: Optional[Callable[[object], None]] = None
     _worker: Optional[Worker] = None
 
     def start_rerun(self) -> None:
@@ -300,8 +302,13 @@ def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_na
     ``branches``: None merges both outcomes of a Python decision on sizes that bounds the range,
     ``"select"`` also those of decisions on tensor data (see :mod:`.branches`), ``"example"`` none;
     ``scalars_as_inputs`` makes int/float arguments rank-0 inputs (see :mod:`.scalars`);
-    ``rerun_beside``: a graph without dynamic sizes is checked to run at the example by a real run
-    that the caller starts and waits for (:meth:`Capture.rerun_beside`), beside its own work."""
+    ``rerun_beside``: the real runs that only check the graph are left to the caller, who starts
+    and waits for them (:meth:`Capture.rerun_beside`) beside its own work: without dynamic sizes,
+    the graph's run at the example; with them, the check's runs at sizes where every decision is
+    the example's, which the analysis took for passed (see :func:`.probe.real_run_later`). Where
+    one does not pass, waiting for it raises :class:`.probe.DeferredCheckFailed` (so may the
+    capture, when it fails or when a forward changed the model's tensors in place, where it runs
+    them at once): the caller then captures again without ``rerun_beside``."""
     if branches not in BRANCHES:
         raise InvalidArgumentError(f"branches must be None, 'select' or 'example', got {branches!r}")
     if not isinstance(model, torch.nn.Module):
@@ -349,9 +356,10 @@ def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_na
         target.pre_trace(model, args, kwargs)
     leaf_types = tuple(leaf_modules)
     notes: list = []
-    later = real_run_later() if rerun_beside and not dyn and can_overlap() else contextlib.nullcontext()
+    later = real_run_later() if rerun_beside and can_overlap() else contextlib.nullcontext()
+    versions = _tensor_versions(model)
     with loop_options(max_loop_iterations, unroll_while=getattr(target, "name", "") == "khronos"), \
-            watch_random_draws() as draws, later:
+            watch_random_draws() as draws, later as left:
         failed = None
         try:
             gm, analysis, trace = _trace_merging_sizes(model, args, kwargs, names, out_names, dyn, leaf_types,
@@ -367,9 +375,14 @@ def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_na
         # the graph fails to reproduce a model that draws again on each run: say so
         raise type(failed)(f"{failed}\n{random_draws_advice(draws)}") from failed
 
+    if left and (failed is not None or _tensor_versions(model) != versions):
+        # the checks the analysis left run now: before an error (which they may change), and before
+        # the model's runs may go on beside the write of tensors it changes in place
+        run_left_checks(left)
     if failed is not None:
         raise_failed(failed)
     rerun = rerun_failed = None
+    left_runs = 0
     if analysis.rerun:  # the IR's values came from a light run: the graph's real run is left to do
         def rerun():
             return rerun_error(gm, trace.example_inputs)
@@ -379,6 +392,19 @@ def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_na
                 check_reran(err)
             except RuntimeError as error:
                 raise_failed(error)
+    elif left:  # the analysis took its check for passed: it is left to do (see real_run_later)
+        jobs = list(left)
+        left_runs = sum(job.runs for job in jobs)
+
+        def rerun():
+            for job in jobs:
+                why = job()
+                if why is not None:
+                    return why
+            return None
+
+        def rerun_failed(why: str):
+            raise DeferredCheckFailed(why)
     try:
         if not eager_first:
             traced_outputs = len(_output_args(gm))
@@ -427,7 +453,7 @@ def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_na
             if err is not None:
                 rerun_failed(err)
         raise
-    runs = {"graph_runs": RUNS.graph + bool(rerun), "eager_runs": RUNS.eager}
+    runs = {"graph_runs": RUNS.graph + bool(analysis.rerun) + left_runs, "eager_runs": RUNS.eager + left_runs}
     if RUNS.graph_light:
         runs["light_runs"] = RUNS.graph_light  # the graph at the example, input data on meta tensors
     if RUNS.fake:
@@ -437,6 +463,11 @@ def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_na
     return Capture(graph, names, tensors, cases, list(trace.control_flow) + notes, list(trace.control_flow),
                    runner, runs, random_draws=list(draws), dynamic_axes=dyn, _rerun=rerun,
                    _rerun_failed=rerun_failed)
+
+
+def _tensor_versions(model: torch.nn.Module) -> list:
+    """The version counter of each parameter and buffer: it moves when a forward changes one in place."""
+    return [t._version for t in itertools.chain(model.parameters(), model.buffers())]
 
 
 def _eager_outputs(model, args, kwargs, tensors: list, output_names: Optional[list] = None) -> list:

@@ -70,6 +70,8 @@ class Analysis:
     # a graph without dynamic sizes analysed within :func:`real_run_later`: its values came from a
     # light run, and its real run at the example (the check that it runs there) is the caller's to do
     rerun: bool = False
+    # checks left to the caller, within :func:`real_run_later` (each a run of the graph and the model)
+    left_checks: int = 0
 
 
 class _Recorder(fx.Interpreter):
@@ -295,22 +297,50 @@ class RunCount:
 
 RUNS = RunCount()
 
-_REAL_RUN_LATER = [False]
+_REAL_RUN_LATER: list = []  # the open real_run_later contexts, each the list of the checks left to run
+
+
+class DeferredCheckFailed(BaseException):
+    """A check run left to the caller (see :func:`real_run_later`) did not find what the analysis
+    took for granted: the capture is to be made again with every check run in its place. Not an
+    ``Exception``: the capture's fallbacks (``except Exception``: a retrace that fails is skipped)
+    must not take it for the failure of what they tried."""
 
 
 @contextlib.contextmanager
 def real_run_later():
-    """Within it, :func:`analyze` of a graph without dynamic sizes takes the values the IR needs
-    from a light run (:func:`_run_light`) and leaves the graph's real run at the example, which only
-    checks that it runs there, to the caller (``Analysis.rerun``, :func:`rerun_error`): an export runs
-    it in a worker thread while it lowers and writes the asset (:meth:`.capture.Capture.start_rerun`).
-    Only a graph that may run beside other work (:func:`runs_beside`) is left so."""
-    saved = _REAL_RUN_LATER[0]
-    _REAL_RUN_LATER[0] = True
+    """Within it, :func:`analyze` leaves the real runs that only check the graph to the caller, who
+    runs them in a worker thread while it lowers and writes the asset
+    (:meth:`.capture.Capture.start_rerun`):
+
+    - a graph without dynamic sizes takes the values the IR needs from a light run
+      (:func:`_run_light`) and leaves its real run at the example, which only checks that it runs
+      there (``Analysis.rerun``, :func:`rerun_error`);
+    - a graph with dynamic sizes leaves its check (the graph's and the model's runs at sizes where
+      every decision is the example's, ``checks`` of :func:`_symbolic_envs`): the analysis goes on
+      as if it passed, and the check goes to the list this yields, as ``() -> None``, or why it did
+      not pass. The capture is then to be made again outside this context, the check run in its
+      place, which gives what it gives there (an error, a narrower range): see
+      :class:`DeferredCheckFailed` and :func:`run_left_checks`.
+
+    Only a graph that may run beside other work (:func:`runs_beside`) is left so, and a check only
+    where no decision on tensor data could go otherwise at its sizes. A second analysis within the
+    context first runs the checks the ones before it left: what it builds on is checked."""
+    left: list = []
+    _REAL_RUN_LATER.append(left)
     try:
-        yield
+        yield left
     finally:
-        _REAL_RUN_LATER[0] = saved
+        _REAL_RUN_LATER.pop()
+
+
+def run_left_checks(left: list) -> None:
+    """Run here the checks left in ``left`` (see :func:`real_run_later`), emptying it; raise
+    :class:`DeferredCheckFailed` for the first one that does not pass."""
+    while left:
+        why = left.pop(0)()
+        if why is not None:
+            raise DeferredCheckFailed(why)
 
 
 def rerun_error(gm, inputs) -> Optional[tuple]:
@@ -1284,6 +1314,8 @@ def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, 
     ``traced_at_example``: False for a graph traced at other sizes (capture's retrace), whose
     comparison with the model at the example is never deferred.
     """
+    if _REAL_RUN_LATER:  # the checks an analysis before this one left: what follows may build on them
+        run_left_checks(_REAL_RUN_LATER[-1])
     base_env = example_sizes(example, names, dynamic_axes)
     symbols = list(base_env)
     # the example's values are kept for the IR (constants, dtypes, Python numbers); a tensor
@@ -1305,7 +1337,7 @@ def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, 
     light_runs = RUNS.graph_light
     (base_values, err, base_records), replayed, ahead = _run_and_replay(
         gm, example, names, dynamic_axes, guards, base_env, light, hint_env,
-        light_run=deferred or (not symbols and _REAL_RUN_LATER[0] and runs_beside(gm)))
+        light_run=deferred or (not symbols and bool(_REAL_RUN_LATER) and runs_beside(gm)))
     rerun = not symbols and RUNS.graph_light > light_runs
     check_reran(err)
     # the graph's real outputs at the example while the comparison waits (none after a run without data)
@@ -1351,7 +1383,7 @@ def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, 
         """``analysis``, or, when the comparison at the example was deferred and the probes found
         something wrong, the analysis again with that comparison first (as it ran first before)."""
         if not deferred or (not analysis.failures and not any(r.bounded for r in analysis.ranges.values())
-                            and (real_outputs or RUNS.graph > graph_runs)):
+                            and (real_outputs or RUNS.graph > graph_runs or analysis.left_checks)):
             return analysis  # (a graph run only at the example's without data: one real run at least)
         if not real_outputs:
             values, err, _records = _run(gm, example, outputs, light)
@@ -1586,8 +1618,27 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
 
     # the model and the graph run side by side where they may (see runs_beside)
     beside = can_overlap() and runs_beside(gm)
+    # the check's sizes, left to the caller (see real_run_later), where no decision can flip there:
+    # the decisions on sizes are those the graph was traced with (not so for a graph traced at
+    # other sizes and checked at the example's), and none reads tensor data (one could go
+    # otherwise on the example's values cut to those sizes)
+    left = [] if (rep is not None and _REAL_RUN_LATER and beside and reference is not None
+                  and not any(g.node in data_dep0 for g in guards)) else None
+
+    def as_traced(env) -> bool:
+        """Whether the tracer's decisions at ``env`` are the ones the graph was traced with."""
+        decisions = signature.traced(signature(env))
+        return decisions == tuple(True for _ in decisions)
 
     def probe(env):
+        if left is not None and _env_key(env) in checks and as_traced(env):
+            if env not in left:
+                left.append(env)
+            good.append((env, None))
+            return "good"
+        return probe_now(env)
+
+    def probe_now(env, alone=False):
         if _env_key(env) in kernel_only:
             records = fake_records(env)  # None: run for real
             if records is not None:
@@ -1599,7 +1650,7 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
                 return "good"
         chosen = reference.inputs_for if hasattr(reference, "inputs_for") else None
         inputs = inputs_at(example, names, dynamic_axes, env)
-        if reference is not None and beside and all(a.numel() <= b.numel() for a, b in zip(inputs, example)):
+        if reference is not None and beside and not alone and all(a.numel() <= b.numel() for a, b in zip(inputs, example)):
             # the model's run beside the graph's, on inputs no larger than the example's (the two
             # runs hold about what the example's runs held, one after the other). The model's
             # side picks the inputs (inputs_for, which may run it already); the graph's run is
@@ -1868,11 +1919,30 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
     if signature is not None:
         traced_base = signature.traced(signature(base_env))
         same_path = lambda env: signature.traced(signature(env)) == traced_base  # noqa: E731
-    return Analysis(symbols, base_env, base_values, sym, constant, data_dep, ir_guards, failures,
-                    [base_env] + single + multi, kept, good_envs,
-                    "fake replay" if rep is not None else "probes" if symbols else "",
-                    graph_bounded or (rep is None and any(r.lo is not None or r.hi is not None for r in kept.values())),
-                    [e for e in io_envs if all(ranges[s].contains(e[s]) for s in symbols)], same_path)
+    if left:
+        def run_left() -> Optional[str]:
+            """The checks left: None when each passes as taken for granted (no decision flipped)."""
+            before = (len(equivalent_envs), len(refused), len(errors), len(guard_flips))
+            for env in left:
+                try:
+                    r = probe_now(env, alone=True)
+                except ReplayUnavailable as exc:
+                    return str(exc)
+                if r != "good":
+                    return f"at {_env_text(env)}: " + (r[2] if isinstance(r, tuple) else f"the probe says {r}")
+            if (len(equivalent_envs), len(refused), len(errors), len(guard_flips)) != before:
+                return f"a decision differs at {_env_text(left[0])}"
+            return None
+        run_left.runs = len(left)
+        _REAL_RUN_LATER[-1].append(run_left)
+    analysis = Analysis(symbols, base_env, base_values, sym, constant, data_dep, ir_guards, failures,
+                        [base_env] + single + multi, kept, good_envs,
+                        "fake replay" if rep is not None else "probes" if symbols else "",
+                        graph_bounded or (rep is None and any(r.lo is not None or r.hi is not None
+                                                              for r in kept.values())),
+                        [e for e in io_envs if all(ranges[s].contains(e[s]) for s in symbols)], same_path)
+    analysis.left_checks = len(left or ())
+    return analysis
 
 
 def _static(rec):

@@ -1002,11 +1002,24 @@ def _restore_module_state(saved: list) -> None:
     runs, the user's own) and the graph's reads of the original."""
     for m, attrs, tables in saved:
         for name, table in tables.items():
-            current = attrs[name]
-            current.clear()
-            current.update(table)
-        m.__dict__.clear()
-        m.__dict__.update(attrs)
+            _restore_dict(attrs[name], table)
+        _restore_dict(m.__dict__, attrs)
+
+
+def _restore_dict(current: dict, saved: dict) -> None:
+    """Make ``current`` hold ``saved``'s items in its order. A key both hold stays in place the
+    whole time (each step is one dict operation): another thread reading the model meanwhile (the
+    export's lowering, while a check runs the model in a worker) never finds a module's attribute
+    gone. Only keys that moved are put back by clearing the dict first."""
+    for key in [k for k in current if k not in saved]:
+        del current[key]
+    if list(current) != list(saved):
+        current.clear()
+        current.update(saved)
+        return
+    for key, value in saved.items():
+        if current[key] is not value:
+            current[key] = value
 
 
 def _graph_module_class() -> type:
