@@ -13,7 +13,7 @@ checked in float32, the RSS ratio then relative to the bfloat16 bytes). Printed 
 ``eager_runs`` count the real forward passes of the capture, ``fake_runs`` its shape-only runs
 on fake tensors, ``light_runs`` the graph's runs at the example with input data on meta tensors
 (dynamic without check_io, and static: its one real run then goes on beside the lowering and the
-write, and what is left of it to wait for counts in ``trace``), ``shapes`` the seconds of symbolic replay and fake runs), the export wall time
+write, as does a dynamic export's check, and what is left of them to wait for counts in ``trace``), ``shapes`` the seconds of symbolic replay and fake runs), the export wall time
 divided by the floor (one eager forward, the fastest of three, plus writing the weight bytes
 with a plain file write, both measured in the same child), the peak RSS growth of the export
 call divided by the weight bytes (``ru_maxrss`` after the call minus the resident size before

@@ -397,11 +397,14 @@ def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_na
         left_runs = sum(job.runs for job in jobs)
 
         def rerun():
-            for job in jobs:
-                why = job()
-                if why is not None:
-                    return why
-            return None
+            # the model's draws are watched as within the capture: a model that draws (its
+            # run here may be the capture's only one) is exported again with them noted
+            with watch_random_draws() as drawn:
+                for job in jobs:
+                    why = job()
+                    if why is not None:
+                        return why
+            return f"the model draws random numbers ({random_draws_text(drawn)})" if drawn else None
 
         def rerun_failed(why: str):
             raise DeferredCheckFailed(why)
