@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import gc
+import random
 import shutil
 import sys
 import time
@@ -134,13 +135,28 @@ def export(model: torch.nn.Module, args=(), path=None, *, kwargs: Optional[dict]
                    leaf_modules=leaf_modules, debug_bundle=debug_bundle, compression_level=compression_level,
                    progress=progress, max_loop_iterations=max_loop_iterations, branches=branches,
                    scalars_as_inputs=scalars_as_inputs)
+    generators = _random_states()
     try:
         return _export(model, args, path, beside=True, **options)
     except DeferredCheckFailed:
         # a check the capture took for passed, run beside the write, did not pass: the export again
         # with every check run in its place gives what that check gives there (an error, a
-        # narrower range); nothing was written
+        # narrower range); nothing was written. It starts from the random generators' states the
+        # first one started from: a model that draws draws the same numbers
+        _restore_random_states(generators)
         return _export(model, args, path, beside=False, **options)
+
+
+def _random_states() -> tuple:
+    """The states of torch's, Python's and NumPy's random generators."""
+    return torch.random.get_rng_state(), random.getstate(), np.random.get_state()
+
+
+def _restore_random_states(states: tuple) -> None:
+    torch_state, python_state, numpy_state = states
+    torch.random.set_rng_state(torch_state)
+    random.setstate(python_state)
+    np.random.set_state(numpy_state)
 
 
 def _export(model, args, path, *, kwargs, target, input_names, output_names, leaf_modules, debug_bundle,

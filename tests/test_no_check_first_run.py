@@ -2,6 +2,7 @@
 serve the check only): the same asset, ranges and errors as with the run first. A dynamic export
 runs the graph at the example without input data (what the IR needs), and for real, compared with
 the model there, only when a probe finds something wrong."""
+import re
 import tarfile
 
 import pytest
@@ -117,6 +118,11 @@ def test_same_errors_without_the_first_run(tmp_path, model, names, dyn, error, m
         assert info.value.__context__ is None or not isinstance(info.value.__context__, TraceError) \
             or error is TraceError  # the model's own error, not raised while handling the trace's
         assert not list(tmp_path.iterdir())
+    if isinstance(model, _Draws):
+        # how far the graph is from the model is a random draw (runs in threads draw from one
+        # generator in no set order): the same message but for that number
+        messages = [re.sub(r"differs from the model by [-+.e\d]+", "differs from the model by ...", m)
+                    for m in messages]
     assert messages[0] == messages[1]
 
 

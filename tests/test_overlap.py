@@ -310,3 +310,32 @@ def test_module_state_is_restored_in_place():
     assert dict(watched) == {"a": 1, "b": 4} and seen == [("del", "c")]
     _restore_dict(watched, {"b": 4, "a": 1})  # another order: cleared and filled again
     assert list(watched) == ["b", "a"] and seen[-1] == ("clear",)
+
+
+class _DrawsOnce(torch.nn.Module):
+    """Draws a constant factor at each run: the trace keeps the example's draw."""
+
+    def forward(self, x):
+        return x * (1 + 1e-5 * torch.rand(4))
+
+
+@pytest.mark.skipif(not overlap.can_overlap(), reason="one core: the check runs within the capture")
+def test_an_export_made_again_draws_what_one_export_draws(tmp_path, monkeypatch):
+    """A model that draws is exported again with its checks in place (its draws are named then); the
+    second export starts from the random generator's state the first one started from, so the
+    asset keeps the draw an export made with everything one after the other keeps."""
+    x = torch.randn(2, 4)
+    target = fx2nnef.TractNNEF(check_io=False, dynamic_axes={"x": {0: "B"}})
+    left = _count_workers(monkeypatch, capture_module)
+    torch.manual_seed(5)
+    again = fx2nnef.export(_DrawsOnce(), (x,), tmp_path / "a.nnef.tgz", target=target)
+    assert left == [True], left
+    monkeypatch.setenv("FX2NNEF_NO_OVERLAP", "1")
+    torch.manual_seed(5)
+    once = fx2nnef.export(_DrawsOnce(), (x,), tmp_path / "b.nnef.tgz", target=target)
+    assert again.notes == once.notes and any("torch.rand" in n for n in once.notes), once.notes
+
+    def contents(path):
+        with tarfile.open(path) as tar:
+            return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+    assert contents(again.path) == contents(once.path)
