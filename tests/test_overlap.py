@@ -339,3 +339,17 @@ def test_an_export_made_again_draws_what_one_export_draws(tmp_path, monkeypatch)
         with tarfile.open(path) as tar:
             return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
     assert contents(again.path) == contents(once.path)
+
+
+def test_a_model_made_in_inference_mode_exports_with_its_check_in_place(tmp_path):
+    """Tensors made in inference mode have no version counter: whether a forward changes them is
+    unseen, so the check runs within the capture, and the export passes in tract."""
+    with torch.inference_mode():
+        model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.GELU())
+    cap = capture_module.capture(model, (torch.randn(2, 3, 4),), {}, input_names=["x"],
+                                 target=fx2nnef.TractNNEF(check_io=False, dynamic_axes={"x": {1: "S"}}),
+                                 rerun_beside=True)
+    assert cap._rerun is None and cap.runs["graph_runs"] >= 1, cap.runs
+    r = fx2nnef.export(model, (torch.randn(2, 3, 4),), tmp_path / "m.nnef.tgz", input_names=["x"],
+                       target=fx2nnef.TractNNEF(dynamic_axes={"x": {1: "S"}}))
+    assert r.check.ok, r.check

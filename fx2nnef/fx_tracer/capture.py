@@ -375,7 +375,7 @@ def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_na
         # the graph fails to reproduce a model that draws again on each run: say so
         raise type(failed)(f"{failed}\n{random_draws_advice(draws)}") from failed
 
-    if left and (failed is not None or _tensor_versions(model) != versions):
+    if left and (failed is not None or versions is None or _tensor_versions(model) != versions):
         # the checks the analysis left run now: before an error (which they may change), and before
         # the model's runs may go on beside the write of tensors it changes in place
         run_left_checks(left)
@@ -468,9 +468,13 @@ def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_na
                    _rerun_failed=rerun_failed)
 
 
-def _tensor_versions(model: torch.nn.Module) -> list:
-    """The version counter of each parameter and buffer: it moves when a forward changes one in place."""
-    return [t._version for t in itertools.chain(model.parameters(), model.buffers())]
+def _tensor_versions(model: torch.nn.Module) -> Optional[list]:
+    """The version counter of each parameter and buffer: it moves when a forward changes one in
+    place. None when one has none (a tensor made in inference mode): changes are then unseen."""
+    try:
+        return [t._version for t in itertools.chain(model.parameters(), model.buffers())]
+    except RuntimeError:
+        return None
 
 
 def _eager_outputs(model, args, kwargs, tensors: list, output_names: Optional[list] = None) -> list:
