@@ -1639,6 +1639,9 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
         return probe_now(env)
 
     def probe_now(env, alone=False):
+        """The probe at ``env``: "good", "refused", "error", or ("bad", flips, why). ``alone``: the
+        model's and the graph's runs one after the other, not side by side (a check left to run
+        beside the write, where a third thread on two cores slowed the write more than it saved)."""
         if _env_key(env) in kernel_only:
             records = fake_records(env)  # None: run for real
             if records is not None:
@@ -1650,7 +1653,8 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
                 return "good"
         chosen = reference.inputs_for if hasattr(reference, "inputs_for") else None
         inputs = inputs_at(example, names, dynamic_axes, env)
-        if reference is not None and beside and not alone and all(a.numel() <= b.numel() for a, b in zip(inputs, example)):
+        if reference is not None and beside and not alone \
+                and all(a.numel() <= b.numel() for a, b in zip(inputs, example)):
             # the model's run beside the graph's, on inputs no larger than the example's (the two
             # runs hold about what the example's runs held, one after the other). The model's
             # side picks the inputs (inputs_for, which may run it already); the graph's run is
