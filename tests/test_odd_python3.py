@@ -311,3 +311,43 @@ def test_reductions_of_a_mask_selection(tmp_path):
     with pytest.raises(UnsupportedOpError, match="boolean mask"):
         fx2nnef.export(FnModule(lambda x: x[x > 0].sum() + x[x > 0]), (randn(3, 6),), tmp_path / "r.nnef.tgz",
                        input_names=["x"], target=fx2nnef.TractNNEF(dynamic_axes={"x": {1: "S"}}))
+
+
+def _reversed_positions(x):
+    # CPM-Ant's left-padding mask: the positions counted down from the end, after a prompt of 2
+    s = x.size(1)
+    pos = torch.tensor(list(range(s - 2))[::-1])[None, :].repeat(x.size(0), 1)
+    return x[:, 2:] * pos
+
+
+def _comprehension(x):
+    return x + torch.tensor([i for i in range(x.shape[1])], dtype=torch.float32)
+
+
+def _every_other(x):
+    return x[:, ::2] - torch.as_tensor(list(range(0, x.shape[1], 2)))
+
+
+@pytest.mark.parametrize("fn", [_reversed_positions, _comprehension, _every_other],
+                         ids=["reversed", "comprehension", "stepped"])
+def test_a_tensor_of_the_items_of_a_range_of_sizes(fn, tmp_path):
+    """``torch.tensor(list(range(S - 2))[::-1])``, of a comprehension over ``range(S)``, or
+    ``torch.as_tensor`` of a stepped range: the tensor is ``arange`` of the range's bounds (flipped),
+    so its length follows S; it was the example's constant, the export valid at the example only."""
+    r = fx2nnef.export(FnModule(fn), (randn(2, 7),), tmp_path / "m.nnef.tgz", input_names=["x"],
+                       target=fx2nnef.TractNNEF(dynamic_axes={"x": {1: "S"}}))
+    assert r.check.ok and len(r.check.cases) >= 3, r.check
+    assert "S" not in r.ranges or r.ranges["S"].hi is None and (r.ranges["S"].lo or 1) <= 2, r.ranges
+    tract_matches_eager(r.path, FnModule(fn), [[randn(2, s)] for s in (3, 8, 12)])
+
+
+def test_a_list_of_numbers_that_is_no_range_stays_a_constant(tmp_path):
+    """A list that holds other numbers than a range of the sizes made while tracing stays the
+    example's constant."""
+    def fn(x):
+        n = len(list(range(x.shape[1])))  # a range made, its items not taken
+        return x * torch.tensor([3, 1, 2, 5])[:x.shape[1] - n + 4]
+
+    r = fx2nnef.export(FnModule(fn), (randn(2, 4),), tmp_path / "m.nnef.tgz", input_names=["x"],
+                       target=fx2nnef.TractNNEF(dynamic_axes={"x": {0: "B"}}))
+    assert r.check.ok and "arange" not in r.nnef_text, r.nnef_text

@@ -107,6 +107,9 @@ class _TracedRange:
         self._tracer, self._args = tracer, args
         self._guards = tracer.guards[before:]
         self._source = user_frame_location()
+        from .tracer import note_sized_range  # the tracer imports this module
+
+        note_sized_range(tracer, self._range, args)
 
     def _loop(self, values, reverse: bool):
         rec = LoopRecord(self._args, list(values), list(self._guards), self._source, reverse)

@@ -253,6 +253,9 @@ class CustomTracer(fx.Tracer):
         self.control_flow_notes: list = []
         self.roll_loops = False  # range() of traced sizes records its loops (see .loops)
         self.loops: list = []
+        # the last ranges of traced sizes made: (example values, arguments as given), for a tensor
+        # made of one's items (see _range_tensor)
+        self.sized_ranges: list = []
 
     # proxies and values ---------------------------------------------------------------
     def proxy(self, node):
@@ -672,7 +675,47 @@ def _traced_range(*args):
     for g in tracer.guards[before:]:
         if g.op == "index" and g.node in bounds:
             g.counts = (bounds, _orig_len(out))
+    note_sized_range(tracer, out, args)
     return out
+
+
+_SIZED_RANGES_KEPT = 8
+
+
+def note_sized_range(tracer, values: range, args: tuple) -> None:
+    """Keep a range of traced sizes made while tracing, for :func:`_range_tensor`."""
+    tracer.sized_ranges.append((values, args))
+    del tracer.sized_ranges[:-_SIZED_RANGES_KEPT]
+
+
+_RANGE_TENSOR_FACTORIES = ("tensor", "as_tensor")
+
+
+def _range_tensor(tracer, fn, args: tuple, kwargs: dict):
+    """``torch.tensor(list(range(S - 1))[::-1])``: a tensor made of the items of a range of traced
+    sizes, in order or reversed, recorded as ``torch.arange`` of the range's arguments (flipped), so
+    that its length follows the sizes; None for any other data (kept as the example's constant).
+    The range's guards stay: at other sizes the probes compare the graph with the model."""
+    if not args or fn.__name__ not in _RANGE_TENSOR_FACTORIES or set(kwargs) - {"dtype", "device"}:
+        return None
+    data = args[0]
+    if type(data) not in (list, tuple) or _orig_len(data) < 2 or len(args) > 1 \
+            or not all(type(v) is int for v in data):
+        return None
+    items = tuple(data)
+    for values, range_args in reversed(tracer.sized_ranges):
+        if _orig_len(values) != _orig_len(items):
+            continue
+        for flipped in (False, True):
+            if tuple(values[::-1] if flipped else values) == items:
+                start, stop, step = (0, range_args[0], 1) if _orig_len(range_args) == 1 else \
+                    (range_args[0], range_args[1], range_args[2] if _orig_len(range_args) == 3 else 1)
+                if type(step) is int:  # empty, as the range, where it ends before it starts
+                    stop = torch.sym_max(stop, start) if step > 0 else torch.sym_min(stop, start)
+                made = torch.arange(start, stop, step, dtype=kwargs.get("dtype") or torch.int64,
+                                    device=kwargs.get("device"))
+                return made.flip(0) if flipped else made
+    return None
 
 
 def _traced_len(obj):
@@ -795,6 +838,10 @@ def tracing_patches(tracer: CustomTracer):
         def wrapper(*args, **kwargs):
             if _contains_proxy(args) or _contains_proxy(kwargs):
                 return tracer.create_proxy("call_function", fn, args, kwargs)
+            if tracer.sized_ranges:
+                made = _range_tensor(tracer, fn, args, kwargs)
+                if made is not None:
+                    return made
             return fn(*args, **kwargs)
 
         wrapper.__wrapped_factory__ = fn
