@@ -94,3 +94,27 @@ DYNAMIC_COMPARE = [
 @pytest.mark.parametrize("case", DYNAMIC_COMPARE, ids=str)
 def test_compare_special_values(case, tmp_path):
     run_case(case, tmp_path, "tract")
+
+
+# a range of a dynamic length compared with a constant: tract knew the mask's regions and sliced
+# its readers at the constant whatever the length, so the asset failed at sizes below it
+RANGE_AGAINST_CONSTANT = {
+    "where_gt": lambda z: torch.where(torch.arange(z.shape[0]) > 1, z, -z),
+    "where_constant": lambda z: torch.where(torch.arange(z.shape[0]) > 1, torch.tensor([3.0]), z),
+    "masked_fill_ge": lambda z: z.masked_fill(torch.arange(z.shape[0]) >= 2, 0),
+    "float_mask": lambda z: (torch.arange(z.shape[0]) > 1).float() * z,
+    "unsqueezed_le": lambda z: torch.where(torch.arange(z.shape[0])[:, None] <= 2, z[:, None], 0.0),
+    "shifted_lt": lambda z: torch.where(torch.arange(z.shape[0]) * 2 + 1 < 5, z, 1.0),
+}
+
+
+@pytest.mark.parametrize("name", list(RANGE_AGAINST_CONSTANT))
+def test_a_range_compared_with_a_constant_runs_below_it(name, tmp_path):
+    import fx2nnef
+    from harness import FnModule, tract_matches_eager
+
+    fn = RANGE_AGAINST_CONSTANT[name]
+    r = fx2nnef.export(FnModule(fn), (randn(5),), tmp_path / "m.nnef.tgz", input_names=["z"],
+                       target=fx2nnef.TractNNEF(dynamic_axes={"z": {0: "S"}}))
+    assert r.check.ok and not r.ranges, (r.check, r.ranges)
+    tract_matches_eager(r.path, FnModule(fn), [[randn(s)] for s in (1, 2, 3, 9)])

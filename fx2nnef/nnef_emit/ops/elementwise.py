@@ -317,13 +317,45 @@ def compare_tract(ctx: EmitContext, nnef_op: str, a, b):
     time). Adding an opaque zero to one side (helpers.opaque) keeps every value, inf and NaN
     included (comparing the difference with 0 did not: ``inf - inf`` is NaN, integers wrap),
     and the mask runs. tract refuses comparisons of bools: they are compared as u8."""
-    if any(isinstance(v, Value) and v.dtype.is_bool for v in (a, b)):
+    bools = any(isinstance(v, Value) and v.dtype.is_bool for v in (a, b))
+    if bools:
         a, b = cast(ctx, a, DType.U8), cast(ctx, b, DType.U8)
     symbolic = all(isinstance(v, Value) and not v.is_constant and v.shape is not None and not v.is_static
                    for v in (a, b))
     if symbolic and a.dtype is not DType.U8:
         a = opaque(ctx, a)
+    elif not symbolic and not bools:
+        # NOTE: tract 0.23.9 knows ``range(0, S) > 1`` to be false up to item 2 and splits the mask's
+        # readers there, slicing ``2..S`` whatever S: at S=1 the run fails ("Invalid range 2..1
+        # for slicing"). A range of a dynamic length compared with a constant is made opaque first
+        a, b = (opaque(ctx, v) if _dynamic_range(ctx, v) else v for v in (a, b))
     return ctx.op(nnef_op, a, b, out_dtype=DType.BOOL, out_shape=broadcast_shape(a, b))
+
+
+# ops through which tract still knows a tensor to be a range (its items, moved or repeated)
+_KEEPS_RANGE = ("tract_core_cast", "unsqueeze", "squeeze", "reshape", "tile", "transpose", "slice", "add", "sub",
+                "mul")
+
+
+def _dynamic_range(ctx: EmitContext, v) -> bool:
+    """Whether ``v`` is a ``tract_core_range`` of a dynamic length, or computed from one by ops that
+    keep it a range to tract (casts, unit axes, repeats, arithmetic with constants)."""
+    from ..helpers import producer
+
+    seen = 0
+    while isinstance(v, Value) and not v.is_constant and v.shape is not None and not v.is_static and seen < 8:
+        st = producer(ctx, v)
+        if st is None:
+            return False
+        if st.op == "tract_core_range":
+            return True
+        if st.op not in _KEEPS_RANGE:
+            return False
+        moving = [x for x in st.args if isinstance(x, Value) and not x.is_constant]
+        if len(moving) != 1:
+            return False
+        v, seen = moving[0], seen + 1
+    return False
 
 
 # logic and bitwise ----------------------------------------------------------------------------
