@@ -716,17 +716,14 @@ _ITEMWISE_METHODS = {"add", "sub", "mul", "div", "true_divide", "remainder", "po
                      "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__", "__rtruediv__"}
 
 
-_SUMS = {operator.add, operator.sub, torch.add, torch.sub, "add", "sub", "__add__", "__radd__", "__sub__", "__rsub__"}
-
-
 def _number_use(node: fx.Node, path: tuple) -> bool:
     """Whether ``node`` reads the loop index as the number operand of an item-wise op whose other
     operand is a tensor of rank 1 or more (``h - t``, ``x * t``): each step's index as a rank-0
     int64 tensor then gives the same values and dtype (a tensor of rank >= 1 sets the result's
-    type, an integer number or a rank-0 integer tensor alike). On an integer tensor, sums and
-    differences only (``n - t``, fuzz 28438): tract 0.23.9 panics loading a scan body where the
-    index multiplies one (it takes the product out of the loop: "unreachable" in decluttered.rs);
-    on bools, none."""
+    type, an integer number or a rank-0 integer tensor alike). On bools, none. (A product with an
+    integer tensor made tract 0.23.9 panic, "unreachable" in scan/decluttered.rs, until the zero
+    that hides a value from tract's folding stopped reading one scanned input twice: see
+    ``runtime_zero``.)"""
     if path not in (("args", 0), ("args", 1)) or len(node.args) != 2:
         return False
     if not (node.op == "call_function" and node.target in _ITEMWISE) and \
@@ -738,8 +735,7 @@ def _number_use(node: fx.Node, path: tuple) -> bool:
         return False
     if value.is_floating_point():
         return True
-    return value.dtype not in (torch.bool, torch.complex64, torch.complex128) and not node.kwargs \
-        and node.target in _SUMS
+    return value.dtype not in (torch.bool, torch.complex64, torch.complex128) and not node.kwargs
 
 
 def _index_use(node: fx.Node, path: tuple, inside: set, scanned: dict):

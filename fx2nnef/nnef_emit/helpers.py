@@ -243,7 +243,10 @@ def runtime_zero(ctx: EmitContext, dtype: DType, r: int) -> Optional[Value]:
     elif k != r:
         item = ctx.op("reshape", item, shape=[1] * r, out_shape=(1,) * r, out_dtype=source.dtype)
     whole = cast(ctx, item, DType.I64)  # NOTE: casting first makes a NaN input give 0 too
-    zero = ctx.op("sub", whole, whole, out_shape=(1,) * r, out_dtype=DType.I64)
+    # NOTE: x + (-x), not x - x: tract 0.23.9 panics ("unreachable", scan/decluttered.rs) pulling
+    # out of a scan body an op that reads one scanned input twice, as x - x of a scanned piece
+    negated = ctx.op("neg", whole, out_shape=(1,) * r, out_dtype=DType.I64)
+    zero = ctx.op("add", whole, negated, out_shape=(1,) * r, out_dtype=DType.I64)
     if dtype.is_bool:
         zero = ctx.op("lt", zero, zero, out_shape=(1,) * r, out_dtype=DType.BOOL)
     elif dtype is not DType.I64:
