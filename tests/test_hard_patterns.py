@@ -74,6 +74,25 @@ def test_as_strided_windows_whose_count_and_length_read_alike(tmp_path, check_io
         np.testing.assert_allclose(g[0], windows(x).numpy(), atol=1e-4, rtol=5e-4)
 
 
+def test_an_unused_as_strided_of_sizes_decides_nothing(tmp_path):
+    """An ``as_strided`` of sizes computed from S whose result nothing uses (fuzz 30250, 31184):
+    the numbers it read decided nothing in the graph, and the export holds for every S (it was
+    valid at the example only). Used, the same call still bounds the range (the test below)."""
+    def unused(x):
+        v1 = x.transpose(0, 1)
+        x.exp_()
+        v1.contiguous().as_strided((2, 1, (v1.shape[2] - 2) // 2 + 1, 2), (v1.shape[2], v1.shape[2], 2, 1))
+        return torch.fliplr(x >= 0.43), x, v1
+    r = fx2nnef.export(FnModule(unused), (randn(1, 2, 7),), tmp_path / "a.nnef.tgz", input_names=["x0"],
+                       target=fx2nnef.TractNNEF(dynamic_axes={"x0": {2: "S"}}))
+    assert r.check.ok and not r.ranges, r.ranges
+    assert not any("as_strided" in g.what for g in r.guards), r.guards
+    ins = [randn(1, 2, n, seed=n) for n in (2, 6, 11)]
+    for x, g in zip(ins, run_tract_many(r.path, [[x.numpy()] for x in ins])):
+        for got, want in zip(g, unused(x.clone())):
+            np.testing.assert_allclose(got, want.numpy(), atol=1e-4, rtol=5e-4)
+
+
 def test_as_strided_windows_of_a_length_computed_from_a_size_are_a_decision(tmp_path):
     def windows(x):
         t = x.shape[-1]

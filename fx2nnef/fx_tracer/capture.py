@@ -622,10 +622,31 @@ def _trace_once(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_nam
     # probes' time on them, are nothing to the export (an unused pooling whose ceil_mode
     # rounding has no symbolic form refused the whole model); the nodes the tracer's decisions
     # read stay, with what they are computed from
+    drop_unread_numbers(trace.gm, trace.guards)
     remove_dead_code(trace.gm, keep=_decision_nodes(trace.guards))
     _drop_traced_data(trace.gm)
     analysis = analyze(trace.gm, trace.example_inputs, names, dyn, trace.guards, ref)
     return trace, analysis
+
+
+def drop_unread_numbers(gm: fx.GraphModule, guards: list) -> None:
+    """Drop from ``guards`` the numbers read for a call whose result no output needs and no other
+    decision reads (an unused ``as_strided`` of sizes computed from S): they decide nothing in the
+    graph, and kept they bounded the range to the sizes where each reads the example's number. A
+    reader that a pass replaced keeps its guards."""
+    readers = {g.reader for g in guards if g.reader is not None}
+    if not readers:
+        return
+    present = set(gm.graph.nodes)
+    live: set = set()
+    todo = [n for n in gm.graph.nodes if n.op == "output"]
+    todo += [n for n in _decision_nodes([g for g in guards if g.reader is None])]
+    while todo:
+        n = todo.pop()
+        if n not in live:
+            live.add(n)
+            todo.extend(n.all_input_nodes)
+    guards[:] = [g for g in guards if g.reader is None or g.reader not in present or g.reader in live]
 
 
 def _decision_nodes(guards: list) -> set:

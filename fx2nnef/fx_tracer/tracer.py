@@ -64,6 +64,9 @@ class GuardRecord:
     # (nodes of the traced numbers, or ints) and its length at the example. What the code decided
     # is how many steps the loop ran: the decision holds wherever the length is the same
     counts: Optional[tuple] = None
+    # the node of the call that took the number (as_strided's sizes, strides and offset): once that
+    # call's result is used by nothing, the number decides nothing (see drop_unread_numbers)
+    reader: Optional[fx.Node] = None
 
 
 _EAGER_FAILURES: dict = {}
@@ -265,7 +268,10 @@ class CustomTracer(fx.Tracer):
         versions: list = []
         if kind in ("call_function", "call_method"):
             if is_as_strided(kind, target):
+                before = len(self.guards)
                 proxy, how = record_as_strided(self, args, kwargs, _unwrap)
+                for g in self.guards[before:]:
+                    g.reader = proxy.node
                 loc = user_frame_location()
                 self.control_flow_notes.append(f"as_strided at {loc or 'an unknown line'}: {how}")
                 return proxy
