@@ -339,3 +339,20 @@ SOFTMAX_SLICE_CASES = [
 @pytest.mark.parametrize("case", SOFTMAX_SLICE_CASES, ids=str)
 def test_softmax_then_strided_slice(case, tmp_path):
     run_case(case, tmp_path, "tract")
+
+
+def test_integer_power_by_a_constant_tensor_takes_the_bits_it_has(tmp_path):
+    """``x ** c`` for a constant integer tensor ``c`` (items -2..3, fuzz 32236): the lowering takes
+    the two bits the largest item has, not 64. The 64-bit loop made some 1,000 ops, which tract
+    did not finish loading within minutes once a slice and a product followed."""
+    import fx2nnef
+    from harness import FnModule, tract_matches_eager
+
+    c = torch.tensor([3, -2, 0, 1])
+    fn = FnModule(lambda x: (x ** c).narrow(-1, 0, 1) * 2)
+    x = torch.randint(-3, 10, (8, 4, 4), generator=torch.Generator().manual_seed(0))
+    r = fx2nnef.export(fn, (x,), tmp_path / "m.nnef.tgz", input_names=["x"],
+                       target=fx2nnef.TractNNEF(dynamic_axes={"x": {0: "S"}}, timeout=60))
+    assert r.check.ok and r.nnef_op_counts.get("select", 0) < 40, (r.check, r.nnef_op_counts)
+    more = [torch.randint(-3, 10, (n, 4, 4), generator=torch.Generator().manual_seed(n)) for n in (1, 5)]
+    tract_matches_eager(r.path, fn, [[t] for t in more])

@@ -17,6 +17,7 @@ NOTE: facts about tract 0.23.9 integer arithmetic that the converters below work
 from __future__ import annotations
 
 import operator
+from typing import Optional
 
 import numpy as np
 import torch
@@ -237,7 +238,10 @@ def pow_(ctx: EmitContext, input, exponent):
     base = cast(ctx, input, dtype) if isinstance(input, Value) else ctx.const(input, dtype)
     if not isinstance(exponent, Value):
         return _int_pow_const(ctx, base, int(exponent), dtype)
-    return _int_pow_tensor(ctx, base, cast(ctx, exponent, dtype), dtype)
+    top = None  # a constant exponent's largest item: the bits above it are never set
+    if exponent.is_constant and exponent.data is not None and np.asarray(exponent.data).size:
+        top = max(int(np.asarray(exponent.data).max()), 0)
+    return _int_pow_tensor(ctx, base, cast(ctx, exponent, dtype), dtype, top)
 
 
 def _int_pow_const(ctx: EmitContext, base: Value, k: int, dtype: DType) -> Value:
@@ -256,9 +260,12 @@ def _int_pow_const(ctx: EmitContext, base: Value, k: int, dtype: DType) -> Value
     return result
 
 
-def _int_pow_tensor(ctx: EmitContext, base: Value, e: Value, dtype: DType) -> Value:
+def _int_pow_tensor(ctx: EmitContext, base: Value, e: Value, dtype: DType, top: Optional[int] = None) -> Value:
     """``base ** e`` for an integer tensor ``e``, bit by bit; a negative ``e`` follows torch
-    (1 for base 1, +-1 for base -1, else 0)."""
+    (1 for base 1, +-1 for base -1, else 0). ``top``: the largest exponent when known (a constant
+    one), whose bits are all there is to take: a 64-bit loop made some 1,000 ops, and tract 0.23.9
+    did not finish loading them when a slice and a product followed (fuzz 32236)."""
+    bits = _BITS[dtype] if top is None else max(1, min(_BITS[dtype], top.bit_length()))
     sel = select
     e_pos = ew(ctx, "max", e, 0)
     ones = ew(ctx, "add", ew(ctx, "sub", e, e), 1)
@@ -269,10 +276,10 @@ def _int_pow_tensor(ctx: EmitContext, base: Value, e: Value, dtype: DType) -> Va
     if base.is_constant:
         powers, p = [], np.array(base.data)
         with np.errstate(over="ignore"):
-            for _ in range(_BITS[dtype]):
+            for _ in range(bits):
                 powers.append(ctx.const(p, dtype))
                 p = p * p
-    for i in range(_BITS[dtype]):
+    for i in range(bits):
         half = ew(ctx, "div", e_pos, 2)
         bit = ew(ctx, "sub", e_pos, int_mul(ctx, half, 2, dtype))
         taken = ctx.call("nnef.compare", "ne", *broadcast_operands(ctx, bit, 0, dtype))
@@ -280,7 +287,7 @@ def _int_pow_tensor(ctx: EmitContext, base: Value, e: Value, dtype: DType) -> Va
             result = int_mul(ctx, result, sel(ctx, taken, powers[i], ones), dtype)
         else:
             result = sel(ctx, taken, int_mul(ctx, result, power, dtype), result)
-            power = int_mul(ctx, power, power, dtype) if i + 1 < _BITS[dtype] else power
+            power = int_mul(ctx, power, power, dtype) if i + 1 < bits else power
         e_pos = half
     if dtype is DType.U8:
         return result
