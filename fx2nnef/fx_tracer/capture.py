@@ -37,7 +37,7 @@ from .scalars import scalars_to_inputs
 from .stored_values import StoredValues, stored_values
 from .tables import bound_by_tables
 from .to_ir import build_ir, to_numpy
-from .torch_data import TorchData
+from .torch_data import TorchData, tensor_version
 from .tracer import _module_state, _restore_module_state, trace_model
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -471,10 +471,8 @@ def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_na
 def _tensor_versions(model: torch.nn.Module) -> Optional[list]:
     """The version counter of each parameter and buffer: it moves when a forward changes one in
     place. None when one has none (a tensor made in inference mode): changes are then unseen."""
-    try:
-        return [t._version for t in itertools.chain(model.parameters(), model.buffers())]
-    except RuntimeError:
-        return None
+    versions = [tensor_version(t) for t in itertools.chain(model.parameters(), model.buffers())]
+    return None if None in versions else versions
 
 
 def _eager_outputs(model, args, kwargs, tensors: list, output_names: Optional[list] = None) -> list:
@@ -634,13 +632,12 @@ def drop_unread_numbers(gm: fx.GraphModule, guards: list) -> None:
     decision reads (an unused ``as_strided`` of sizes computed from S): they decide nothing in the
     graph, and kept they bounded the range to the sizes where each reads the example's number. A
     reader that a pass replaced keeps its guards."""
-    readers = {g.reader for g in guards if g.reader is not None}
-    if not readers:
+    if all(g.reader is None for g in guards):
         return
     present = set(gm.graph.nodes)
     live: set = set()
     todo = [n for n in gm.graph.nodes if n.op == "output"]
-    todo += [n for n in _decision_nodes([g for g in guards if g.reader is None])]
+    todo += list(_decision_nodes([g for g in guards if g.reader is None]))
     while todo:
         n = todo.pop()
         if n not in live:

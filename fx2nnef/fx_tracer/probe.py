@@ -1926,7 +1926,10 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
     if left:
         def run_left() -> Optional[str]:
             """The checks left: None when each passes as taken for granted (no decision flipped)."""
-            before = (len(equivalent_envs), len(refused), len(errors), len(guard_flips))
+            def found():  # what a probe notes besides its answer: a flipped decision, a refusal, an error
+                return len(equivalent_envs), len(refused), len(errors), len(guard_flips)
+
+            before = found()
             for env in left:
                 try:
                     r = probe_now(env, alone=True)
@@ -1934,7 +1937,7 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
                     return str(exc)
                 if r != "good":
                     return f"at {_env_text(env)}: " + (r[2] if isinstance(r, tuple) else f"the probe says {r}")
-            if (len(equivalent_envs), len(refused), len(errors), len(guard_flips)) != before:
+            if found() != before:
                 return f"a decision differs at {_env_text(left[0])}"
             return None
         run_left.runs = len(left)

@@ -32,7 +32,7 @@ class TorchData(TensorData):
         self.name = name
         self.shape = tuple(tensor.shape)
         self.dtype = DType.F32 if tensor.dtype == torch.bfloat16 else ir_dtype(tensor.dtype)
-        self._version = _version(tensor)
+        self._version = tensor_version(tensor)
 
     def numpy(self) -> np.ndarray:
         t = self._checked().cpu()
@@ -58,7 +58,7 @@ class TorchData(TensorData):
             yield from array_chunks(out.numpy(), max_bytes)
 
     def _checked(self) -> torch.Tensor:
-        if self._version is not None and _version(self._tensor) != self._version:
+        if self._version is not None and tensor_version(self._tensor) != self._version:
             raise TraceError(
                 f"tensor '{self.name}' {list(self.shape)} was modified in place after the model was traced "
                 "(by a later run of the model during the export?); its traced value is lost. Keep the model's "
@@ -74,7 +74,8 @@ def torch_data(tensor: torch.Tensor, name: str) -> TensorData:
     return TorchData(tensor, name)
 
 
-def _version(t: torch.Tensor) -> Optional[int]:
+def tensor_version(t: torch.Tensor) -> Optional[int]:
+    """``t``'s version counter (it moves on every in-place change), None where it has none."""
     try:
         return t._version
     except RuntimeError:  # inference-mode tensors keep no version counter

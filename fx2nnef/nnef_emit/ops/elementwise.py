@@ -25,7 +25,8 @@ import torch.nn.functional as F
 
 from ...ir import DType, SymDim, Value
 from ..context import EmitContext
-from ..helpers import broadcast_operands, broadcast_shape, cast, ew, opaque, result_dtype, scalar_operand, select
+from ..helpers import (broadcast_operands, broadcast_shape, cast, ew, opaque, producer, result_dtype, scalar_operand,
+                       select)
 from ..registry import REGISTRY, register
 from .division import feeds_rounding, float_quotient
 
@@ -239,8 +240,9 @@ def pow_(ctx: EmitContext, input, exponent):
     if not isinstance(exponent, Value):
         return _int_pow_const(ctx, base, int(exponent), dtype)
     top = None  # a constant exponent's largest item: the bits above it are never set
-    if exponent.is_constant and exponent.data is not None and np.asarray(exponent.data).size:
-        top = max(int(np.asarray(exponent.data).max()), 0)
+    items = np.asarray(exponent.data) if exponent.is_constant and exponent.data is not None else None
+    if items is not None and items.size:
+        top = max(int(items.max()), 0)
     return _int_pow_tensor(ctx, base, cast(ctx, exponent, dtype), dtype, top)
 
 
@@ -347,8 +349,6 @@ _KEEPS_RANGE = ("tract_core_cast", "unsqueeze", "squeeze", "reshape", "tile", "t
 def _dynamic_range(ctx: EmitContext, v) -> bool:
     """Whether ``v`` is a ``tract_core_range`` of a dynamic length, or computed from one by ops that
     keep it a range to tract (casts, unit axes, repeats, arithmetic with constants)."""
-    from ..helpers import producer
-
     seen = 0
     while isinstance(v, Value) and not v.is_constant and v.shape is not None and not v.is_static and seen < 8:
         st = producer(ctx, v)

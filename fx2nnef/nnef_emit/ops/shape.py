@@ -15,7 +15,8 @@ from ...errors import EmitError
 from ...ir import DType, SymDim, Value, product, simplify
 from ...ir.dims import exact_quotient, substitute
 from ..context import EmitContext
-from ..helpers import axes, axis, cast, dim_value, dims_list, ew, opaque, producer, rank, result_dtype, tiled_from, unsqueeze_to
+from ..helpers import (axes, axis, cast, dim_value, dims_list, ew, opaque, producer, rank, result_dtype, tiled_from,
+                       unsqueeze_to)
 from ..registry import register
 
 # ---------------------------------------------------------------------------------------
