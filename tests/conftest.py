@@ -28,10 +28,44 @@ def _record_lowered_ops():
     emitter.lower_nodes = original
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _record_asset_hashes(request):
+    """With ``--asset-hashes=FILE``: the sha256 of every graph.nnef written, per test, in write order,
+    so that a refactor can show its assets byte-identical (see benchmarks/compare_asset_hashes.py)."""
+    out = request.config.getoption("--asset-hashes")
+    if not out:
+        yield
+        return
+    import hashlib
+
+    from fx2nnef.nnef_emit import archive
+
+    original = archive._checked_entries
+    counts: dict = {}
+
+    def recording(files):
+        entries = original(files)
+        for name, data in entries:
+            if name == "graph.nnef" or name.endswith("/graph.nnef"):
+                test = os.environ.get("PYTEST_CURRENT_TEST", "?").rsplit(" (", 1)[0]
+                counts[test] = counts.get(test, 0) + 1
+                digest = hashlib.sha256(bytes(data)).hexdigest()
+                with open(out, "a") as f:
+                    f.write(f"{test}\t{counts[test]}\t{name}\t{digest}\n")
+        return entries
+
+    archive._checked_entries = recording
+    yield
+    archive._checked_entries = original
+
+
 def pytest_addoption(parser):
     """``--fuzz=N`` / ``--fuzz-seed=K``: how many random programs tests/test_fuzz.py tries, and from which seed."""
     group = parser.getgroup("fx2nnef fuzz")
     group.addoption("--fuzz", type=int, default=int(os.environ.get("FX2NNEF_FUZZ", "300")),
                     help="number of random programs in tests/test_fuzz.py (env FX2NNEF_FUZZ, default 300)")
+    group.addoption("--asset-hashes", default=os.environ.get("FX2NNEF_ASSET_HASHES"), metavar="FILE",
+                    help="append 'test id, n-th asset, sha256 of its graph.nnef' for every asset the tests "
+                         "write to FILE (compare two runs with benchmarks/compare_asset_hashes.py)")
     group.addoption("--fuzz-seed", type=int, default=int(os.environ.get("FX2NNEF_FUZZ_SEED", "0")),
                     help="first seed of tests/test_fuzz.py (env FX2NNEF_FUZZ_SEED, default 0)")

@@ -319,7 +319,9 @@ class _Functionalizer:
         return changed
 
     def register(self, node: fx.Node) -> None:
-        self.made[node] = self.stamp
+        # a read of a stored tensor (an attribute, a constant the tracer kept) reads its memory as
+        # it is now: where the memory was written since an earlier read, that is the written value
+        self.made[node] = 0 if node.op == "get_attr" else self.stamp
         if not isinstance(node.meta.get("value"), torch.Tensor) and node.op != "get_attr":
             return
         for key in self.keys(node):
