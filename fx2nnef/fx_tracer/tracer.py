@@ -36,6 +36,7 @@ from .size_casts import size_casts
 from .slice_bounds import from_the_start
 from .source import user_frame_location
 from .strided import is_as_strided, record_as_strided
+from .written_constants import WrittenMemory, flat_memory, grid_of, same_view, tensor_versions, view_steps, whole_memory
 
 # torch factories that take sizes: recorded when a size argument is a proxy
 _FACTORIES = (
@@ -259,6 +260,10 @@ class CustomTracer(fx.Tracer):
         # the last ranges of traced sizes made: (example values, arguments as given), for a tensor
         # made of one's items (see _range_tensor)
         self.sized_ranges: list = []
+        self.written = WrittenMemory(self._traced_reading)  # plain tensors that traced calls wrote
+        self._snapshot_versions: dict = {}  # stored copy's name -> version of the tensor it copies
+        self._memory: dict = {}  # memory block of plain tensors -> name of its stored copy
+        self._memory_version: dict = {}
 
     # proxies and values ---------------------------------------------------------------
     def proxy(self, node):
@@ -292,7 +297,10 @@ class CustomTracer(fx.Tracer):
         else:
             _each_tensor((args, kwargs), self._snapshot_constant)  # before the call can mutate them
             versions = _input_versions((args, kwargs))
+            plain = tensor_versions((args, kwargs))
             value = self._concrete(kind, target, args, kwargs)
+            if self.written.note_writes(plain):  # a plain tensor it wrote is no longer a constant
+                args, kwargs = self.written.read_as_traced((args, kwargs))
         proxy = super().create_proxy(kind, target, args, kwargs, name, type_expr, proxy_factory_fn)
         if not isinstance(proxy, CustomProxy):
             proxy = CustomProxy(proxy.node, self)
@@ -523,15 +531,75 @@ class CustomTracer(fx.Tracer):
 
     def _snapshot_constant(self, t: torch.Tensor) -> None:
         """Store a copy of a tensor created outside the trace (e.g. ``torch.zeros(2, 3)`` with
-        constant sizes), so that a later in-place update of ``t`` does not change the constant."""
-        if isinstance(t, torch.nn.Parameter) or self.tensor_attrs.get(t) is not None:
+        constant sizes), so that a later in-place update of ``t`` does not change the constant.
+        An update that ran eagerly (on constants only) since the copy gives a new copy; one that a
+        traced call made keeps it (the in-place pass reads the copy as last written)."""
+        if isinstance(t, torch.nn.Parameter):
             return
-        for name, buf in self.root.named_buffers():
-            if buf is t:
-                return
+        known = self.tensor_attrs.get(t)
+        if known is not None and (known not in self._snapshot_versions or self.written.holds(t)
+                                  or _version_of(t) == self._snapshot_versions[known]):
+            return
+        if known is None:
+            for name, buf in self.root.named_buffers():
+                if buf is t:
+                    return
         qualname = self.get_fresh_qualname("_tensor_constant")
         self.tensor_attrs[t] = qualname
+        self._snapshot_versions[qualname] = _version_of(t)
         setattr(self.root, qualname, t.detach().clone())
+        self._keep_memory(t, qualname)
+
+    def _keep_memory(self, t: torch.Tensor, qualname: str) -> None:
+        """Remember the memory ``t`` lives in as it is before any traced call writes it: the copy
+        ``qualname`` where ``t`` is all of it, else a copy of the whole block. A view of it read
+        after a write is then rebuilt from that memory (see :meth:`_traced_reading`)."""
+        keys = structures.storage_keys(t)
+        if not keys or self.written.holds(t):
+            return
+        if whole_memory(t):
+            self._memory[keys[0]] = qualname
+        elif keys[0] not in self._memory or self._memory_version.get(keys[0]) != _version_of(t):
+            name = self.get_fresh_qualname("_tensor_memory")
+            setattr(self.root, name, flat_memory(t).clone())
+            self._memory[keys[0]] = name
+        self._memory_version[keys[0]] = _version_of(t)
+
+    def _traced_reading(self, t: torch.Tensor) -> CustomProxy:
+        """A plain tensor that traced calls wrote, as a traced value: the stored copy of its memory,
+        read as last written, viewed as ``t`` views that memory (see :mod:`.written_constants`)."""
+        key = structures.storage_keys(t)[0]
+        name = self._memory[key]
+        stored = getattr(self.root, name)
+        live = flat_memory(t) if stored.dim() == 1 and not whole_memory(t) else None
+        if live is None:
+            live = torch.empty(0, dtype=t.dtype).set_(t.untyped_storage(), 0, stored.shape)
+        node = self.create_node("get_attr", name, (), {})
+        node.meta["value"], node.meta["storage"] = live, (key,)
+        base = CustomProxy(node, self)
+        base.__dict__["value"] = live
+        if same_view(live, t):
+            return base
+        grid = grid_of(live.numel(), t) if live.dim() == 1 else None
+        if grid is not None and len(grid) > 1:  # the memory's copy is flat: as a grid t's strides walk
+            live = live.view(grid)
+            base = self.create_proxy("call_method", "view", (base, grid), {})
+        steps = view_steps(live, t)
+        if steps is not None:
+            index, order, units = steps
+            view = self.create_proxy("call_function", operator.getitem, (base, index), {})
+            if order != tuple(range(len(order))):
+                view = self.create_proxy("call_method", "permute", (view, order), {})
+            for axis in units:
+                view = self.create_proxy("call_method", "unsqueeze", (view, axis), {})
+        else:
+            view = self.create_proxy("call_method", "as_strided",
+                                     (base, tuple(t.shape), tuple(t.stride()), t.storage_offset()), {})
+        if structures.storage_keys(view.value) != (key,):
+            loc = user_frame_location()
+            raise TraceError(f"a view of a tensor that the model writes in place{' at ' + str(loc) if loc else ''} "
+                             "cannot be followed as a view of its memory; make it a copy with .clone()")
+        return view
 
 
 def _compiled_functions_run_plain():
@@ -563,6 +631,13 @@ _SPLITTING = {"split", "chunk", "unbind", "tensor_split", "split_with_sizes", "h
 
 def _target_name(target) -> str:
     return target if isinstance(target, str) else getattr(target, "__name__", "")
+
+
+def _version_of(t: torch.Tensor) -> Optional[int]:
+    try:
+        return t._version
+    except RuntimeError:  # inference tensors have no version counter
+        return None
 
 
 def _each_tensor(obj, fn) -> None:
@@ -1024,6 +1099,7 @@ def trace_model(model: torch.nn.Module, args: tuple, kwargs: dict, flat_names: l
     except Exception as exc:
         raise TraceError(_untraceable_message(exc)) from exc
     finally:
+        tracer.written.close()
         _restore_module_state(saved)
     outs = holder["out_names"]
     not_traced = [n for n, node in zip(outs, _output_nodes(graph)) if not isinstance(node, fx.Node)]
