@@ -175,3 +175,20 @@ def test_written_tensor_of_every_origin(origin, form, tmp_path):
     fx2nnef.export(model, tuple(t.clone() for t in example), out, input_names=["x", "idx", "mask"],
                    target=fx2nnef.TractNNEF(check_io=False))
     tract_matches_eager(out, pristine, [_inputs(0), _inputs(1)])
+
+
+def _inputs_at(seed: int, n: int):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn((n,) + SHAPE[1:], generator=gen)
+    return [x, torch.randperm(4, generator=gen), torch.randn(x.shape, generator=gen) > 0.3]
+
+
+@pytest.mark.parametrize("form", [f for f in FORMS if f.startswith(("setitem", "augmented", "view_"))])
+@pytest.mark.parametrize("origin", ["input", "made_like"])
+def test_written_on_a_dynamic_axis(origin, form, tmp_path):
+    """The same writes with the first axis dynamic: the raw asset holds at sizes other than the example's."""
+    model = Written(ORIGINS[origin], FORMS[form]).eval()
+    out = tmp_path / "m.nnef.tgz"
+    fx2nnef.export(model, tuple(_inputs_at(0, 4)), out, input_names=["x", "idx", "mask"],
+                   target=fx2nnef.TractNNEF(check_io=False, dynamic_axes={"x": {0: "B"}, "mask": {0: "B"}}))
+    tract_matches_eager(out, copy.deepcopy(model), [_inputs_at(1, 4), _inputs_at(2, 6), _inputs_at(3, 9)])

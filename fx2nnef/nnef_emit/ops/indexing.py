@@ -332,9 +332,21 @@ def _value_operand(ctx: EmitContext, value, dtype: DType) -> Value:
 @register(SETITEM)
 def setitem(ctx: EmitContext, x: Value, index, value):
     """setitem_functional(Tensor x, Index index, Tensor|Scalar value) -> Tensor"""
-    items = _items(index, rank(x))
-    if any(i is None or isinstance(i, bool) for i in items):
-        raise EmitError("x[None] = ... / x[True] = ... is not supported; index without new axes")
+    return _set_items(ctx, x, _items(index, rank(x)), value)
+
+
+def _set_items(ctx: EmitContext, x: Value, items: list, value) -> Value:
+    """``x[items] = value``, one item per axis of ``x`` (Ellipsis expanded) plus None for new axes.
+    Forms without a direct lowering are written as torch reads them, through views: an int among
+    tensor indices or new axes selects first (``x[0, :, i]`` is ``x[0][:, i]``), a new axis is an
+    unsqueeze (``x[:, None, i]`` is ``x.unsqueeze(1)[:, :, i]``), a slice among tensor indices is
+    the region they index (``x[i, 1:3, j]`` is ``x[:, 1:3][i, :, j]``); each writes its part back."""
+    if any(isinstance(i, bool) for i in items):
+        raise EmitError("x[True] = ... / x[False] = ... is not supported in item assignment")
+    if not any(_is_mask(i) for i in items):
+        general = _set_through_views(ctx, x, items, value)
+        if general is not None:
+            return general
     masks = [k for k, i in enumerate(items) if _is_mask(i)]
     if masks:
         return _set_mask(ctx, x, items, masks[0], value)
@@ -342,6 +354,50 @@ def setitem(ctx: EmitContext, x: Value, index, value):
     if tensors:
         return _set_tensor_index(ctx, x, items, tensors, value)
     return _set_region(ctx, x, items, value)
+
+
+def _set_through_views(ctx: EmitContext, x: Value, items: list, value) -> Optional[Value]:
+    """The view rewrites of :func:`_set_items`, or None where the items need none."""
+    tensors = [k for k, i in enumerate(items) if isinstance(i, (Value, list))]
+    news = [k for k, i in enumerate(items) if i is None]
+    if not tensors and not news:
+        return None
+    axes = [k for k, i in enumerate(items) if i is not None]  # the item of each axis of x
+    ints = [k for k in axes if not isinstance(items[k], (slice, Value, list))]
+    if ints:  # select first: write into the row, then the row back
+        k = ints[0]
+        ax = axes.index(k)
+        row_items = [slice(None)] * rank(x)
+        row_items[ax] = items[k]
+        row, _, _ = _sliced(ctx, x, row_items)
+        row = ctx.op("squeeze", row, axes=[ax], out_shape=row.shape[:ax] + row.shape[ax + 1:], out_dtype=row.dtype)
+        new_row = _set_items(ctx, row, items[:k] + items[k + 1:], value)
+        return _set_region(ctx, x, row_items, new_row)
+    if news:  # new axes: write into x with unit axes there, then drop them
+        shape = list(x.shape)
+        for k in news:
+            shape.insert(k, 1)
+        wide = ctx.op("unsqueeze", x, axes=news, out_shape=tuple(shape), out_dtype=x.dtype)
+        new = _set_items(ctx, wide, [slice(None) if i is None else i for i in items], value)
+        return ctx.op("squeeze", new, axes=news, out_shape=x.shape, out_dtype=x.dtype)
+    whole = slice(None)
+    if any(isinstance(i, slice) and i != whole for i in items):  # the region the slices keep
+        outer = [i if isinstance(i, slice) else whole for i in items]
+        region, _, _ = _sliced(ctx, x, outer)
+        new_region = _set_items(ctx, region, [whole if isinstance(i, slice) else i for i in items], value)
+        return _set_region(ctx, x, outer, new_region)
+    if tensors != list(range(tensors[0], tensors[0] + len(tensors))):
+        # separated tensor indices: torch puts the indexed axes first in the written region, which
+        # is the adjacent form with those axes moved in front of x
+        others = [d for d in range(rank(x)) if d not in tensors]
+        front = permute_axes(ctx, x, tensors + others)
+        new = _set_adjacent_indices(ctx, front, [items[t] for t in tensors] + [whole] * len(others),
+                                    list(range(len(tensors))), value)
+        back = [0] * rank(x)
+        for pos, d in enumerate(tensors + others):
+            back[d] = pos
+        return permute_axes(ctx, new, back)
+    return None
 
 
 def _set_region(ctx: EmitContext, x: Value, items: list, value) -> Value:
