@@ -755,7 +755,7 @@ def _decision_step(sym: str, base_env: dict, signature, results: dict, run) -> O
     def path(n):
         return _decide(signature, {**base_env, sym: n})
 
-    paths = {n: path(n) for n in range(1, top + 1)}
+    paths = {n: path(n) for n in sorted({v, *range(1, top + 1)})}  # the example's too (an empty axis: 0)
     k = 0
     for n, p in paths.items():
         if p == paths[v]:
@@ -1202,6 +1202,28 @@ def _shape_mismatch(rep: Replay, records: dict, env: dict) -> Optional[str]:
         if not _agrees(form, record, env):
             return f"'{n.name}' is {_record_text(record)} where the symbolic shapes give {_form_at(form, env)}"
     return None
+
+
+def _fitted_off_example(sym: dict, records: dict, base_records: dict, base_env: dict) -> list:
+    """A failure where the shapes fitted from the probes do not hold at the example sizes, or a
+    tensor's rank differs between the sizes probed (``squeeze()`` of an axis that is 1 at some
+    sizes only, where torch's kernel drops it): the graph has one rank and follows the other sizes,
+    so it would be wrong at some sizes of its range, the example's among them."""
+    for n, record in base_records.items():
+        form = sym.get(n)
+        if form is not None and not _agrees(form, record, base_env):
+            return [ProbeFailure(base_env, n, (
+                f"'{n.name}' is {_record_text(record)} at the example sizes, but "
+                f"{_form_at(form, base_env)} from the shapes every other size gives: torch decides on an "
+                "axis of size 1 (or 0) there; export with an example whose dynamic sizes are 2 or more"))]
+        ranks = {len(r[1]) for r in records.get(n, ()) if r[0] == "tensor"}
+        if form is None and record[0] == "tensor" and len(ranks) > 1:
+            return [ProbeFailure(base_env, n, (
+                f"'{n.name}' has rank {len(record[1])} at the example sizes and {sorted(ranks - {len(record[1])})} "
+                "at other sizes: torch drops or keeps an axis of size 1 (or 0) by its size, an exported tensor "
+                "has one rank; export with an example whose dynamic sizes are 2 or more, or name the axes "
+                "(squeeze(dim) of an axis that is always 1)"))]
+    return []
 
 
 def _record_text(record):
@@ -1873,6 +1895,8 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
                     failures.append(ProbeFailure(env, r[1][0].node if r[1] else None, r[2]))
         good = [(e, v) for e, v in good if all(ranges[k].contains(e[k]) for k in symbols)]
         good_envs, records, sym = _fit_good(good, symbols)
+    if rep is None and symbols:
+        failures.extend(_fitted_off_example(sym, records, base_records, base_env))
     data_dep = data_dep0
     if varies is None:
         varies = {n for n, r in records.items() if any(x != r[0] for x in r[1:])}

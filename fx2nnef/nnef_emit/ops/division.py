@@ -65,7 +65,12 @@ def _fmod_f64(ctx: EmitContext, a: Value, b: Value, dtype: DType) -> Value:
 def float_fmod(ctx: EmitContext, a: Value, b: Value) -> Value:
     """torch.fmod for float tensors of one dtype, exact."""
     wide = _opmath(a.dtype)
-    r = _fmod_f64(ctx, cast(ctx, a, DType.F64), cast(ctx, b, DType.F64), wide)
+    a64, b64 = cast(ctx, a, DType.F64), cast(ctx, b, DType.F64)
+    r = _fmod_f64(ctx, a64, b64, wide)
+    # a finite a modulo an infinite b is a (the steps above multiply 0 by inf: nan)
+    inf = ctx.const(np.array(np.inf, dtype=np.float64), DType.F64)
+    finite_a = compare(ctx, "lt", un(ctx, "abs", a64), inf)
+    r = select(ctx, compare(ctx, "eq", un(ctx, "abs", b64), inf), select(ctx, finite_a, a64, r), r)
     return cast(ctx, r, a.dtype)
 
 

@@ -123,6 +123,15 @@ def _bounds(item: slice, n, ctx: EmitContext) -> tuple:
         end = min(max(end, 0), n) if isinstance(end, int) else end
     if isinstance(begin, int) and isinstance(end, int):
         end = max(begin, end)
+    else:  # torch clamps the begin to the size too (``x[:, 4:]`` of S < 4 items is empty)
+        begin = _clamped_end(ctx, begin, n)
+    if isinstance(begin, int) and isinstance(end, int):
+        pass
+    elif isinstance(simplify(end - begin), int) and simplify(end - begin) < 0:
+        end = begin  # ``x[..., -1:-2]``: empty at every size, as torch reads it
+    elif ctx is not None and negative_at(ctx, end - begin) is not None:
+        # empty at some sizes of the range only (``x[:, -1:S - 3]``): torch's end, never before the begin
+        end = settle_extrema(SymDim.extremum(max, end, begin), ctx.ranges)
     return begin, _clamped_end(ctx, end, n), step
 
 
@@ -413,8 +422,8 @@ def _set_region(ctx: EmitContext, x: Value, items: list, value) -> Value:
         if not (b == 0 and e == n and s == 1):
             ranges.append((ax, b, e, s))
         region[ax] = slice_length(b, e, s)
-    if any(isinstance(d, int) and d == 0 for d in region):
-        return x  # an empty region: torch writes nothing
+    if any(isinstance(d, int) and d <= 0 for d in region):
+        return x  # an empty region (``x[..., -1:-2]``, whatever the size): torch writes nothing
     v = _region_value(ctx, x, items, value, region)
     return _write(ctx, x, ranges, v)
 
