@@ -42,6 +42,7 @@ def _record_asset_hashes(request):
 
     original = archive._checked_entries
     counts: dict = {}
+    lines: list = []  # written at the end: a test may limit the file sizes it can write meanwhile
 
     def recording(files):
         entries = original(files)
@@ -49,14 +50,14 @@ def _record_asset_hashes(request):
             if name == "graph.nnef" or name.endswith("/graph.nnef"):
                 test = os.environ.get("PYTEST_CURRENT_TEST", "?").rsplit(" (", 1)[0]
                 counts[test] = counts.get(test, 0) + 1
-                digest = hashlib.sha256(bytes(data)).hexdigest()
-                with open(out, "a") as f:
-                    f.write(f"{test}\t{counts[test]}\t{name}\t{digest}\n")
+                lines.append(f"{test}\t{counts[test]}\t{name}\t{hashlib.sha256(bytes(data)).hexdigest()}\n")
         return entries
 
     archive._checked_entries = recording
     yield
     archive._checked_entries = original
+    with open(out, "a") as f:  # one block per pytest-xdist worker
+        f.writelines(lines)
 
 
 def pytest_addoption(parser):
