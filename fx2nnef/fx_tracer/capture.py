@@ -20,6 +20,7 @@ import torch.fx as fx
 
 from ..errors import GuardError, InvalidArgumentError, TraceError
 from ..ir import CheckCase, Graph, Value
+from ..ir.dims import SymRange
 from . import structures
 from .branches import merge_at_size, trace_branches
 from .control_flow import loop_options, run_eagerly
@@ -1086,7 +1087,29 @@ def _note_ranges(analysis, notes):
 def _check_envs(analysis) -> list:
     """Sizes for check_io besides the example: one below and one above it, inside the range
     and, with fitted shapes, among the sizes where the probes saw the graph reproduce the model
-    (with the replay's shapes, the model may run there for the first time)."""
+    (with the replay's shapes, the model may run there for the first time); then the edges of
+    the range the export declares (:func:`_edge_envs`)."""
+    inner = _inner_check_envs(analysis)
+    return inner + _edge_envs(analysis, inner)
+
+
+def _edge_envs(analysis, have: list) -> list:
+    """The edges of the declared range, one symbol moved at a time: the smallest size each
+    symbol's range claims (1, or its lower bound, on its step) and the largest where it has one.
+    tract does not enforce the asserted ranges, and a size at an edge (an axis of 1, a pooled
+    size of 1) is where a graph checked only inside fails: every size the asset claims must be
+    one the check could have run at."""
+    base, out = analysis.base_env, []
+    for s, v in base.items():
+        first, last = _held(analysis.ranges.get(s) or SymRange(s))
+        for n in (first, last):
+            env = {**base, s: n}
+            if n is not None and n != v and env not in have and env not in out:
+                out.append(env)
+    return out
+
+
+def _inner_check_envs(analysis) -> list:
     base = analysis.base_env
     if analysis.shapes_from == "fake replay":
         return list(analysis.io_envs)  # chosen where no decision differs, below and above
