@@ -1211,7 +1211,8 @@ def _fitted_off_example(sym: dict, records: dict, base_records: dict, base_env: 
     so it would be wrong at some sizes of its range, the example's among them."""
     for n, record in base_records.items():
         form = sym.get(n)
-        if form is not None and not _agrees(form, record, base_env):
+        fitted = isinstance(form, tuple) and all(isinstance(d, (int, SymDim)) for d in form)
+        if record[0] == "tensor" and fitted and not _agrees(form, record, base_env):
             return [ProbeFailure(base_env, n, (
                 f"'{n.name}' is {_record_text(record)} at the example sizes, but "
                 f"{_form_at(form, base_env)} from the shapes every other size gives: torch decides on an "
