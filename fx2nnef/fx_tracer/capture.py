@@ -20,7 +20,6 @@ import torch.fx as fx
 
 from ..errors import GuardError, InvalidArgumentError, TraceError
 from ..ir import CheckCase, Graph, Value
-from ..ir.dims import SymRange
 from . import structures
 from .branches import merge_at_size, trace_branches
 from .control_flow import loop_options, run_eagerly
@@ -1094,14 +1093,17 @@ def _check_envs(analysis) -> list:
 
 
 def _edge_envs(analysis, have: list) -> list:
-    """The edges of the declared range, one symbol moved at a time: the smallest size each
-    symbol's range claims (1, or its lower bound, on its step) and the largest where it has one.
+    """The edges of the range the export declares (asserts), one symbol moved at a time: the
+    smallest size a bounded symbol's range claims (its lower bound, on its step) and the largest
+    where it has one.
     tract does not enforce the asserted ranges, and a size at an edge (an axis of 1, a pooled
     size of 1) is where a graph checked only inside fails: every size the asset claims must be
     one the check could have run at."""
     base, out = analysis.base_env, []
     for s, v in base.items():
-        first, last = _held(analysis.ranges.get(s) or SymRange(s))
+        if s not in analysis.ranges or not analysis.ranges[s].bounded:
+            continue  # sizes 1 and up: the sizes below and above the example cover them
+        first, last = _held(analysis.ranges[s])
         for n in (first, last):
             env = {**base, s: n}
             if n is not None and n != v and env not in have and env not in out:
