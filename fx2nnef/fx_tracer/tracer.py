@@ -653,23 +653,9 @@ def _each_tensor(obj, fn) -> None:
 
 def _input_versions(args) -> list:
     """(input node, its tensor, version counter) for every traced tensor among ``args``."""
-    found: list = []
-
-    def visit(obj):
-        if type(obj) is CustomProxy and isinstance(obj.value, torch.Tensor):
-            try:
-                found.append((obj.node, obj.value, obj.value._version))
-            except RuntimeError:  # inference tensors have no version counter
-                pass
-        elif isinstance(obj, (list, tuple)):
-            for x in obj:
-                visit(x)
-        elif isinstance(obj, dict):
-            for x in obj.values():
-                visit(x)
-
-    visit(args)
-    return found
+    def traced(obj):
+        return obj.value if type(obj) is CustomProxy and isinstance(obj.value, torch.Tensor) else None
+    return [(p.node, t, v) for p, t, v in tensor_versions(args, traced)]
 
 
 def _record_view(node: fx.Node, value, versions: list) -> None:

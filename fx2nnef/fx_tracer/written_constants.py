@@ -94,22 +94,26 @@ def view_steps(base: torch.Tensor, t: torch.Tensor):
     return (index, order, units) if same_view(made, t) else None
 
 
-def tensor_versions(args) -> list:
-    """``(tensor, version counter)`` of the plain (untraced) tensors among ``args``."""
+def tensor_versions(args, pick=None) -> list:
+    """``(tensor, version counter)`` of the plain (untraced) tensors among ``args``; with ``pick``,
+    ``pick(x)`` (a tensor, or None to skip ``x``) for each item instead, as ``(x, tensor, version)``."""
     found: list = []
 
     def visit(obj):
-        if isinstance(obj, torch.Tensor) and not isinstance(obj, fx.Proxy):
-            try:
-                found.append((obj, obj._version))
-            except RuntimeError:  # inference tensors have no version counter
-                pass
-        elif isinstance(obj, (list, tuple)):
+        if isinstance(obj, (list, tuple)):
             for x in obj:
                 visit(x)
         elif isinstance(obj, dict):
             for x in obj.values():
                 visit(x)
+        else:
+            t = pick(obj) if pick is not None else (
+                obj if isinstance(obj, torch.Tensor) and not isinstance(obj, fx.Proxy) else None)
+            if t is not None:
+                try:
+                    found.append((obj, t._version) if pick is None else (obj, t, t._version))
+                except RuntimeError:  # inference tensors have no version counter
+                    pass
 
     visit(args)
     return found
