@@ -30,7 +30,7 @@ def parts(x, y):
 ], ids=["rotary", "parts"])
 def test_complex_as_real_pairs(fn, inputs, dyn, tmp_path):
     r = check_op(fn, inputs, tmp_path, dynamic_axes=dyn)
-    assert r.check.ok and len(r.check.cases) == 3
+    assert r.check.ok and len(r.check.cases) >= 3
 
 
 def test_unsupported_complex_op_is_refused(tmp_path):

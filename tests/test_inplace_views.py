@@ -189,7 +189,7 @@ def test_dynamic_axis(name, view, pattern, tmp_path):
     mname = list(MUTATIONS)[len(name) % len(MUTATIONS)]
     fn = pattern(view, MUTATIONS[mname])
     r = check_op(fn, [randn(5, 4)], tmp_path, dynamic_axes={"x0": {0: "S"}})
-    assert r.check.ok and len(r.check.cases) == 3  # the example, a size below, a size above
+    assert r.check.ok and len(r.check.cases) >= 3  # the example, a size below, a size above
 
 
 # the numbers, run by hand: an unchecked export gives eager's values at other sizes -------

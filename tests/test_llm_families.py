@@ -38,7 +38,7 @@ def test_family_exports(family, attn, tmp_path):
     ids = torch.randint(0, 256, (1, 7), generator=torch.Generator().manual_seed(1))
     r = fx2nnef.export(model, (ids,), tmp_path / "m.nnef.tgz",
                        target=fx2nnef.TractNNEF(dynamic_axes={"input_ids": {1: "S"}}))
-    assert r.check.ok and len(r.check.cases) == 3
+    assert r.check.ok and len(r.check.cases) >= 3
 
 
 def _others():
@@ -72,7 +72,7 @@ def test_other_architectures(name, tmp_path):
     model, args, kwargs, dyn = _others()[name]
     r = fx2nnef.export(model.eval(), args, tmp_path / "m.nnef.tgz", kwargs=kwargs,
                        target=fx2nnef.TractNNEF(dynamic_axes=dyn))
-    assert r.check.ok and len(r.check.cases) == (3 if dyn else 1)
+    assert r.check.ok and (len(r.check.cases) >= 3 if dyn else len(r.check.cases) == 1)
 
 
 def test_llama_with_padding_mask_dynamic_batch_and_sequence(tmp_path):

@@ -64,7 +64,7 @@ def test_moe_family_dynamic_batch_and_sequence(family, tmp_path):
     model = tiny(family)
     r = fx2nnef.export(model, (ids(2, 7),), tmp_path / "m.nnef.tgz",
                        target=fx2nnef.TractNNEF(dynamic_axes={"input_ids": {0: "B", 1: "S"}}))
-    assert r.check.ok and len(r.check.cases) == 3
+    assert r.check.ok and len(r.check.cases) >= 3
     assert "tract_core_topk" in r.nnef_text  # routed, not a dense model by accident
 
 
@@ -73,7 +73,7 @@ def test_moe_float16(tmp_path):
     products did not load in tract)."""
     r = fx2nnef.export(tiny("mixtral").half(), (ids(2, 7),), tmp_path / "m.nnef.tgz",
                        target=fx2nnef.TractNNEF(dynamic_axes={"input_ids": {0: "B", 1: "S"}}, check_io_tolerance="very"))
-    assert r.check.ok and len(r.check.cases) == 3
+    assert r.check.ok and len(r.check.cases) >= 3
 
 
 @pytest.mark.slow
@@ -81,7 +81,7 @@ def test_moe_batched_mm_experts(tmp_path):
     """The gather-based experts of transformers ("batched_mm") export as they are."""
     r = fx2nnef.export(tiny("mixtral", "batched_mm"), (ids(2, 7),), tmp_path / "m.nnef.tgz",
                        target=fx2nnef.TractNNEF(dynamic_axes={"input_ids": {0: "B", 1: "S"}}))
-    assert r.check.ok and len(r.check.cases) == 3
+    assert r.check.ok and len(r.check.cases) >= 3
 
 
 @pytest.mark.slow
@@ -90,7 +90,7 @@ def test_moe_eager_experts(tmp_path):
     (where(mask)): traced over every coordinate, the rows not routed are dropped at index_add."""
     r = fx2nnef.export(tiny("mixtral", "eager"), (ids(2, 7),), tmp_path / "m.nnef.tgz",
                        target=fx2nnef.TractNNEF(dynamic_axes={"input_ids": {0: "B", 1: "S"}}))
-    assert r.check.ok and len(r.check.cases) == 3
+    assert r.check.ok and len(r.check.cases) >= 3
 
 
 def test_dbrx_dynamic_batch_and_sequence(tmp_path):
@@ -103,7 +103,7 @@ def test_dbrx_dynamic_batch_and_sequence(tmp_path):
     model = T.DbrxForCausalLM(config).eval()
     r = fx2nnef.export(model, (ids(2, 7),), tmp_path / "m.nnef.tgz",
                        target=fx2nnef.TractNNEF(dynamic_axes={"input_ids": {0: "B", 1: "S"}}))
-    assert r.check.ok and len(r.check.cases) == 3
+    assert r.check.ok and len(r.check.cases) >= 3
 
 
 def test_moe_with_kv_cache(tmp_path):
@@ -201,7 +201,7 @@ def routed_loop(x, expert_ids, weights):
 def test_data_sized_indices_masked_at_index_add(tmp_path):
     r = check_op(routed_loop, [randn(6, 3), randint(0, 3, 6, seed=2), randn(4, 3, seed=3)], tmp_path,
                  dynamic_axes={"x0": {0: "N"}, "x1": {0: "N"}})
-    assert r.check.ok and len(r.check.cases) == 3
+    assert r.check.ok and len(r.check.cases) >= 3
 
 
 def test_data_sized_indices_elsewhere_are_refused(tmp_path):

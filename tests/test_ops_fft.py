@@ -73,7 +73,7 @@ def test_fft_dynamic_length(tmp_path):
         product = torch.fft.rfft(x) * torch.fft.rfft(y)  # a circular convolution
         return torch.fft.irfft(product, n=x.shape[-1]), torch.fft.fft(x, norm="ortho").abs()
     r = check_op(fn, [randn(2, 12), randn(2, 12, seed=1)], tmp_path, dynamic_axes={"x0": {1: "N"}, "x1": {1: "N"}})
-    assert r.check.ok and len(r.check.cases) == 3
+    assert r.check.ok and len(r.check.cases) >= 3
     tract_matches_eager(r.path, FnModule(fn), [[randn(2, 31), randn(2, 31, seed=2)],
                                                [randn(2, 2), randn(2, 2, seed=3)]])
 
@@ -115,7 +115,7 @@ def test_stft_log_mel_dynamic_samples(tmp_path):
     audio = randn(1, 3200) * 0.1
     r = fx2nnef.export(model, (audio,), tmp_path / "mel.nnef.tgz", input_names=["audio"],
                        target=fx2nnef.TractNNEF(dynamic_axes={"audio": {1: "T"}}))
-    assert r.check.ok and len(r.check.cases) == 3, r
+    assert r.check.ok and len(r.check.cases) >= 3, r
     tract_matches_eager(r.path, model, [[randn(1, 4801, seed=5) * 0.1], [randn(1, 1000, seed=6) * 0.1]])
 
 
@@ -153,7 +153,7 @@ def test_istft_round_trip_dynamic(tmp_path):
         z = z * torch.linspace(1.0, 0.5, 201)[:, None]  # a filter
         return torch.istft(z, 400, 160, window=window, length=x.shape[-1] - 3)
     r = check_op(fn, [randn(1, 2000)], tmp_path, dynamic_axes={"x0": {1: "T"}})
-    assert r.check.ok and len(r.check.cases) == 3
+    assert r.check.ok and len(r.check.cases) >= 3
 
 
 def test_istft_short_window_normalized(tmp_path):
@@ -210,7 +210,7 @@ def test_fnet_dynamic_sequence(tmp_path):
     ids = torch.randint(0, 100, (2, 11), generator=torch.Generator().manual_seed(0))
     r = fx2nnef.export(model, (ids,), tmp_path / "fnet.nnef.tgz", input_names=["input_ids"],
                        target=fx2nnef.TractNNEF(dynamic_axes={"input_ids": {1: "S"}}))
-    assert r.check.ok and len(r.check.cases) == 3, r
+    assert r.check.ok and len(r.check.cases) >= 3, r
     more = torch.randint(0, 100, (2, 40), generator=torch.Generator().manual_seed(1))
 
     class Hidden(torch.nn.Module):

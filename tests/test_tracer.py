@@ -142,7 +142,7 @@ def test_k_slice_assign(tmp_path):
 
 def test_reshape_from_shape_stays_symbolic(tmp_path):
     r = _export(ShapeReshape(), (randn(2, 6, 8),), tmp_path, dynamic_axes={"x": {0: "B", 1: "S"}})
-    assert r.check.ok and len(r.check.cases) == 3  # example sizes, one size below and one above
+    assert r.check.ok and len(r.check.cases) >= 3  # example sizes, one size below and one above
     assert "B" in r.nnef_text and "S" in r.nnef_text
 
 

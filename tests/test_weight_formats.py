@@ -118,7 +118,7 @@ def test_embedding_mlp(weights, tmp_path):
     path = tmp_path / f"mlp_{weights}.nnef.tgz"
     r = fx2nnef.export(model, (torch.randint(0, 40, (2, 7)),), path,
                        target=fx2nnef.TractNNEF(weights=weights, dynamic_axes={"ids": {1: "S"}}))
-    assert r.check.ok and len(r.check.cases) == 3
+    assert r.check.ok and len(r.check.cases) >= 3
     formats = r.weight_formats
     if weights == "q4_0":
         assert formats == {"emb.weight": "q4_0", "up.weight": "q4_0", "up.bias": "f32", "mid.weight": "q4_0",
@@ -335,7 +335,7 @@ def test_llm_families(family, weights, tmp_path):
     ids = torch.randint(0, 256, (1, 7), generator=torch.Generator().manual_seed(1))
     r = fx2nnef.export(model, (ids,), tmp_path / "m.nnef.tgz",
                        target=fx2nnef.TractNNEF(weights=weights, dynamic_axes={"input_ids": {1: "S"}}))
-    assert r.check.ok and len(r.check.cases) == 3
+    assert r.check.ok and len(r.check.cases) >= 3
     assert list(r.weight_formats.values()).count(weights) >= 10
 
 

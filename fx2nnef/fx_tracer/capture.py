@@ -1104,11 +1104,16 @@ def _edge_envs(analysis, have: list) -> list:
         if s not in analysis.ranges or not analysis.ranges[s].bounded:
             continue  # sizes 1 and up: the sizes below and above the example cover them
         first, last = _held(analysis.ranges[s])
+        if last is not None and last > max(8 * v, _FAR_EDGE):
+            last = None  # a maximum length far above the example (BERT's 512 positions, an LLM's 128k)
         for n in (first, last):
             env = {**base, s: n}
             if n is not None and n != v and env not in have and env not in out:
                 out.append(env)
     return out
+
+
+_FAR_EDGE = 64  # an upper edge above this and 8 times the example is not run by the check
 
 
 def _inner_check_envs(analysis) -> list:
