@@ -61,3 +61,41 @@ def test_empty_writes_on_a_dynamic_axis(example, tmp_path):
     sizes = [n for n in sorted({1, 2, 3, 4, 6, example}) if _within(result, {"S": n})]
     assert example in sizes
     tract_matches_eager(out, FnModule(_empty_writes), [[torch.randn(2, n)] for n in sizes])
+
+
+_G = torch.zeros(2, 3)
+
+
+def _copy_into_a_view_of_a_global(x):
+    y = _G.clone()
+    y.narrow(0, 0, 1).copy_(x.sum())  # the view's write reaches y, which is returned as it is
+    return y
+
+
+def _fill_a_row_of_a_made_tensor(x):
+    y = torch.zeros(2, 3)
+    y[0].fill_(x.sum())
+    return y
+
+
+def _write_at_positions_from_a_size(x):
+    y = torch.zeros(2, 4)
+    y[:, torch.arange(x.shape[0]) % 4] = x.sum()
+    return y
+
+
+def _separated_indices_from_the_end(x):
+    y = x.unsqueeze(0).unsqueeze(0).expand(1, 4, -1).clone()
+    y[torch.tensor([0]), 1:3, torch.tensor([-1])] += 0.5  # -1 on the dynamic axis
+    return y
+
+
+@pytest.mark.parametrize("fn", [_copy_into_a_view_of_a_global, _fill_a_row_of_a_made_tensor,
+                                _write_at_positions_from_a_size, _separated_indices_from_the_end])
+def test_writes_found_by_the_fuzzer(fn, tmp_path):
+    """Constant tensors written through views, at positions from a size, from the end of a
+    dynamic axis: raw exports right at sizes below and above the example."""
+    out, result = _export(fn, [torch.arange(5.0)], {"x0": {0: "S"}}, tmp_path)
+    sizes = [n for n in (1, 2, 5, 8) if _within(result, {"S": n})]
+    assert 5 in sizes and len(sizes) >= 3, result.ranges
+    tract_matches_eager(out, FnModule(fn), [[torch.randn(n)] for n in sizes])

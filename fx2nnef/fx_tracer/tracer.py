@@ -512,6 +512,8 @@ class CustomTracer(fx.Tracer):
         if isinstance(a, type) and a in (bool, int, float):  # `dtype=int`, as torch reads it (fx cannot record a type)
             return {bool: torch.bool, int: torch.int64, float: torch.get_default_dtype()}[a]
         if isinstance(a, torch.Tensor) and not isinstance(a, fx.Proxy):
+            if self.written.holds(a):  # an output, a module argument: the memory as last written
+                return self._traced_reading(a).node
             self._snapshot_constant(a)
         if type(a).__module__ == "numpy" and hasattr(a, "item") and getattr(a, "ndim", None) == 0:
             # a NumPy number (``np.prod(x.shape[1:-1])`` of static sizes in Perceiver's reshape), which

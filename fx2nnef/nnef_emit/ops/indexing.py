@@ -18,7 +18,7 @@ from ...errors import EmitError
 from ...ir import DType, SymDim, Value, flat_values, simplify
 from ...ir.dims import settle_extrema
 from ..context import EmitContext
-from ..helpers import (axis, broadcast_operands, cast, compare, env_text, negative_at, opaque, producer, rank,
+from ..helpers import (axis, broadcast_operands, cast, compare, dim_value, env_text, negative_at, opaque, producer, rank,
                        result_dtype, unsqueeze_to)
 from ..registry import register
 from .shape import concat, expand_to, full_like_value, permute_axes, reshape_to, slice_axes, slice_axis, slice_length
@@ -157,6 +157,14 @@ def _index_tensor(ctx: EmitContext, item, n) -> Value:
     if isinstance(item, Value):
         if item.is_constant and isinstance(n, int):
             return ctx.const(np.where(item.data < 0, item.data + n, item.data).astype(np.int64), DType.I64)
+        if item.is_constant and np.any(np.asarray(item.data) < 0):
+            # counting from the end of a dynamic axis: the size added where negative
+            data = np.asarray(item.data).astype(np.int64)
+            shift = ctx.const((data < 0).astype(np.int64), DType.I64)
+            size = dim_value(ctx, n, DType.I64)
+            return ctx.op("add", ctx.const(data, DType.I64), ctx.op("mul", shift, size, out_shape=shift.shape,
+                                                                    out_dtype=DType.I64),
+                          out_shape=shift.shape, out_dtype=DType.I64)
         return item
     data = np.asarray(item)
     if data.dtype.kind not in "iu":
