@@ -189,7 +189,7 @@ class Builder:
         if theme in ("general", "seq") and r < 0.2:
             self.small = True
             self.example["S"] = rng.choice([1, 1, 2, 2])
-        elif theme == "general" and r < 0.24:
+        elif theme == "general" and r < 0.26:
             self.empty = True
             self.example["S"] = 0
         if two:

@@ -37,7 +37,7 @@ GENERATORS = [
     # issue 39: item assignments with advanced indices on tensors of every origin, empty writes,
     # branches and loops on sizes, squeezes of a size-1 example, floor division by infinities
     (g_advwrite, 7), (g_empty_write, 1), (g_size_branch, 2), (g_loop_small, 2), (g_squeeze_dyn, 1),
-    (g_floordiv_inf, 1), (g_narrow_mul, 1), (g_empty_axis, 0),
+    (g_floordiv_inf, 0.5), (g_narrow_mul, 1), (g_empty_axis, 0),
 ]
 _CONV_BOOST = {g_conv_pool: 12, g_softmax_norm: 4, g_pool2: 8, g_resize: 8, g_fft: 3}
 # generator name -> weight factor, for campaigns on some families (``python -m fuzz run --focus``)

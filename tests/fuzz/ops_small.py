@@ -13,7 +13,7 @@ from .ops_shapes import _prod
 from .program import Stmt, d_eval
 
 # generator name -> weight factor in programs with a small example (1 or 2)
-SMALL_BOOST = {"g_branch": 2, "g_loop": 2, "g_size_branch": 4, "g_loop_small": 4, "g_squeeze_dyn": 4,
+SMALL_BOOST = {"g_branch": 2, "g_loop": 2, "g_size_branch": 4, "g_loop_small": 4, "g_squeeze_dyn": 8,
                "g_size_scalar": 2, "g_advwrite": 1.5}
 # generator name -> weight factor in programs with an empty example (0): only what makes sense empty
 EMPTY_GENERATORS = {"g_arith": 1, "g_unary": 1, "g_compare": 1, "g_where_clamp": 1, "g_reshape": 1, "g_permute": 1,
@@ -82,7 +82,7 @@ def g_loop_small(b: Builder) -> bool:
     n = f"{v.name}.shape[{a}]"
     name = b.fresh()
     big = d_eval(v.shape[a], {s: 12 for s in b.example}) + 1
-    kind = rng.choice(["last_axis", "from_one", "write_prefix", "count"])
+    kind = rng.choices(["last_axis", "from_one", "write_prefix", "count"], [3, 3, 2, 1])[0]
     shape = v.shape[:a] + v.shape[a + 1:]
     if kind == "last_axis":
         lines = [f"{name} = {v.name}.sum({a}) * 0", f"for i in range({n}):",

@@ -311,8 +311,6 @@ def g_advwrite(b: Builder) -> bool:
         t = round(rng.uniform(-0.5, 0.5), 2) if fl else 0
         m = f"{y.name} > {t}"
         val, vlo, vhi = _scalar_value(b, y)
-        if val.startswith("torch") and rng.random() < 0.5:
-            val = f"float({val})" if fl else val
         line = rng.choice([f"{y.name}[{m}] = {val}", f"{y.name}.masked_fill_({m}, {val})",
                            f"{y.name}.masked_fill_({y.name}[..., :1] > {t}, {val})"])
         if y.rank >= 2 and rng.random() < 0.3:
@@ -351,7 +349,10 @@ def g_advwrite(b: Builder) -> bool:
                 lo, hi = -y.bound * 21 - 21, y.bound * 21 + 21
             _tag(b, f"index:{meth}")
         elif kind == "copy_":
-            src = rng.choice([src, f"torch.tanh({b.vals[0].name}.float().sum() * 0.1)"])
+            if fl:  # (a float value copied into an integer tensor truncates: 0.99999994 or 1.0 is a coin toss)
+                src = rng.choice([src, f"torch.tanh({b.vals[0].name}.float().sum() * 0.1)"])
+            else:
+                src = src.replace(" * 2", " + 1")
             line = f"{view}.copy_({src})"
             lo, hi = min(lo * 2, -1), max(hi * 2, 1)
         else:
