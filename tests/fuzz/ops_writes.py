@@ -261,6 +261,11 @@ def g_advwrite(b: Builder) -> bool:
     fl = is_float(y.dtype)
     kind = rng.choices(["assign", "augassign", "index_put", "mask", "method_view", "index_method", "out", "copy_",
                         "view_write"], [6, 3, 2, 2, 2, 2, 1, 1, 2])[0]
+    # a plain attribute written itself changes the module: only writes that give the same tensor
+    # however often forward runs (a literal written at any positions), so that a fresh model is the reference
+    literal = origin == "plain_noclone"
+    if literal:
+        kind = rng.choice(["assign", "mask", "view_write"])
     lo, hi = y.lo, y.hi
     idx_text = None
     if kind in ("assign", "augassign", "index_put"):
@@ -273,7 +278,7 @@ def g_advwrite(b: Builder) -> bool:
             return False
         if kind == "index_put" and lead is None:
             kind = "assign"
-        vk = rng.choice(["scalar", "scalar", "self", "tensor"])
+        vk = rng.choice(["scalar", "scalar", "self", "tensor"]) if not literal else "literal"
         if vk == "tensor":
             u = b.pick(lambda u: u.dtype == y.dtype and u.group != y.group and u.group != "masked"
                        and broadcast(region, u.shape) == region) if region else None
@@ -287,6 +292,8 @@ def g_advwrite(b: Builder) -> bool:
             vlo, vhi = 2 * y.lo - 1, 2 * y.hi + 1
         elif vk == "scalar":
             val, vlo, vhi = _scalar_value(b, y)
+        elif vk == "literal":
+            val, vlo, vhi = "0.375", 0.375, 0.375
         if kind == "assign":
             line = f"{y.name}[{idx_text}] = {val}"
             lo, hi = min(lo, vlo), max(hi, vhi)
@@ -310,7 +317,7 @@ def g_advwrite(b: Builder) -> bool:
     elif kind == "mask":
         t = round(rng.uniform(-0.5, 0.5), 2) if fl else 0
         m = f"{y.name} > {t}"
-        val, vlo, vhi = _scalar_value(b, y)
+        val, vlo, vhi = _scalar_value(b, y) if not literal else ("0.375", 0.375, 0.375)
         line = rng.choice([f"{y.name}[{m}] = {val}", f"{y.name}.masked_fill_({m}, {val})",
                            f"{y.name}.masked_fill_({y.name}[..., :1] > {t}, {val})"])
         if y.rank >= 2 and rng.random() < 0.3:
@@ -368,7 +375,7 @@ def g_advwrite(b: Builder) -> bool:
     else:  # through a view: y.view(-1)[i], y.transpose(0, 1)[i], y.unsqueeze(0)[0, ..., i]
         if not y.contiguous:
             return False
-        val, vlo, vhi = _scalar_value(b, y)
+        val, vlo, vhi = _scalar_value(b, y) if not literal else ("0.375", 0.375, 0.375)
         vkind = rng.choice(["flat", "transpose", "unsqueeze"] if y.rank >= 2 else ["flat", "unsqueeze"])
         if vkind == "flat":
             flat = Val(f"{y.name}.view(-1)", (_prod(y.shape),), y.dtype, y.lo, y.hi)
