@@ -52,6 +52,9 @@ KNOWN: dict = {
     # torch.zeros(...) in the forward) is frozen at its example value
     154: "advwrite copy_ into a view of a cloned global: value frozen at the example",
     247: "advwrite copy_ into a view of a cloned plain attribute: value frozen at the example",
+    # a plain attribute written without clone at positions from a size (y = self.t; y[..., arange(S) % 4] = 0.375):
+    # the export holds the positions of its own example, wrong at the sizes where fewer are written
+    242: "advwrite plain attribute written itself at traced positions: wrong at other sizes",
     # a loop whose steps index nothing (for _ in range(S - 1): v = f(v)) is rolled into a scan without
     # scan input: tract rejects it at load ("No scan input")
     270: "loop_small count: scan without scan input",
