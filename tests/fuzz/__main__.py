@@ -5,6 +5,9 @@
     python -m fuzz minimise --out /tmp/fuzz --per-class 2         # smallest reproducer per class
     python -m fuzz summary --out /tmp/fuzz                        # counts per verdict and per class
 
+At scale, with both cores and wrong results by class: ``python benchmarks/fuzz_campaign.py``
+(from the repository root).
+
 ``run`` appends to ``OUT/records.jsonl`` (seed, verdict, reason, families, failing sizes);
 ``minimise`` takes the failing records, groups them by verdict and reason, minimises a
 few of each group and writes ``OUT/min_<seed>.txt`` reports plus ``OUT/minimised.jsonl``.
@@ -50,7 +53,8 @@ def _run(args) -> None:
     print(dict(counts))
 
 
-_SUSPECTS = ("bitwise", "inplace", "setitem", "branch", "loop", "size_scalar")
+_SUSPECTS = ("floordiv_inf", "squeeze_dyn", "empty_example", "advwrite", "empty_write", "narrow_mul", "size_branch",
+             "loop_small", "small_example", "bitwise", "inplace", "setitem", "branch", "loop", "size_scalar")
 
 
 def signature(record: dict) -> str:

@@ -104,6 +104,10 @@ class Builder:
         self.example: dict = {}
         self.dynamic_axes: dict = {}
         self.ambiguous: set = set()
+        self.globals_lines: list = []
+        # a dynamic axis whose example is 0, 1 or 2: "small" (1 or 2) or "empty" (0)
+        self.small = False
+        self.empty = False
 
     # ---- bookkeeping
     def fresh(self, prefix: str = "v") -> str:
@@ -179,6 +183,15 @@ class Builder:
         self.theme = theme
         two = rng.random() < 0.2 or theme == "conv2d" and rng.random() < 0.5
         self.example["S"] = rng.randint(3, 9)
+        # a fifth of the programs take a small example on S (broadcasting, empty loops, thresholds
+        # next to the example), a few an empty one (size 0: only programs that make sense empty)
+        r = rng.random()
+        if theme in ("general", "seq") and r < 0.2:
+            self.small = True
+            self.example["S"] = rng.choice([1, 1, 2, 2])
+        elif theme == "general" and r < 0.26:
+            self.empty = True
+            self.example["S"] = 0
         if two:
             self.example["T"] = rng.randint(3, 9)
         if theme == "conv1d":

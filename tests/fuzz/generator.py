@@ -21,6 +21,9 @@ from .ops_shapes import g_diag, g_scatter2, g_window
 from .ops_signal import g_fft, g_pool2, g_resize, g_stft
 from .ops_values import (g_arith, g_bitwise, g_compare, g_div, g_logical, g_pow, g_reduce, g_reduce2, g_special,
                          g_unary, g_where_clamp)
+from .ops_small import (EMPTY_GENERATORS, SMALL_BOOST, g_empty_axis, g_floordiv_inf, g_loop_small,
+                        g_narrow_mul, g_size_branch, g_squeeze_dyn)
+from .ops_writes import g_advwrite, g_empty_write
 from .program import Program, d_eval
 GENERATORS = [
     (g_arith, 8), (g_div, 4), (g_pow, 2), (g_compare, 3), (g_logical, 2), (g_bitwise, 2), (g_where_clamp, 4),
@@ -31,6 +34,10 @@ GENERATORS = [
     # diagonals, scatters, windows and sizes computed from sizes
     (g_fft, 2), (g_stft, 1), (g_pool2, 1), (g_resize, 1), (g_special, 3), (g_reduce2, 2), (g_diag, 2),
     (g_scatter2, 2), (g_window, 3),
+    # issue 39: item assignments with advanced indices on tensors of every origin, empty writes,
+    # branches and loops on sizes, squeezes of a size-1 example, floor division by infinities
+    (g_advwrite, 7), (g_empty_write, 1), (g_size_branch, 2), (g_loop_small, 2), (g_squeeze_dyn, 1),
+    (g_floordiv_inf, 0.5), (g_narrow_mul, 1), (g_empty_axis, 0),
 ]
 _CONV_BOOST = {g_conv_pool: 12, g_softmax_norm: 4, g_pool2: 8, g_resize: 8, g_fft: 3}
 # generator name -> weight factor, for campaigns on some families (``python -m fuzz run --focus``)
@@ -49,6 +56,12 @@ def build(seed: int) -> Builder:
     target = rng.randint(2, 7)
     weights = [(_CONV_BOOST.get(g, w) if b.theme.startswith("conv") else w) * FOCUS.get(g.__name__, 1)
                for g, w in GENERATORS]
+    if b.small:
+        weights = [w * SMALL_BOOST.get(g.__name__, 1) for (g, _), w in zip(GENERATORS, weights)]
+        b.families.add("small_example")
+    if b.empty:
+        weights = [w * EMPTY_GENERATORS.get(g.__name__, 0) for (g, _), w in zip(GENERATORS, weights)]
+        b.families.add("empty_example")
     for _ in range(40):
         if len(b.stmts) >= target:
             break
@@ -100,7 +113,9 @@ def _envs(b: Builder, vals: list) -> list:
     out = [dict(b.example)]
     for s in syms:
         ex, lo = b.example[s], mins[s]
-        for n in sorted({lo, lo + 1, ex - 1, ex + 1, ex + 3, 2 * ex + 1}):
+        # a small example is weak evidence: just above it, and a few larger sizes
+        near = {lo, lo + 1, ex - 1, ex + 1, ex + 3, 2 * ex + 1} if ex >= 3 else {lo, ex + 1, ex + 2, ex + 3, 5, 8}
+        for n in sorted(near):
             if n >= lo and n != ex:
                 env = dict(b.example)
                 env[s] = n
@@ -109,9 +124,9 @@ def _envs(b: Builder, vals: list) -> list:
         out.append({s: mins[s] for s in syms})
         out.append({s: 2 * b.example[s] + 1 for s in syms})
     seen, uniq = set(), []
-    for env in out:
+    for k, env in enumerate(out):
         key = tuple(sorted(env.items()))
-        if key not in seen and valid(env):
+        if key not in seen and (valid(env) or k == 0 and b.empty):
             seen.add(key)
             uniq.append(env)
     return uniq
@@ -122,13 +137,13 @@ def draft(seed: int) -> Optional[Program]:
     b = build(seed)
     outs = _outputs(b)
     envs = _envs(b, b.vals)
-    if len(envs) < 2:
+    if len(envs) < 2 or envs[0] != b.example:
         return None
     for v in b.vals:
         if v.group != "masked" and b.numel_at_example(v.shape) > 4000:
             return None
     return Program(seed, b.init_lines, b.stmts, outs, b.inputs, dict(b.example), envs, b.dynamic_axes,
-                   sorted(b.families))
+                   sorted(b.families), list(b.globals_lines))
 
 
 def load(program: Program, path=None) -> dict:
@@ -173,9 +188,11 @@ def sane(program: Program) -> Optional[Program]:
             if k == 0:
                 return None
             continue
-        ok = all(isinstance(o, torch.Tensor) and o.numel() > 0 and
-                 (not o.is_floating_point() or (torch.isfinite(o).all() and o.abs().max() < 1e5))
-                 and (o.is_floating_point() or o.dtype == torch.bool or o.abs().max() < 2 ** 31)
+        empty = 0 in env.values()
+        ok = all(isinstance(o, torch.Tensor) and (o.numel() > 0 or empty) and
+                 (o.numel() == 0 or
+                  (not o.is_floating_point() or (torch.isfinite(o).all() and o.abs().max() < 1e5))
+                  and (o.is_floating_point() or o.dtype == torch.bool or o.abs().max() < 2 ** 31))
                  for o in outs)
         if not ok and k == 0:
             return None

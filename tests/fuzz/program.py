@@ -56,7 +56,7 @@ class InputSpec:
     name: str
     shape: tuple
     dtype: str
-    kind: str  # "uniform", "away0", "int", "bool"
+    kind: str  # "uniform", "away0", "int", "bool", "perm" (a permutation of range(shape[0]))
     lo: float = -2.0
     hi: float = 2.0
 
@@ -64,6 +64,8 @@ class InputSpec:
         shape = "(" + ", ".join(str(d) for d in self.shape) + ("," if len(self.shape) == 1 else "") + ")"
         if self.kind == "bool":
             return f"torch.rand({shape}, generator=g) > 0.5"
+        if self.kind == "perm":
+            return f"torch.randperm({self.shape[0]}, generator=g)"
         if self.kind == "int":
             cast = "" if self.dtype == "int64" else f".to(torch.{self.dtype})"
             return f"torch.randint({int(self.lo)}, {int(self.hi) + 1}, {shape}, generator=g){cast}"
@@ -95,6 +97,7 @@ class Program:
     envs: list  # sizes to try, dicts symbol -> size
     dynamic_axes: dict
     families: list
+    globals_lines: list = dataclasses.field(default_factory=list)  # module-level statements (global tensors)
 
     @property
     def input_names(self) -> list:
@@ -106,7 +109,9 @@ class Program:
 
     def source(self) -> str:
         """The whole program as Python source: imports, Program, make_inputs, sizes."""
-        lines = ["import math", "import torch", "import torch.nn.functional as F", "", "", "class Program(torch.nn.Module):",
+        lines = ["import math", "import torch", "import torch.nn.functional as F", ""]
+        lines += self.globals_lines
+        lines += ["", "class Program(torch.nn.Module):",
                  "    def __init__(self):", "        super().__init__()"]
         lines += ["        " + line for line in self.init_lines]
         if self.init_lines:

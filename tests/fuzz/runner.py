@@ -81,14 +81,18 @@ def claimed_valid(result, env: dict) -> bool:
     return all(r.contains(env[sym]) for sym, r in result.ranges.items() if sym in env)
 
 
-def run_program(program: Program, folder: Path, *, timeout: int = 120) -> Outcome:
-    """Export ``program`` at its example size, run it in tract at all its sizes, compare with eager."""
+def run_program(program: Program, folder: Path, *, timeout: int = 120, check_io: bool = False) -> Outcome:
+    """Export ``program`` at its example size, run it in tract at all its sizes, compare with eager.
+
+    The export is raw (``check_io=False``) unless ``check_io``: then a wrong result the check
+    catches is a refusal (``CheckIOError``), and a MISMATCH is one it missed.
+    """
     folder.mkdir(parents=True, exist_ok=True)
     namespace = load(program, folder / f"fuzz_{program.seed}.py")
     example = program.envs[0]
     inputs, _ = eager_outputs(namespace, example, env_seed(example))
     asset = folder / f"fuzz_{program.seed}.nnef.tgz"
-    target = fx2nnef.TractNNEF(check_io=False, dynamic_axes=program.dynamic_axes)
+    target = fx2nnef.TractNNEF(check_io=check_io, dynamic_axes=program.dynamic_axes)
     try:
         with _deadline(timeout):
             result = fx2nnef.export(namespace["Program"](), tuple(inputs), asset, target=target,
