@@ -21,7 +21,8 @@ import torch
 import torch.fx as fx
 
 from ..errors import TraceError
-from .control_flow import _SCALAR_TENSOR, ScanCall, size_comparison
+from .control_flow import _SCALAR_TENSOR, size_comparison
+from .scan import ScanCall
 from .structures import has_tensor, same_value
 from .tracer import GuardRecord, TraceResult
 

@@ -20,6 +20,7 @@ import torch.fx as fx
 
 from ..errors import GuardError, InvalidArgumentError, TraceError
 from ..ir import CheckCase, Graph, Value
+from ..ir.dims import SymRange
 from . import structures
 from .branches import merge_at_size, trace_branches
 from .control_flow import loop_options, run_eagerly
@@ -965,8 +966,6 @@ def _join_far_bounds(back, there) -> None:
     changes far above the example; ``there`` (the same graph and replay hints, analyzed at the
     sizes it was traced at) checked the sizes past that point. The graph then holds on both sides:
     the range of ``back`` goes on as far as that of ``there``."""
-    from ..ir.dims import SymRange
-
     for s, r in list(back.ranges.items()):
         if r.hi is None or _FAR not in (r.why or ""):
             continue

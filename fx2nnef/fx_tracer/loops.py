@@ -35,9 +35,11 @@ from typing import Optional
 import torch
 import torch.fx as fx
 
-from .control_flow import ScanCall, body_module, carry_slot, scanned_slot, slot_dependents
+from .control_flow import body_module, carry_slot, scanned_slot, slot_dependents
 from .data_dep import depends_on_data
-from .source import user_frame_location
+from .scan import ScanCall
+from .source import _SKIP_PREFIXES, user_frame_location
+from .proxy import CustomProxy
 from .structures import storage_keys
 
 _builtin_range = builtins.range
@@ -97,6 +99,15 @@ class _LoopIter:
         return self.rec.values[self.i - 1]
 
 
+_SIZED_RANGES_KEPT = 8
+
+
+def note_sized_range(tracer, values: range, args: tuple) -> None:
+    """Keep a range of traced sizes made while tracing, for :func:`.tracer._range_tensor`."""
+    tracer.sized_ranges.append((values, args))
+    del tracer.sized_ranges[:-_SIZED_RANGES_KEPT]
+
+
 class _TracedRange:
     """``range`` of traced sizes: a plain range of their example values (each read recorded as a
     guard, as ``range`` itself does), whose iteration notes where each step starts in the graph."""
@@ -107,8 +118,6 @@ class _TracedRange:
         self._tracer, self._args = tracer, args
         self._guards = tracer.guards[before:]
         self._source = user_frame_location()
-        from .tracer import note_sized_range  # the tracer imports this module
-
         note_sized_range(tracer, self._range, args)
 
     def _loop(self, values, reverse: bool):
@@ -165,8 +174,6 @@ class _PieceIter:
 def iterate_pieces(proxy):
     """During the rolling trace, the loop over the pieces of ``proxy`` (a tensor of rank >= 1, or
     the result of ``unbind`` of one along a plain int dim), or None to iterate it as usual."""
-    from .proxy import CustomProxy
-
     tracer, value, node = proxy.tracer, proxy.value, proxy.node
     if _orig_isinstance(value, torch.Tensor):
         if value.dim() == 0:
@@ -200,9 +207,6 @@ class _RangeType(type):
 def loop_range_patch(tracer):
     """``range`` that records the loops over traced sizes in ``tracer.loops``; ``len`` of a traced
     tensor, in the model's code, is its traced size (``for t in range(len(x))``)."""
-    from .proxy import CustomProxy
-    from .source import _SKIP_PREFIXES
-
     class Range(metaclass=_RangeType):
         def __new__(cls, *args):
             if any(_orig_isinstance(a, CustomProxy) for a in args):

@@ -24,17 +24,17 @@ from ..ir import SourceLoc
 from . import structures
 from .proxy import _DATA_TENSOR_METHODS, _STATIC_TENSOR_METHODS, CustomAttribute, CustomProxy, SizeTuple
 from .control_flow import _COMPARISONS, control_flow_patches, decide_in_body
-from .data_dep import depends_on_data, in_loop_body, on_slot_data, read_number, sizes_from_shape_tensors
+from .data_dep import _FAILING_TARGETS, depends_on_data, in_loop_body, on_slot_data, read_number, sizes_from_shape_tensors
 from .data_sizes import DataInt, check_no_data_sizes, mark_data_number
 from .fast_paths import reproduce_fast_path
-from .loops import loop_range_patch
+from .loops import iterate_pieces, loop_range_patch, note_sized_range
 from .packed import RECURRENT_TYPES as PACKED_RNN_TYPES
 from .packed import is_packed_call, packed_rnn_call, packed_sequence_patches, refuse_packed_sequences
 from .grouped import check_grouped, grouped_cat, grouped_split
 from .padded import mark_padded, masked_index_add, padded_call, padded_failure, padded_nonzero, wrapped_indices
 from .size_casts import size_casts
 from .slice_bounds import from_the_start
-from .source import user_frame_location
+from .source import _SKIP_PREFIXES, user_frame_location
 from .strided import is_as_strided, record_as_strided
 
 # torch factories that take sizes: recorded when a size argument is a proxy
@@ -86,9 +86,6 @@ def _eager_failure(exc: Exception, message: str) -> TraceError:
         return _EAGER_FAILURES[cls](message)
     except Exception:  # noqa: BLE001 - a class whose constructor wants other arguments
         return TraceError(message)
-
-
-_FAILING_TARGETS: list = []  # the targets of calls that failed while tracing (see call_fails)
 
 
 def _failing_key(target) -> object:
@@ -398,6 +395,10 @@ class CustomTracer(fx.Tracer):
                                         root if name == "tolist" and v.dim() == 1 else None)
         return self.create_proxy("call_method", name, (root,) + tuple(args), kwargs)
 
+    def iterate_pieces(self, proxy: CustomProxy):
+        """An iterator over the pieces of ``proxy`` that notes a loop to roll (:mod:`.loops`), or None."""
+        return iterate_pieces(proxy)
+
     def size_tuple(self, proxy: CustomProxy) -> SizeTuple:
         rank = proxy.value.dim()
         return SizeTuple(self.create_proxy("call_method", "size", (proxy, i), {}) for i in range(rank))
@@ -683,15 +684,6 @@ def _traced_range(*args):
             g.counts = (bounds, _orig_len(out))
     note_sized_range(tracer, out, args)
     return out
-
-
-_SIZED_RANGES_KEPT = 8
-
-
-def note_sized_range(tracer, values: range, args: tuple) -> None:
-    """Keep a range of traced sizes made while tracing, for :func:`_range_tensor`."""
-    tracer.sized_ranges.append((values, args))
-    del tracer.sized_ranges[:-_SIZED_RANGES_KEPT]
 
 
 _RANGE_TENSOR_FACTORIES = ("tensor", "as_tensor")
@@ -1090,8 +1082,6 @@ def _graph_module_class() -> type:
 def _untraceable_message(exc: Exception) -> str:
     """Where in the user's code tracing broke, and what to do about it."""
     import traceback
-
-    from .source import _SKIP_PREFIXES
 
     frames = [f for f in traceback.extract_tb(exc.__traceback__)
               if not f.filename.startswith(_SKIP_PREFIXES) and not f.filename.startswith("<")]
