@@ -21,10 +21,10 @@ import torch
 import torch.fx as fx
 
 from ..errors import TraceError
-from .control_flow import _SCALAR_TENSOR, size_comparison
-from .scan import ScanCall
-from .structures import has_tensor, same_value
-from .tracer import GuardRecord, TraceResult
+from .tracing.control_flow import _SCALAR_TENSOR, size_comparison
+from .tracing.scan import ScanCall
+from .tracing.structures import has_tensor, same_value
+from .tracing.tracer import GuardRecord, TraceResult
 
 MAX_PATHS = 8
 

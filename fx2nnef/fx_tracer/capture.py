@@ -21,25 +21,25 @@ import torch.fx as fx
 from ..errors import GuardError, InvalidArgumentError, TraceError
 from ..ir import CheckCase, Graph, Value
 from ..ir.dims import SymRange
-from . import structures
 from .branches import merge_at_size, trace_branches
-from .control_flow import loop_options, run_eagerly
-from .data_dep import check_number_reads, complex_values_note, number_reads
-from .loops import roll_loops
-from .grouped import check_grouped_outputs
-from .padded import check_padded
 from .passes import (cleanup_slices, complex_to_real, fold_constant_selects, masked_reductions, masked_updates,
                      pieces_as_slices, remove_dead_code, remove_inplace)
-from .overlap import Worker, can_overlap
-from .probe import (AT_EXAMPLE, OFF_STEP, RUNS, DeferredCheckFailed, _output_args, analyze, check_reran,
-                    example_sizes, inputs_at, real_run_later, rerun_error, run_left_checks)
 from .random_draws import random_draws_advice, random_draws_text, watch_random_draws
-from .scalars import scalars_to_inputs
+from .shapes.overlap import Worker, can_overlap
+from .shapes.probe import (AT_EXAMPLE, OFF_STEP, RUNS, DeferredCheckFailed, _output_args, analyze, check_reran,
+                           example_sizes, inputs_at, real_run_later, rerun_error, run_left_checks)
+from .shapes.tables import bound_by_tables
 from .stored_values import StoredValues, stored_values
-from .tables import bound_by_tables
-from .to_ir import build_ir, to_numpy
-from .torch_data import TorchData, tensor_version
-from .tracer import _module_state, _restore_module_state, trace_model
+from .to_ir.build import build_ir, to_numpy
+from .to_ir.torch_data import TorchData, tensor_version
+from .tracing import structures
+from .tracing.control_flow import loop_options, run_eagerly
+from .tracing.data_dep import check_number_reads, complex_values_note, number_reads
+from .tracing.grouped import check_grouped_outputs
+from .tracing.loops import roll_loops
+from .tracing.padded import check_padded
+from .tracing.scalars import scalars_to_inputs
+from .tracing.tracer import _module_state, _restore_module_state, trace_model
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 BRANCHES = (None, "select", "example")  # the values of export's branches=

@@ -15,7 +15,7 @@ import operator
 import torch
 import torch.fx as fx
 
-from ..tracer import setitem_functional
+from ..tracing.tracer import setitem_functional
 from .dead_code import remove_dead_code
 
 _ELEMENTWISE_FUNCTIONS = {

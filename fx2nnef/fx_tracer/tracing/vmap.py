@@ -17,7 +17,7 @@ import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
 
-from ..errors import TraceError
+from ...errors import TraceError
 from .proxy import CustomProxy
 from .source import user_frame_location
 

@@ -20,7 +20,7 @@ import torch
 import torch.fx as fx
 import torch.nn.functional as F
 
-from ..errors import TraceError
+from ...errors import TraceError
 from .data_sizes import DataInt
 from .proxy import CustomProxy
 from .source import user_frame_location

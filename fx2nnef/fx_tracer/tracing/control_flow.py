@@ -42,7 +42,7 @@ import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
 
-from ..errors import InvalidArgumentError, TraceError
+from ...errors import InvalidArgumentError, TraceError
 from .data_dep import depends_on_data
 from .proxy import CustomProxy
 from .scan import ScanCall

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 import torch.fx as fx
 
-from ..errors import TraceError
+from ...errors import TraceError
 
 
 class ScanCall:

@@ -11,9 +11,9 @@ from typing import Iterator, Optional
 import numpy as np
 import torch
 
-from ..errors import TraceError
-from ..ir import DType, TensorData
-from ..ir.tensor_data import DEFAULT_CHUNK_BYTES, array_chunks
+from ...errors import TraceError
+from ...ir import DType, TensorData
+from ...ir.tensor_data import DEFAULT_CHUNK_BYTES, array_chunks
 
 _TORCH_TO_IR = {
     torch.float16: DType.F16, torch.bfloat16: DType.BF16, torch.float32: DType.F32,

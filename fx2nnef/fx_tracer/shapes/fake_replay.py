@@ -30,13 +30,13 @@ import torch
 import torch.fx as fx
 from torch._guards import GuardSource, Source
 
-from ..ir import SymDim
-from ..ir.dims import exact_quotient
-from .data_dep import data_dependence
-from .padded import padded_nonzero
-from .scan import ScanCall
+from ...ir import SymDim
+from ...ir.dims import exact_quotient
+from ..tracing.data_dep import data_dependence
+from ..tracing.padded import padded_nonzero
+from ..tracing.scan import ScanCall
+from ..tracing.tracer import call_fails, setitem_functional
 from .shortcuts import function_shortcut, method_shortcut
-from .tracer import call_fails, setitem_functional
 
 
 class ReplayUnavailable(Exception):

@@ -19,8 +19,8 @@ import torch
 import torch.fx as fx
 from torch.fx._symbolic_trace import _maybe_revert_all_patches, is_fx_symbolic_tracing
 
-from ..errors import TraceError
-from ..ir import SourceLoc
+from ...errors import TraceError
+from ...ir import SourceLoc
 from . import structures
 from .proxy import _DATA_TENSOR_METHODS, _STATIC_TENSOR_METHODS, CustomAttribute, CustomProxy, SizeTuple
 from .control_flow import _COMPARISONS, control_flow_patches, decide_in_body

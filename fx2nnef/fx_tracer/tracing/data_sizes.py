@@ -16,8 +16,8 @@ from typing import Optional
 import torch
 import torch.fx as fx
 
-from ..errors import TraceError
-from ..ir import SourceLoc
+from ...errors import TraceError
+from ...ir import SourceLoc
 from .data_dep import _SIZED_FUNCTIONS, _SIZED_METHODS, depends_on_data
 from .source import user_frame_location
 

@@ -9,7 +9,7 @@ import operator
 import torch
 import torch.fx as fx
 
-from ..errors import TraceError
+from ...errors import TraceError
 from .padded import padded_nonzero
 from .scan import ScanCall
 from .structures import same_value

@@ -17,13 +17,13 @@ import torch
 import torch.fx as fx
 from torch.utils._pytree import tree_leaves, tree_map
 
-from ..errors import TraceError
-from ..ir import DType, Graph, Node, SymDim, Value, flat_values, method_key, op_key
-from ..ir.dims import settle_extrema
-from .control_flow import SLOT_FUNCTIONS
-from .probe import Analysis, Unfit
-from .scan import ScanCall
-from .structures import has_tensor
+from ...errors import TraceError
+from ...ir import DType, Graph, Node, SymDim, Value, flat_values, method_key, op_key
+from ...ir.dims import settle_extrema
+from ..shapes.probe import Analysis, Unfit
+from ..tracing.control_flow import SLOT_FUNCTIONS
+from ..tracing.scan import ScanCall
+from ..tracing.structures import has_tensor
 from .torch_data import ir_dtype, torch_data
 
 _MODULE_CONFIG_TYPES = (int, float, bool, str, type(None))

@@ -19,15 +19,16 @@ from typing import Callable, Optional
 import torch
 import torch.fx as fx
 
-from ..ir import Guard, SymDim, SymRange, fit_polynomial
-from ..ir.dims import clamp_bends, fit_clamped, fit_floor_division, fit_remainder
-from .data_dep import data_dependence, is_shape_query
-from .structures import data_less
+from ...ir import Guard, SymDim, SymRange, fit_polynomial
+from ...ir.dims import clamp_bends, fit_clamped, fit_floor_division, fit_remainder
+from ..tracing import control_flow, loops, vmap
+from ..tracing.data_dep import data_dependence, is_shape_query
+from ..tracing.scan import ScanCall
+from ..tracing.structures import data_less
+from ..tracing.tracer import GuardRecord
 from .fake_replay import (VARIES, Replay, ReplayUnavailable, _in_place, _memo_key, _meta_args, _to_meta, replay,
                           shapes_at)
 from .overlap import Worker, can_overlap
-from .scan import ScanCall
-from .tracer import GuardRecord
 
 
 
@@ -1532,8 +1533,7 @@ def _control_flow(n: fx.Node) -> bool:
         return False
     module = getattr(n.target, "__module__", None) or ""
     return isinstance(n.target, ScanCall) or module.startswith((
-        "torch._higher_order_ops", "torch._functorch", __package__ + ".control_flow", __package__ + ".vmap",
-        __package__ + ".loops"))
+        "torch._higher_order_ops", "torch._functorch", control_flow.__name__, vmap.__name__, loops.__name__))
 
 
 def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, base_values, base_records,
