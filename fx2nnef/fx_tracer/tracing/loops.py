@@ -41,6 +41,7 @@ from .scan import ScanCall
 from .source import _SKIP_PREFIXES, user_frame_location
 from .proxy import CustomProxy
 from .structures import storage_keys
+from .threads import in_tracing_thread
 
 _builtin_range = builtins.range
 _builtin_len = builtins.len
@@ -209,13 +210,13 @@ def loop_range_patch(tracer):
     tensor, in the model's code, is its traced size (``for t in range(len(x))``)."""
     class Range(metaclass=_RangeType):
         def __new__(cls, *args):
-            if any(_orig_isinstance(a, CustomProxy) for a in args):
+            if any(_orig_isinstance(a, CustomProxy) for a in args) and in_tracing_thread():
                 return _TracedRange(tracer, args)
             return _builtin_range(*args)
 
     def traced_len(obj):
         if _orig_isinstance(obj, CustomProxy) and _orig_isinstance(obj.value, torch.Tensor) and obj.value.dim() > 0 \
-                and not sys._getframe(1).f_code.co_filename.startswith(_SKIP_PREFIXES):
+                and not sys._getframe(1).f_code.co_filename.startswith(_SKIP_PREFIXES) and in_tracing_thread():
             return tracer.create_proxy("call_method", "size", (obj, 0), {})
         return _builtin_len(obj)
 

@@ -36,6 +36,7 @@ from .size_casts import size_casts
 from .slice_bounds import from_the_start
 from .source import _SKIP_PREFIXES, user_frame_location
 from .strided import is_as_strided, record_as_strided
+from .threads import in_tracing_thread, tracing_in_this_thread
 
 # torch factories that take sizes: recorded when a size argument is a proxy
 _FACTORIES = (
@@ -618,8 +619,9 @@ _TRACED_TYPES = frozenset((CustomProxy, CustomAttribute))
 
 
 def _traced_isinstance(obj, cls):
-    # every isinstance of the process goes through here while tracing (about 150 per node)
-    if type(obj) in _TRACED_TYPES and not _orig_isinstance(obj, cls):
+    # every isinstance of the process goes through here while tracing (about 150 per node); only the
+    # tracing thread answers for a proxy from its value (see .threads)
+    if type(obj) in _TRACED_TYPES and not _orig_isinstance(obj, cls) and in_tracing_thread():
         import sys
 
         caller = sys._getframe(1).f_globals.get("__name__", "")
@@ -635,7 +637,7 @@ _orig_callable = builtins.callable
 def _traced_callable(obj):
     # a proxy records calls (it has __call__) whatever its value; the model's code asks about the value
     # (transformers' torch_compilable_check calls a condition when it is callable)
-    if type(obj) in _TRACED_TYPES:
+    if type(obj) in _TRACED_TYPES and in_tracing_thread():
         return _orig_callable(obj.value)
     return _orig_callable(obj)
 
@@ -672,7 +674,7 @@ def _traced_range(*args):
     # range() of traced sizes is a range of their example values, each read a guard as for any
     # index(); those guards note the range they bound, so that the decision is the loop's length
     # (``range(1, S, 128)`` runs once for every S up to 129), not the number read
-    if not any(type(a) is CustomProxy for a in args):
+    if not any(type(a) is CustomProxy for a in args) or not in_tracing_thread():
         return _orig_range(*args)
     tracer = next(a.tracer for a in args if type(a) is CustomProxy)
     before = _orig_len(tracer.guards)
@@ -721,7 +723,8 @@ def _traced_len(obj):
     # stays symbolic where it is computed with (x + len(x)), and a Python use of it (range(len(x)),
     # a comparison) is a guard on the size, as for x.shape[0] (Python's own len() returns an int,
     # which the graph would keep as the example's)
-    if type(obj) is CustomProxy and _orig_isinstance(obj.value, torch.Tensor) and obj.value.dim() > 0:
+    if type(obj) is CustomProxy and _orig_isinstance(obj.value, torch.Tensor) and obj.value.dim() > 0 \
+            and in_tracing_thread():
         import sys
 
         caller = sys._getframe(1).f_globals.get("__name__", "")
@@ -877,7 +880,9 @@ def tracing_patches(tracer: CustomTracer):
             setattr(torch, name, wrap(fn))
         for name, fn in checks.items():
             setattr(torch, name, _concrete_check(fn, _CHECK_FUNCTIONS[name]))
-        with control_flow_patches(tracer), _transformers_number_casts(), _compiled_functions_run_plain(), \
+        # the builtins replaced above act in this thread only (see .threads)
+        with tracing_in_this_thread(), control_flow_patches(tracer), _transformers_number_casts(), \
+                _compiled_functions_run_plain(), \
                 (loop_range_patch(tracer) if tracer.roll_loops else contextlib.nullcontext()):
             yield
     finally:
