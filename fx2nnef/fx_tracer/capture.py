@@ -24,6 +24,7 @@ from ..ir.dims import SymRange
 from .branches import merge_at_size, trace_branches
 from .passes import (cleanup_slices, complex_to_real, fold_constant_selects, masked_reductions, masked_updates,
                      pieces_as_slices, remove_dead_code, remove_inplace)
+from .passes.loops import roll_loops
 from .random_draws import random_draws_advice, random_draws_text, watch_random_draws
 from .shapes.overlap import Worker, can_overlap
 from .shapes.probe import (AT_EXAMPLE, OFF_STEP, RUNS, DeferredCheckFailed, _output_args, analyze, check_reran,
@@ -36,7 +37,6 @@ from .tracing import structures
 from .tracing.control_flow import loop_options, run_eagerly
 from .tracing.data_dep import check_number_reads, complex_values_note, number_reads
 from .tracing.grouped import check_grouped_outputs
-from .tracing.loops import roll_loops
 from .tracing.padded import check_padded
 from .tracing.scalars import scalars_to_inputs
 from .tracing.tracer import _module_state, _restore_module_state, trace_model
