@@ -108,8 +108,55 @@ class _Plan:
     affine_uses: dict = dataclasses.field(default_factory=dict)
 
 
+@dataclasses.dataclass
+class _Roll:
+    """A loop found to roll (:func:`_checked`), before the graph changes: its iterations (``plan``),
+    the indices it visits, the uses of the index in the first iteration, and what the graph reads
+    after it."""
+
+    plan: _Plan
+    where_text: str
+    n_iter: int
+    low: object
+    hi: object  # a traced size or an int
+    offset: int
+    reverse: bool
+    local: set  # the first iteration's values computed from values made before the loop only
+    scanned: dict  # (tensor, axis) -> what a use of the index keeps, per scanned input
+    uses: dict  # position -> (scan key, the index without the loop's entry or None)
+    writes: dict  # position -> (buffer, its index with the loop's entry, where that entry is)
+    numbers: dict  # position -> (path, scale, shift): the index as a number in an item-wise op on a tensor
+    drop: list  # the guards to drop: the loop's own, and the repeats of the first iteration's
+    finals: dict  # carry -> (outside user of the last iteration's value, whether it is the item read)
+    ys: list  # positions of the stacked outputs
+    post: dict  # user after the loop -> (position, backwards, "stack" or "cat", dim)
+    carry_pos: list
+    kept: list  # the positions of the first iteration that stay in the graph (the writes go)
+
+
 def _roll(gm: fx.GraphModule, rec: LoopRecord, guards: list) -> str:
+    r = _checked(gm.graph, rec, guards)
     graph = gm.graph
+    new = _NewNode(graph, rec.source, r.plan.segs[0][0])
+    xs, scan_slots, carry_slots, hi_arg = _slots(graph, rec, r, new)
+    results = _scan(gm, r, new, xs, scan_slots, carry_slots)
+    _after_loop(graph, r, new, results, hi_arg)
+    segs = r.plan.segs
+    gone = {n for seg in segs[1:] for n in seg} | {n for group in r.plan.extra for n in group}
+    for n in reversed([n for n in graph.nodes if n in gone]):
+        graph.erase_node(n)
+    for g in r.drop:
+        if g in guards:
+            guards.remove(g)
+    gm.recompile()
+    rec.rolled = True
+    return (f"the Python loop at {r.where_text} is rolled into a scan: {r.n_iter} iterations at the example, "
+            f"{len(r.carry_pos)} carried value(s), {len(r.scanned)} scanned input(s), {len(r.ys)} stacked "
+            f"and {len(r.writes)} index-written output(s); it runs for any length (tract_core_scan for tract)")
+
+
+def _checked(graph: fx.Graph, rec: LoopRecord, guards: list) -> _Roll:
+    """What the loop rolls into, checked; raises :class:`_NoRoll` when it stays unrolled."""
     where_text = str(rec.source) if rec.source is not None else "an unknown line"
     n_iter = len(rec.values)
     if n_iter < 2:
@@ -123,77 +170,15 @@ def _roll(gm: fx.GraphModule, rec: LoopRecord, guards: list) -> str:
     where = {n: (k, p) for k, seg in enumerate(segs) for p, n in enumerate(seg)}
     first = segs[0]
     inside = set(where) | {n for group in plan.extra for n in group}
-
-    # the scanned inputs: (tensor, axis) of each use of the index, and what the use keeps
     scanned: dict = {}
-    # the first iteration's values that repeat at every step (computed from values made before the
-    # loop only): a tensor among them may be scanned
-    varying: set = set()
-    starts_varying = {p for p, _, _ in plan.carry_uses} | set(plan.index_uses) | set(plan.affine_uses)
-    for p, n in enumerate(first):
-        if p in starts_varying or any(a in varying for a in n.all_input_nodes):
-            varying.add(n)
-    local = set(first) - varying
-    uses: dict = {}  # position -> (scan key, the index without the loop's entry or None)
-    writes: dict = {}  # position -> (buffer, its index with the loop's entry, where that entry is)
-    numbers: dict = {}  # position -> path: the index as a number in an item-wise op on a tensor
-    for p, path in plan.index_uses.items():
-        if first[p].op == "call_function" and first[p].target is operator.setitem:
-            writes[p] = _index_write(first[p], path, inside)
-        elif _number_use(first[p], path):
-            numbers[p] = (path, 1, 0)
-        else:
-            uses[p] = _index_use(first[p], path, inside - local, scanned)
-    for p, (path, scale, shift) in plan.affine_uses.items():
-        if not _number_use(first[p], path):
-            raise _NoRoll(f"%{first[p].name} ({_target_text(first[p])}) reads a number computed from the loop "
-                          "index, not as the number operand of an item-wise op on a tensor")
-        numbers[p] = (path, scale, shift)
+    local = _local(plan)
+    uses, writes, numbers = _index_reads(plan, inside, local, scanned)
     written = {n for seg in segs for p, n in enumerate(seg) if p in writes}
     for buf, _, _ in writes.values():
         if any(u in inside and u not in written for u in buf.users):
             raise _NoRoll(f"it reads %{buf.name}, which it also writes one index at a time")
-
-    # decisions taken in the loop: on data, refused; a repeat of the first iteration's, dropped
-    drop = list(rec.guards)
-    for g in guards:
-        w = where.get(g.node)
-        if w is None:
-            continue
-        if g.op != "count" and depends_on_data(g.node, memo):  # a count of pieces is a shape fact
-            raise _NoRoll(f"it takes a decision on tensor data ({g.text}{' at ' + str(g.source) if g.source else ''})")
-        k, p = w
-        if p in uses:
-            raise _NoRoll(f"a decision reads the slice it takes ({g.text})")
-        if k > 0:
-            if not any(h.node is first[p] and h.op == g.op and h.expected == g.expected for h in guards):
-                raise _NoRoll(f"iteration {k} takes another decision than the first ({g.text})")
-            drop.append(g)
-
-    # what the graph reads after the loop: the last carries, and whole lists given to stack / cat
-    last = segs[-1]
-    finals: dict = {}  # carry -> (outside user of the last iteration's value, whether it is the item read)
-    stacks: list = []
-    for k, seg in enumerate(segs):
-        for p, n in enumerate(seg):
-            for u in n.users:
-                if u in inside:
-                    continue
-                if k == n_iter - 1 and p in plan.carries and not _stacks_iterations(u, where, n_iter):
-                    finals.setdefault(p, []).append((u, False))
-                    continue
-                if k == n_iter - 1 and u.op == "call_function" and u.target is operator.getitem \
-                        and len(u.args) == 2 and (p, u.args[1]) in plan.carries:
-                    finals.setdefault((p, u.args[1]), []).append((u, True))
-                    continue
-                stacks.append(u)
-    ys: list = []  # positions of the stacked outputs
-    post: dict = {}
-    for u in dict.fromkeys(stacks):
-        p, backwards, fn, dim = _stack_use(u, where, n_iter, rec)
-        if p not in ys:
-            ys.append(p)
-        post[u] = (p, backwards, fn, dim)
+    drop = _repeated_decisions(rec, guards, where, first, uses, memo)
+    finals, ys, post = _reads_after(rec, plan, where, inside)
     for p in list(plan.carries) + ys:
         value = _carried(first, p)
         if not _orig_isinstance(value, torch.Tensor):
@@ -209,34 +194,131 @@ def _roll(gm: fx.GraphModule, rec: LoopRecord, guards: list) -> str:
         if len(_builtin_range(x.meta["value"].shape[axis])[low:hi_value]) != n_iter:
             raise _NoRoll(f"%{x.name} has {x.meta['value'].shape[axis]} items along dim {axis}, not the loop's "
                           f"{n_iter} from {low}")
+    return _Roll(plan=plan, where_text=where_text, n_iter=n_iter, low=low, hi=hi, offset=offset, reverse=reverse,
+                 local=local, scanned=scanned, uses=uses, writes=writes, numbers=numbers, drop=drop, finals=finals,
+                 ys=ys, post=post, carry_pos=carry_pos, kept=kept)
 
-    # -- from here the graph changes ----------------------------------------------------------
-    source = rec.source
-    module_meta = {k: first[0].meta[k] for k in ("module_path", "module_type") if k in first[0].meta}
+
+def _local(plan: _Plan) -> set:
+    """The first iteration's values that repeat at every step (computed from values made before the
+    loop only): a tensor among them may be scanned."""
+    first = plan.segs[0]
+    varying: set = set()
+    starts_varying = {p for p, _, _ in plan.carry_uses} | set(plan.index_uses) | set(plan.affine_uses)
+    for p, n in enumerate(first):
+        if p in starts_varying or any(a in varying for a in n.all_input_nodes):
+            varying.add(n)
+    return set(first) - varying
+
+
+def _index_reads(plan: _Plan, inside: set, local: set, scanned: dict) -> tuple:
+    """``(uses, writes, numbers)``: how the first iteration reads the loop index (see :class:`_Roll`);
+    the scanned inputs go to ``scanned``: (tensor, axis) of each use of the index, and what it keeps."""
+    first = plan.segs[0]
+    uses: dict = {}
+    writes: dict = {}
+    numbers: dict = {}
+    for p, path in plan.index_uses.items():
+        if first[p].op == "call_function" and first[p].target is operator.setitem:
+            writes[p] = _index_write(first[p], path, inside)
+        elif _number_use(first[p], path):
+            numbers[p] = (path, 1, 0)
+        else:
+            uses[p] = _index_use(first[p], path, inside - local, scanned)
+    for p, (path, scale, shift) in plan.affine_uses.items():
+        if not _number_use(first[p], path):
+            raise _NoRoll(f"%{first[p].name} ({_target_text(first[p])}) reads a number computed from the loop "
+                          "index, not as the number operand of an item-wise op on a tensor")
+        numbers[p] = (path, scale, shift)
+    return uses, writes, numbers
+
+
+def _repeated_decisions(rec: LoopRecord, guards: list, where: dict, first: list, uses: dict, memo: dict) -> list:
+    """The guards to drop once the loop rolls: its own, and the repeats of the first iteration's
+    decisions. A decision on data in the loop, or one another iteration takes otherwise, refuses it."""
+    drop = list(rec.guards)
+    for g in guards:
+        w = where.get(g.node)
+        if w is None:
+            continue
+        if g.op != "count" and depends_on_data(g.node, memo):  # a count of pieces is a shape fact
+            raise _NoRoll(f"it takes a decision on tensor data ({g.text}{' at ' + str(g.source) if g.source else ''})")
+        k, p = w
+        if p in uses:
+            raise _NoRoll(f"a decision reads the slice it takes ({g.text})")
+        if k > 0:
+            if not any(h.node is first[p] and h.op == g.op and h.expected == g.expected for h in guards):
+                raise _NoRoll(f"iteration {k} takes another decision than the first ({g.text})")
+            drop.append(g)
+    return drop
+
+
+def _reads_after(rec: LoopRecord, plan: _Plan, where: dict, inside: set) -> tuple:
+    """``(finals, ys, post)``: what the graph reads after the loop, the last carries and whole lists
+    given to stack / cat (see :class:`_Roll`)."""
+    segs = plan.segs
+    n_iter = len(rec.values)
+    finals: dict = {}
+    stacks: list = []
+    for k, seg in enumerate(segs):
+        for p, n in enumerate(seg):
+            for u in n.users:
+                if u in inside:
+                    continue
+                if k == n_iter - 1 and p in plan.carries and not _stacks_iterations(u, where, n_iter):
+                    finals.setdefault(p, []).append((u, False))
+                    continue
+                if k == n_iter - 1 and u.op == "call_function" and u.target is operator.getitem \
+                        and len(u.args) == 2 and (p, u.args[1]) in plan.carries:
+                    finals.setdefault((p, u.args[1]), []).append((u, True))
+                    continue
+                stacks.append(u)
+    ys: list = []
+    post: dict = {}
+    for u in dict.fromkeys(stacks):
+        p, backwards, fn, dim = _stack_use(u, where, n_iter, rec)
+        if p not in ys:
+            ys.append(p)
+        post[u] = (p, backwards, fn, dim)
+    return finals, ys, post
+
+
+class _NewNode:
+    """``new(target, args, value=None)``: a call node of the rolled loop, with its value (computed
+    when not given), the loop's source line and the module of the first iteration's first node."""
+
+    def __init__(self, graph: fx.Graph, source, first: fx.Node):
+        self.graph, self.source = graph, source
+        self.module_meta = {k: first.meta[k] for k in ("module_path", "module_type") if k in first.meta}
+
+    def __call__(self, target, args, value=None):
+        n = self.graph.create_node("call_function", target, args, {})
+        n.meta["value"] = value if value is not None else _run(target, args)
+        n.meta["source"] = self.source
+        n.meta.update(self.module_meta)
+        return n
+
+
+def _slots(graph: fx.Graph, rec: LoopRecord, r: _Roll, new: _NewNode) -> tuple:
+    """The scan's inputs and slots, made before the loop, and the first iteration rewired to read the
+    slots: ``(xs, scan_slots, carry_slots, hi_arg)``, ``hi_arg`` the loop's end in the graph."""
+    plan, first, low, hi, offset = r.plan, r.plan.segs[0], r.low, r.hi, r.offset
     start = first[0]
     for n in nodes_between(graph, rec.starts[0], rec.end):
         if n.op == "get_attr":
             start.prepend(n)  # read before the loop: the scanned inputs and the scan read them there
-
-    def new(target, args, value=None):
-        n = graph.create_node("call_function", target, args, {})
-        n.meta["value"] = value if value is not None else _run(target, args)
-        n.meta["source"] = source
-        n.meta.update(module_meta)
-        return n
-
     xs, scan_slots = [], []
     indices = None
     with graph.inserting_before(start):
         hi_arg = hi.node if _orig_isinstance(hi, fx.Proxy) else hi  # in the graph, a node
         if offset:
             hi_arg = new(operator.add, (hi_arg, offset)) if _orig_isinstance(hi_arg, fx.Node) else hi_arg + offset
-        if not scanned or numbers:  # the loop runs over its indices (read as numbers, or nothing scanned)
+        if not r.scanned or r.numbers:  # the loop runs over its indices (read as numbers, or nothing scanned)
             indices = new(torch.arange, (low, hi_arg))
             index_slot = new(scanned_slot, (indices, 0))
-    for (x, axis) in scanned:
+    for (x, axis) in r.scanned:
         # a tensor made in the first iteration from values made before the loop is sliced where it is made
-        with graph.inserting_before(x.next if x in local else start):
+        with graph.inserting_before(x.next if x in r.local else start):
             moved = x if axis == 0 else new(torch.movedim, (x, axis, 0))
             piece = moved if _whole(x, axis, low, hi, offset) else new(operator.getitem, (moved, slice(low, hi_arg)))
             xs.append(piece)
@@ -248,13 +330,13 @@ def _roll(gm: fx.GraphModule, rec: LoopRecord, guards: list) -> str:
         slot.meta["loop_slot"] = True
     with graph.inserting_before(start):
         carry_slots = {}
-        for q in carry_pos:
+        for q in r.carry_pos:
             slot = new(carry_slot, (plan.carries[q],))
             slot.meta["loop_slot"] = True
             carry_slots[q] = slot
     for p, path, q in plan.carry_uses:
         _set_at(first[p], path, carry_slots[q])
-    for p, (path, scale, shift) in numbers.items():
+    for p, (path, scale, shift) in r.numbers.items():
         number = index_slot  # each step's index, a rank-0 int64 tensor
         with graph.inserting_before(first[p]):
             if scale != 1:
@@ -262,12 +344,20 @@ def _roll(gm: fx.GraphModule, rec: LoopRecord, guards: list) -> str:
             if shift != 0:
                 number = new(operator.add, (number, shift))
         _set_at(first[p], path, number)
-    write_ys = [first[p].args[2] for p in writes]  # the value each step writes
-    written_values = [[seg[p].args[2].meta["value"] for seg in segs] for p in writes]
-    for p in writes:
+    return xs, scan_slots, carry_slots, hi_arg
+
+
+def _scan(gm: fx.GraphModule, r: _Roll, new: _NewNode, xs: list, scan_slots: list, carry_slots: dict) -> list:
+    """The first iteration made the body of one scan node; returns the nodes of the scan's results
+    (the last carries, then the stacked outputs, then the values written one index per step)."""
+    graph, plan, segs = gm.graph, r.plan, r.plan.segs
+    first, last, carry_pos = segs[0], segs[-1], r.carry_pos
+    write_ys = [first[p].args[2] for p in r.writes]  # the value each step writes
+    written_values = [[seg[p].args[2].meta["value"] for seg in segs] for p in r.writes]
+    for p in r.writes:
         graph.erase_node(first[p])  # written once, after the loop, from the stacked values
-    keys = list(scanned)
-    for p, (key, rest) in uses.items():
+    keys = list(r.scanned)
+    for p, (key, rest) in r.uses.items():
         node = first[p]
         slot = scan_slots[keys.index(key)]
         if rest is None:
@@ -278,7 +368,7 @@ def _roll(gm: fx.GraphModule, rec: LoopRecord, guards: list) -> str:
         node.replace_all_uses_with(repl)
         graph.erase_node(node)
         first[p] = repl
-    end = first[kept[-1]]  # the first iteration's last node still in the graph
+    end = first[r.kept[-1]]  # the first iteration's last node still in the graph
     item_nodes = {}
     for q in carry_pos:
         if type(q) is not int:  # the item of a tuple the first iteration made, as the next one reads it
@@ -286,21 +376,21 @@ def _roll(gm: fx.GraphModule, rec: LoopRecord, guards: list) -> str:
                 end = item_nodes[q] = new(operator.getitem, (first[q[0]], q[1]))
     slots = list(carry_slots.values()) + scan_slots
     body_nodes = slot_dependents(_up_to(graph, end), slots)
-    outs = [item_nodes.get(q) or first[q] for q in carry_pos] + [first[p] for p in ys] + write_ys
+    outs = [item_nodes.get(q) or first[q] for q in carry_pos] + [first[p] for p in r.ys] + write_ys
     body, outer = body_module(gm, body_nodes, slots, outs)
-    call = ScanCall(body, "scan", where_text, 0, reverse, len(carry_pos))
+    call = ScanCall(body, "scan", r.where_text, 0, r.reverse, len(carry_pos))
     init = [plan.carries[q] for q in carry_pos]
     args = (init, xs, outer, list(carry_slots.values()), scan_slots, outs)
     # the values the unrolled iterations computed, as the scan gives them (a value made before the
     # loop may have been changed in place after it: the scan is not run again on it here; the
     # analysis runs the whole graph on the example and compares with the model)
-    order = list(reversed(segs)) if reverse else segs  # the stacked values run in index order
+    order = list(reversed(segs)) if r.reverse else segs  # the stacked values run in index order
     value = tuple(_carried(last, q) for q in carry_pos) + tuple(
-        torch.stack([seg[p].meta["value"] for seg in order]) for p in ys) + tuple(
-        torch.stack(vals[::-1] if reverse else vals) for vals in written_values)
+        torch.stack([seg[p].meta["value"] for seg in order]) for p in r.ys) + tuple(
+        torch.stack(vals[::-1] if r.reverse else vals) for vals in written_values)
     with graph.inserting_after(end):
         scan = new(call, args, value=value)
-    scan.meta["control_flow"] = f"Python loop at {where_text}"
+    scan.meta["control_flow"] = f"Python loop at {r.where_text}"
     results = []
     prev = scan
     for i in range(len(value)):
@@ -309,17 +399,24 @@ def _roll(gm: fx.GraphModule, rec: LoopRecord, guards: list) -> str:
         if i < len(carry_pos):  # the last step's carry itself: the memory its views after the loop share
             prev.meta["storage"] = storage_keys(prev.meta["value"])
         results.append(prev)
+    return results
+
+
+def _after_loop(graph: fx.Graph, r: _Roll, new: _NewNode, results: list, hi_arg) -> None:
+    """The graph after the loop reads the scan's results: the last carries, the index-written
+    buffers written once, the lists given to stack / cat as the stacked outputs."""
+    last, carry_pos, source, module_meta = r.plan.segs[-1], r.carry_pos, new.source, new.module_meta
     for j, q in enumerate(carry_pos):
-        for u, item in finals.get(q, []):
+        for u, item in r.finals.get(q, []):
             if item:
                 u.replace_all_uses_with(results[j])
                 graph.erase_node(u)
             else:
                 u.replace_input_with(last[q], results[j])
     after = results[-1]
-    for j, (buf, idx, i) in enumerate(writes.values()):
-        y = results[len(carry_pos) + len(ys) + j]
-        whole = slice(low, hi_arg)  # the written indices
+    for j, (buf, idx, i) in enumerate(r.writes.values()):
+        y = results[len(carry_pos) + len(r.ys) + j]
+        whole = slice(r.low, hi_arg)  # the written indices
         entries = (idx,) if i is None else tuple(idx)
         at = 0 if i is None else i
         axis = sum(1 for e in entries[:at] if e is None or _orig_isinstance(e, slice))
@@ -330,10 +427,10 @@ def _roll(gm: fx.GraphModule, rec: LoopRecord, guards: list) -> str:
             spot = whole if i is None else entries[:at] + (whole,) + entries[at + 1:]
             after = graph.create_node("call_function", operator.setitem, (buf, spot, y), {})
             after.meta.update(value=None, source=source, **module_meta)
-    for u, (p, backwards, fn, dim) in post.items():
-        y = results[len(carry_pos) + ys.index(p)]
+    for u, (p, backwards, fn, dim) in r.post.items():
+        y = results[len(carry_pos) + r.ys.index(p)]
         with graph.inserting_before(u):
-            if backwards != reverse:
+            if backwards != r.reverse:
                 y = new(torch.flip, (y, [0]))
             if dim != 0:
                 y = new(torch.movedim, (y, 0, dim))
@@ -347,17 +444,6 @@ def _roll(gm: fx.GraphModule, rec: LoopRecord, guards: list) -> str:
         _stands_for(y, u)
         u.replace_all_uses_with(y)
         graph.erase_node(u)
-    gone = {n for seg in segs[1:] for n in seg} | {n for group in plan.extra for n in group}
-    for n in reversed([n for n in graph.nodes if n in gone]):
-        graph.erase_node(n)
-    for g in drop:
-        if g in guards:
-            guards.remove(g)
-    gm.recompile()
-    rec.rolled = True
-    return (f"the Python loop at {where_text} is rolled into a scan: {n_iter} iterations at the example, "
-            f"{len(carry_pos)} carried value(s), {len(scanned)} scanned input(s), {len(ys)} stacked "
-            f"and {len(writes)} index-written output(s); it runs for any length (tract_core_scan for tract)")
 
 
 def _carried(seg: list, key):
