@@ -495,6 +495,46 @@ def _whole(x: fx.Node, axis: int, low, hi, offset: int) -> bool:
 
 def _match(graph: fx.Graph, rec: LoopRecord) -> _Plan:
     """Check that every iteration records the calls of the first; find carries and index uses."""
+    segs, items, extra = _iterations(graph, rec)
+    size = len(segs[0])
+    if size == 0:
+        raise _NoRoll("its iterations record no call")
+    if any(len(s) != size for s in segs):
+        raise _NoRoll("its iterations record different numbers of calls")
+    where = {n: (k, p) for k, seg in enumerate(segs) for p, n in enumerate(seg)}
+    carries: dict = {}
+    seen: Optional[tuple] = None
+    for k in range(1, len(segs)):
+        compare = _Compare(rec, segs, where, items, carries, k)
+        for p in range(size):
+            a, b = segs[k][p], segs[0][p]
+            if a.op != b.op or not _same_target(a.target, b.target):
+                raise _NoRoll(f"iteration {k} calls {_target_text(a)} where the first calls {_target_text(b)}")
+            compare.same(a.args, b.args, p, ("args",))
+            compare.same(a.kwargs, b.kwargs, p, ("kwargs",))
+        found = compare.found
+        if seen is None:
+            seen = tuple(found)
+        elif tuple(found) != seen:
+            raise _NoRoll(f"iteration {k} reads the carries or the index elsewhere than iteration 1")
+    carry_uses = [(p, path, q) for p, path, kind, q in seen if kind == "carry"]
+    index_uses: dict = {}
+    affine_uses: dict = {}
+    for p, path, kind, detail in seen:
+        if kind in ("index", "affine"):
+            if p in index_uses or p in affine_uses:
+                raise _NoRoll(f"%{segs[0][p].name} reads the loop index twice")
+            if kind == "index":
+                index_uses[p] = path
+            else:
+                affine_uses[p] = (path,) + detail
+    return _Plan(segs, carries, carry_uses, index_uses, extra, affine_uses)
+
+
+def _iterations(graph: fx.Graph, rec: LoopRecord) -> tuple:
+    """``(segs, items, extra)``: the nodes of each iteration (get_attr and the reads of an item of
+    the iteration before's tuples excluded), those reads (node -> (position of the tuple in the
+    iteration before, item)) and, per iteration, the nodes of those reads."""
     bounds = list(rec.starts) + [rec.end]
     segs = []
     for k in range(len(rec.values)):
@@ -515,120 +555,119 @@ def _match(graph: fx.Graph, rec: LoopRecord) -> _Plan:
                 items[n] = (before[n.args[0]], n.args[1])
                 extra[k].append(n)
         segs[k] = [n for n in segs[k] if n not in items]
-    size = len(segs[0])
-    if size == 0:
-        raise _NoRoll("its iterations record no call")
-    if any(len(s) != size for s in segs):
-        raise _NoRoll("its iterations record different numbers of calls")
-    where = {n: (k, p) for k, seg in enumerate(segs) for p, n in enumerate(seg)}
-    carries: dict = {}
-    seen: Optional[tuple] = None
-    for k in range(1, len(segs)):
-        found: list = []  # (position, path, kind, detail)
+    return segs, items, extra
 
-        def same(a, b, p, path):
-            if _orig_isinstance(a, fx.Node) and _orig_isinstance(b, (tuple, list)) and where.get(a, (None,))[0] == k - 1 \
-                    and _orig_isinstance(a.meta.get("value"), (tuple, list)) and len(a.meta["value"]) == len(b):
-                # a tuple the iteration before made, where the first iteration is given the initial tuple
-                pa = where[a][1]
-                for i, item in enumerate(b):
-                    if not _orig_isinstance(item, fx.Node) or where.get(item) is not None:
-                        raise _NoRoll(f"iteration {k} reads a tuple where the first reads other values")
-                    known = carries.setdefault((pa, i), item)
-                    if not _same_outside(known, item):
-                        raise _NoRoll(f"the value carried from %{a.name} starts from two values")
-                    found.append((p, path + (i,), "carry", (pa, i)))
-                return
-            if _orig_isinstance(a, fx.Node):
-                if not _orig_isinstance(b, fx.Node):
-                    raise _NoRoll(f"iteration {k} reads a value where the first reads a constant")
-                wa, wb = where.get(a), where.get(b)
-                if a in items:
-                    if wb is not None or items[a][0] >= size or a.args[0] is not segs[k - 1][items[a][0]]:
-                        raise _NoRoll(f"iteration {k} reads an item of the iteration before where the first reads "
-                                      "its own values")
-                    known = carries.setdefault(items[a], b)
-                    if not _same_outside(known, b):
-                        raise _NoRoll(f"the value carried from %{a.name} starts from two values")
-                    found.append((p, path, "carry", items[a]))
-                    return
-                if wa is None:
-                    if wb is not None or not _same_outside(a, b):
-                        raise _NoRoll(f"iteration {k} reads %{a.name} where the first reads %{b.name}")
-                    return
-                ka, pa = wa
-                if ka == k:
-                    if wb != (0, pa):
-                        raise _NoRoll(f"iteration {k} differs from the first at %{a.name}")
-                    return
-                if ka == k - 1:
-                    if wb is not None:
-                        raise _NoRoll(f"iteration {k} reads the iteration before where the first reads its own values")
-                    known = carries.setdefault(pa, b)
-                    if not _same_outside(known, b):
-                        raise _NoRoll(f"the value carried from %{a.name} starts from two values")
-                    found.append((p, path, "carry", pa))
-                    return
-                raise _NoRoll(f"iteration {k} reads a value of iteration {ka}, not of the one before")
-            if _orig_isinstance(b, fx.Node):
-                raise _NoRoll(f"iteration {k} reads a constant where the first reads a value")
-            if _orig_isinstance(a, (tuple, list)):
-                if type(a) is not type(b) or len(a) != len(b):
-                    raise _NoRoll(f"iteration {k} calls with other arguments")
-                for i, (x, y) in enumerate(zip(a, b)):
-                    same(x, y, p, path + (i,))
-                return
-            if _orig_isinstance(a, dict):
-                if not _orig_isinstance(b, dict) or list(a) != list(b):
-                    raise _NoRoll(f"iteration {k} calls with other arguments")
-                for key in a:
-                    same(a[key], b[key], p, path + (key,))
-                return
-            if _orig_isinstance(a, slice):
-                if not _orig_isinstance(b, slice):
-                    raise _NoRoll(f"iteration {k} calls with other arguments")
-                for i, (x, y) in enumerate(zip((a.start, a.stop, a.step), (b.start, b.stop, b.step))):
-                    same(x, y, p, path + (("slice", i),))
-                return
-            if type(a) is int and type(b) is int and a != b and a == rec.values[k] and b == rec.values[0]:
-                found.append((p, path, "index", None))
-                return
-            if type(a) is type(b) and type(a) in (int, float) and a != b and rec.values[k] != rec.values[0]:
-                # a number computed from the index (``t + 1``, ``t / 4``): the same line through every step's
-                step = rec.values[k] - rec.values[0]
-                if type(a) is int and (a - b) % step == 0:
-                    scale = (a - b) // step
-                else:
-                    scale = (a - b) / step
-                found.append((p, path, "affine", (scale, b - scale * rec.values[0])))
-                return
-            if type(a) is int and type(b) is int and a != b:
-                raise _NoRoll(f"iteration {k} calls with the constant {a} where the first has {b}")
-            if not _same_constant(a, b):
-                raise _NoRoll(f"iteration {k} calls with {a!r} where the first has {b!r}")
 
-        for p in range(size):
-            a, b = segs[k][p], segs[0][p]
-            if a.op != b.op or not _same_target(a.target, b.target):
-                raise _NoRoll(f"iteration {k} calls {_target_text(a)} where the first calls {_target_text(b)}")
-            same(a.args, b.args, p, ("args",))
-            same(a.kwargs, b.kwargs, p, ("kwargs",))
-        if seen is None:
-            seen = tuple(found)
-        elif tuple(found) != seen:
-            raise _NoRoll(f"iteration {k} reads the carries or the index elsewhere than iteration 1")
-    carry_uses = [(p, path, q) for p, path, kind, q in seen if kind == "carry"]
-    index_uses: dict = {}
-    affine_uses: dict = {}
-    for p, path, kind, detail in seen:
-        if kind in ("index", "affine"):
-            if p in index_uses or p in affine_uses:
-                raise _NoRoll(f"%{segs[0][p].name} reads the loop index twice")
-            if kind == "index":
-                index_uses[p] = path
+class _Compare:
+    """The arguments of iteration ``k``'s calls against the first iteration's: :meth:`same` raises
+    :class:`_NoRoll` where they differ otherwise than by the carries and the index, and notes in
+    ``found`` where those are read, as ``(position, path, kind, detail)``; the values each carry
+    starts from go to ``carries``."""
+
+    def __init__(self, rec: LoopRecord, segs: list, where: dict, items: dict, carries: dict, k: int):
+        self.rec, self.segs, self.where, self.items, self.carries, self.k = rec, segs, where, items, carries, k
+        self.size = len(segs[0])
+        self.found: list = []
+
+    def same(self, a, b, p, path):
+        k = self.k
+        if _orig_isinstance(a, fx.Node) and _orig_isinstance(b, (tuple, list)) \
+                and self.where.get(a, (None,))[0] == k - 1 \
+                and _orig_isinstance(a.meta.get("value"), (tuple, list)) and len(a.meta["value"]) == len(b):
+            self._tuple_carried(a, b, p, path)
+        elif _orig_isinstance(a, fx.Node):
+            self._same_value(a, b, p, path)
+        elif _orig_isinstance(b, fx.Node):
+            raise _NoRoll(f"iteration {k} reads a constant where the first reads a value")
+        elif _orig_isinstance(a, (tuple, list, dict, slice)):
+            self._same_items(a, b, p, path)
+        else:
+            self._same_number(a, b, p, path)
+
+    def _tuple_carried(self, a, b, p, path):
+        """A tuple the iteration before made, where the first iteration is given the initial tuple."""
+        k = self.k
+        pa = self.where[a][1]
+        for i, item in enumerate(b):
+            if not _orig_isinstance(item, fx.Node) or self.where.get(item) is not None:
+                raise _NoRoll(f"iteration {k} reads a tuple where the first reads other values")
+            known = self.carries.setdefault((pa, i), item)
+            if not _same_outside(known, item):
+                raise _NoRoll(f"the value carried from %{a.name} starts from two values")
+            self.found.append((p, path + (i,), "carry", (pa, i)))
+
+    def _same_value(self, a: fx.Node, b, p, path):
+        k, items, carries = self.k, self.items, self.carries
+        if not _orig_isinstance(b, fx.Node):
+            raise _NoRoll(f"iteration {k} reads a value where the first reads a constant")
+        wa, wb = self.where.get(a), self.where.get(b)
+        if a in items:
+            if wb is not None or items[a][0] >= self.size or a.args[0] is not self.segs[k - 1][items[a][0]]:
+                raise _NoRoll(f"iteration {k} reads an item of the iteration before where the first reads "
+                              "its own values")
+            known = carries.setdefault(items[a], b)
+            if not _same_outside(known, b):
+                raise _NoRoll(f"the value carried from %{a.name} starts from two values")
+            self.found.append((p, path, "carry", items[a]))
+            return
+        if wa is None:
+            if wb is not None or not _same_outside(a, b):
+                raise _NoRoll(f"iteration {k} reads %{a.name} where the first reads %{b.name}")
+            return
+        ka, pa = wa
+        if ka == k:
+            if wb != (0, pa):
+                raise _NoRoll(f"iteration {k} differs from the first at %{a.name}")
+            return
+        if ka == k - 1:
+            if wb is not None:
+                raise _NoRoll(f"iteration {k} reads the iteration before where the first reads its own values")
+            known = carries.setdefault(pa, b)
+            if not _same_outside(known, b):
+                raise _NoRoll(f"the value carried from %{a.name} starts from two values")
+            self.found.append((p, path, "carry", pa))
+            return
+        raise _NoRoll(f"iteration {k} reads a value of iteration {ka}, not of the one before")
+
+    def _same_items(self, a, b, p, path):
+        """Tuples, lists, dicts and slices: the same shape, and their items the same."""
+        k = self.k
+        if _orig_isinstance(a, (tuple, list)):
+            if type(a) is not type(b) or len(a) != len(b):
+                raise _NoRoll(f"iteration {k} calls with other arguments")
+            for i, (x, y) in enumerate(zip(a, b)):
+                self.same(x, y, p, path + (i,))
+            return
+        if _orig_isinstance(a, dict):
+            if not _orig_isinstance(b, dict) or list(a) != list(b):
+                raise _NoRoll(f"iteration {k} calls with other arguments")
+            for key in a:
+                self.same(a[key], b[key], p, path + (key,))
+            return
+        if not _orig_isinstance(b, slice):
+            raise _NoRoll(f"iteration {k} calls with other arguments")
+        for i, (x, y) in enumerate(zip((a.start, a.stop, a.step), (b.start, b.stop, b.step))):
+            self.same(x, y, p, path + (("slice", i),))
+
+    def _same_number(self, a, b, p, path):
+        """Constants: the same, or the loop index, or a number computed from it."""
+        k, values = self.k, self.rec.values
+        if type(a) is int and type(b) is int and a != b and a == values[k] and b == values[0]:
+            self.found.append((p, path, "index", None))
+            return
+        if type(a) is type(b) and type(a) in (int, float) and a != b and values[k] != values[0]:
+            # a number computed from the index (``t + 1``, ``t / 4``): the same line through every step's
+            step = values[k] - values[0]
+            if type(a) is int and (a - b) % step == 0:
+                scale = (a - b) // step
             else:
-                affine_uses[p] = (path,) + detail
-    return _Plan(segs, carries, carry_uses, index_uses, extra, affine_uses)
+                scale = (a - b) / step
+            self.found.append((p, path, "affine", (scale, b - scale * values[0])))
+            return
+        if type(a) is int and type(b) is int and a != b:
+            raise _NoRoll(f"iteration {k} calls with the constant {a} where the first has {b}")
+        if not _same_constant(a, b):
+            raise _NoRoll(f"iteration {k} calls with {a!r} where the first has {b!r}")
 
 
 _ITEMWISE = {operator.add, operator.sub, operator.mul, operator.truediv, operator.floordiv, operator.mod,
