@@ -16,7 +16,7 @@ import torch
 from .errors import CheckIOError, InvalidArgumentError, TractError, UnsupportedOpError
 from .fx_tracer.branches import AT_SIZE
 from .fx_tracer.capture import Capture, capture
-from .fx_tracer.probe import DeferredCheckFailed
+from .fx_tracer.shapes.probe import DeferredCheckFailed
 from .fx_tracer.random_draws import random_draws_advice
 from .piece_by_piece.record import eval_mode
 from .ir import DType, apply_weight_format, sanitize

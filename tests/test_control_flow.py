@@ -178,7 +178,7 @@ def test_cond_on_sizes_with_a_branch_for_other_sizes_is_a_guard(tmp_path):
 
 def test_cond_branches_must_agree():
     """torch itself refuses this eagerly; the tracer (which export runs after eager) says where."""
-    from fx2nnef.fx_tracer.tracer import trace_model
+    from fx2nnef.fx_tracer.tracing.tracer import trace_model
 
     def fn(x):
         return torch.cond(x.sum() > 0, lambda t: t.sum(0), lambda t: t, (x,))

@@ -20,7 +20,7 @@ import fx2nnef
 from fx2nnef.errors import InvalidArgumentError, TraceError
 from fx2nnef.targets.khronos_runner import run_khronos_many
 from fx2nnef.targets.tolerance import compare_outputs
-from fx2nnef.fx_tracer.control_flow import run_eagerly
+from fx2nnef.fx_tracer.tracing.control_flow import run_eagerly
 from fx2nnef.targets.tract_runner import run_tract_many
 from harness import FnModule, randn
 

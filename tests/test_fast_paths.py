@@ -71,7 +71,7 @@ def test_graph_unlike_the_model_on_the_example_is_not_called_a_size_decision(tmp
     """A traced graph that differs from the model on the very example inputs (here: the encoder's
     packed route left out) is no decision on a dynamic size: the error says what it is and where
     to look (before: "the trace took decisions on dynamic dims {'S': 5} that do not hold")."""
-    import fx2nnef.fx_tracer.tracer as tracer
+    import fx2nnef.fx_tracer.tracing.tracer as tracer
 
     monkeypatch.setattr(tracer, "reproduce_fast_path", lambda m, args, kwargs, out: out)
     pad = _masks(2, 5, torch.bool)[0]

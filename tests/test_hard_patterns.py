@@ -218,7 +218,7 @@ def test_masked_updates_pass_structure():
     import operator
 
     from fx2nnef.fx_tracer.passes import masked_updates, remove_inplace
-    from fx2nnef.fx_tracer.tracer import trace_model
+    from fx2nnef.fx_tracer.tracing.tracer import trace_model
 
     x, z = randn(4, 3), randn(4, 3, seed=1)
     trace = trace_model(FnModule(_mask_expression), (x, z), {}, ["x", "z"])

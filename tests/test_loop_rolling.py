@@ -1,4 +1,4 @@
-"""Python loops over a dynamic size rolled into one scan (``fx_tracer/loops.py``).
+"""Python loops over a dynamic size rolled into one scan (``fx_tracer/passes/loops.py``).
 
 ``for t in range(S)`` runs as Python while tracing, so the graph first holds the loop unrolled
 at the example size. When that bounds a dynamic size, the export traces again and rolls each

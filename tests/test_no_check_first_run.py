@@ -130,7 +130,7 @@ def test_graph_unlike_the_model_on_the_example_is_found_without_the_check(tmp_pa
     """A graph that computes otherwise than the model on the example inputs (the encoder's packed
     route for plain tensors left out): without check_io the probes find it apart from the model, the
     comparison at the example then runs and gives the error it gives with the check."""
-    import fx2nnef.fx_tracer.tracer as tracer
+    import fx2nnef.fx_tracer.tracing.tracer as tracer
     from test_fast_paths import Encoder, _masks
 
     monkeypatch.setattr(tracer, "reproduce_fast_path", lambda m, args, kwargs, out: out)
@@ -173,7 +173,7 @@ def test_a_bounded_range_compares_at_the_example(tmp_path):
 def test_a_graph_that_needs_data_runs_for_real():
     """A node that cannot run on meta tensors (nonzero: as many items as the data has): no run
     without data, the caller runs the graph for real."""
-    from fx2nnef.fx_tracer import probe
+    from fx2nnef.fx_tracer.shapes import probe
 
     gm = torch.fx.symbolic_trace(lambda x: torch.nonzero(x > 0).sum() + x.shape[0])
     x = randn(3, 4)

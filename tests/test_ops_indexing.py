@@ -216,7 +216,7 @@ def test_khronos(case, tmp_path):
 
 def test_mutation_keys_match_the_tracer():
     from fx2nnef.fx_tracer.passes.inplace import copy_functional, fill_functional, zero_functional
-    from fx2nnef.fx_tracer.tracer import setitem_functional
+    from fx2nnef.fx_tracer.tracing.tracer import setitem_functional
     from fx2nnef.nnef_emit.ops import indexing
 
     assert [op_key(f) for f in (setitem_functional, copy_functional, fill_functional, zero_functional)] == [

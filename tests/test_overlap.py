@@ -1,4 +1,4 @@
-"""Real runs beside other work (fx_tracer/overlap.py): beside the replay, and a static graph's run
+"""Real runs beside other work (fx_tracer/shapes/overlap.py): beside the replay, and a static graph's run
 beside the lowering and the write; the same asset, ranges and run counts as one after the other; a
 model that updates a buffer in place is not run beside its graph; the worker hands over what it
 raised and restores the interpreter's and torch's settings."""
@@ -11,8 +11,8 @@ import torch
 import transformers as T
 
 import fx2nnef
-from fx2nnef.fx_tracer import overlap, probe
-from fx2nnef.fx_tracer.overlap import Worker
+from fx2nnef.fx_tracer.shapes import overlap, probe
+from fx2nnef.fx_tracer.shapes.overlap import Worker
 from fx2nnef.targets.tolerance import compare_outputs
 
 capture_module = importlib.import_module("fx2nnef.fx_tracer.capture")  # the module, not its capture()
@@ -282,7 +282,7 @@ def test_module_state_is_restored_in_place():
     """Restoring a module's state after a run keeps each attribute that was there before in place the
     whole time (a thread reading the model meanwhile never misses one), and the order of its
     submodules and parameters."""
-    from fx2nnef.fx_tracer.tracer import _module_state, _restore_module_state, _restore_dict
+    from fx2nnef.fx_tracer.tracing.tracer import _module_state, _restore_module_state, _restore_dict
 
     model = _Scaled()
     saved = _module_state(model)

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from fx2nnef.fx_tracer import proxy
+from fx2nnef.fx_tracer.tracing import proxy
 
 
 @pytest.mark.parametrize("table", ["_STATIC_TENSOR_ATTRS", "_STATIC_TENSOR_METHODS", "_DATA_TENSOR_METHODS"])

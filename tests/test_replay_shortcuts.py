@@ -1,4 +1,4 @@
-"""The replay's shortcuts (fx_tracer/shortcuts.py) give torch's output metadata (shape, strides,
+"""The replay's shortcuts (fx_tracer/shapes/shortcuts.py) give torch's output metadata (shape, strides,
 storage offset, dtype) without torch's kernel: on real tensors at several sizes, and under a
 ShapeEnv, where they must also take no decision on the sizes. Calls outside their rules are
 left to torch (None)."""
@@ -9,7 +9,7 @@ import sympy
 import torch
 import torch.nn.functional as F
 
-from fx2nnef.fx_tracer.shortcuts import function_shortcut, method_shortcut
+from fx2nnef.fx_tracer.shapes.shortcuts import function_shortcut, method_shortcut
 
 
 def _t(*shape, dtype=torch.float32):

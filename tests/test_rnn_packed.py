@@ -288,7 +288,7 @@ def test_unsorted_example_with_enforce_sorted_fails_as_torch_does(tmp_path):
 def test_patches_are_undone():
     import torch.nn.utils.rnn as rnn_utils
 
-    from fx2nnef.fx_tracer import packed
+    from fx2nnef.fx_tracer.tracing import packed
 
     assert rnn_utils.pack_padded_sequence is packed._ORIG_PACK
     assert rnn_utils.pad_packed_sequence is packed._ORIG_PAD

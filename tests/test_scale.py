@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import fx2nnef
-from fx2nnef.fx_tracer.torch_data import TorchData, torch_data
+from fx2nnef.fx_tracer.to_ir.torch_data import TorchData, torch_data
 from fx2nnef.ir import DType, op_key
 from fx2nnef.nnef_emit import REGISTRY
 from fx2nnef.nnef_emit.dat import DatFile, read_dat

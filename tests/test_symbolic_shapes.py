@@ -9,7 +9,7 @@ import torch
 import torch.nn as nn
 
 import fx2nnef
-from fx2nnef.fx_tracer.fake_replay import to_dim
+from fx2nnef.fx_tracer.shapes.fake_replay import to_dim
 from fx2nnef.ir import SymDim
 from fx2nnef.targets.tract_runner import run_tract_many
 from harness import FnModule, tract_matches_eager
@@ -152,7 +152,7 @@ def test_size_divided_by_a_size_that_divides_it():
     import sympy
     from torch.utils._sympy.functions import FloorDiv, PythonMod
 
-    from fx2nnef.fx_tracer.fake_replay import to_dim
+    from fx2nnef.fx_tracer.shapes.fake_replay import to_dim
 
     s = sympy.Symbol("s0", integer=True, positive=True)
     padded = s + PythonMod(64 - PythonMod(s, 64), 64)
@@ -168,7 +168,7 @@ def test_compiled_size_expressions_evaluate_as_sympy_does():
     expressions too deep to compile) at each size, divisions by a size that is 0 included."""
     from torch.utils._sympy.functions import CeilDiv, FloorDiv, PythonMod
 
-    from fx2nnef.fx_tracer.fake_replay import _closures, _compile
+    from fx2nnef.fx_tracer.shapes.fake_replay import _closures, _compile
 
     s, t = sympy.symbols("s0 s1", integer=True, positive=True)
     names = {s: "S", t: "T"}
@@ -286,8 +286,8 @@ class _CallsASubmodule(nn.Module):
 def test_shapes_at_other_sizes_run_on_meta_tensors_or_fake_ones(model, meta, monkeypatch):
     """The shape-only runs at concrete sizes (a decision of torch's kernels flips there) give
     what a real run gives; on meta tensors when the graph runs there, else on fake tensors."""
-    from fx2nnef.fx_tracer import fake_replay
-    from fx2nnef.fx_tracer.probe import _record
+    from fx2nnef.fx_tracer.shapes import fake_replay
+    from fx2nnef.fx_tracer.shapes.probe import _record
 
     gm = torch.fx.symbolic_trace(model)
     ran = []

@@ -1,6 +1,6 @@
 """A stored table read at positions that grow with a size bounds that size: past the table's
 rows torch raises IndexError and tract aborts the process, and no decision on the sizes marks
-the limit (fx_tracer/tables.py)."""
+the limit (fx_tracer/shapes/tables.py)."""
 from __future__ import annotations
 
 import torch

@@ -164,3 +164,37 @@ def test_data_guard_is_reported(tmp_path):
     r = _export(DataBranch(), (randn(3, 4).abs(),), tmp_path)
     data = [g for g in r.guards if g.kind == "data"]
     assert data and data[0].status == "baked" and "x.sum() > 0" in data[0].source.code
+
+
+class _AsksInTwoThreads(torch.nn.Module):
+    """Asks isinstance, callable, len and range about a traced input, in the tracing thread and in
+    another thread meanwhile."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = {}
+
+    def _ask(self, x) -> tuple:
+        return (isinstance(x, torch.Tensor), callable(x), type(len(x)).__name__,
+                type(range(x.shape[0])).__name__)
+
+    def forward(self, x):
+        import threading
+
+        self.seen["tracing"] = self._ask(x)
+        other = threading.Thread(target=lambda: self.seen.__setitem__("other", self._ask(x)))
+        other.start()
+        other.join()
+        return x + 1
+
+
+def test_the_builtins_replaced_while_tracing_act_in_the_tracing_thread_only():
+    """The tracer replaces builtins (isinstance, callable, len, range) process-wide while it traces;
+    another thread (the export checks an asset in tract from a worker thread beside the lowering)
+    gets the builtins' own answers meanwhile, not answers read from the traced value."""
+    from fx2nnef.fx_tracer.tracing.tracer import trace_model
+
+    model = _AsksInTwoThreads()
+    trace_model(model, (randn(3, 4),), {}, ["x"], roll_loops=True)
+    assert model.seen["tracing"] == (True, False, "CustomProxy", "_TracedRange")
+    assert model.seen["other"] == (False, True, "int", "range")

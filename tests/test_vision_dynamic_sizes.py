@@ -225,7 +225,7 @@ def test_beit_relative_position_bias_interpolated(tmp_path):
 def test_int_stand_in_is_the_builtin_elsewhere():
     """The stand-in for ``int`` in the model's modules while tracing answers as the builtin does
     for anything but a traced size."""
-    from fx2nnef.fx_tracer.size_casts import TracedInt
+    from fx2nnef.fx_tracer.tracing.size_casts import TracedInt
 
     assert isinstance(3, TracedInt) and isinstance(True, TracedInt) and not isinstance(3.0, TracedInt)
     assert isinstance(3, (TracedInt, float)) and issubclass(bool, TracedInt)

@@ -21,9 +21,10 @@ import torch
 import torch.fx as fx
 
 from ..errors import TraceError
-from .control_flow import _SCALAR_TENSOR, ScanCall, size_comparison
-from .structures import has_tensor, same_value
-from .tracer import GuardRecord, TraceResult
+from .tracing.control_flow import _SCALAR_TENSOR, size_comparison
+from .tracing.scan import ScanCall
+from .tracing.structures import has_tensor, same_value
+from .tracing.tracer import GuardRecord, TraceResult
 
 MAX_PATHS = 8
 
@@ -340,6 +341,27 @@ def merge_at_size(main: TraceResult, point: TraceResult, dynamic_axes: dict, sym
         raise TraceError(f"the forward gives {len(outs_m)} outputs at the example and {len(outs_p)} at {sym}={size}")
     scalar = add("call_function", _SCALAR_TENSOR, (add("call_method", "size", size_of),), {"dtype": torch.int64})
     cond = add("call_function", torch.eq, (scalar, size))
+    merged = _merged_outputs(add, outs_m, outs_p, cond, sym, size)
+    graph.output(merged)
+    gm = fx.GraphModule(root, graph, class_name=type(root).__name__)
+    where = ", ".join(sorted(f"{os.path.basename(file)}:{line}" for file, line in sites))
+    note = (f"{sym}={size} takes other code" + (f" ({where})" if where else "") + f": the forward traced at "
+            f"{sym}={size}{AT_SIZE} {sym} == {size}")
+    guards = []
+    for g in main.guards:
+        g = dataclasses.replace(g, node=env_m[g.node])
+        if g.source is not None and (g.source.file, g.source.line) in sites and isinstance(g.expected, bool):
+            g.merged, g.branch_note = True, f"the other outcome exported by the trace at {sym}={size}"
+        guards.append(g)
+    guards += [dataclasses.replace(g, node=env_p[g.node]) for g in point.guards]
+    control_flow = list(main.control_flow) + [c for c in point.control_flow if c not in main.control_flow] + [note]
+    return TraceResult(gm, main.input_names, main.output_names, guards, main.example_inputs, control_flow,
+                       [g for g in guards if g.decision is not None], list(main.loops) + list(point.loops))
+
+
+def _merged_outputs(add, outs_m, outs_p, cond, sym: str, size: int) -> list:
+    """Each output ``point``'s (``outs_p``) where ``cond`` (``sym == size``), else ``main``'s
+    (``outs_m``), made with ``add(op, target, args)`` (see :func:`merge_at_size`)."""
     merged = []
     for i, (m, p) in enumerate(zip(outs_m, outs_p)):
         mv = m.meta.get("value") if isinstance(m, fx.Node) else m
@@ -363,21 +385,7 @@ def merge_at_size(main: TraceResult, point: TraceResult, dynamic_axes: dict, sym
             p = add("call_function", torch.nn.functional.pad, (p, [0, 0] * (mv.dim() - 1 - axis) + [0, amount]))
             pv = p.meta["value"]
         merged.append(add("call_function", torch.where, (cond, p, m)))
-    graph.output(merged)
-    gm = fx.GraphModule(root, graph, class_name=type(root).__name__)
-    where = ", ".join(sorted(f"{os.path.basename(file)}:{line}" for file, line in sites))
-    note = (f"{sym}={size} takes other code" + (f" ({where})" if where else "") + f": the forward traced at "
-            f"{sym}={size}{AT_SIZE} {sym} == {size}")
-    guards = []
-    for g in main.guards:
-        g = dataclasses.replace(g, node=env_m[g.node])
-        if g.source is not None and (g.source.file, g.source.line) in sites and isinstance(g.expected, bool):
-            g.merged, g.branch_note = True, f"the other outcome exported by the trace at {sym}={size}"
-        guards.append(g)
-    guards += [dataclasses.replace(g, node=env_p[g.node]) for g in point.guards]
-    control_flow = list(main.control_flow) + [c for c in point.control_flow if c not in main.control_flow] + [note]
-    return TraceResult(gm, main.input_names, main.output_names, guards, main.example_inputs, control_flow,
-                       [g for g in guards if g.decision is not None], list(main.loops) + list(point.loops))
+    return merged
 
 
 def _shared_attr(root: fx.GraphModule, gm: fx.GraphModule, target: str, tag: str) -> str:

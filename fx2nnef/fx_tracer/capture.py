@@ -20,25 +20,26 @@ import torch.fx as fx
 
 from ..errors import GuardError, InvalidArgumentError, TraceError
 from ..ir import CheckCase, Graph, Value
-from . import structures
+from ..ir.dims import SymRange
 from .branches import merge_at_size, trace_branches
-from .control_flow import loop_options, run_eagerly
-from .data_dep import check_number_reads, complex_values_note, number_reads
-from .loops import roll_loops
-from .grouped import check_grouped_outputs
-from .padded import check_padded
 from .passes import (cleanup_slices, complex_to_real, fold_constant_selects, masked_reductions, masked_updates,
                      pieces_as_slices, remove_dead_code, remove_inplace)
-from .overlap import Worker, can_overlap
-from .probe import (AT_EXAMPLE, OFF_STEP, RUNS, DeferredCheckFailed, _output_args, analyze, check_reran,
-                    example_sizes, inputs_at, real_run_later, rerun_error, run_left_checks)
+from .passes.loops import roll_loops
 from .random_draws import random_draws_advice, random_draws_text, watch_random_draws
-from .scalars import scalars_to_inputs
+from .shapes.overlap import Worker, can_overlap
+from .shapes.probe import (AT_EXAMPLE, OFF_STEP, RUNS, DeferredCheckFailed, _output_args, analyze, check_reran,
+                           example_sizes, inputs_at, real_run_later, rerun_error, run_left_checks)
+from .shapes.tables import bound_by_tables
 from .stored_values import StoredValues, stored_values
-from .tables import bound_by_tables
-from .to_ir import build_ir, to_numpy
-from .torch_data import TorchData, tensor_version
-from .tracer import _module_state, _restore_module_state, trace_model
+from .to_ir.build import build_ir, to_numpy
+from .to_ir.torch_data import TorchData, tensor_version
+from .tracing import structures
+from .tracing.control_flow import loop_options, run_eagerly
+from .tracing.data_dep import check_number_reads, complex_values_note, number_reads
+from .tracing.grouped import check_grouped_outputs
+from .tracing.padded import check_padded
+from .tracing.scalars import scalars_to_inputs
+from .tracing.tracer import _module_state, _restore_module_state, trace_model
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 BRANCHES = (None, "select", "example")  # the values of export's branches=
@@ -362,8 +363,8 @@ def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_na
             watch_random_draws() as draws, later as left:
         failed = None
         try:
-            gm, analysis, trace = _trace_merging_sizes(model, args, kwargs, names, out_names, dyn, leaf_types,
-                                                       leaf_names, notes, ref, branches)
+            job = _Tracing(model, names, out_names, dyn, leaf_types, leaf_names, branches)
+            gm, analysis, trace = _trace_merging_sizes(job, args, kwargs, notes, ref)
         except Exception as error:  # noqa: BLE001 - re-raised below
             failed = error
     def raise_failed(failed: Exception):
@@ -602,17 +603,33 @@ def _grows(example, names, dyn, env) -> bool:
     return any(env[sym] > by_name[n].shape[axis] for n, axes in dyn.items() for axis, sym in axes.items())
 
 
-def _trace_once(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, ref=None, branches=None,
-                roll=False, size_sites=frozenset(), unify=True, at_size=None):
+@dataclasses.dataclass(frozen=True)
+class _Tracing:
+    """What every trace of one capture shares: the model, the names of its flat inputs and outputs,
+    the dynamic axes, the leaf modules (kept as one call each) and ``branches=``. The inputs of a
+    trace (the example's, or inputs at other sizes) go beside it."""
+
+    model: torch.nn.Module
+    names: list
+    out_names: Optional[list]
+    dyn: dict
+    leaf_types: tuple
+    leaf_names: tuple
+    branches: Optional[str] = None
+
+
+def _trace_once(job: _Tracing, args, kwargs, ref=None, roll=False, size_sites=frozenset(), unify=True,
+                at_size=None):
     """The trace of ``model(*args, **kwargs)`` and its analysis. ``at_size``: ``(symbol, size,
     sites)``, the forward also traced where the symbol is that size and merged (see
     :func:`.branches.merge_at_size`)."""
-    trace = _traced(model, args, kwargs, names, out_names, leaf_types, leaf_names, branches, roll, size_sites, unify)
+    model, names, dyn = job.model, job.names, job.dyn
+    trace = _traced(job, args, kwargs, roll, size_sites, unify)
     if at_size is not None:
         sym, size, sites = at_size
         base = example_sizes(trace.example_inputs, names, dyn)
         a1, k1 = _with_flat(args, kwargs, inputs_at(trace.example_inputs, names, dyn, {**base, sym: size}))
-        point = _traced(model, a1, k1, names, out_names, leaf_types, leaf_names, branches, roll, size_sites, unify)
+        point = _traced(job, a1, k1, roll, size_sites, unify)
         trace = merge_at_size(trace, point, dyn, sym, size, sites)
     if ref is None and dyn:
         ref = _reference(model, args, kwargs, names, dyn, trace.example_inputs)
@@ -655,8 +672,10 @@ def _decision_nodes(guards: list) -> set:
     return keep
 
 
-def _traced(model, args, kwargs, names, out_names, leaf_types, leaf_names, branches, roll, size_sites, unify):
+def _traced(job: _Tracing, args, kwargs, roll, size_sites, unify):
     """The forward traced and cleaned (each path of the decisions forced, merged)."""
+    model, names, out_names, leaf_types, leaf_names = job.model, job.names, job.out_names, job.leaf_types, job.leaf_names
+    branches = job.branches
     forcing = branches == "select" or bool(size_sites)
 
     def one_path(forced):
@@ -736,12 +755,10 @@ def _held(r) -> tuple:
     return first, last
 
 
-def _trace_rolling(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, ref=None, branches=None,
-                   size_sites=frozenset(), unify=True, at_size=None):
+def _trace_rolling(job: _Tracing, args, kwargs, ref=None, size_sites=frozenset(), unify=True, at_size=None):
     """A trace and its analysis; when a Python loop over a dynamic size bounds the range, the trace
     again with such loops rolled into scans, kept if that is valid for more sizes."""
-    trace, analysis = _trace_once(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, ref, branches,
-                                  size_sites=size_sites, unify=unify, at_size=at_size)
+    trace, analysis = _trace_once(job, args, kwargs, ref, size_sites=size_sites, unify=unify, at_size=at_size)
     loop_guards = _loop_guards(analysis)
     if loop_guards:
         # a Python loop over a dynamic size may bound the range: trace again rolling such loops into
@@ -749,8 +766,8 @@ def _trace_rolling(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_
         bounding = [g for g in loop_guards if g.status in ("bounds", "violated")]
         roll = {(g.source.file, g.source.line) for g in bounding} if bounding else True
         try:
-            rolled = _trace_once(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, ref, branches,
-                                 roll=roll, size_sites=size_sites, unify=unify, at_size=at_size)
+            rolled = _trace_once(job, args, kwargs, ref, roll=roll, size_sites=size_sites, unify=unify,
+                                 at_size=at_size)
         except Exception:  # noqa: BLE001 - a loop that cannot be rolled: the unrolled trace reports it
             rolled = None
         if rolled is not None and not rolled[1].failures and any(rec.rolled for rec in rolled[0].loops) and (
@@ -759,8 +776,7 @@ def _trace_rolling(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_
     return trace, analysis
 
 
-def _trace_merging_sizes(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, notes, ref,
-                         branches=None):
+def _trace_merging_sizes(job: _Tracing, args, kwargs, notes, ref):
     """:func:`_trace_and_probe`, and when a Python ``if`` on the dynamic sizes bounds the range
     (``if x.shape[1] < 7:`` traced at S=10 holds for S >= 7 only), the same with both outcomes of
     that decision exported: the forward is traced again at the example's sizes with the decision
@@ -768,11 +784,11 @@ def _trace_merging_sizes(model, args, kwargs, names, out_names, dyn, leaf_types,
     merged with select on the same comparison made of the sizes (see :mod:`.branches`). That graph
     is kept when its analysis finds it valid for more sizes (the probes compare it with the model
     on both sides of the decision); otherwise the first stands, with its bounds or its error."""
+    dyn, branches = job.dyn, job.branches
     first_notes: list = []
     error = None
     try:
-        result = _trace_and_probe(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, first_notes,
-                                  ref, branches)
+        result = _trace_and_probe(job, args, kwargs, first_notes, ref)
         analysis = result[1]
     except GuardError as exc:
         result, error, analysis = None, exc, getattr(exc, "analysis", None)
@@ -784,8 +800,7 @@ def _trace_merging_sizes(model, args, kwargs, names, out_names, dyn, leaf_types,
             break
         merged_notes: list = []
         try:
-            merged = _trace_and_probe(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names,
-                                      merged_notes, ref, branches, size_sites=sites, unify=unify)
+            merged = _trace_and_probe(job, args, kwargs, merged_notes, ref, size_sites=sites, unify=unify)
         except Exception:  # noqa: BLE001 - the best trace so far stands, with its bounds or error
             break
         met, unmerged = _site_outcomes(merged[2], sites)
@@ -814,8 +829,8 @@ def _trace_merging_sizes(model, args, kwargs, names, out_names, dyn, leaf_types,
         # the forward traced at S=1 too, selected there
         at_notes: list = []
         try:
-            merged = _trace_and_probe(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, at_notes,
-                                      ref, branches, size_sites=best_sites, unify=best_unify, at_size=at_size)
+            merged = _trace_and_probe(job, args, kwargs, at_notes, ref, size_sites=best_sites, unify=best_unify,
+                                      at_size=at_size)
         except Exception:  # noqa: BLE001 - the best trace so far stands, with its bounds or error
             merged = None
         if merged is not None and not merged[1].failures and (
@@ -868,12 +883,11 @@ def _site_outcomes(trace, sites: frozenset) -> tuple:
             frozenset((g.source.file, g.source.line) for g in at if not g.merged))
 
 
-def _trace_and_probe(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, notes, ref, branches=None,
-                     size_sites=frozenset(), unify=True, at_size=None):
+def _trace_and_probe(job: _Tracing, args, kwargs, notes, ref, size_sites=frozenset(), unify=True, at_size=None):
     """The graph, its analysis and trace, for the sizes the model allows: traced at the example,
     or again at larger sizes when a decision baked there holds at the example only."""
-    trace, analysis = _trace_rolling(model, args, kwargs, names, out_names, dyn, leaf_types, leaf_names, ref, branches,
-                                     size_sites, unify, at_size)
+    names, dyn = job.names, job.dyn
+    trace, analysis = _trace_rolling(job, args, kwargs, ref, size_sites, unify, at_size)
     # a step the decisions imply (pad only when not a multiple) bounds too: a trace where the other
     # branch is taken may hold on a finer step, or on every size
     bounded = any(r.lo is not None or r.hi is not None or OFF_STEP in (r.why or "") for r in analysis.ranges.values())
@@ -897,8 +911,7 @@ def _trace_and_probe(model, args, kwargs, names, out_names, dyn, leaf_types, lea
             continue
         try:
             a2, k2 = _with_flat(args, kwargs, inputs_at(trace.example_inputs, names, dyn, bigger))
-            trace2, analysis2 = _trace_rolling(model, a2, k2, names, out_names, dyn, leaf_types, leaf_names,
-                                               branches=branches, size_sites=size_sites, unify=unify, at_size=at_size)
+            trace2, analysis2 = _trace_rolling(job, a2, k2, size_sites=size_sites, unify=unify, at_size=at_size)
             if not analysis2.failures:
                 # the graph must also reproduce the example sizes: analyze at the user's inputs
                 analysis_back = analyze(trace2.gm, trace.example_inputs, names, dyn, trace2.guards, ref,
@@ -965,8 +978,6 @@ def _join_far_bounds(back, there) -> None:
     changes far above the example; ``there`` (the same graph and replay hints, analyzed at the
     sizes it was traced at) checked the sizes past that point. The graph then holds on both sides:
     the range of ``back`` goes on as far as that of ``there``."""
-    from ..ir.dims import SymRange
-
     for s, r in list(back.ranges.items()):
         if r.hi is None or _FAR not in (r.why or ""):
             continue

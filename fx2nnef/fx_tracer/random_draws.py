@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from ..ir import SourceLoc
-from .source import _OWN_DIR, _TORCH_DIR, user_frame_location
+from .tracing.source import _OWN_DIR, _TORCH_DIR, user_frame_location
 
 # torch functions whose result is a random draw
 _TORCH = ("rand", "randn", "randint", "randperm", "rand_like", "randn_like", "randint_like", "bernoulli",

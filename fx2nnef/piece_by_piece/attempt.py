@@ -24,8 +24,8 @@ import torch
 
 from ..errors import Fx2NnefError, TractError, UnsupportedOpError
 from ..fx_tracer.capture import capture
-from ..fx_tracer.to_ir import to_numpy
-from ..fx_tracer.tracer import is_tracing, trace_model
+from ..fx_tracer.to_ir.build import to_numpy
+from ..fx_tracer.tracing.tracer import is_tracing, trace_model
 from ..ir import SourceLoc, SymDim, flat_values
 from ..nnef_emit import emit_graph, write_asset
 from ..nnef_emit.extractors import registered_module_classes

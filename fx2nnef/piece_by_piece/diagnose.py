@@ -18,10 +18,10 @@ from typing import Optional
 import torch
 
 from ..errors import InvalidArgumentError
-from ..fx_tracer import structures
+from ..fx_tracer.tracing import structures
 from ..fx_tracer.capture import default_input_names
-from ..fx_tracer.control_flow import check_max_loop_iterations
-from ..fx_tracer.probe import inputs_at
+from ..fx_tracer.tracing.control_flow import check_max_loop_iterations
+from ..fx_tracer.shapes.probe import inputs_at
 from ..ir import op_key
 from ..nnef_emit import REGISTRY
 from ..nnef_emit.registry import Registry

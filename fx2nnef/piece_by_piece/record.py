@@ -21,8 +21,8 @@ from typing import Any, Optional
 import torch
 
 from ..errors import InvalidArgumentError
-from ..fx_tracer import structures
-from ..fx_tracer.control_flow import eager_control_flow
+from ..fx_tracer.tracing import structures
+from ..fx_tracer.tracing.control_flow import eager_control_flow
 from ..ir import sanitize
 
 CONTAINERS = (torch.nn.ModuleList, torch.nn.ModuleDict)

@@ -1,4 +1,8 @@
-"""Graph passes over the traced fx graph. Each returns whether it changed the graph."""
+"""Graph passes over the traced fx graph. Each returns whether it changed the graph.
+
+Above ``tracing`` (the passes read what the tracer records), below ``shapes`` (see
+:mod:`..tracing` for the order).
+"""
 from .complex import complex_to_real
 from .dead_code import fold_constant_selects, remove_dead_code
 from .inplace import remove_inplace

@@ -24,8 +24,8 @@ import torch.fx as fx
 import torch.nn.functional as F
 
 from ...errors import TraceError
-from ..structures import storage_keys
-from ..tracer import setitem_functional
+from ..tracing.structures import storage_keys
+from ..tracing.tracer import setitem_functional
 from .write_back import Emitter, same_geometry, view_name, write_back
 
 

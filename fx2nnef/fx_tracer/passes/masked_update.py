@@ -15,7 +15,8 @@ import operator
 import torch
 import torch.fx as fx
 
-from ..tracer import setitem_functional
+from ..tracing.tracer import setitem_functional
+from .dead_code import remove_dead_code
 
 _ELEMENTWISE_FUNCTIONS = {
     operator.add, operator.sub, operator.mul, operator.truediv, operator.neg, operator.pow, operator.floordiv,
@@ -143,8 +144,6 @@ def masked_updates(gm: fx.GraphModule) -> bool:
         graph.erase_node(node)
         changed = True
     if changed:
-        from .dead_code import remove_dead_code
-
         remove_dead_code(gm)
         gm.recompile()
     return changed

@@ -17,7 +17,7 @@ from typing import Optional
 import torch
 import torch.fx as fx
 
-from ..tracer import _target_name
+from ..tracing.tracer import _target_name
 
 _BY_LENGTH = {"split": ("split_size", "split_size_or_sections"), "unsafe_split": ("split_size",)}
 _BY_COUNT = {"chunk": ("chunks",), "unsafe_chunk": ("chunks",)}

@@ -16,7 +16,7 @@ import torch
 import torch.fx as fx
 
 from ...errors import TraceError
-from ..tracer import setitem_functional
+from ..tracing.tracer import setitem_functional
 
 _RESHAPES = {"view", "reshape", "flatten", "unflatten", "view_as", "reshape_as", "squeeze", "unsqueeze",
              "ravel", "atleast_1d", "atleast_2d", "atleast_3d"}

@@ -24,7 +24,7 @@ from ..registry import register
 from .shape import concat, expand_to, full_like_value, permute_axes, reshape_to, slice_axes, slice_axis, slice_length
 
 # keys of the tracer's functional stand-ins for mutations (fx2nnef.fx_tracer; not imported here)
-SETITEM = "fx2nnef.fx_tracer.tracer.setitem_functional"
+SETITEM = "fx2nnef.fx_tracer.tracing.tracer.setitem_functional"
 COPY = "fx2nnef.fx_tracer.passes.inplace.copy_functional"
 FILL = "fx2nnef.fx_tracer.passes.inplace.fill_functional"
 ZERO = "fx2nnef.fx_tracer.passes.inplace.zero_functional"
@@ -813,7 +813,7 @@ def one_hot(ctx: EmitContext, input: Value, num_classes: int = -1):
     return ctx.op("select", hit, one, zero, out_dtype=DType.I64, out_shape=hit.shape)
 
 
-PADDED_NONZERO = "fx2nnef.fx_tracer.padded.padded_nonzero"  # the tracer's stand-in for nonzero (not imported here)
+PADDED_NONZERO = "fx2nnef.fx_tracer.tracing.padded.padded_nonzero"  # the tracer's stand-in for nonzero (not imported here)
 
 
 @register(PADDED_NONZERO)

@@ -17,7 +17,8 @@ import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
 
-from ..errors import TraceError
+from ...errors import TraceError
+from .proxy import CustomProxy
 from .source import user_frame_location
 
 
@@ -154,8 +155,6 @@ class _NotBroadcast(Exception):
 
 def _value(x):
     """A traced value's concrete value (the value itself when it is not traced)."""
-    from .proxy import CustomProxy
-
     return x.value if isinstance(x, CustomProxy) else x
 
 

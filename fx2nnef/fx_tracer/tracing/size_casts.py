@@ -7,7 +7,7 @@ the graph to the example's size (``interpolate(x, size=(16, 12))``), valid at th
 Recorded instead, they are graph nodes like the sizes they come from, which the fake replay
 turns into floor divisions (``ceil(h / 4) * 4`` is ``(h + 3) // 4 * 4``).
 
-``math.ceil`` and friends call the proxy's ``__ceil__`` (:func:`rounding`). ``int(x)`` cannot
+``math.ceil`` and friends call the proxy's ``__ceil__`` (:func:`.proxy.rounding`). ``int(x)`` cannot
 return a proxy (Python checks the type of ``__int__``'s result), so while tracing, the name
 ``int`` in the global namespaces of the model's code (the modules or notebook cells defining its
 submodules' methods, where their forwards read it) is a stand-in class (:data:`TracedInt`):
@@ -35,6 +35,8 @@ import sys
 
 import torch
 
+from .proxy import _traced_number
+
 _builtin_int = builtins.int
 _builtin_isinstance = builtins.isinstance
 _builtin_issubclass = builtins.issubclass
@@ -51,36 +53,11 @@ def _needs_real(name: str):
 _NEEDS_REAL = {"int": _needs_real("int"), "float": _needs_real("float")}
 
 
-def _traced_number(x) -> bool:
-    """Whether ``x`` is a proxy of a Python int or float computed from sizes (not from data)."""
-    from .proxy import CustomProxy
-
-    if type(x) is not CustomProxy:
-        return False
-    v = x.value
-    return _builtin_isinstance(v, (_builtin_int, float)) and not _builtin_isinstance(v, bool) \
-        and not x.tracer._on_data(x)
-
-
 def traced_int(x):
     """``int(x)`` of a traced number: ``x`` itself for an int, ``math.trunc(x)`` for a float."""
     if _builtin_isinstance(x.value, _builtin_int):
         return x
     return x.tracer.create_proxy("call_function", math.trunc, (x,), {})
-
-
-def rounding(fn):
-    """``__ceil__``/``__floor__``/``__trunc__`` of a proxy: recorded for a traced number; any
-    other value is read as ``float()`` (a guard), as Python does for objects without them."""
-    def impl(self):
-        if _traced_number(self):
-            if _builtin_isinstance(self.value, _builtin_int):
-                return self
-            return self.tracer.create_proxy("call_function", fn, (self,), {})
-        return fn(float(self))
-
-    impl.__name__ = f"__{fn.__name__}__"
-    return impl
 
 
 def traced_float(x):

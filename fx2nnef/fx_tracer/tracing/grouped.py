@@ -20,7 +20,9 @@ import torch
 import torch.fx as fx
 import torch.nn.functional as F
 
-from ..errors import TraceError
+from ...errors import TraceError
+from .data_sizes import DataInt
+from .proxy import CustomProxy
 from .source import user_frame_location
 
 # ops that treat each row of a piece on its own (the piece as first argument): the other
@@ -42,7 +44,6 @@ def _split_sizes(kind: str, target, args: tuple, kwargs: dict):
     if not ((kind == "call_method" and target in ("split", "split_with_sizes"))
             or (kind == "call_function" and target in (_torch("split"), _torch("split_with_sizes")))):
         return None
-    from .data_sizes import DataInt
 
     x = args[0]
     sizes = args[1] if len(args) > 1 else kwargs.get("split_size_or_sections", kwargs.get("split_sizes"))
@@ -93,7 +94,6 @@ def grouped_cat(tracer, kind: str, target, args: tuple, kwargs: dict):
     if any(g[0] is not counts or g[1] != i for i, g in enumerate(groups)) or len(parts) != counts.meta["value"].numel() \
             or dim % rank != axis:
         return None
-    from .proxy import CustomProxy
 
     def call(*a):
         tracer.__dict__["_grouped_joining"] = True

@@ -42,9 +42,12 @@ import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
 
-from ..errors import InvalidArgumentError, TraceError
+from ...errors import InvalidArgumentError, TraceError
+from .data_dep import depends_on_data
+from .proxy import CustomProxy
+from .scan import ScanCall
 from .source import user_frame_location
-from .vmap import _value, vmap_patch
+from .vmap import _TraceState, _value, eager_vmap, vmap_patch
 
 _MAX_LOOP = contextvars.ContextVar("fx2nnef_max_loop_iterations", default=None)
 # trip counts beyond this on the example inputs are taken as a loop that never ends
@@ -99,83 +102,6 @@ def step_slot() -> torch.Tensor:
 SLOT_FUNCTIONS = (carry_slot, scanned_slot, step_slot)
 
 
-class ScanCall:
-    """The fx target of a loop: ``(init, xs, full, carry_slots, scan_slots, body_outs)`` -> carries + stacked ys.
-
-    ``body`` computes one step from ``(*carries, *slices, *full)``; the slots and body
-    results are only references for the IR builder. ``kind`` is "scan" or "while".
-    """
-
-    __name__ = "scan"
-    __qualname__ = "ScanCall"
-    __module__ = "fx2nnef"
-
-    def __init__(self, body: fx.GraphModule, kind: str, label: str, dim: int, reverse: bool, n_carry: int,
-                 check: bool = False):
-        self.body, self.kind, self.label = body, kind, label
-        self.dim, self.reverse, self.n_carry, self.check = dim, reverse, n_carry, check
-
-    def __repr__(self):
-        return f"ScanCall({self.kind} at {self.label})"
-
-    def __call__(self, init, xs, full, carry_slots=(), scan_slots=(), body_outs=()):
-        if not init and not self.check and xs:
-            mapped = self._mapped(xs, full)
-            if mapped is not None:
-                return mapped
-        carry = [c.clone() for c in init]
-        steps = xs[0].shape[self.dim]
-        if steps == 0 and self._stacks():
-            # no step to stack: tract 0.23.9 gives a scan of no step outputs of other shapes
-            # (a last carry of shape [], fuzz 87000), so these sizes stay out of the range
-            raise IndexError(f"the loop at {self.label} runs no step and stacks its steps' outputs")
-        order = range(steps - 1, -1, -1) if self.reverse else range(steps)
-        ys: list = [None] * steps
-        for i in order:
-            outs = list(self.body(*carry, *[x.select(self.dim, i) for x in xs], *full))
-            if self.check:
-                outs = outs[:-1]
-            carry, ys[i] = outs[: self.n_carry], outs[self.n_carry:]
-        if self.check:
-            still = self.body(*carry, *[torch.zeros((), dtype=torch.bool) for _ in xs], *full)[-1]
-            if bool(still):
-                raise TraceError(
-                    f"the while_loop at {self.label} needs more than {steps} iterations on these inputs; "
-                    "raise max_loop_iterations= of export()")
-        if not ys or ys[0] is None:
-            return tuple(carry)
-        stacked = [torch.stack([y[j] for y in ys], self.dim) for j in range(len(ys[0]))]
-        return tuple(carry) + tuple(stacked)
-
-
-    def _stacks(self) -> bool:
-        """Whether the body gives outputs stacked over the steps (besides its carries)."""
-        out = next(n for n in reversed(self.body.graph.nodes) if n.op == "output")
-        results = out.args[0] if isinstance(out.args[0], (tuple, list)) else (out.args[0],)
-        return len(results) - self.check > self.n_carry
-
-    def _mapped(self, xs, full):
-        """A loop with no carry (a vmap recorded as a loop) run as torch.vmap of its body: the
-        steps are independent, and nested loops then cost one call, not one per item (a mask
-        function over batch, queries and keys at trace time, the graph's runs in the probes).
-        None when the body cannot be vmapped (a read of data, random draws): run step by step."""
-        if any(x.shape[self.dim] == 0 for x in xs):
-            return None
-        dim = self.dim
-
-        def step(*slices):
-            return tuple(self.body(*slices, *full))
-        try:
-            # functorch's own vmap: torch.vmap is routed to the recorder while tracing
-            from torch._functorch.vmap import vmap_impl
-
-            with torch.no_grad():
-                outs = vmap_impl(step, (dim,) * len(xs), dim, "error", None, *xs)
-        except Exception:  # noqa: BLE001 - the loop gives the values
-            return None
-        return tuple(outs)
-
-
 _COMPARISONS = {operator.gt: torch.gt, operator.lt: torch.lt, operator.ge: torch.ge, operator.le: torch.le,
                 operator.eq: torch.eq, operator.ne: torch.ne}
 _LOGICAL = {operator.and_: torch.logical_and, operator.or_: torch.logical_or, operator.xor: torch.logical_xor}
@@ -186,8 +112,6 @@ def _size_comparison(tracer, node):
     """The traced Python bool ``node`` (a comparison of numbers computed from sizes, or an
     and / or / xor of such comparisons) as a rank-0 bool tensor of the graph made of size
     tensors, or None when it is something else."""
-    from .proxy import CustomProxy
-
     def scalar(a, dtype):
         return tracer.create_proxy("call_function", _SCALAR_TENSOR, (CustomProxy(a, tracer, a.meta["value"]),),
                                    {"dtype": dtype})
@@ -246,8 +170,6 @@ class Recorder:
 
     # cond -------------------------------------------------------------------------------
     def cond(self, pred, true_fn, false_fn, operands=()):
-        from .proxy import CustomProxy
-
         where = _where_text()
         operands = tuple(operands) if isinstance(operands, (list, tuple)) else (operands,)
         if not isinstance(pred, CustomProxy):
@@ -299,8 +221,6 @@ class Recorder:
         sizes the graph can compute, or a branch cannot be traced at the example's sizes (it is
         then the other branch only, under a guard: the attempt's guards and notes are dropped, its
         nodes left dead for remove_dead_code)."""
-        from .vmap import _TraceState
-
         tensor_pred = _size_comparison(self.tracer, pred.node)
         if tensor_pred is None:
             return None
@@ -484,8 +404,6 @@ class Recorder:
 
     def _as_node(self, o):
         """A body result as a traced value (a constant becomes a node of its own)."""
-        from .proxy import CustomProxy
-
         if isinstance(o, CustomProxy):
             return o
         if isinstance(o, torch.Tensor):
@@ -498,8 +416,6 @@ class Recorder:
 
     def _body_module(self, body_nodes: list, slots: list, outs: list):
         """A GraphModule computing one step from ``(*slots, *outer)``, and the outer proxies it reads."""
-        from .proxy import CustomProxy
-
         gm, outer_nodes = body_module(self.tracer.root, body_nodes, [s.node for s in slots], [o.node for o in outs])
         proxies = [CustomProxy(n, self.tracer) for n in outer_nodes]
         for p, n in zip(proxies, outer_nodes):
@@ -546,8 +462,6 @@ class Recorder:
     def _constant_condition(self, call: ScanCall, init: list, outer: list) -> bool:
         """Whether a while loop's condition reads only carries and outer values that depend on no
         model input (neither data nor sizes), through the carries' updates: its trip count is fixed."""
-        from .data_dep import depends_on_data
-
         g = call.body.graph
         slots = [n for n in g.nodes if n.op == "placeholder"]
         outs = list([n for n in g.nodes if n.op == "output"][0].args[0])
@@ -592,8 +506,6 @@ class Recorder:
     def _bounding_size(self, sizes: list, trips: int):
         """Among the sizes the loop reads (``i < x.size(0)``), the one equal to ``trips``, else the
         smallest above it."""
-        from .proxy import CustomProxy
-
         fits = [n for n in sizes if n.meta["value"] >= trips]
         if not fits:
             return None
@@ -675,9 +587,6 @@ def _carry_list(carry) -> list:
 
 
 def _on_data(tracer, x) -> bool:
-    from .data_dep import depends_on_data
-    from .proxy import CustomProxy
-
     return isinstance(x, CustomProxy) and depends_on_data(x.node, tracer._data_memo)
 
 
@@ -871,8 +780,6 @@ def run_eagerly(call):
     except Exception as exc:  # noqa: BLE001 - re-raised unless torch refused its own control flow
         if not refused_control_flow(exc):
             raise
-    from .vmap import eager_vmap
-
     with eager_control_flow(), eager_vmap():
         return call()
 

@@ -21,7 +21,7 @@ import operator
 import torch
 import torch.fx as fx
 
-from ..errors import TraceError
+from ...errors import TraceError
 from .proxy import CustomProxy
 
 

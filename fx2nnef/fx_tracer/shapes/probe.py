@@ -19,13 +19,16 @@ from typing import Callable, Optional
 import torch
 import torch.fx as fx
 
-from ..ir import Guard, SymDim, SymRange, fit_polynomial
-from ..ir.dims import clamp_bends, fit_clamped, fit_floor_division, fit_remainder
-from .data_dep import data_dependence, is_shape_query
-from .structures import data_less
-from .fake_replay import VARIES, Replay, ReplayUnavailable, _in_place, replay, shapes_at
+from ...ir import Guard, SymDim, SymRange, fit_polynomial
+from ...ir.dims import clamp_bends, fit_clamped, fit_floor_division, fit_remainder
+from ..tracing import control_flow, loops, vmap
+from ..tracing.data_dep import data_dependence, is_shape_query
+from ..tracing.scan import ScanCall
+from ..tracing.structures import data_less
+from ..tracing.tracer import GuardRecord
+from .fake_replay import (VARIES, Replay, ReplayUnavailable, _in_place, _memo_key, _meta_args, _to_meta, replay,
+                          shapes_at)
 from .overlap import Worker, can_overlap
-from .tracer import GuardRecord
 
 
 
@@ -117,8 +120,6 @@ class _LightRecorder(_Recorder):
         self.tensor_keys: dict = {}
 
     def run_node(self, n):
-        from .fake_replay import _memo_key, _meta_args, _to_meta
-
         self.current = n
         if n in self.light and n.op in ("call_function", "call_method"):
             with self._set_current_node(n):
@@ -968,8 +969,6 @@ def _signature(rep: Replay, guards: list, data_dep: set, gm: Optional[fx.GraphMo
 def _loop_runs(rep: Replay, gm: Optional[fx.GraphModule]) -> list:
     """``env -> bool``: whether a rolled loop with carries runs a step at ``env``, one per loop of
     ``gm`` whose number of steps is a dynamic size."""
-    from .control_flow import ScanCall
-
     out = []
     for n in gm.graph.nodes if gm is not None else ():
         if n.op != "call_function" or not isinstance(n.target, ScanCall) or not n.args[0] or not n.args[1]:
@@ -1553,14 +1552,11 @@ def runs_beside(gm: fx.GraphModule) -> bool:
 
 def _control_flow(n: fx.Node) -> bool:
     """Whether ``n`` calls a loop, a branch or a vmap (recorded ones, or torch's)."""
-    from .control_flow import ScanCall
-
     if n.op != "call_function":
         return False
     module = getattr(n.target, "__module__", None) or ""
     return isinstance(n.target, ScanCall) or module.startswith((
-        "torch._higher_order_ops", "torch._functorch", __package__ + ".control_flow", __package__ + ".vmap",
-        __package__ + ".loops"))
+        "torch._higher_order_ops", "torch._functorch", control_flow.__name__, vmap.__name__, loops.__name__))
 
 
 def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, base_values, base_records,

@@ -14,7 +14,7 @@ import operator
 
 import torch
 
-from ..errors import TraceError
+from ...errors import TraceError
 from .source import user_frame_location
 
 # a gather of constant positions above this many items would store a large index tensor

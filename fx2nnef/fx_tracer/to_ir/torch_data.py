@@ -11,9 +11,23 @@ from typing import Iterator, Optional
 import numpy as np
 import torch
 
-from ..errors import TraceError
-from ..ir import DType, TensorData
-from ..ir.tensor_data import DEFAULT_CHUNK_BYTES, array_chunks
+from ...errors import TraceError
+from ...ir import DType, TensorData
+from ...ir.tensor_data import DEFAULT_CHUNK_BYTES, array_chunks
+
+_TORCH_TO_IR = {
+    torch.float16: DType.F16, torch.bfloat16: DType.BF16, torch.float32: DType.F32,
+    torch.float64: DType.F64, torch.int8: DType.I8, torch.int16: DType.I16, torch.int32: DType.I32,
+    torch.int64: DType.I64, torch.uint8: DType.U8, torch.bool: DType.BOOL,
+}
+
+
+def ir_dtype(dtype: torch.dtype) -> DType:
+    try:
+        return _TORCH_TO_IR[dtype]
+    except KeyError:
+        raise TraceError(f"dtype {dtype} has no NNEF equivalent") from None
+
 
 # Tensors that are not parameters and at most this large are copied when the IR is built: a
 # forward may update a buffer in place (counters, caches) after the trace has read it.
@@ -24,8 +38,6 @@ class TorchData(TensorData):
     """A torch tensor as IR constant data; a bfloat16 tensor reads as float32."""
 
     def __init__(self, tensor: torch.Tensor, name: str):
-        from .to_ir import ir_dtype  # to_ir imports this module
-
         self.parameter_path = name if isinstance(tensor, torch.nn.Parameter) else None
         tensor = tensor.detach()
         self._tensor = tensor

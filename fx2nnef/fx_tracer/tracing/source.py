@@ -7,10 +7,10 @@ import sys
 
 import torch
 
-from ..ir import SourceLoc
+from ...ir import SourceLoc
 
 _TORCH_DIR = os.path.dirname(torch.__file__)
-_OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_OWN_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # fx2nnef/
 _SKIP_PREFIXES = (_TORCH_DIR, _OWN_DIR, os.path.dirname(os.__file__))
 
 

@@ -30,8 +30,12 @@ import torch
 import torch.fx as fx
 from torch._guards import GuardSource, Source
 
-from ..ir import SymDim
-from ..ir.dims import exact_quotient
+from ...ir import SymDim
+from ...ir.dims import exact_quotient
+from ..tracing.data_dep import data_dependence
+from ..tracing.padded import padded_nonzero
+from ..tracing.scan import ScanCall
+from ..tracing.tracer import call_fails, setitem_functional
 from .shortcuts import function_shortcut, method_shortcut
 
 
@@ -417,8 +421,6 @@ class _Runner(_Reusing):
         from torch._subclasses.fake_tensor import DataDependentOutputException
         from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 
-        from .data_dep import data_dependence
-
         value = n.meta.get("value")
         if not isinstance(exc, (DataDependentOutputException, GuardOnDataDependentSymNode)) \
                 or not _plain_number(value):
@@ -431,8 +433,6 @@ class _Runner(_Reusing):
         return value
 
     def call_function(self, target, args, kwargs):
-        from .tracer import call_fails
-
         if target is call_fails and _symbolic_args(args, kwargs):
             raise ReplayUnavailable("whether a call the model catches fails at other sizes has no symbolic form")
         if target is operator.getitem and len(args) == 2 and isinstance(args[0], torch.Tensor):
@@ -539,8 +539,6 @@ def _in_place(n: fx.Node) -> bool:
 # come out of the replay; every real or fake run at concrete sizes uses torch's own call.
 
 def _symbolic_function(target, args):
-    from .control_flow import ScanCall
-
     if isinstance(target, ScanCall):
         return lambda *a, **k: _scan(target, *a, **k)
     if not _SYMBOLIC_FUNCTIONS:
@@ -740,9 +738,6 @@ def _grouped_mm(mat_a, mat_b, offs=None, bias=None, out_dtype=None):
 
 
 def _symbolic_functions() -> dict:
-    from .padded import padded_nonzero
-    from .tracer import setitem_functional
-
     out = {setitem_functional: _setitem_functional, padded_nonzero: _padded_nonzero}
     for fn in (getattr(torch, "_grouped_mm", None), getattr(torch.nn.functional, "grouped_mm", None)):
         if fn is not None:

@@ -3,7 +3,7 @@
 ``for t in range(x.shape[1]): h = cell(x[:, t], h); outs.append(h)`` runs as Python while the
 concrete-value tracer records it, so the graph holds the loop unrolled at the example size:
 valid at that size only. When such a loop bounds a dynamic size, the model is traced again with
-``range`` noting where each iteration starts (:func:`loop_range_patch`), and :func:`roll_loops`
+``range`` noting where each iteration starts (:func:`..tracing.loops.loop_range_patch`), and :func:`roll_loops`
 checks that every iteration recorded the same calls as the first one, reading only
 
 - values of the iteration before (the carries; values made before the loop in the first one),
@@ -13,7 +13,7 @@ checks that every iteration recorded the same calls as the first one, reading on
 
 and that after the loop the graph reads only the last iteration's carries and, given whole to
 ``torch.stack`` or ``torch.cat``, lists of one value per iteration (the stacked outputs). The
-first iteration then becomes the body of a :class:`~.control_flow.ScanCall`, as ``torch``'s scan
+first iteration then becomes the body of a :class:`~..tracing.scan.ScanCall`, as ``torch``'s scan
 gives it, and the other iterations go; the analysis then runs the rolled graph on the example
 and at other sizes against the model, as for any graph. Anything else (a ``break``, a decision
 on tensor data in the loop, an iteration that differs, the index in other arithmetic, a list
@@ -26,38 +26,21 @@ each step's item.
 from __future__ import annotations
 
 import builtins
-import contextlib
 import dataclasses
 import operator
-import sys
 from typing import Optional
 
 import torch
 import torch.fx as fx
 
-from .control_flow import ScanCall, body_module, carry_slot, scanned_slot, slot_dependents
-from .data_dep import depends_on_data
-from .source import user_frame_location
-from .structures import storage_keys
+from ..tracing.control_flow import body_module, carry_slot, scanned_slot, slot_dependents
+from ..tracing.data_dep import depends_on_data
+from ..tracing.loops import LoopRecord, _target_text
+from ..tracing.scan import ScanCall
+from ..tracing.structures import storage_keys
 
 _builtin_range = builtins.range
-_builtin_len = builtins.len
 _orig_isinstance = builtins.isinstance
-
-
-@dataclasses.dataclass
-class LoopRecord:
-    """One ``for`` over a ``range`` of traced sizes, as the tracer ran it."""
-
-    args: tuple  # range's arguments as given (traced sizes or ints)
-    values: list  # the loop index at each iteration, in the order run
-    guards: list  # the guards range() recorded on its traced arguments
-    source: object  # where the range was made
-    reverse: bool = False  # iterated through reversed()
-    starts: list = dataclasses.field(default_factory=list)  # the graph's last node as each iteration starts
-    end: Optional[fx.Node] = None  # the graph's last node when the loop ran out
-    done: bool = False  # ran out (no break)
-    rolled: bool = False  # rolled into a scan by roll_loops
 
 
 def _stands_for(new: fx.Node, old: fx.Node) -> None:
@@ -75,154 +58,6 @@ def _stands_for(new: fx.Node, old: fx.Node) -> None:
 class _NoRoll(Exception):
     """This loop stays unrolled; the message says why (for the notes)."""
 
-
-def _last_node(graph: fx.Graph) -> fx.Node:
-    return graph._root.prev
-
-
-class _LoopIter:
-    def __init__(self, tracer, rec: LoopRecord):
-        self.tracer, self.rec, self.i = tracer, rec, 0
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        last = _last_node(self.tracer.graph)
-        if self.i == len(self.rec.values):
-            self.rec.end, self.rec.done = last, True
-            raise StopIteration
-        self.rec.starts.append(last)
-        self.i += 1
-        return self.rec.values[self.i - 1]
-
-
-class _TracedRange:
-    """``range`` of traced sizes: a plain range of their example values (each read recorded as a
-    guard, as ``range`` itself does), whose iteration notes where each step starts in the graph."""
-
-    def __init__(self, tracer, args: tuple):
-        before = len(tracer.guards)
-        self._range = _builtin_range(*[operator.index(a) for a in args])
-        self._tracer, self._args = tracer, args
-        self._guards = tracer.guards[before:]
-        self._source = user_frame_location()
-        from .tracer import note_sized_range  # the tracer imports this module
-
-        note_sized_range(tracer, self._range, args)
-
-    def _loop(self, values, reverse: bool):
-        rec = LoopRecord(self._args, list(values), list(self._guards), self._source, reverse)
-        self._tracer.loops.append(rec)
-        return _LoopIter(self._tracer, rec)
-
-    def __iter__(self):
-        return self._loop(self._range, False)
-
-    def __reversed__(self):
-        return self._loop(self._range[::-1], True)
-
-    def __len__(self):
-        return len(self._range)
-
-    def __getitem__(self, i):
-        return self._range[i]
-
-    def __contains__(self, v):
-        return v in self._range
-
-    def __eq__(self, other):
-        return self._range == (other._range if _orig_isinstance(other, _TracedRange) else other)
-
-    def __hash__(self):
-        return hash(self._range)
-
-    def __repr__(self):
-        return repr(self._range)
-
-    def __getattr__(self, k):  # start, stop, step, index, count
-        if k.startswith("_"):
-            raise AttributeError(k)
-        return getattr(self._range, k)
-
-
-class _PieceIter:
-    """The iteration of a tensor (``for t in x``) or of its ``unbind`` (``for t in x.unbind(d)``)
-    as a loop over ``range(x.size(d))`` that takes ``x[i]`` (``x.select(d, i)``) at each step,
-    inside the step: the pieces are then index uses of the loop, as ``x[:, t]`` in a range loop."""
-
-    def __init__(self, inner: _LoopIter, x, dim: int):
-        self.inner, self.x, self.dim = inner, x, dim
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        i = next(self.inner)
-        return self.x[i] if self.dim == 0 else self.x.select(self.dim, i)
-
-
-def iterate_pieces(proxy):
-    """During the rolling trace, the loop over the pieces of ``proxy`` (a tensor of rank >= 1, or
-    the result of ``unbind`` of one along a plain int dim), or None to iterate it as usual."""
-    from .proxy import CustomProxy
-
-    tracer, value, node = proxy.tracer, proxy.value, proxy.node
-    if _orig_isinstance(value, torch.Tensor):
-        if value.dim() == 0:
-            return None
-        x, dim, count = proxy, 0, []
-    elif _orig_isinstance(value, (tuple, list)) and node.op in ("call_method", "call_function") \
-            and _target_text(node) == "unbind" and node.args and _orig_isinstance(node.args[0], fx.Node):
-        dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
-        base = node.args[0].meta.get("value")
-        if not _orig_isinstance(dim, int) or not _orig_isinstance(base, torch.Tensor):
-            return None
-        x = CustomProxy(node.args[0], tracer)
-        x.__dict__["value"] = base
-        # unbind's count of pieces is the loop's length: a guard of the loop, dropped when it rolls
-        count = [g for g in tracer.guards if g.node is node and g.op == "count"]
-    else:
-        return None
-    size = tracer.create_proxy("call_method", "size", (x, dim), {})
-    loop = _TracedRange(tracer, (size,))
-    inner = loop._loop(loop._range, False)
-    inner.rec.guards.extend(count)
-    return _PieceIter(inner, x, dim)
-
-
-class _RangeType(type):
-    def __instancecheck__(cls, obj):
-        return _orig_isinstance(obj, (_builtin_range, _TracedRange))
-
-
-@contextlib.contextmanager
-def loop_range_patch(tracer):
-    """``range`` that records the loops over traced sizes in ``tracer.loops``; ``len`` of a traced
-    tensor, in the model's code, is its traced size (``for t in range(len(x))``)."""
-    from .proxy import CustomProxy
-    from .source import _SKIP_PREFIXES
-
-    class Range(metaclass=_RangeType):
-        def __new__(cls, *args):
-            if any(_orig_isinstance(a, CustomProxy) for a in args):
-                return _TracedRange(tracer, args)
-            return _builtin_range(*args)
-
-    def traced_len(obj):
-        if _orig_isinstance(obj, CustomProxy) and _orig_isinstance(obj.value, torch.Tensor) and obj.value.dim() > 0 \
-                and not sys._getframe(1).f_code.co_filename.startswith(_SKIP_PREFIXES):
-            return tracer.create_proxy("call_method", "size", (obj, 0), {})
-        return _builtin_len(obj)
-
-    builtins.range, builtins.len = Range, traced_len
-    try:
-        yield
-    finally:
-        builtins.range, builtins.len = _builtin_range, _builtin_len
-
-
-# rolling --------------------------------------------------------------------------------------
 
 def roll_loops(gm: fx.GraphModule, loops: list, guards: list, lines: Optional[set] = None) -> list:
     """Roll each loop of ``loops`` (see the module's doc) in ``gm``; edits ``guards`` (drops the
@@ -273,8 +108,55 @@ class _Plan:
     affine_uses: dict = dataclasses.field(default_factory=dict)
 
 
+@dataclasses.dataclass
+class _Roll:
+    """A loop found to roll (:func:`_checked`), before the graph changes: its iterations (``plan``),
+    the indices it visits, the uses of the index in the first iteration, and what the graph reads
+    after it."""
+
+    plan: _Plan
+    where_text: str
+    n_iter: int
+    low: object
+    hi: object  # a traced size or an int
+    offset: int
+    reverse: bool
+    local: set  # the first iteration's values computed from values made before the loop only
+    scanned: dict  # (tensor, axis) -> what a use of the index keeps, per scanned input
+    uses: dict  # position -> (scan key, the index without the loop's entry or None)
+    writes: dict  # position -> (buffer, its index with the loop's entry, where that entry is)
+    numbers: dict  # position -> (path, scale, shift): the index as a number in an item-wise op on a tensor
+    drop: list  # the guards to drop: the loop's own, and the repeats of the first iteration's
+    finals: dict  # carry -> (outside user of the last iteration's value, whether it is the item read)
+    ys: list  # positions of the stacked outputs
+    post: dict  # user after the loop -> (position, backwards, "stack" or "cat", dim)
+    carry_pos: list
+    kept: list  # the positions of the first iteration that stay in the graph (the writes go)
+
+
 def _roll(gm: fx.GraphModule, rec: LoopRecord, guards: list) -> str:
+    r = _checked(gm.graph, rec, guards)
     graph = gm.graph
+    new = _NewNode(graph, rec.source, r.plan.segs[0][0])
+    xs, scan_slots, carry_slots, hi_arg = _slots(graph, rec, r, new)
+    results = _scan(gm, r, new, xs, scan_slots, carry_slots)
+    _after_loop(graph, r, new, results, hi_arg)
+    segs = r.plan.segs
+    gone = {n for seg in segs[1:] for n in seg} | {n for group in r.plan.extra for n in group}
+    for n in reversed([n for n in graph.nodes if n in gone]):
+        graph.erase_node(n)
+    for g in r.drop:
+        if g in guards:
+            guards.remove(g)
+    gm.recompile()
+    rec.rolled = True
+    return (f"the Python loop at {r.where_text} is rolled into a scan: {r.n_iter} iterations at the example, "
+            f"{len(r.carry_pos)} carried value(s), {len(r.scanned)} scanned input(s), {len(r.ys)} stacked "
+            f"and {len(r.writes)} index-written output(s); it runs for any length (tract_core_scan for tract)")
+
+
+def _checked(graph: fx.Graph, rec: LoopRecord, guards: list) -> _Roll:
+    """What the loop rolls into, checked; raises :class:`_NoRoll` when it stays unrolled."""
     where_text = str(rec.source) if rec.source is not None else "an unknown line"
     n_iter = len(rec.values)
     if n_iter < 2:
@@ -288,77 +170,15 @@ def _roll(gm: fx.GraphModule, rec: LoopRecord, guards: list) -> str:
     where = {n: (k, p) for k, seg in enumerate(segs) for p, n in enumerate(seg)}
     first = segs[0]
     inside = set(where) | {n for group in plan.extra for n in group}
-
-    # the scanned inputs: (tensor, axis) of each use of the index, and what the use keeps
     scanned: dict = {}
-    # the first iteration's values that repeat at every step (computed from values made before the
-    # loop only): a tensor among them may be scanned
-    varying: set = set()
-    starts_varying = {p for p, _, _ in plan.carry_uses} | set(plan.index_uses) | set(plan.affine_uses)
-    for p, n in enumerate(first):
-        if p in starts_varying or any(a in varying for a in n.all_input_nodes):
-            varying.add(n)
-    local = set(first) - varying
-    uses: dict = {}  # position -> (scan key, the index without the loop's entry or None)
-    writes: dict = {}  # position -> (buffer, its index with the loop's entry, where that entry is)
-    numbers: dict = {}  # position -> path: the index as a number in an item-wise op on a tensor
-    for p, path in plan.index_uses.items():
-        if first[p].op == "call_function" and first[p].target is operator.setitem:
-            writes[p] = _index_write(first[p], path, inside)
-        elif _number_use(first[p], path):
-            numbers[p] = (path, 1, 0)
-        else:
-            uses[p] = _index_use(first[p], path, inside - local, scanned)
-    for p, (path, scale, shift) in plan.affine_uses.items():
-        if not _number_use(first[p], path):
-            raise _NoRoll(f"%{first[p].name} ({_target_text(first[p])}) reads a number computed from the loop "
-                          "index, not as the number operand of an item-wise op on a tensor")
-        numbers[p] = (path, scale, shift)
+    local = _local(plan)
+    uses, writes, numbers = _index_reads(plan, inside, local, scanned)
     written = {n for seg in segs for p, n in enumerate(seg) if p in writes}
     for buf, _, _ in writes.values():
         if any(u in inside and u not in written for u in buf.users):
             raise _NoRoll(f"it reads %{buf.name}, which it also writes one index at a time")
-
-    # decisions taken in the loop: on data, refused; a repeat of the first iteration's, dropped
-    drop = list(rec.guards)
-    for g in guards:
-        w = where.get(g.node)
-        if w is None:
-            continue
-        if g.op != "count" and depends_on_data(g.node, memo):  # a count of pieces is a shape fact
-            raise _NoRoll(f"it takes a decision on tensor data ({g.text}{' at ' + str(g.source) if g.source else ''})")
-        k, p = w
-        if p in uses:
-            raise _NoRoll(f"a decision reads the slice it takes ({g.text})")
-        if k > 0:
-            if not any(h.node is first[p] and h.op == g.op and h.expected == g.expected for h in guards):
-                raise _NoRoll(f"iteration {k} takes another decision than the first ({g.text})")
-            drop.append(g)
-
-    # what the graph reads after the loop: the last carries, and whole lists given to stack / cat
-    last = segs[-1]
-    finals: dict = {}  # carry -> (outside user of the last iteration's value, whether it is the item read)
-    stacks: list = []
-    for k, seg in enumerate(segs):
-        for p, n in enumerate(seg):
-            for u in n.users:
-                if u in inside:
-                    continue
-                if k == n_iter - 1 and p in plan.carries and not _stacks_iterations(u, where, n_iter):
-                    finals.setdefault(p, []).append((u, False))
-                    continue
-                if k == n_iter - 1 and u.op == "call_function" and u.target is operator.getitem \
-                        and len(u.args) == 2 and (p, u.args[1]) in plan.carries:
-                    finals.setdefault((p, u.args[1]), []).append((u, True))
-                    continue
-                stacks.append(u)
-    ys: list = []  # positions of the stacked outputs
-    post: dict = {}
-    for u in dict.fromkeys(stacks):
-        p, backwards, fn, dim = _stack_use(u, where, n_iter, rec)
-        if p not in ys:
-            ys.append(p)
-        post[u] = (p, backwards, fn, dim)
+    drop = _repeated_decisions(rec, guards, where, first, uses, memo)
+    finals, ys, post = _reads_after(rec, plan, where, inside)
     for p in list(plan.carries) + ys:
         value = _carried(first, p)
         if not _orig_isinstance(value, torch.Tensor):
@@ -374,34 +194,131 @@ def _roll(gm: fx.GraphModule, rec: LoopRecord, guards: list) -> str:
         if len(_builtin_range(x.meta["value"].shape[axis])[low:hi_value]) != n_iter:
             raise _NoRoll(f"%{x.name} has {x.meta['value'].shape[axis]} items along dim {axis}, not the loop's "
                           f"{n_iter} from {low}")
+    return _Roll(plan=plan, where_text=where_text, n_iter=n_iter, low=low, hi=hi, offset=offset, reverse=reverse,
+                 local=local, scanned=scanned, uses=uses, writes=writes, numbers=numbers, drop=drop, finals=finals,
+                 ys=ys, post=post, carry_pos=carry_pos, kept=kept)
 
-    # -- from here the graph changes ----------------------------------------------------------
-    source = rec.source
-    module_meta = {k: first[0].meta[k] for k in ("module_path", "module_type") if k in first[0].meta}
+
+def _local(plan: _Plan) -> set:
+    """The first iteration's values that repeat at every step (computed from values made before the
+    loop only): a tensor among them may be scanned."""
+    first = plan.segs[0]
+    varying: set = set()
+    starts_varying = {p for p, _, _ in plan.carry_uses} | set(plan.index_uses) | set(plan.affine_uses)
+    for p, n in enumerate(first):
+        if p in starts_varying or any(a in varying for a in n.all_input_nodes):
+            varying.add(n)
+    return set(first) - varying
+
+
+def _index_reads(plan: _Plan, inside: set, local: set, scanned: dict) -> tuple:
+    """``(uses, writes, numbers)``: how the first iteration reads the loop index (see :class:`_Roll`);
+    the scanned inputs go to ``scanned``: (tensor, axis) of each use of the index, and what it keeps."""
+    first = plan.segs[0]
+    uses: dict = {}
+    writes: dict = {}
+    numbers: dict = {}
+    for p, path in plan.index_uses.items():
+        if first[p].op == "call_function" and first[p].target is operator.setitem:
+            writes[p] = _index_write(first[p], path, inside)
+        elif _number_use(first[p], path):
+            numbers[p] = (path, 1, 0)
+        else:
+            uses[p] = _index_use(first[p], path, inside - local, scanned)
+    for p, (path, scale, shift) in plan.affine_uses.items():
+        if not _number_use(first[p], path):
+            raise _NoRoll(f"%{first[p].name} ({_target_text(first[p])}) reads a number computed from the loop "
+                          "index, not as the number operand of an item-wise op on a tensor")
+        numbers[p] = (path, scale, shift)
+    return uses, writes, numbers
+
+
+def _repeated_decisions(rec: LoopRecord, guards: list, where: dict, first: list, uses: dict, memo: dict) -> list:
+    """The guards to drop once the loop rolls: its own, and the repeats of the first iteration's
+    decisions. A decision on data in the loop, or one another iteration takes otherwise, refuses it."""
+    drop = list(rec.guards)
+    for g in guards:
+        w = where.get(g.node)
+        if w is None:
+            continue
+        if g.op != "count" and depends_on_data(g.node, memo):  # a count of pieces is a shape fact
+            raise _NoRoll(f"it takes a decision on tensor data ({g.text}{' at ' + str(g.source) if g.source else ''})")
+        k, p = w
+        if p in uses:
+            raise _NoRoll(f"a decision reads the slice it takes ({g.text})")
+        if k > 0:
+            if not any(h.node is first[p] and h.op == g.op and h.expected == g.expected for h in guards):
+                raise _NoRoll(f"iteration {k} takes another decision than the first ({g.text})")
+            drop.append(g)
+    return drop
+
+
+def _reads_after(rec: LoopRecord, plan: _Plan, where: dict, inside: set) -> tuple:
+    """``(finals, ys, post)``: what the graph reads after the loop, the last carries and whole lists
+    given to stack / cat (see :class:`_Roll`)."""
+    segs = plan.segs
+    n_iter = len(rec.values)
+    finals: dict = {}
+    stacks: list = []
+    for k, seg in enumerate(segs):
+        for p, n in enumerate(seg):
+            for u in n.users:
+                if u in inside:
+                    continue
+                if k == n_iter - 1 and p in plan.carries and not _stacks_iterations(u, where, n_iter):
+                    finals.setdefault(p, []).append((u, False))
+                    continue
+                if k == n_iter - 1 and u.op == "call_function" and u.target is operator.getitem \
+                        and len(u.args) == 2 and (p, u.args[1]) in plan.carries:
+                    finals.setdefault((p, u.args[1]), []).append((u, True))
+                    continue
+                stacks.append(u)
+    ys: list = []
+    post: dict = {}
+    for u in dict.fromkeys(stacks):
+        p, backwards, fn, dim = _stack_use(u, where, n_iter, rec)
+        if p not in ys:
+            ys.append(p)
+        post[u] = (p, backwards, fn, dim)
+    return finals, ys, post
+
+
+class _NewNode:
+    """``new(target, args, value=None)``: a call node of the rolled loop, with its value (computed
+    when not given), the loop's source line and the module of the first iteration's first node."""
+
+    def __init__(self, graph: fx.Graph, source, first: fx.Node):
+        self.graph, self.source = graph, source
+        self.module_meta = {k: first.meta[k] for k in ("module_path", "module_type") if k in first.meta}
+
+    def __call__(self, target, args, value=None):
+        n = self.graph.create_node("call_function", target, args, {})
+        n.meta["value"] = value if value is not None else _run(target, args)
+        n.meta["source"] = self.source
+        n.meta.update(self.module_meta)
+        return n
+
+
+def _slots(graph: fx.Graph, rec: LoopRecord, r: _Roll, new: _NewNode) -> tuple:
+    """The scan's inputs and slots, made before the loop, and the first iteration rewired to read the
+    slots: ``(xs, scan_slots, carry_slots, hi_arg)``, ``hi_arg`` the loop's end in the graph."""
+    plan, first, low, hi, offset = r.plan, r.plan.segs[0], r.low, r.hi, r.offset
     start = first[0]
     for n in nodes_between(graph, rec.starts[0], rec.end):
         if n.op == "get_attr":
             start.prepend(n)  # read before the loop: the scanned inputs and the scan read them there
-
-    def new(target, args, value=None):
-        n = graph.create_node("call_function", target, args, {})
-        n.meta["value"] = value if value is not None else _run(target, args)
-        n.meta["source"] = source
-        n.meta.update(module_meta)
-        return n
-
     xs, scan_slots = [], []
     indices = None
     with graph.inserting_before(start):
         hi_arg = hi.node if _orig_isinstance(hi, fx.Proxy) else hi  # in the graph, a node
         if offset:
             hi_arg = new(operator.add, (hi_arg, offset)) if _orig_isinstance(hi_arg, fx.Node) else hi_arg + offset
-        if not scanned or numbers:  # the loop runs over its indices (read as numbers, or nothing scanned)
+        if not r.scanned or r.numbers:  # the loop runs over its indices (read as numbers, or nothing scanned)
             indices = new(torch.arange, (low, hi_arg))
             index_slot = new(scanned_slot, (indices, 0))
-    for (x, axis) in scanned:
+    for (x, axis) in r.scanned:
         # a tensor made in the first iteration from values made before the loop is sliced where it is made
-        with graph.inserting_before(x.next if x in local else start):
+        with graph.inserting_before(x.next if x in r.local else start):
             moved = x if axis == 0 else new(torch.movedim, (x, axis, 0))
             piece = moved if _whole(x, axis, low, hi, offset) else new(operator.getitem, (moved, slice(low, hi_arg)))
             xs.append(piece)
@@ -413,13 +330,13 @@ def _roll(gm: fx.GraphModule, rec: LoopRecord, guards: list) -> str:
         slot.meta["loop_slot"] = True
     with graph.inserting_before(start):
         carry_slots = {}
-        for q in carry_pos:
+        for q in r.carry_pos:
             slot = new(carry_slot, (plan.carries[q],))
             slot.meta["loop_slot"] = True
             carry_slots[q] = slot
     for p, path, q in plan.carry_uses:
         _set_at(first[p], path, carry_slots[q])
-    for p, (path, scale, shift) in numbers.items():
+    for p, (path, scale, shift) in r.numbers.items():
         number = index_slot  # each step's index, a rank-0 int64 tensor
         with graph.inserting_before(first[p]):
             if scale != 1:
@@ -427,12 +344,20 @@ def _roll(gm: fx.GraphModule, rec: LoopRecord, guards: list) -> str:
             if shift != 0:
                 number = new(operator.add, (number, shift))
         _set_at(first[p], path, number)
-    write_ys = [first[p].args[2] for p in writes]  # the value each step writes
-    written_values = [[seg[p].args[2].meta["value"] for seg in segs] for p in writes]
-    for p in writes:
+    return xs, scan_slots, carry_slots, hi_arg
+
+
+def _scan(gm: fx.GraphModule, r: _Roll, new: _NewNode, xs: list, scan_slots: list, carry_slots: dict) -> list:
+    """The first iteration made the body of one scan node; returns the nodes of the scan's results
+    (the last carries, then the stacked outputs, then the values written one index per step)."""
+    graph, plan, segs = gm.graph, r.plan, r.plan.segs
+    first, last, carry_pos = segs[0], segs[-1], r.carry_pos
+    write_ys = [first[p].args[2] for p in r.writes]  # the value each step writes
+    written_values = [[seg[p].args[2].meta["value"] for seg in segs] for p in r.writes]
+    for p in r.writes:
         graph.erase_node(first[p])  # written once, after the loop, from the stacked values
-    keys = list(scanned)
-    for p, (key, rest) in uses.items():
+    keys = list(r.scanned)
+    for p, (key, rest) in r.uses.items():
         node = first[p]
         slot = scan_slots[keys.index(key)]
         if rest is None:
@@ -443,7 +368,7 @@ def _roll(gm: fx.GraphModule, rec: LoopRecord, guards: list) -> str:
         node.replace_all_uses_with(repl)
         graph.erase_node(node)
         first[p] = repl
-    end = first[kept[-1]]  # the first iteration's last node still in the graph
+    end = first[r.kept[-1]]  # the first iteration's last node still in the graph
     item_nodes = {}
     for q in carry_pos:
         if type(q) is not int:  # the item of a tuple the first iteration made, as the next one reads it
@@ -451,21 +376,21 @@ def _roll(gm: fx.GraphModule, rec: LoopRecord, guards: list) -> str:
                 end = item_nodes[q] = new(operator.getitem, (first[q[0]], q[1]))
     slots = list(carry_slots.values()) + scan_slots
     body_nodes = slot_dependents(_up_to(graph, end), slots)
-    outs = [item_nodes.get(q) or first[q] for q in carry_pos] + [first[p] for p in ys] + write_ys
+    outs = [item_nodes.get(q) or first[q] for q in carry_pos] + [first[p] for p in r.ys] + write_ys
     body, outer = body_module(gm, body_nodes, slots, outs)
-    call = ScanCall(body, "scan", where_text, 0, reverse, len(carry_pos))
+    call = ScanCall(body, "scan", r.where_text, 0, r.reverse, len(carry_pos))
     init = [plan.carries[q] for q in carry_pos]
     args = (init, xs, outer, list(carry_slots.values()), scan_slots, outs)
     # the values the unrolled iterations computed, as the scan gives them (a value made before the
     # loop may have been changed in place after it: the scan is not run again on it here; the
     # analysis runs the whole graph on the example and compares with the model)
-    order = list(reversed(segs)) if reverse else segs  # the stacked values run in index order
+    order = list(reversed(segs)) if r.reverse else segs  # the stacked values run in index order
     value = tuple(_carried(last, q) for q in carry_pos) + tuple(
-        torch.stack([seg[p].meta["value"] for seg in order]) for p in ys) + tuple(
-        torch.stack(vals[::-1] if reverse else vals) for vals in written_values)
+        torch.stack([seg[p].meta["value"] for seg in order]) for p in r.ys) + tuple(
+        torch.stack(vals[::-1] if r.reverse else vals) for vals in written_values)
     with graph.inserting_after(end):
         scan = new(call, args, value=value)
-    scan.meta["control_flow"] = f"Python loop at {where_text}"
+    scan.meta["control_flow"] = f"Python loop at {r.where_text}"
     results = []
     prev = scan
     for i in range(len(value)):
@@ -474,17 +399,24 @@ def _roll(gm: fx.GraphModule, rec: LoopRecord, guards: list) -> str:
         if i < len(carry_pos):  # the last step's carry itself: the memory its views after the loop share
             prev.meta["storage"] = storage_keys(prev.meta["value"])
         results.append(prev)
+    return results
+
+
+def _after_loop(graph: fx.Graph, r: _Roll, new: _NewNode, results: list, hi_arg) -> None:
+    """The graph after the loop reads the scan's results: the last carries, the index-written
+    buffers written once, the lists given to stack / cat as the stacked outputs."""
+    last, carry_pos, source, module_meta = r.plan.segs[-1], r.carry_pos, new.source, new.module_meta
     for j, q in enumerate(carry_pos):
-        for u, item in finals.get(q, []):
+        for u, item in r.finals.get(q, []):
             if item:
                 u.replace_all_uses_with(results[j])
                 graph.erase_node(u)
             else:
                 u.replace_input_with(last[q], results[j])
     after = results[-1]
-    for j, (buf, idx, i) in enumerate(writes.values()):
-        y = results[len(carry_pos) + len(ys) + j]
-        whole = slice(low, hi_arg)  # the written indices
+    for j, (buf, idx, i) in enumerate(r.writes.values()):
+        y = results[len(carry_pos) + len(r.ys) + j]
+        whole = slice(r.low, hi_arg)  # the written indices
         entries = (idx,) if i is None else tuple(idx)
         at = 0 if i is None else i
         axis = sum(1 for e in entries[:at] if e is None or _orig_isinstance(e, slice))
@@ -495,10 +427,10 @@ def _roll(gm: fx.GraphModule, rec: LoopRecord, guards: list) -> str:
             spot = whole if i is None else entries[:at] + (whole,) + entries[at + 1:]
             after = graph.create_node("call_function", operator.setitem, (buf, spot, y), {})
             after.meta.update(value=None, source=source, **module_meta)
-    for u, (p, backwards, fn, dim) in post.items():
-        y = results[len(carry_pos) + ys.index(p)]
+    for u, (p, backwards, fn, dim) in r.post.items():
+        y = results[len(carry_pos) + r.ys.index(p)]
         with graph.inserting_before(u):
-            if backwards != reverse:
+            if backwards != r.reverse:
                 y = new(torch.flip, (y, [0]))
             if dim != 0:
                 y = new(torch.movedim, (y, 0, dim))
@@ -512,17 +444,6 @@ def _roll(gm: fx.GraphModule, rec: LoopRecord, guards: list) -> str:
         _stands_for(y, u)
         u.replace_all_uses_with(y)
         graph.erase_node(u)
-    gone = {n for seg in segs[1:] for n in seg} | {n for group in plan.extra for n in group}
-    for n in reversed([n for n in graph.nodes if n in gone]):
-        graph.erase_node(n)
-    for g in drop:
-        if g in guards:
-            guards.remove(g)
-    gm.recompile()
-    rec.rolled = True
-    return (f"the Python loop at {where_text} is rolled into a scan: {n_iter} iterations at the example, "
-            f"{len(carry_pos)} carried value(s), {len(scanned)} scanned input(s), {len(ys)} stacked "
-            f"and {len(writes)} index-written output(s); it runs for any length (tract_core_scan for tract)")
 
 
 def _carried(seg: list, key):
@@ -574,6 +495,46 @@ def _whole(x: fx.Node, axis: int, low, hi, offset: int) -> bool:
 
 def _match(graph: fx.Graph, rec: LoopRecord) -> _Plan:
     """Check that every iteration records the calls of the first; find carries and index uses."""
+    segs, items, extra = _iterations(graph, rec)
+    size = len(segs[0])
+    if size == 0:
+        raise _NoRoll("its iterations record no call")
+    if any(len(s) != size for s in segs):
+        raise _NoRoll("its iterations record different numbers of calls")
+    where = {n: (k, p) for k, seg in enumerate(segs) for p, n in enumerate(seg)}
+    carries: dict = {}
+    seen: Optional[tuple] = None
+    for k in range(1, len(segs)):
+        compare = _Compare(rec, segs, where, items, carries, k)
+        for p in range(size):
+            a, b = segs[k][p], segs[0][p]
+            if a.op != b.op or not _same_target(a.target, b.target):
+                raise _NoRoll(f"iteration {k} calls {_target_text(a)} where the first calls {_target_text(b)}")
+            compare.same(a.args, b.args, p, ("args",))
+            compare.same(a.kwargs, b.kwargs, p, ("kwargs",))
+        found = compare.found
+        if seen is None:
+            seen = tuple(found)
+        elif tuple(found) != seen:
+            raise _NoRoll(f"iteration {k} reads the carries or the index elsewhere than iteration 1")
+    carry_uses = [(p, path, q) for p, path, kind, q in seen if kind == "carry"]
+    index_uses: dict = {}
+    affine_uses: dict = {}
+    for p, path, kind, detail in seen:
+        if kind in ("index", "affine"):
+            if p in index_uses or p in affine_uses:
+                raise _NoRoll(f"%{segs[0][p].name} reads the loop index twice")
+            if kind == "index":
+                index_uses[p] = path
+            else:
+                affine_uses[p] = (path,) + detail
+    return _Plan(segs, carries, carry_uses, index_uses, extra, affine_uses)
+
+
+def _iterations(graph: fx.Graph, rec: LoopRecord) -> tuple:
+    """``(segs, items, extra)``: the nodes of each iteration (get_attr and the reads of an item of
+    the iteration before's tuples excluded), those reads (node -> (position of the tuple in the
+    iteration before, item)) and, per iteration, the nodes of those reads."""
     bounds = list(rec.starts) + [rec.end]
     segs = []
     for k in range(len(rec.values)):
@@ -594,120 +555,119 @@ def _match(graph: fx.Graph, rec: LoopRecord) -> _Plan:
                 items[n] = (before[n.args[0]], n.args[1])
                 extra[k].append(n)
         segs[k] = [n for n in segs[k] if n not in items]
-    size = len(segs[0])
-    if size == 0:
-        raise _NoRoll("its iterations record no call")
-    if any(len(s) != size for s in segs):
-        raise _NoRoll("its iterations record different numbers of calls")
-    where = {n: (k, p) for k, seg in enumerate(segs) for p, n in enumerate(seg)}
-    carries: dict = {}
-    seen: Optional[tuple] = None
-    for k in range(1, len(segs)):
-        found: list = []  # (position, path, kind, detail)
+    return segs, items, extra
 
-        def same(a, b, p, path):
-            if _orig_isinstance(a, fx.Node) and _orig_isinstance(b, (tuple, list)) and where.get(a, (None,))[0] == k - 1 \
-                    and _orig_isinstance(a.meta.get("value"), (tuple, list)) and len(a.meta["value"]) == len(b):
-                # a tuple the iteration before made, where the first iteration is given the initial tuple
-                pa = where[a][1]
-                for i, item in enumerate(b):
-                    if not _orig_isinstance(item, fx.Node) or where.get(item) is not None:
-                        raise _NoRoll(f"iteration {k} reads a tuple where the first reads other values")
-                    known = carries.setdefault((pa, i), item)
-                    if not _same_outside(known, item):
-                        raise _NoRoll(f"the value carried from %{a.name} starts from two values")
-                    found.append((p, path + (i,), "carry", (pa, i)))
-                return
-            if _orig_isinstance(a, fx.Node):
-                if not _orig_isinstance(b, fx.Node):
-                    raise _NoRoll(f"iteration {k} reads a value where the first reads a constant")
-                wa, wb = where.get(a), where.get(b)
-                if a in items:
-                    if wb is not None or items[a][0] >= size or a.args[0] is not segs[k - 1][items[a][0]]:
-                        raise _NoRoll(f"iteration {k} reads an item of the iteration before where the first reads "
-                                      "its own values")
-                    known = carries.setdefault(items[a], b)
-                    if not _same_outside(known, b):
-                        raise _NoRoll(f"the value carried from %{a.name} starts from two values")
-                    found.append((p, path, "carry", items[a]))
-                    return
-                if wa is None:
-                    if wb is not None or not _same_outside(a, b):
-                        raise _NoRoll(f"iteration {k} reads %{a.name} where the first reads %{b.name}")
-                    return
-                ka, pa = wa
-                if ka == k:
-                    if wb != (0, pa):
-                        raise _NoRoll(f"iteration {k} differs from the first at %{a.name}")
-                    return
-                if ka == k - 1:
-                    if wb is not None:
-                        raise _NoRoll(f"iteration {k} reads the iteration before where the first reads its own values")
-                    known = carries.setdefault(pa, b)
-                    if not _same_outside(known, b):
-                        raise _NoRoll(f"the value carried from %{a.name} starts from two values")
-                    found.append((p, path, "carry", pa))
-                    return
-                raise _NoRoll(f"iteration {k} reads a value of iteration {ka}, not of the one before")
-            if _orig_isinstance(b, fx.Node):
-                raise _NoRoll(f"iteration {k} reads a constant where the first reads a value")
-            if _orig_isinstance(a, (tuple, list)):
-                if type(a) is not type(b) or len(a) != len(b):
-                    raise _NoRoll(f"iteration {k} calls with other arguments")
-                for i, (x, y) in enumerate(zip(a, b)):
-                    same(x, y, p, path + (i,))
-                return
-            if _orig_isinstance(a, dict):
-                if not _orig_isinstance(b, dict) or list(a) != list(b):
-                    raise _NoRoll(f"iteration {k} calls with other arguments")
-                for key in a:
-                    same(a[key], b[key], p, path + (key,))
-                return
-            if _orig_isinstance(a, slice):
-                if not _orig_isinstance(b, slice):
-                    raise _NoRoll(f"iteration {k} calls with other arguments")
-                for i, (x, y) in enumerate(zip((a.start, a.stop, a.step), (b.start, b.stop, b.step))):
-                    same(x, y, p, path + (("slice", i),))
-                return
-            if type(a) is int and type(b) is int and a != b and a == rec.values[k] and b == rec.values[0]:
-                found.append((p, path, "index", None))
-                return
-            if type(a) is type(b) and type(a) in (int, float) and a != b and rec.values[k] != rec.values[0]:
-                # a number computed from the index (``t + 1``, ``t / 4``): the same line through every step's
-                step = rec.values[k] - rec.values[0]
-                if type(a) is int and (a - b) % step == 0:
-                    scale = (a - b) // step
-                else:
-                    scale = (a - b) / step
-                found.append((p, path, "affine", (scale, b - scale * rec.values[0])))
-                return
-            if type(a) is int and type(b) is int and a != b:
-                raise _NoRoll(f"iteration {k} calls with the constant {a} where the first has {b}")
-            if not _same_constant(a, b):
-                raise _NoRoll(f"iteration {k} calls with {a!r} where the first has {b!r}")
 
-        for p in range(size):
-            a, b = segs[k][p], segs[0][p]
-            if a.op != b.op or not _same_target(a.target, b.target):
-                raise _NoRoll(f"iteration {k} calls {_target_text(a)} where the first calls {_target_text(b)}")
-            same(a.args, b.args, p, ("args",))
-            same(a.kwargs, b.kwargs, p, ("kwargs",))
-        if seen is None:
-            seen = tuple(found)
-        elif tuple(found) != seen:
-            raise _NoRoll(f"iteration {k} reads the carries or the index elsewhere than iteration 1")
-    carry_uses = [(p, path, q) for p, path, kind, q in seen if kind == "carry"]
-    index_uses: dict = {}
-    affine_uses: dict = {}
-    for p, path, kind, detail in seen:
-        if kind in ("index", "affine"):
-            if p in index_uses or p in affine_uses:
-                raise _NoRoll(f"%{segs[0][p].name} reads the loop index twice")
-            if kind == "index":
-                index_uses[p] = path
+class _Compare:
+    """The arguments of iteration ``k``'s calls against the first iteration's: :meth:`same` raises
+    :class:`_NoRoll` where they differ otherwise than by the carries and the index, and notes in
+    ``found`` where those are read, as ``(position, path, kind, detail)``; the values each carry
+    starts from go to ``carries``."""
+
+    def __init__(self, rec: LoopRecord, segs: list, where: dict, items: dict, carries: dict, k: int):
+        self.rec, self.segs, self.where, self.items, self.carries, self.k = rec, segs, where, items, carries, k
+        self.size = len(segs[0])
+        self.found: list = []
+
+    def same(self, a, b, p, path):
+        k = self.k
+        if _orig_isinstance(a, fx.Node) and _orig_isinstance(b, (tuple, list)) \
+                and self.where.get(a, (None,))[0] == k - 1 \
+                and _orig_isinstance(a.meta.get("value"), (tuple, list)) and len(a.meta["value"]) == len(b):
+            self._tuple_carried(a, b, p, path)
+        elif _orig_isinstance(a, fx.Node):
+            self._same_value(a, b, p, path)
+        elif _orig_isinstance(b, fx.Node):
+            raise _NoRoll(f"iteration {k} reads a constant where the first reads a value")
+        elif _orig_isinstance(a, (tuple, list, dict, slice)):
+            self._same_items(a, b, p, path)
+        else:
+            self._same_number(a, b, p, path)
+
+    def _tuple_carried(self, a, b, p, path):
+        """A tuple the iteration before made, where the first iteration is given the initial tuple."""
+        k = self.k
+        pa = self.where[a][1]
+        for i, item in enumerate(b):
+            if not _orig_isinstance(item, fx.Node) or self.where.get(item) is not None:
+                raise _NoRoll(f"iteration {k} reads a tuple where the first reads other values")
+            known = self.carries.setdefault((pa, i), item)
+            if not _same_outside(known, item):
+                raise _NoRoll(f"the value carried from %{a.name} starts from two values")
+            self.found.append((p, path + (i,), "carry", (pa, i)))
+
+    def _same_value(self, a: fx.Node, b, p, path):
+        k, items, carries = self.k, self.items, self.carries
+        if not _orig_isinstance(b, fx.Node):
+            raise _NoRoll(f"iteration {k} reads a value where the first reads a constant")
+        wa, wb = self.where.get(a), self.where.get(b)
+        if a in items:
+            if wb is not None or items[a][0] >= self.size or a.args[0] is not self.segs[k - 1][items[a][0]]:
+                raise _NoRoll(f"iteration {k} reads an item of the iteration before where the first reads "
+                              "its own values")
+            known = carries.setdefault(items[a], b)
+            if not _same_outside(known, b):
+                raise _NoRoll(f"the value carried from %{a.name} starts from two values")
+            self.found.append((p, path, "carry", items[a]))
+            return
+        if wa is None:
+            if wb is not None or not _same_outside(a, b):
+                raise _NoRoll(f"iteration {k} reads %{a.name} where the first reads %{b.name}")
+            return
+        ka, pa = wa
+        if ka == k:
+            if wb != (0, pa):
+                raise _NoRoll(f"iteration {k} differs from the first at %{a.name}")
+            return
+        if ka == k - 1:
+            if wb is not None:
+                raise _NoRoll(f"iteration {k} reads the iteration before where the first reads its own values")
+            known = carries.setdefault(pa, b)
+            if not _same_outside(known, b):
+                raise _NoRoll(f"the value carried from %{a.name} starts from two values")
+            self.found.append((p, path, "carry", pa))
+            return
+        raise _NoRoll(f"iteration {k} reads a value of iteration {ka}, not of the one before")
+
+    def _same_items(self, a, b, p, path):
+        """Tuples, lists, dicts and slices: the same shape, and their items the same."""
+        k = self.k
+        if _orig_isinstance(a, (tuple, list)):
+            if type(a) is not type(b) or len(a) != len(b):
+                raise _NoRoll(f"iteration {k} calls with other arguments")
+            for i, (x, y) in enumerate(zip(a, b)):
+                self.same(x, y, p, path + (i,))
+            return
+        if _orig_isinstance(a, dict):
+            if not _orig_isinstance(b, dict) or list(a) != list(b):
+                raise _NoRoll(f"iteration {k} calls with other arguments")
+            for key in a:
+                self.same(a[key], b[key], p, path + (key,))
+            return
+        if not _orig_isinstance(b, slice):
+            raise _NoRoll(f"iteration {k} calls with other arguments")
+        for i, (x, y) in enumerate(zip((a.start, a.stop, a.step), (b.start, b.stop, b.step))):
+            self.same(x, y, p, path + (("slice", i),))
+
+    def _same_number(self, a, b, p, path):
+        """Constants: the same, or the loop index, or a number computed from it."""
+        k, values = self.k, self.rec.values
+        if type(a) is int and type(b) is int and a != b and a == values[k] and b == values[0]:
+            self.found.append((p, path, "index", None))
+            return
+        if type(a) is type(b) and type(a) in (int, float) and a != b and values[k] != values[0]:
+            # a number computed from the index (``t + 1``, ``t / 4``): the same line through every step's
+            step = values[k] - values[0]
+            if type(a) is int and (a - b) % step == 0:
+                scale = (a - b) // step
             else:
-                affine_uses[p] = (path,) + detail
-    return _Plan(segs, carries, carry_uses, index_uses, extra, affine_uses)
+                scale = (a - b) / step
+            self.found.append((p, path, "affine", (scale, b - scale * values[0])))
+            return
+        if type(a) is int and type(b) is int and a != b:
+            raise _NoRoll(f"iteration {k} calls with the constant {a} where the first has {b}")
+        if not _same_constant(a, b):
+            raise _NoRoll(f"iteration {k} calls with {a!r} where the first has {b!r}")
 
 
 _ITEMWISE = {operator.add, operator.sub, operator.mul, operator.truediv, operator.floordiv, operator.mod,
@@ -877,11 +837,6 @@ def _set_at(node: fx.Node, path: tuple, value) -> None:
 
 def _same_target(a, b) -> bool:
     return a is b or (_orig_isinstance(a, str) and a == b)
-
-
-def _target_text(n: fx.Node) -> str:
-    t = n.target
-    return t if _orig_isinstance(t, str) else getattr(t, "__name__", type(t).__name__)
 
 
 def _same_outside(a: fx.Node, b: fx.Node) -> bool:

@@ -7,6 +7,7 @@ concrete value (``bool``, ``int``, ``len``, ``range``) is recorded as a guard.
 """
 from __future__ import annotations
 
+import builtins
 import contextlib
 import math
 import operator
@@ -15,7 +16,8 @@ import numpy as np
 import torch
 import torch.fx as fx
 
-from .size_casts import rounding
+_builtin_int = builtins.int
+_builtin_isinstance = builtins.isinstance
 
 # attributes answered from the example value without recording anything
 _STATIC_TENSOR_ATTRS = {
@@ -31,6 +33,29 @@ _STATIC_TENSOR_METHODS = {
 }
 # methods whose result is a Python value computed from tensor data: a data guard
 _DATA_TENSOR_METHODS = {"item", "tolist"}
+
+
+def _traced_number(x) -> bool:
+    """Whether ``x`` is a proxy of a Python int or float computed from sizes (not from data)."""
+    if type(x) is not CustomProxy:
+        return False
+    v = x.value
+    return _builtin_isinstance(v, (_builtin_int, float)) and not _builtin_isinstance(v, bool) \
+        and not x.tracer._on_data(x)
+
+
+def rounding(fn):
+    """``__ceil__``/``__floor__``/``__trunc__`` of a proxy: recorded for a traced number; any
+    other value is read as ``float()`` (a guard), as Python does for objects without them."""
+    def impl(self):
+        if _traced_number(self):
+            if _builtin_isinstance(self.value, _builtin_int):
+                return self
+            return self.tracer.create_proxy("call_function", fn, (self,), {})
+        return fn(float(self))
+
+    impl.__name__ = f"__{fn.__name__}__"
+    return impl
 
 
 class SizeTuple(tuple):
@@ -123,8 +148,7 @@ class CustomProxy(fx.Proxy):
         if isinstance(v, dict):
             return iter(list(v.keys()))
         if self.tracer.roll_loops:  # a loop over the pieces may roll into a scan
-            from .loops import iterate_pieces
-            pieces = iterate_pieces(self)
+            pieces = self.tracer.iterate_pieces(self)
             if pieces is not None:
                 return pieces
         n = len(self)
@@ -218,7 +242,3 @@ class CustomAttribute(CustomProxy):
 
     def __call__(self, *args, **kwargs):
         return self.tracer.call_method(self.root, self.attr, args, kwargs)
-
-
-def is_proxy(x) -> bool:
-    return isinstance(x, fx.Proxy)

@@ -19,23 +19,24 @@ import torch
 import torch.fx as fx
 from torch.fx._symbolic_trace import _maybe_revert_all_patches, is_fx_symbolic_tracing
 
-from ..errors import TraceError
-from ..ir import SourceLoc
+from ...errors import TraceError
+from ...ir import SourceLoc
 from . import structures
 from .proxy import _DATA_TENSOR_METHODS, _STATIC_TENSOR_METHODS, CustomAttribute, CustomProxy, SizeTuple
 from .control_flow import _COMPARISONS, control_flow_patches, decide_in_body
-from .data_dep import depends_on_data, in_loop_body, on_slot_data, read_number, sizes_from_shape_tensors
+from .data_dep import _FAILING_TARGETS, depends_on_data, in_loop_body, on_slot_data, read_number, sizes_from_shape_tensors
 from .data_sizes import DataInt, check_no_data_sizes, mark_data_number
 from .fast_paths import reproduce_fast_path
-from .loops import loop_range_patch
+from .loops import iterate_pieces, loop_range_patch, note_sized_range
 from .packed import RECURRENT_TYPES as PACKED_RNN_TYPES
 from .packed import is_packed_call, packed_rnn_call, packed_sequence_patches, refuse_packed_sequences
 from .grouped import check_grouped, grouped_cat, grouped_split
 from .padded import mark_padded, masked_index_add, padded_call, padded_failure, padded_nonzero, wrapped_indices
 from .size_casts import size_casts
 from .slice_bounds import from_the_start
-from .source import user_frame_location
+from .source import _SKIP_PREFIXES, user_frame_location
 from .strided import is_as_strided, record_as_strided
+from .threads import in_tracing_thread, tracing_in_this_thread
 from .written_constants import WrittenMemory, flat_memory, grid_of, same_view, tensor_versions, view_steps, whole_memory
 
 # torch factories that take sizes: recorded when a size argument is a proxy
@@ -87,9 +88,6 @@ def _eager_failure(exc: Exception, message: str) -> TraceError:
         return _EAGER_FAILURES[cls](message)
     except Exception:  # noqa: BLE001 - a class whose constructor wants other arguments
         return TraceError(message)
-
-
-_FAILING_TARGETS: list = []  # the targets of calls that failed while tracing (see call_fails)
 
 
 def _failing_key(target) -> object:
@@ -406,6 +404,10 @@ class CustomTracer(fx.Tracer):
                                         root if name == "tolist" and v.dim() == 1 else None)
         return self.create_proxy("call_method", name, (root,) + tuple(args), kwargs)
 
+    def iterate_pieces(self, proxy: CustomProxy):
+        """An iterator over the pieces of ``proxy`` that notes a loop to roll (:mod:`.loops`), or None."""
+        return iterate_pieces(proxy)
+
     def size_tuple(self, proxy: CustomProxy) -> SizeTuple:
         rank = proxy.value.dim()
         return SizeTuple(self.create_proxy("call_method", "size", (proxy, i), {}) for i in range(rank))
@@ -680,8 +682,9 @@ _TRACED_TYPES = frozenset((CustomProxy, CustomAttribute))
 
 
 def _traced_isinstance(obj, cls):
-    # every isinstance of the process goes through here while tracing (about 150 per node)
-    if type(obj) in _TRACED_TYPES and not _orig_isinstance(obj, cls):
+    # every isinstance of the process goes through here while tracing (about 150 per node); only the
+    # tracing thread answers for a proxy from its value (see .threads)
+    if type(obj) in _TRACED_TYPES and not _orig_isinstance(obj, cls) and in_tracing_thread():
         import sys
 
         caller = sys._getframe(1).f_globals.get("__name__", "")
@@ -697,7 +700,7 @@ _orig_callable = builtins.callable
 def _traced_callable(obj):
     # a proxy records calls (it has __call__) whatever its value; the model's code asks about the value
     # (transformers' torch_compilable_check calls a condition when it is callable)
-    if type(obj) in _TRACED_TYPES:
+    if type(obj) in _TRACED_TYPES and in_tracing_thread():
         return _orig_callable(obj.value)
     return _orig_callable(obj)
 
@@ -734,7 +737,7 @@ def _traced_range(*args):
     # range() of traced sizes is a range of their example values, each read a guard as for any
     # index(); those guards note the range they bound, so that the decision is the loop's length
     # (``range(1, S, 128)`` runs once for every S up to 129), not the number read
-    if not any(type(a) is CustomProxy for a in args):
+    if not any(type(a) is CustomProxy for a in args) or not in_tracing_thread():
         return _orig_range(*args)
     tracer = next(a.tracer for a in args if type(a) is CustomProxy)
     before = _orig_len(tracer.guards)
@@ -746,15 +749,6 @@ def _traced_range(*args):
             g.counts = (bounds, _orig_len(out))
     note_sized_range(tracer, out, args)
     return out
-
-
-_SIZED_RANGES_KEPT = 8
-
-
-def note_sized_range(tracer, values: range, args: tuple) -> None:
-    """Keep a range of traced sizes made while tracing, for :func:`_range_tensor`."""
-    tracer.sized_ranges.append((values, args))
-    del tracer.sized_ranges[:-_SIZED_RANGES_KEPT]
 
 
 _RANGE_TENSOR_FACTORIES = ("tensor", "as_tensor")
@@ -792,7 +786,8 @@ def _traced_len(obj):
     # stays symbolic where it is computed with (x + len(x)), and a Python use of it (range(len(x)),
     # a comparison) is a guard on the size, as for x.shape[0] (Python's own len() returns an int,
     # which the graph would keep as the example's)
-    if type(obj) is CustomProxy and _orig_isinstance(obj.value, torch.Tensor) and obj.value.dim() > 0:
+    if type(obj) is CustomProxy and _orig_isinstance(obj.value, torch.Tensor) and obj.value.dim() > 0 \
+            and in_tracing_thread():
         import sys
 
         caller = sys._getframe(1).f_globals.get("__name__", "")
@@ -948,7 +943,9 @@ def tracing_patches(tracer: CustomTracer):
             setattr(torch, name, wrap(fn))
         for name, fn in checks.items():
             setattr(torch, name, _concrete_check(fn, _CHECK_FUNCTIONS[name]))
-        with control_flow_patches(tracer), _transformers_number_casts(), _compiled_functions_run_plain(), \
+        # the builtins replaced above act in this thread only (see .threads)
+        with tracing_in_this_thread(), control_flow_patches(tracer), _transformers_number_casts(), \
+                _compiled_functions_run_plain(), \
                 (loop_range_patch(tracer) if tracer.roll_loops else contextlib.nullcontext()):
             yield
     finally:
@@ -1154,8 +1151,6 @@ def _graph_module_class() -> type:
 def _untraceable_message(exc: Exception) -> str:
     """Where in the user's code tracing broke, and what to do about it."""
     import traceback
-
-    from .source import _SKIP_PREFIXES
 
     frames = [f for f in traceback.extract_tb(exc.__traceback__)
               if not f.filename.startswith(_SKIP_PREFIXES) and not f.filename.startswith("<")]

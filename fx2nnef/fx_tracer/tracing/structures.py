@@ -9,11 +9,14 @@ import dataclasses
 from typing import Any, Callable
 
 import torch
+import torch.fx as fx
+
+
+def is_proxy(x) -> bool:
+    return isinstance(x, fx.Proxy)
 
 
 def _is_tensor_like(x) -> bool:
-    from .proxy import is_proxy
-
     return isinstance(x, torch.Tensor) or is_proxy(x)
 
 
@@ -21,8 +24,6 @@ def _stands_for_number(x) -> bool:
     """Whether ``x`` is a proxy of a Python number or size (``h.shape[1]``, ``x.size()`` on a
     dynamic dim): the model returns a plain number there, which no engine output holds and which
     the model's own outputs, flattened, leave out too; the outputs must pair up one to one."""
-    from .proxy import is_proxy
-
     return is_proxy(x) and isinstance(getattr(x, "value", None), (bool, int, float, torch.Size))
 
 
@@ -101,8 +102,6 @@ def _join(prefix, key) -> str:
 
 def _proxy_structure(obj):
     """A proxy standing for a tuple/list/dict (e.g. a leaf module's result): its items as proxies."""
-    from .proxy import is_proxy
-
     if not is_proxy(obj):
         return None
     value = obj.value

@@ -16,9 +16,9 @@ from typing import Optional
 import torch
 import torch.fx as fx
 
-from ..errors import TraceError
-from ..ir import SourceLoc
-from .data_dep import depends_on_data
+from ...errors import TraceError
+from ...ir import SourceLoc
+from .data_dep import _SIZED_FUNCTIONS, _SIZED_METHODS, depends_on_data
 from .source import user_frame_location
 
 
@@ -61,13 +61,6 @@ def mark_data_number(value, origin: Optional[SourceLoc], tensor=None):
             return [DataInt(v, origin, tensor, i) for i, v in enumerate(value)]
         return [mark_data_number(v, origin) for v in value]
     return value
-
-
-# calls whose arguments after the tensor are sizes
-_SIZED_METHODS = {"narrow", "view", "reshape", "expand", "repeat", "split", "new_zeros", "new_ones", "new_full",
-                  "new_empty", "unflatten", "tile", "select", "chunk", "index_select", "roll"}
-_SIZED_FUNCTIONS = {torch.narrow, torch.reshape, torch.zeros, torch.ones, torch.full, torch.empty, torch.arange,
-                    torch.split, torch.tile, torch.select}
 
 
 def _find(obj, in_slice: bool = False):

@@ -9,8 +9,9 @@ import operator
 import torch
 import torch.fx as fx
 
-from ..errors import TraceError
+from ...errors import TraceError
 from .padded import padded_nonzero
+from .scan import ScanCall
 from .structures import same_value
 
 _SHAPE_QUERIES = {"size", "dim", "numel", "nelement", "ndimension", "is_contiguous"}
@@ -22,10 +23,16 @@ _FAILING_ON_DATA = ("cholesky", "inv", "solve", "lu", "eig", "svd", "lstsq", "it
 _META_METHODS = {"new_zeros", "new_ones", "new_full", "new_empty"}
 _META_FUNCTIONS = {torch.zeros_like, torch.ones_like, torch.full_like, torch.empty_like, padded_nonzero}
 
+# calls whose arguments after the tensor are sizes
+_SIZED_METHODS = {"narrow", "view", "reshape", "expand", "repeat", "split", "new_zeros", "new_ones", "new_full",
+                  "new_empty", "unflatten", "tile", "select", "chunk", "index_select", "roll"}
+_SIZED_FUNCTIONS = {torch.narrow, torch.reshape, torch.zeros, torch.ones, torch.full, torch.empty, torch.arange,
+                    torch.split, torch.tile, torch.select}
+
+_FAILING_TARGETS: list = []  # the targets of calls that failed while tracing (see tracer.call_fails)
+
 
 def _failing_name(key) -> str:
-    from .tracer import _FAILING_TARGETS
-
     target = _FAILING_TARGETS[key] if isinstance(key, int) and key < len(_FAILING_TARGETS) else None
     return f"{getattr(target, '__module__', '') or ''}.{getattr(target, '__name__', '')}"
 
@@ -185,8 +192,6 @@ def _changed(value):
 
 
 def _loop_bodies(x: fx.Node, y: fx.Node):
-    from .control_flow import ScanCall  # control_flow's users import this module
-
     if isinstance(x.target, ScanCall) and isinstance(y.target, ScanCall):
         fields = ("kind", "label", "dim", "reverse", "n_carry", "check")
         if all(getattr(x.target, f) == getattr(y.target, f) for f in fields):
@@ -286,9 +291,6 @@ def check_number_reads(trace_again, baseline: fx.GraphModule, reads: list) -> No
 
 
 def _number_in_graph(read: "NumberRead", node: fx.Node) -> str:
-    from .data_sizes import _SIZED_FUNCTIONS, _SIZED_METHODS  # data_sizes imports this module
-    import operator
-
     src = node.meta.get("source") or next((u.meta.get("source") for u in node.users if u.meta.get("source")), None)
     at = f" at {src}: `{src.code}`" if src is not None else ""
     name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", str(node.target))
@@ -313,10 +315,6 @@ def sizes_from_shape_tensors(tracer, kind: str, target, args: tuple) -> tuple:
     """``args`` with each 0-d integer tensor computed from sizes only (``torch.tensor(x.shape[1]) // 2``)
     that is used as a slice bound, or as a size of a call taking sizes, read as a traced number
     (``item()``): it is a shape expression, which the graph keeps symbolic."""
-    import operator
-
-    from .data_sizes import _SIZED_FUNCTIONS, _SIZED_METHODS  # data_sizes imports this module
-
     def as_number(obj):
         value = getattr(obj, "value", None) if isinstance(obj, fx.Proxy) else None
         if isinstance(value, torch.Tensor) and value.dim() == 0 and not value.dtype.is_floating_point \

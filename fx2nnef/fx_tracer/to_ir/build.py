@@ -17,27 +17,16 @@ import torch
 import torch.fx as fx
 from torch.utils._pytree import tree_leaves, tree_map
 
-from ..errors import TraceError
-from ..ir import DType, Graph, Node, SymDim, Value, flat_values, method_key, op_key
-from ..ir.dims import settle_extrema
-from .control_flow import SLOT_FUNCTIONS, ScanCall
-from .probe import Analysis, Unfit
-from .structures import has_tensor
-from .torch_data import torch_data
+from ...errors import TraceError
+from ...ir import DType, Graph, Node, SymDim, Value, flat_values, method_key, op_key
+from ...ir.dims import settle_extrema
+from ..shapes.probe import Analysis, Unfit
+from ..tracing.control_flow import SLOT_FUNCTIONS
+from ..tracing.scan import ScanCall
+from ..tracing.structures import has_tensor
+from .torch_data import ir_dtype, torch_data
 
-_TORCH_TO_IR = {
-    torch.float16: DType.F16, torch.bfloat16: DType.BF16, torch.float32: DType.F32,
-    torch.float64: DType.F64, torch.int8: DType.I8, torch.int16: DType.I16, torch.int32: DType.I32,
-    torch.int64: DType.I64, torch.uint8: DType.U8, torch.bool: DType.BOOL,
-}
 _MODULE_CONFIG_TYPES = (int, float, bool, str, type(None))
-
-
-def ir_dtype(dtype: torch.dtype) -> DType:
-    try:
-        return _TORCH_TO_IR[dtype]
-    except KeyError:
-        raise TraceError(f"dtype {dtype} has no NNEF equivalent") from None
 
 
 def to_numpy(t: torch.Tensor) -> np.ndarray:

@@ -15,7 +15,7 @@ import torch
 import torch.fx as fx
 import torch.nn.functional as F
 
-from ..ir.dims import SymDim, SymRange
+from ...ir.dims import SymDim, SymRange
 
 # a table with more rows is a vocabulary or alike, read at input data: running the model past it
 # would cost a forward at that many positions for nothing

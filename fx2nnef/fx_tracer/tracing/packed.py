@@ -35,7 +35,7 @@ import torch
 import torch.fx as fx
 import torch.nn.utils.rnn as rnn_utils
 
-from ..errors import TraceError
+from ...errors import TraceError
 from .proxy import CustomProxy
 from .source import user_frame_location
 
