@@ -16,6 +16,7 @@ from typing import Optional, Union
 
 import numpy as np
 
+from .errors import TractError
 from .targets.signature import AssetSignature
 from .targets.tract_runner import run_tract
 
@@ -39,7 +40,12 @@ def run(asset: str | os.PathLike, inputs: Inputs, *, isolate: Optional[bool] = N
     arrays = signature.arrange(inputs)
     checked = signature.check(arrays)
     if isolate or (isolate is None and not checked.complete):
-        outputs = run_tract(signature.path, arrays, timeout=timeout)
+        try:
+            outputs = run_tract(signature.path, arrays, timeout=timeout)
+        except TractError as error:
+            if checked.complete:
+                raise
+            raise TractError(f"{error}\nNot checked before the run: {'; '.join(checked.unchecked)}") from None
     else:
         outputs = _run_here(signature, arrays)
     return dict(zip(signature.outputs, outputs))
@@ -49,7 +55,6 @@ def _run_here(signature: AssetSignature, arrays: list[np.ndarray]) -> list[np.nd
     """Load, optimize and run in this process (tract's errors become TractError)."""
     import tract
 
-    from .errors import TractError
     from .targets._tract_child import OutputUnreadable, to_numpy_outputs
     from .targets.child import clean_engine_message
 
