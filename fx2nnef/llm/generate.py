@@ -35,7 +35,7 @@ def greedy_generate(asset, prompt: Sequence[int] | np.ndarray, max_new_tokens: i
     """
     signature = AssetSignature.read(asset)
     path = signature.path
-    check_generation(signature, np.size(prompt), max_new_tokens)
+    check_generation(signature, np.asarray(prompt).size, max_new_tokens)
     with tempfile.TemporaryDirectory(prefix="fx2nnef_generate_") as temp:
         workdir = Path(temp)
         np.save(workdir / "prompt.npy", np.asarray(prompt, np.int64).reshape(1, -1))
@@ -97,7 +97,7 @@ class TractCausalLM(_Driver):
 
     def greedy(self, prompt, max_new_tokens: int, eos_token_id=None) -> list:
         if self.signature is not None:
-            check_generation(self.signature, np.size(prompt), max_new_tokens)
+            check_generation(self.signature, np.asarray(prompt).size, max_new_tokens)
         return super().greedy(prompt, max_new_tokens, eos_token_id)
 
     greedy.__doc__ = _Driver.greedy.__doc__
