@@ -129,10 +129,14 @@ def cmd_run(ns) -> int:
     from .runtime import run
 
     try:
-        with np.load(ns.inputs, allow_pickle=False) as npz:
-            arrays = {key: npz[key] for key in npz.files}
+        npz = np.load(ns.inputs, allow_pickle=False)
     except (OSError, ValueError) as exc:
         raise InvalidArgumentError(f"cannot read {ns.inputs!r} as an .npz of arrays: {exc}") from exc
+    if not isinstance(npz, np.lib.npyio.NpzFile):
+        raise InvalidArgumentError(f"{ns.inputs!r} holds one array, not an .npz: save the inputs with "
+                                   "numpy.savez(path, NAME=array, ...)")
+    with npz:
+        arrays = {key: npz[key] for key in npz.files}
     positional = [f"arr_{i}" for i in range(len(arrays))]
     inputs = [arrays[k] for k in positional] if sorted(arrays) == sorted(positional) else arrays
     outputs = run(ns.asset, inputs, isolate=True if ns.isolate else None)

@@ -244,3 +244,6 @@ def test_cli_run_writes_the_outputs(cnn, tmp_path, capsys):
     assert main(["run", str(path), str(tmp_path / "bad.npz")]) == 1
     err = capsys.readouterr().err
     assert err.startswith("fx2nnef: error: input 'x' axis 2 has size 1 (H = 1)") and len(err.splitlines()) == 1
+    np.save(tmp_path / "one.npy", x.numpy())
+    assert main(["run", str(path), str(tmp_path / "one.npy")]) == 1
+    assert "holds one array, not an .npz" in capsys.readouterr().err
