@@ -31,7 +31,8 @@ def greedy_generate(asset, prompt: Sequence[int] | np.ndarray, max_new_tokens: i
     """Greedy tokens after ``prompt`` from the asset (a ``model.nnef.tgz`` or the folder holding it).
 
     The prompt runs in one call (P = 0), then each new token in one call (S = 1), the caches
-    fed back; stops early at ``eos_token_id`` when given.
+    fed back; stops early at ``eos_token_id`` when given. Raises AssetInputError, before tract
+    runs, when the first or the last call does not fit the asset's declared sizes.
     """
     signature = AssetSignature.read(asset)
     path = signature.path
