@@ -122,6 +122,32 @@ def cmd_llm(ns) -> int:
     return 0
 
 
+def cmd_run(ns) -> int:
+    """Run an asset in tract on the arrays of an .npz (keys: input names, or np.savez's arr_0, ...)."""
+    import numpy as np
+
+    from .runtime import run
+
+    try:
+        npz = np.load(ns.inputs, allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        raise InvalidArgumentError(f"cannot read {ns.inputs!r} as an .npz of arrays: {exc}") from exc
+    if not isinstance(npz, np.lib.npyio.NpzFile):
+        raise InvalidArgumentError(f"{ns.inputs!r} holds one array, not an .npz: save the inputs with "
+                                   "numpy.savez(path, NAME=array, ...)")
+    with npz:
+        arrays = {key: npz[key] for key in npz.files}
+    positional = [f"arr_{i}" for i in range(len(arrays))]
+    inputs = [arrays[k] for k in positional] if sorted(arrays) == sorted(positional) else arrays
+    outputs = run(ns.asset, inputs, isolate=True if ns.isolate else None)
+    for name, value in outputs.items():
+        print(f"{name}: shape {list(value.shape)} {value.dtype}")
+    if ns.output:
+        np.savez(ns.output, **outputs)
+        print(f"wrote {ns.output}")
+    return 0
+
+
 def _add_llm_parser(sub) -> None:
     from .ir import WEIGHT_FORMATS
 
@@ -191,6 +217,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("ops", help="print (or --write) the supported-op page")
     p.add_argument("--write")
     p.set_defaults(func=cmd_ops)
+    p = sub.add_parser("run", help="run an asset in tract on INPUTS.npz, after checking the inputs against its "
+                       "declared names, shapes and ranges")
+    p.add_argument("asset", help="folder, .nnef.tgz or .nnef.tar written by export, or the folder of fx2nnef llm")
+    p.add_argument("inputs", help=".npz whose keys are the input names (or arr_0, arr_1, ... in the graph's order)")
+    p.add_argument("-o", "--output", metavar="OUT.npz", help="write the outputs there, by output name")
+    p.add_argument("--isolate", action="store_true",
+                   help="run tract in a child process even when every input size was checked")
+    p.set_defaults(func=cmd_run)
     return parser
 
 

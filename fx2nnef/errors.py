@@ -53,3 +53,7 @@ class CheckIOError(TargetError):
         super().__init__(message)
         self.diffs = list(diffs or [])
         self.bundle = bundle
+
+
+class AssetInputError(InvalidArgumentError):
+    """Inputs given to run an asset do not fit what it declares (names, ranks, dtypes, sizes, ranges)."""

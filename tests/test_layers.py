@@ -20,7 +20,7 @@ LAYERS = [
     {"fx_tracer", "nnef_emit"},
     {"targets"},
     {"piece_by_piece"},
-    {"api"},
+    {"api", "runtime"},
     {"llm", "examples"},
     {"docs", "__init__"},
     {"cli"},

@@ -19,10 +19,11 @@ _FLOATS = {"f16": np.float16, "f32": np.float32, "f64": np.float64}
 
 
 class TractCausalLM:
-    """An fx2nnef LLM asset loaded in tract (in this process): ``step`` and ``greedy``.
+    """An fx2nnef LLM asset loaded in tract (in this process): ``step``, ``greedy``, ``reset``.
 
     ``load(path)`` with ``with_transformers=True`` also accepts assets that use
-    ``tract_transformers_*`` ops.
+    ``tract_transformers_*`` ops. This is the bare driver (no input checks), run in the child
+    of ``greedy_generate``; ``fx2nnef.llm.TractCausalLM`` adds the checks of the inputs.
     """
 
     def __init__(self, model):
@@ -31,6 +32,7 @@ class TractCausalLM:
         self.cache_shapes = [[int(d) if d.isdigit() else None for d in f[:-1]] for f in facts[1:]]
         self.cache_dtype = _FLOATS[facts[1][-1]] if len(facts) > 1 else np.float32
         self.runnable = model.into_runnable()
+        self.cache = self.empty_cache()
 
     @classmethod
     def load(cls, path, with_transformers: bool = True) -> "TractCausalLM":
@@ -50,14 +52,28 @@ class TractCausalLM:
         return [np.zeros([batch if d is None and axis == 0 else (0 if d is None else d)
                           for axis, d in enumerate(shape)], self.cache_dtype) for shape in self.cache_shapes]
 
-    def step(self, input_ids: np.ndarray, cache: list) -> tuple:
-        """One call: ``(logits, new_cache)`` for ``input_ids [B, S]`` after ``cache`` (length P)."""
-        outputs = self.runnable.run([np.asarray(input_ids, np.int64)] + list(cache))
+    def reset(self) -> None:
+        """Forget the kept cache: the next ``step`` without a cache starts a new sequence."""
+        self.cache = self.empty_cache()
+
+    def step(self, input_ids: np.ndarray, cache: list | None = None) -> tuple:
+        """One call: ``(logits, new_cache)`` for ``input_ids [B, S]`` after ``cache`` (length P).
+
+        Without ``cache``, the call continues from the cache kept on the object (empty after
+        ``load`` and ``reset``) and keeps the new one.
+        """
+        kept = cache is None
+        outputs = self.runnable.run([np.asarray(input_ids, np.int64)] + list(self.cache if kept else cache))
         arrays = [o.to_numpy() for o in outputs]
+        if kept:
+            self.cache = arrays[1:]
         return arrays[0], arrays[1:]
 
     def greedy(self, prompt: np.ndarray, max_new_tokens: int, eos_token_id=None) -> list:
-        """Greedy tokens after ``prompt [1, S]``: the prompt in one call, then one token per call."""
+        """Greedy tokens after ``prompt [1, S]``: the prompt in one call, then one token per call.
+
+        Starts from an empty cache and leaves the kept one (``step`` without a cache) as it was.
+        """
         ids = np.asarray(prompt, np.int64).reshape(1, -1)
         cache = self.empty_cache()
         tokens = []
