@@ -4,6 +4,8 @@ The layer order lives here and nowhere else (docs/architecture.md points to it).
 read, including those inside functions, relative or absolute.
 """
 import ast
+import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -105,3 +107,86 @@ def test_a_name_of_the_package_root_is_the_root_layer():
     assert _part("fx2nnef.export") == "__init__"
     assert _part("fx2nnef.ir.dims") == "ir"
     assert _part("fx2nnef._version") == "_version"
+
+
+# A target's name ("tract", "khronos") compared or given as ``target=``: only its own package
+# (``targets/<name>/``) spells it; everything else asks the target's profile.
+_TARGET_NAME = re.compile(r"""(==|!=|\bin\b)\s*\(?\s*["'](tract|khronos)["']|["'](tract|khronos)["']\s*(==|!=)"""
+                          r"""|target\s*=\s*["'](tract|khronos)["']""")
+
+
+def test_no_target_name_outside_the_targets_package():
+    found = []
+    for path, name, _ in _modules():
+        if _part(name) == "targets":
+            continue
+        for k, line in enumerate(path.read_text().splitlines(), 1):
+            if _TARGET_NAME.search(line) and not line.lstrip().startswith("#"):
+                found.append(f"{path.relative_to(PACKAGE.parent)}:{k}: {line.strip()}")
+    assert not found, ("a target's name outside fx2nnef/targets/ (ask ctx.profile, or register the rule "
+                       "under the target's profile in fx2nnef/targets/<name>/lowering/):\n" + "\n".join(found))
+
+
+def _folder_cycles(folder: str) -> list:
+    """The import cycles between the modules of the package folder ``folder`` (dotted), each a
+    sorted list of module names; imports inside functions count."""
+    known = {name: path for path, name, _ in _modules() if path.name != "__init__.py"}
+    graph = {m: set() for m in known if m.rsplit(".", 1)[0] == folder}
+    for path, name, package in _modules():
+        if name not in graph:
+            continue
+        for _, module in _imports(path, package):
+            while module and module not in known:
+                module = module.rsplit(".", 1)[0] if "." in module else ""
+            if module in graph and module != name:
+                graph[name].add(module)
+    cycles, index, low, stack, on = [], {}, {}, [], set()
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                cycles.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return cycles
+
+
+# Folders whose modules still import each other in a circle (issue 40 part 3 unties them).
+_KNOWN_CYCLES = {"fx2nnef.fx_tracer"}
+
+
+@pytest.mark.parametrize("folder", sorted({package for path, name, package in _modules()
+                                          if path.name != "__init__.py"} - _KNOWN_CYCLES))
+def test_no_import_cycle_inside_a_package_folder(folder):
+    cycles = _folder_cycles(folder)
+    assert not cycles, (f"modules of {folder} import each other in a circle: "
+                        + "; ".join(" -> ".join(c) for c in cycles)
+                        + " (move what two modules share down into a third)")
+
+
+def test_a_cycle_is_found(tmp_path, monkeypatch):
+    pkg = tmp_path / "fx2nnef" / "loop"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("def f():\n    from .b import g\n")
+    (pkg / "b.py").write_text("from .a import f\n")
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", tmp_path / "fx2nnef")
+    assert _folder_cycles("fx2nnef.loop") == [["fx2nnef.loop.a", "fx2nnef.loop.b"]]

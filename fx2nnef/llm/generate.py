@@ -15,7 +15,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from ..errors import TractError
-from ..targets.tract import _uses_transformers
+from ..targets.tract.target import _uses_transformers
 from ..targets.child import clean_engine_message, crash_message, existing_asset, run_child
 from ._generate_child import TractCausalLM
 
