@@ -126,6 +126,3 @@ def kaiser_window(ctx: EmitContext, window_length, periodic: bool = True, beta: 
         return _mul(ctx, ratio, un(ctx, "exp", _sub(ctx, un(ctx, "abs", arg), abs(beta))))
 
     return _window(ctx, window_length, periodic, dtype, items)
-
-
-# ---- quantile, nanquantile --------------------------------------------------------------------------------------------
