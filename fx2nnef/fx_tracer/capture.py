@@ -330,7 +330,7 @@ def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_na
     names = _check_names("input", input_names, len(flat)) if input_names else default_input_names(named_model, args,
                                                                                                   kwargs)
     checks = bool(getattr(target, "check_io", True))
-    asked_axes = getattr(target, "dynamic_axes", {}) or {}
+    asked_axes = (target.dynamic_axes if target is not None else {}) or {}
     # The model's outputs at the example are the reference of check_io. Without check_io they are
     # not run first: the trace runs the forward and tells the outputs' names, a static export
     # compares nothing with them, and a dynamic one compares the graph with the model at the
@@ -359,7 +359,7 @@ def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_na
     notes: list = []
     later = real_run_later() if rerun_beside and can_overlap() else contextlib.nullcontext()
     versions = _tensor_versions(model)
-    with loop_options(max_loop_iterations, unroll_while=getattr(target, "name", "") == "khronos"), \
+    with loop_options(max_loop_iterations, unroll_while=target is not None and target.profile.unroll_while), \
             watch_random_draws() as draws, later as left:
         failed = None
         try:

@@ -18,7 +18,7 @@ import numpy as np
 from ..errors import AssetInputError, TractError
 from ..targets.child import clean_engine_message, crash_message, run_child
 from ..targets.signature import AssetSignature
-from ..targets.tract import _uses_transformers
+from ..targets.tract.target import _uses_transformers
 from ._generate_child import TractCausalLM as _Driver
 
 CHILD_SCRIPT = Path(__file__).resolve().with_name("_generate_child.py")

@@ -13,6 +13,7 @@ import numpy as np
 
 from ..errors import EmitError
 from ..ir import DType, Node, SymDim, TensorData, Value, unique_name
+from .profile import TargetProfile, profile_of
 
 TRACT_DATUM = {
     DType.F16: "f16", DType.F32: "f32", DType.F64: "f64", DType.I8: "i8", DType.I16: "i16",
@@ -137,8 +138,9 @@ def format_float(f: float) -> str:
 class EmitContext:
     """Accumulates NNEF statements, variables and fragments for one graph."""
 
-    def __init__(self, target: str, registry, symbols: list):
-        self.target = target
+    def __init__(self, target: TargetProfile | str, registry, symbols: list):
+        self.profile = profile_of(target)  # what the lowering asks of the target
+        self.target = self.profile.name
         self.registry = registry
         self.symbols = list(symbols)
         self.statements: list[Statement] = []
@@ -192,7 +194,7 @@ class EmitContext:
         other keyword is an NNEF attribute of the op.
         """
         dtype, shape, name = out_dtype, out_shape, out_name
-        if op == "gt" and self.target == "tract" and len(args) == 2 and not attrs \
+        if op == "gt" and self.profile.integer_gt_as_lt and len(args) == 2 and not attrs \
                 and any(isinstance(a, Value) and not a.dtype.is_float for a in args):
             # tract 0.23.9 reads an integer ``gt`` whose operands it knows to be uniform (a
             # product by a zero constant, a tiled constant) as true when a select or an ``and``
@@ -215,7 +217,7 @@ class EmitContext:
 
     def call(self, kind: str, *args, **kwargs):
         """Run the registered converter for ``kind`` (with this target's override)."""
-        fn = self.registry.lookup(kind, self.target)
+        fn = self.registry.lookup(kind, self.profile)
         if fn is None:
             raise EmitError(f"no converter registered for '{kind}' (target {self.target})")
         return fn(self, *args, **kwargs)

@@ -27,6 +27,7 @@ from ..errors import EmitError
 from ..ir import Graph, Value, flat_values, unique_name
 from .context import EmitContext
 from .emitter import emit_fragment
+from .profile import TargetProfile
 from .registry import REGISTRY, Registry
 
 CUSTOM_OP_PREFIX = "custom_op:"
@@ -62,7 +63,7 @@ class FragmentDef:
 class FragmentLibrary:
     """The fragment definitions of one asset, shared between identical modules."""
 
-    def __init__(self, target: str, registry: Registry = REGISTRY):
+    def __init__(self, target: TargetProfile | str, registry: Registry = REGISTRY):
         self.target = target
         self.registry = registry
         self.texts: dict = {}  # fragment name -> definition text

@@ -19,7 +19,8 @@ from ..ir import Graph, SymDim, Value, flat_values, op_key, sanitize
 from ..ir.dims import substitute
 from . import dat
 from .context import EmitContext, Statement, format_value, nnef_type
-from .registry import REGISTRY, TARGETS, Registry
+from .profile import TargetProfile, profile_of
+from .registry import REGISTRY, Registry
 
 FRAGMENT_DIR = Path(__file__).parent / "fragments"
 # keyword aliases torch accepts besides the schema name
@@ -94,10 +95,10 @@ def properties_fragment(properties: dict) -> str:
             f"  properties = [{items}];\n}}")
 
 
-def emit_graph(graph: Graph, target: str, *, registry: Registry = REGISTRY, bool_bits: int = 8,
+def emit_graph(graph: Graph, target: TargetProfile | str, *, registry: Registry = REGISTRY, bool_bits: int = 8,
                extra_fragments: dict | None = None, on_node: Optional[Callable[[], None]] = None,
                extra_asserts: Sequence[str] = ()) -> Emitted:
-    """Lower ``graph`` for ``target`` ("tract" or "khronos"); ``on_node`` is called after each node
+    """Lower ``graph`` for ``target`` (a profile, or a declared target's name); ``on_node`` is called after each node
     (progress). Constant data is not read here, except small tensors a converter computes on.
     ``extra_asserts`` are written as ``extension tract_assert`` lines after the graph's own."""
     ctx = _context_for(graph, target, registry)
@@ -145,11 +146,12 @@ def size_condition(text: str) -> Optional[Callable[[dict], bool]]:
     return holds
 
 
-def _context_for(graph: Graph, target: str, registry: Registry) -> EmitContext:
+def _context_for(graph: Graph, target: TargetProfile | str, registry: Registry) -> EmitContext:
     """A context for lowering ``graph``: every op has a rule, the input and output names are
     reserved, and the inputs are named."""
-    _check_lowerings(graph, target, registry)
-    ctx = EmitContext(target, registry, graph.symbols)
+    profile = profile_of(target)
+    _check_lowerings(graph, profile, registry)
+    ctx = EmitContext(profile, registry, graph.symbols)
     ctx.ranges = dict(getattr(graph, "ranges", {}))
     ctx.graph_outputs = {id(v) for v in graph.outputs}
     ctx.graph_inputs = list(graph.inputs)
@@ -173,9 +175,10 @@ def _why_missing(kind: str) -> str:
     return ""
 
 
-def _check_lowerings(graph: Graph, target: str, registry: Registry) -> None:
+def _check_lowerings(graph: Graph, profile: TargetProfile, registry: Registry) -> None:
+    target = profile.name
     missing = [Problem(n.kind, n.where, f"no lowering for target '{target}'" + _why_missing(n.kind))
-               for n in graph.nodes if registry.lookup(n.kind, target) is None]
+               for n in graph.nodes if registry.lookup(n.kind, profile) is None]
     if missing:
         raise UnsupportedOpError(_problem_message(missing, target), missing)
 
@@ -186,7 +189,7 @@ def lower_nodes(ctx: EmitContext, graph: Graph, on_node: Optional[Callable[[], N
 
     Raises UnsupportedOpError listing every node whose converter failed.
     """
-    target, registry = ctx.target, ctx.registry
+    profile, registry = ctx.profile, ctx.registry
     problems = []
     failed: set = set()  # ids of values a failed node should have produced
     for node in graph.nodes:
@@ -194,7 +197,7 @@ def lower_nodes(ctx: EmitContext, graph: Graph, on_node: Optional[Callable[[], N
         if any(id(v) in failed for v in node.inputs()):
             failed.update(id(o) for o in node.outputs)  # downstream of a reported failure
             continue
-        fn = registry.lookup(node.kind, target)
+        fn = registry.lookup(node.kind, profile)
         try:
             bound = _bind(fn, ctx, node)
             result = fn(*bound.args, **bound.kwargs)
@@ -216,7 +219,7 @@ def lower_nodes(ctx: EmitContext, graph: Graph, on_node: Optional[Callable[[], N
             on_node()
     ctx.node = None
     if problems:
-        raise UnsupportedOpError(_problem_message(problems, target), problems)
+        raise UnsupportedOpError(_problem_message(problems, ctx.target), problems)
 
 
 def _unknown_size(node) -> Optional[str]:
@@ -249,7 +252,7 @@ class FragmentBody:
 _SQUEEZE = op_key(torch.squeeze)  # how the IR builder takes a scanned piece's step out of it
 
 
-def emit_fragment(graph: Graph, target: str, name: str, *, registry: Registry = REGISTRY,
+def emit_fragment(graph: Graph, target: TargetProfile | str, name: str, *, registry: Registry = REGISTRY,
                   loop_body: int = 0, n_state: int = 0) -> FragmentBody:
     """Lower ``graph`` as NNEF fragment ``name``: its inputs are the first parameters, its
     constants (weights) the following ones, its outputs the results. The first ``n_state`` inputs
@@ -415,7 +418,7 @@ def _render(ctx: EmitContext, graph: Graph, out_names: list, extra_fragments: di
         ext += [f"extension tract_assert {a};" for a in _range_asserts(r, stepped)]
     ext += [f"extension tract_assert {a};" for a in extra_asserts]
     fragments = sorted(set(ctx.fragments) | set(extra_fragments))
-    fragment_ext = TARGETS[ctx.target].fragment_extensions if ctx.target in TARGETS else ()
+    fragment_ext = ctx.profile.fragment_extensions
     if fragments and fragment_ext:
         ext.append(f"extension {', '.join(fragment_ext)};")
     lines += ext + ([""] if ext else [])

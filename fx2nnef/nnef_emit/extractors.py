@@ -17,7 +17,7 @@ output, h_n, c_n).
 A :class:`ModuleInfoExtractor` subclass names its module class in ``MODULE_CLASS`` and
 lowers one call in :meth:`ModuleInfoExtractor.convert_to_nnef`. :func:`register_extractor`
 puts it in the op registry under ``op_key(MODULE_CLASS)``, for all targets or for one
-(``target="tract"`` overrides the common rule, as for op converters).
+(``target=PROFILE``, a target's declared profile, overrides the common rule, as for op converters).
 
 Layering: ``nnef_emit`` and ``fx_tracer`` never import each other, so registering an
 extractor here does not tell the tracer to keep the module whole. The caller joins the two:
@@ -45,7 +45,7 @@ import torch
 from ..errors import EmitError
 from ..ir import Value
 from .context import EmitContext
-from .registry import REGISTRY
+from .registry import REGISTRY, Target
 
 EXTRACTOR_CLASSES: list = []
 """Module classes that have a registered extractor, in registration order."""
@@ -85,7 +85,7 @@ class ModuleInfoExtractor:
         return out
 
 
-def register_extractor(extractor, target: Optional[str] = None):
+def register_extractor(extractor, target: Target = None):
     """Register a ModuleInfoExtractor (class or instance) for its ``MODULE_CLASS``.
 
     Returns ``extractor`` unchanged, so it can decorate the class. Registering a module class

@@ -10,7 +10,6 @@ import numpy as np
 from ..errors import EmitError
 from ..ir import DType, ReshapedData, SymDim, Value
 from .context import TRACT_DATUM, EmitContext
-from .registry import target_lineage
 
 
 def rank(v: Value) -> int:
@@ -81,7 +80,7 @@ def scalar_operand(ctx: EmitContext, x, dtype: DType):
 
 def dim_value(ctx: EmitContext, d, dtype: DType) -> Value:
     """The 1-element tensor ``[d]`` of a size ``d`` (an int or a :class:`SymDim`): the range
-    ``(d, d+1)``; for tract, a size holding a floor division and never negative in the export's
+    ``(d, d+1)``; for tract (``sizes_as_range_shapes``), a size holding a floor division and never negative in the export's
     range is the shape of the range ``(0, d)`` instead.
 
     NOTE: tract 0.23.9 simplifies ``((2*T+2)/3)+1`` minus ``(2*T+2)/3`` to
@@ -93,7 +92,7 @@ def dim_value(ctx: EmitContext, d, dtype: DType) -> Value:
         return ctx.const([d], dtype)
     from ..ir.dims import _DIV_ATOMS
 
-    if _is_tract(ctx) and any(s in _DIV_ATOMS for s in d.symbols) and negative_at(ctx, d) is None:
+    if ctx.profile.sizes_as_range_shapes and any(s in _DIV_ATOMS for s in d.symbols) and negative_at(ctx, d) is None:
         items = ctx.call("nnef.range", 0, d, 1, DType.I64, (d,))
         shape = ctx.op("tract_core_shape_of", items, out_dtype=DType.I64, out_shape=(1,))
         # the shape is of tract's size type: cast, also to int64
@@ -306,7 +305,7 @@ def ew(ctx: EmitContext, op: str, a, b, out_dtype: Optional[DType] = None) -> Va
     """
     dtype = next(v.dtype for v in (a, b) if isinstance(v, Value))
     a, b = broadcast_operands(ctx, a, b, dtype)
-    if not _is_tract(ctx):
+    if not ctx.profile.uniform_folding:
         pass  # the folding below is tract's; its runtime zero needs a cast standard NNEF lacks
     elif op in _MASK_FOLDED and isinstance(a, Value) and isinstance(b, Value):
         if not dtype.is_float or _cast_from_exact(ctx, a) or _cast_from_exact(ctx, b):
@@ -331,16 +330,11 @@ def ew(ctx: EmitContext, op: str, a, b, out_dtype: Optional[DType] = None) -> Va
 _MASK_FOLDED = ("mul", "div", "and")
 
 
-def _is_tract(ctx: EmitContext) -> bool:
-    """Whether the target is tract or one of its variants."""
-    return "tract" in target_lineage(ctx.target)
-
-
 def _cast_from_exact(ctx: EmitContext, x: Value) -> bool:
     """Whether ``x`` is an integer or bool tensor cast to float, also through float casts (an
     exact quotient is taken in f64): tract may know it is uniform (``(x & 0).float() * 0.5``
     fails to load as the integer product does)."""
-    if not _is_tract(ctx):
+    if not ctx.profile.uniform_folding:
         return False
     st = producer(ctx, x)
     while st is not None and st.op == "tract_core_cast" and st.args and isinstance(st.args[0], Value):

@@ -2,67 +2,35 @@
 
 Keys come from :func:`fx2nnef.ir.op_key`: ``torch.add``, ``operator.add`` and the method
 ``Tensor.add`` are three keys, and a converter may be registered for several of them at
-once. A converter registered with ``target=None`` is the common rule; ``target="tract"``
-or ``target="khronos"`` overrides it for that target. Registering a key twice for the
-same target is an error.
+once. A converter registered with ``target=None`` is the common rule; one registered with
+``target=PROFILE`` (a declared :class:`~.profile.TargetProfile`, or its name) overrides it for
+that target: each target package (``fx2nnef.targets.<name>``) registers its own overrides.
+Registering a key twice for the same target is an error.
 
-Targets form a tree: a variant declared with :func:`add_target` (a newer tract, a stricter
-profile) names its parent, and a lookup for it tries its own rules, then its parent's, and so
-on, then the common rule; the variant re-registers only what differs.
+Targets form a tree (see :mod:`.profile`): a lookup for a variant tries its own rules, then its
+parent's, and so on, then the common rule; the variant re-registers only what differs.
 """
 from __future__ import annotations
 
 import dataclasses
 import inspect
-from typing import Callable, Iterable, Optional
+from typing import Callable, Iterable, Optional, Union
+
+import torch
+import torch.nn.functional as F
 
 from ..ir import op_key
+from .profile import TARGETS, RegistryError, TargetProfile, add_target, base_targets, profile_of, target_lineage
+
+__all__ = ["REGISTRY", "TARGETS", "Registry", "RegistryError", "TargetProfile", "add_target", "base_targets",
+           "register", "sources", "target_lineage"]
+
+Target = Union[TargetProfile, str, None]
 
 
-
-@dataclasses.dataclass(frozen=True)
-class TargetProfile:
-    """What the emitter needs to know of a target, besides its rules."""
-
-    parent: Optional[str] = None  # rules not registered for this target come from the parent
-    fragment_extensions: tuple = ()  # extensions graph.nnef declares when it defines fragments
-
-
-TARGETS: dict = {
-    "tract": TargetProfile(),
-    "khronos": TargetProfile(fragment_extensions=("KHR_enable_fragment_definitions",
-                                                   "KHR_enable_operator_expressions")),
-}
-"""Targets by name; the built-in ones have no parent."""
-
-
-def add_target(name: str, parent: str, fragment_extensions: Optional[tuple] = None) -> TargetProfile:
-    """Declare a target variant of ``parent`` (its rules are the fallback of the variant's)."""
-    if name in TARGETS:
-        raise RegistryError(f"target {name!r} is already declared")
-    if parent not in TARGETS:
-        raise RegistryError(f"unknown parent target {parent!r}; known: {tuple(TARGETS)}")
-    ext = TARGETS[parent].fragment_extensions if fragment_extensions is None else tuple(fragment_extensions)
-    TARGETS[name] = TargetProfile(parent, ext)
-    return TARGETS[name]
-
-
-def target_lineage(name: str) -> list:
-    """``name``, its parent, the parent's parent... (an undeclared name stands alone)."""
-    out = [name]
-    while name in TARGETS and TARGETS[name].parent is not None:
-        name = TARGETS[name].parent
-        out.append(name)
-    return out
-
-
-def base_targets() -> list:
-    """The declared targets that are not variants of another, in declaration order."""
-    return [t for t, p in TARGETS.items() if p.parent is None]
-
-
-class RegistryError(Exception):
-    """A registration conflicts with an existing one."""
+def _rule_set(target: Target) -> Optional[str]:
+    """The name the rules of ``target`` (a profile, a name, or None: the common rules) are kept under."""
+    return target.name if isinstance(target, TargetProfile) else target
 
 
 class Registry:
@@ -76,10 +44,12 @@ class Registry:
         """A registry for one export that can add rules (e.g. custom ops) without touching this one."""
         return Registry(parent=self)
 
-    def register(self, *ops, target: Optional[str] = None) -> Callable:
-        """Decorator: ``@register(torch.add, operator.add, "Tensor.add")``."""
-        if target is not None and target not in TARGETS:
-            raise RegistryError(f"unknown target {target!r}; known: {tuple(TARGETS)}")
+    def register(self, *ops, target: Target = None) -> Callable:
+        """Decorator: ``@register(torch.add, operator.add, "Tensor.add")``; ``target=PROFILE``
+        for an override."""
+        name = _rule_set(target)
+        if name is not None and (name not in TARGETS or isinstance(target, TargetProfile) and TARGETS[name] is not target):
+            raise RegistryError(f"unknown target {name!r}; known: {tuple(TARGETS)}")
 
         def deco(fn: Callable) -> Callable:
             for op in ops:
@@ -88,8 +58,8 @@ class Registry:
 
         return deco
 
-    def add(self, op, fn: Callable, target: Optional[str] = None) -> None:
-        key = op_key(op)
+    def add(self, op, fn: Callable, target: Target = None) -> None:
+        key, target = op_key(op), _rule_set(target)
         if (key, target) in self._rules:
             other = self._rules[(key, target)]
             raise RegistryError(
@@ -97,9 +67,10 @@ class Registry:
                 f"{other.__module__}.{other.__qualname__}; remove one of the two registrations")
         self._rules[(key, target)] = fn
 
-    def lookup(self, key: str, target: str) -> Optional[Callable]:
+    def lookup(self, key: str, target: Target) -> Optional[Callable]:
+        """The rule for ``key``: the target's own, its parent's..., then the common one."""
         found = None
-        for t in target_lineage(target) + [None]:
+        for t in profile_of(target).lineage() + [None]:
             found = self._rules.get((key, t))
             if found is not None:
                 break
@@ -113,9 +84,21 @@ class Registry:
     def rules(self) -> Iterable:
         return sorted(self._rules.items(), key=lambda kv: (kv[0][0], kv[0][1] or ""))
 
-    def signature(self, key: str, target: str) -> Optional[inspect.Signature]:
+    def signature(self, key: str, target: Target) -> Optional[inspect.Signature]:
         fn = self.lookup(key, target)
         return None if fn is None else inspect.signature(fn)
+
+
+def sources(name: str) -> list:
+    """The torch callables named ``name`` (torch, F, torch.special) and the Tensor method, once per key."""
+    found = {}
+    for ns in (torch, F, torch.special):
+        fn = getattr(ns, name, None)
+        if callable(fn) and not isinstance(fn, type):
+            found.setdefault(op_key(fn), fn)
+    if hasattr(torch.Tensor, name):
+        found.setdefault(f"Tensor.{name}", f"Tensor.{name}")
+    return list(found.values())
 
 
 REGISTRY = Registry()

@@ -8,6 +8,7 @@ from typing import Callable, Optional, Sequence
 
 
 from ..ir import CheckCase, Graph
+from ..nnef_emit.profile import TargetProfile, profile_of
 from .tolerance import compare_outputs
 
 
@@ -25,8 +26,9 @@ class CheckReport:
 class InferenceTarget:
     """Base class: what an export is for, and how its asset is run and checked.
 
-    ``name`` selects the converter overrides in the op registry (a variant declared with
-    ``nnef_emit.registry.add_target`` falls back to its parent's). A subclass says what its engine
+    ``name`` names the target's :attr:`profile`: what the lowering asks of it, and the rule set
+    of its converter overrides in the op registry (a variant declared with
+    ``nnef_emit.profile.add_target`` falls back to its parent's). A subclass says what its engine
     can do (the class attributes below) and implements :meth:`run`; :meth:`post_export` then
     checks an asset by running it on the check cases and comparing with PyTorch.
     """
@@ -40,6 +42,11 @@ class InferenceTarget:
     dynamic_dims = False  # whether the engine takes symbolic sizes (dynamic_axes)
     asset_suffix = ".nnef.tgz"  # what an asset written for this engine is named with ("": a folder)
     weights = "native"  # how float parameters are stored: see fx2nnef.ir.weight_formats
+
+    @property
+    def profile(self) -> TargetProfile:
+        """The profile declared under :attr:`name` (see ``fx2nnef.nnef_emit.profile``)."""
+        return profile_of(self.name)
 
     def pre_trace(self, model, args, kwargs) -> None:
         """Called before tracing (e.g. to refuse options the target cannot honour)."""

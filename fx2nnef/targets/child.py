@@ -25,7 +25,7 @@ from ..errors import InvalidArgumentError
 from . import zygote
 
 STAGE_PREFIX = "fx2nnef-stage: "
-# NOTE: the child file is run by path (runpy), never with -m: see tract_runner's module note
+# NOTE: the child file is run by path (runpy), never with -m: see fx2nnef.targets.tract.runner's module note
 _RUN_SCRIPT = "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
 _MAX_MESSAGE_LINES = 30
 _BACKTRACE_FRAME = re.compile(r"^\s*(\d+:\s|at\s)")

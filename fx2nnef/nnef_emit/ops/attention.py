@@ -20,7 +20,6 @@ from ...ir import DType, Value
 from ..context import EmitContext
 from ..helpers import broadcast_operands, cast, rank, result_dtype, unsqueeze_to
 from ..registry import register
-from .creation import filled
 from .shape import repeat_axis
 
 
@@ -35,18 +34,6 @@ def causal_keep(ctx: EmitContext, n_queries, n_keys) -> Value:
     if not isinstance(n_queries, int) or not isinstance(n_keys, int):
         ctx.fail("is_causal over dynamic lengths needs the tract target")
     return ctx.const(np.tri(n_queries, n_keys, dtype=bool), DType.BOOL, name="causal")
-
-
-@register("nnef.causal_keep", target="tract")
-def causal_keep_tract(ctx: EmitContext, n_queries, n_keys) -> Value:
-    """The lower triangle of a tiled True.
-
-    NOTE: tract 0.23.9 mis-optimizes ``select(range(0, S)[:, None] >= range(0, T)[None, :], ...)``
-    before softmax and matmul (run-time error "Undetermined symbol in expression"); trilu is fine.
-    """
-    everything = filled(ctx, [n_queries, n_keys], True, DType.BOOL)
-    return ctx.op("tract_core_trilu", everything, k=ctx.const(0, DType.I64), upper=False,
-                  out_dtype=DType.BOOL, out_shape=(n_queries, n_keys))
 
 
 def zero_empty_rows(ctx: EmitContext, out: Value, mask: Value) -> Value:

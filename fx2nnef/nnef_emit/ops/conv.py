@@ -16,8 +16,8 @@ from ...ir import SymDim, Value
 from ..context import EmitContext
 from ..helpers import producer, rank, tiled_from
 from ..registry import register
-from .linalg import merged_tile_made_opaque
 from .shape import slice_axes
+from .tiled_operands import merged_tile_made_opaque
 
 
 def ntuple(v, n: int, what: str, sizes: bool = False) -> list:
@@ -96,7 +96,7 @@ def conv(ctx: EmitContext, input: Value, weight: Value, bias=None, stride=1, pad
     stride, dilation = ntuple(stride, n, "stride"), ntuple(dilation, n, "dilation")
     pads = conv_padding(padding, kernel, dilation, stride)
     out_shape = node_shape(ctx, int(unbatched))
-    if ctx.target == "tract" and x.shape is not None and _below_reshape_or_broadcast(ctx, x):
+    if ctx.profile.strides_without_downsample and x.shape is not None and _below_reshape_or_broadcast(ctx, x):
         # NOTE: tract 0.23.9 makes the stride of a kernel-1 axis a Downsample, which it fails to pull
         # over a reshape above it ("Pulling Downsample over Reshape: Invalid axis", x.roll(1) then
         # a strided 1x1 conv, also with elementwise ops between: clamp) or over a broadcast on
@@ -108,7 +108,7 @@ def conv(ctx: EmitContext, input: Value, weight: Value, bias=None, stride=1, pad
             x = slice_axes(ctx, x, picked)
             sliced = {r[0] for r in picked}
             stride = [1 if 2 + i in sliced else s for i, s in enumerate(stride)]
-    if ctx.target == "tract":  # computed filters too: a 1x1 convolution is an EinSum in tract
+    if ctx.profile.opaque_tiles_in_products:  # computed filters too: a 1x1 convolution is an EinSum in tract
         x = merged_tile_made_opaque(ctx, x)
     # NOTE: tract 0.23.9 lowers a 1x1 conv as a matmul and mis-handles a batch made by a `tile`
     # (see linalg._untiled_matmul): the conv of the untiled batch, tiled afterwards, is the same
@@ -192,20 +192,6 @@ def channel_bias(ctx: EmitContext, bias: Value, n: int) -> Value:
     return ctx.op("unsqueeze", bias, axes=[0] + list(range(2, n + 2)), out_shape=shape)
 
 
-def tract_deconv_filter(ctx: EmitContext, weight: Value, groups: int) -> Value:
-    """torch's [C_in, C_out/g, k...] weight in tract's deconv layout [C_out, C_in/g, k...]."""
-    c_in, c_out_g, *k = [weight.shape[0], weight.shape[1], *kernel_of(weight)]
-    grouped = (groups, c_in // groups, c_out_g, *k)
-    swap = [0, 2, 1] + list(range(3, len(grouped)))
-    final = (groups * c_out_g, c_in // groups, *k)
-    if weight.is_constant:
-        data = weight.data.reshape(grouped).transpose(swap).reshape(final)
-        return ctx.const(data, weight.dtype, name=weight.name)
-    w = ctx.op("reshape", weight, shape=list(grouped), out_shape=grouped)
-    w = ctx.op("transpose", w, axes=swap, out_shape=tuple(grouped[i] for i in swap))
-    return ctx.op("reshape", w, shape=list(final), out_shape=final)
-
-
 TRANSPOSED = (torch.conv_transpose1d, torch.conv_transpose2d, torch.conv_transpose3d)
 
 
@@ -219,9 +205,3 @@ def conv_transpose(ctx: EmitContext, input: Value, weight: Value, bias=None, str
     return _deconv(ctx, input, weight, bias, stride, padding, output_padding, groups, dilation, len(kernel_of(weight)))
 
 
-@register(*TRANSPOSED, target="tract")
-def conv_transpose_tract(ctx: EmitContext, input: Value, weight: Value, bias=None, stride=1, padding=0,
-                         output_padding=0, groups=1, dilation=1):
-    """conv_transpose2d(Tensor input, Tensor weight, Tensor? bias=None, SymInt[2] stride=1, SymInt[2] padding=0, SymInt[2] output_padding=0, SymInt groups=1, SymInt[2] dilation=1) -> Tensor"""
-    filter = tract_deconv_filter(ctx, weight, groups)
-    return _deconv(ctx, input, filter, bias, stride, padding, output_padding, groups, dilation, len(kernel_of(weight)))

@@ -20,8 +20,7 @@ import torch
 from ...ir import DType, SymDim, Value
 from ..context import EmitContext
 from ..helpers import cast, compare, ew, result_dtype, scalar_operand, select, un
-from ..registry import register
-from .activation import sources
+from ..registry import register, sources
 
 _SPLIT = float(2 ** 24 + 1)  # Veltkamp: q * 2^24+1 splits a f64 into its top 29 bits
 _EXACT_Q = float(2 ** 29)

@@ -25,8 +25,7 @@ import torch.nn.functional as F
 
 from ...ir import DType, SymDim, Value
 from ..context import EmitContext
-from ..helpers import (broadcast_operands, broadcast_shape, cast, ew, opaque, producer, result_dtype, scalar_operand,
-                       select)
+from ..helpers import broadcast_operands, broadcast_shape, cast, ew, result_dtype, scalar_operand, select
 from ..registry import REGISTRY, register
 from .division import feeds_rounding, float_quotient
 
@@ -70,7 +69,7 @@ def int_mul(ctx: EmitContext, a: Value, b, dtype: DType) -> Value:
 def _unary(nnef_op: str):
     def convert(ctx: EmitContext, input: Value):
         x = input if input.dtype.is_float else cast(ctx, input, DType.F32)
-        if nnef_op == "sigmoid" and ctx.target == "tract":
+        if nnef_op == "sigmoid" and ctx.profile.exact_sigmoid:
             return exact_sigmoid(ctx, x)
         return ctx.op(nnef_op, x, out_shape=input.shape)
 
@@ -156,22 +155,11 @@ def bitnot(ctx: EmitContext, x: Value):
     ctx.fail("bitwise ops on integer tensors have no standard NNEF op; export for tract (TractNNEF)")
 
 
-@register("nnef.bitnot", target="tract")
-def bitnot_tract(ctx: EmitContext, x: Value):
-    return ctx.op("tract_core_bitnot", x, out_shape=x.shape)
-
-
 # rounding ---------------------------------------------------------------------------------
 @register("nnef.round_even")
 def round_even(ctx: EmitContext, x: Value):
     """Round half to even (the standard ``round``)."""
     return ctx.op("round", x, out_shape=x.shape)
-
-
-@register("nnef.round_even", target="tract")
-def round_even_tract(ctx: EmitContext, x: Value):
-    """NOTE: tract's ``round`` rounds half away from zero; torch rounds half to even."""
-    return ctx.op("tract_core_round_even", x, out_shape=x.shape)
 
 
 @register(torch.round, "Tensor.round", torch.special.round)
@@ -212,7 +200,7 @@ def _binary(nnef_op: str, promote_div: bool = False):
                 ctx.op("mul", *broadcast_operands(ctx, b, alpha, dtype), out_dtype=dtype))
         if nnef_op == "mul" and dtype.is_int and isinstance(a, Value) and isinstance(b, Value):
             return int_mul(ctx, a, b, dtype)
-        if nnef_op == "div" and dtype.is_float and dtype is not DType.F64 and ctx.target == "tract" \
+        if nnef_op == "div" and dtype.is_float and dtype is not DType.F64 and ctx.profile.rounded_quotients \
                 and feeds_rounding(ctx):
             # a quotient that is then floored or compared: correctly rounded, as torch's
             a, b = (v if isinstance(v, (Value, SymDim)) else float(np.array(v, dtype=dtype.numpy_name)) for v in (a, b))
@@ -319,52 +307,6 @@ def compare(ctx: EmitContext, nnef_op: str, a, b):
     return ctx.op(nnef_op, a, b, out_dtype=DType.BOOL, out_shape=broadcast_shape(a, b))
 
 
-@register("nnef.compare", target="tract")
-def compare_tract(ctx: EmitContext, nnef_op: str, a, b):
-    """NOTE: tract 0.23.9 mis-optimizes ``select`` on a comparison of two tensors whose shapes
-    are symbolic (e.g. ``ge(range[:, None], range[None, :])``: "Undetermined symbol" at run
-    time). Adding an opaque zero to one side (helpers.opaque) keeps every value, inf and NaN
-    included (comparing the difference with 0 did not: ``inf - inf`` is NaN, integers wrap),
-    and the mask runs. tract refuses comparisons of bools: they are compared as u8."""
-    bools = any(isinstance(v, Value) and v.dtype.is_bool for v in (a, b))
-    if bools:
-        a, b = cast(ctx, a, DType.U8), cast(ctx, b, DType.U8)
-    symbolic = all(isinstance(v, Value) and not v.is_constant and v.shape is not None and not v.is_static
-                   for v in (a, b))
-    if symbolic and a.dtype is not DType.U8:
-        a = opaque(ctx, a)
-    elif not symbolic and not bools:
-        # NOTE: tract 0.23.9 knows ``range(0, S) > 1`` to be false up to item 2 and splits the mask's
-        # readers there, slicing ``2..S`` whatever S: at S=1 the run fails ("Invalid range 2..1
-        # for slicing"). A range of a dynamic length compared with a constant is made opaque first
-        a, b = (opaque(ctx, v) if _dynamic_range(ctx, v) else v for v in (a, b))
-    return ctx.op(nnef_op, a, b, out_dtype=DType.BOOL, out_shape=broadcast_shape(a, b))
-
-
-# ops through which tract still knows a tensor to be a range (its items, moved or repeated)
-_KEEPS_RANGE = ("tract_core_cast", "unsqueeze", "squeeze", "reshape", "tile", "transpose", "slice", "add", "sub",
-                "mul")
-
-
-def _dynamic_range(ctx: EmitContext, v) -> bool:
-    """Whether ``v`` is a ``tract_core_range`` of a dynamic length, or computed from one by ops that
-    keep it a range to tract (casts, unit axes, repeats, arithmetic with constants)."""
-    seen = 0
-    while isinstance(v, Value) and not v.is_constant and v.shape is not None and not v.is_static and seen < 8:
-        st = producer(ctx, v)
-        if st is None:
-            return False
-        if st.op == "tract_core_range":
-            return True
-        if st.op not in _KEEPS_RANGE:
-            return False
-        moving = [x for x in st.args if isinstance(x, Value) and not x.is_constant]
-        if len(moving) != 1:
-            return False
-        v, seen = moving[0], seen + 1
-    return False
-
-
 # logic and bitwise ----------------------------------------------------------------------------
 def _logic(kind: str):
     def convert(ctx: EmitContext, input, other):
@@ -398,12 +340,6 @@ def bitwise(ctx: EmitContext, kind: str, a: Value, b: Value):
     return ew(ctx, kind, a, b)
 
 
-@register("nnef.bitwise", target="tract")
-def bitwise_tract(ctx: EmitContext, kind: str, a: Value, b: Value):
-    """tract_core_bitand/bitor/bitxor: bitwise on integers, logical on bools."""
-    return ew(ctx, f"tract_core_bit{kind}", a, b)
-
-
 def _shift(direction: str):
     def convert(ctx: EmitContext, input, other):
         dtype = result_dtype(input, other)
@@ -420,21 +356,6 @@ def _shift(direction: str):
 @register("nnef.shift")
 def shift(ctx: EmitContext, direction: str, a: Value, b: Value):
     ctx.fail("bit shifts have no standard NNEF op; export for tract (TractNNEF)")
-
-
-@register("nnef.shift", target="tract")
-def shift_tract(ctx: EmitContext, direction: str, a: Value, b: Value):
-    """NOTE: tract shifts by the amount modulo the bit width; torch gives 0 (or -1 for a negative
-    value shifted right) when the amount is negative or at least the width."""
-    dtype = a.dtype
-    y = ctx.op("tract_shl" if direction == "left" else "tract_shr", a, b, out_dtype=dtype, out_shape=broadcast_shape(a, b))
-    cmp = lambda op, x, v: ctx.call("nnef.compare", op, *broadcast_operands(ctx, x, v, dtype))  # noqa: E731
-    outside = cmp("ge", b, _BITS[dtype])
-    if dtype is not DType.U8:
-        outside = ew(ctx, "or", outside, cmp("lt", b, 0))
-    zero = ew(ctx, "sub", a, a)
-    fill = zero if direction == "left" or dtype is DType.U8 else select(ctx, cmp("lt", a, 0), ew(ctx, "sub", zero, 1), zero)
-    return select(ctx, outside, fill, y)
 
 
 def _sources(name: str) -> list:
@@ -591,8 +512,8 @@ def _float_operands(ctx: EmitContext, input, other) -> tuple:
 def _both(ctx: EmitContext, a: Value, b: Value) -> Value:
     """``a and b`` on bool tensors. NOTE: ``helpers.ew`` guards an ``and`` of two computed tensors
     against tract's FoldUniformMask with a runtime zero, which casts to i64, also for Khronos
-    (no standard cast there): the tract target keeps the guard, the others a plain ``and``."""
-    if ctx.target == "tract":
+    (no standard cast there): a target with ``uniform_folding`` keeps the guard, the others a plain ``and``."""
+    if ctx.profile.uniform_folding:
         return ew(ctx, "and", a, b)
     a, b = broadcast_operands(ctx, a, b, DType.BOOL)
     return ctx.op("and", a, b, out_dtype=DType.BOOL, out_shape=broadcast_shape(a, b))

@@ -296,11 +296,6 @@ def _gather_nd(ctx: EmitContext, x: Value, tensors: list) -> Value:
     return permute_axes(ctx, out, perm)
 
 
-@register("nnef.gather_nd", target="tract")
-def gather_nd_tract(ctx: EmitContext, x: Value, indices: Value, shape=None):
-    return ctx.op("tract_core_gather_nd", x, indices, batch_dims=0, out_shape=shape, out_dtype=x.dtype)
-
-
 def gather(ctx: EmitContext, x: Value, idx: Value, ax: int) -> Value:
     """``x`` indexed along ``ax`` by every entry of ``idx`` (the index's axes replace ``ax``)."""
     shape = x.shape[:ax] + tuple(idx.shape) + x.shape[ax + 1:]
@@ -574,36 +569,6 @@ def _set_adjacent_indices(ctx: EmitContext, x: Value, items: list, tensors: list
     return permute_axes(ctx, out, back)
 
 
-@register("nnef.scatter_axis", target="tract")
-def scatter_axis_tract(ctx: EmitContext, x: Value, idx: Value, v: Value, ax: int):
-    """``x`` with ``x[(:,)*ax, idx[j]] = v[(:,)*ax, j]``."""
-    lead = [a for a in range(rank(x)) if a != ax]
-    shape = [1] * rank(x)
-    shape[ax] = idx.shape[0]
-    idx = ctx.op("unsqueeze", idx, axes=lead, out_shape=tuple(shape), out_dtype=idx.dtype) if lead else idx
-    return ctx.op("tract_core_scatter_elements", x, expand_to(ctx, idx, v.shape), v, axis=ax,
-                  out_shape=x.shape, out_dtype=x.dtype)
-
-
-@register("nnef.scatter_axis", target="khronos")
-def scatter_axis_khronos(ctx: EmitContext, x: Value, idx: Value, v: Value, ax: int):
-    """The scatter of a constant index as slices of ``x`` and ``v``, concatenated."""
-    n = x.shape[ax]
-    if not (idx.is_constant and isinstance(n, int)):
-        raise EmitError("Khronos NNEF has no scatter: item assignment with a tensor index needs a constant index and a static axis")
-    source = {int(i): j for j, i in enumerate(idx.data)}  # the last write wins, as in torch
-    parts, p = [], 0
-    while p < n:
-        if p in source:
-            parts.append(slice_axis(ctx, v, ax, source[p], source[p] + 1))
-            p += 1
-            continue
-        q = next((i for i in range(p, n) if i in source), n)
-        parts.append(slice_axis(ctx, x, ax, p, q))
-        p = q
-    return concat(ctx, parts, ax)
-
-
 @register(COPY)
 def copy_(ctx: EmitContext, dst: Value, src):
     """copy_functional(Tensor dst, Tensor src) -> Tensor"""
@@ -652,28 +617,6 @@ def index_select(ctx: EmitContext, input: Value, dim: int, index: Value):
     return gather(ctx, input, _index_tensor(ctx, index, input.shape[ax]), ax)
 
 
-@register(torch.gather, "Tensor.gather", target="tract")
-def gather_elements(ctx: EmitContext, input: Value, dim: int, index: Value, *, sparse_grad: bool = False):
-    """gather(Tensor self, int dim, Tensor index, *, bool sparse_grad=False) -> Tensor"""
-    ax = axis(dim, rank(input))
-    return ctx.op("tract_core_gather_elements", input, index, axis=ax, out_shape=index.shape, out_dtype=input.dtype)
-
-
-@register(torch.take_along_dim, "Tensor.take_along_dim", target="tract")
-def take_along_dim(ctx: EmitContext, input: Value, indices: Value, dim=None):
-    """take_along_dim(Tensor self, Tensor indices, int? dim=None) -> Tensor"""
-    if dim is None:
-        flat = [reshape_to(ctx, t, [-1]) for t in (input, indices)]
-        return ctx.op("tract_core_gather_elements", *flat, axis=0, out_shape=flat[1].shape, out_dtype=input.dtype)
-    r = max(rank(input), rank(indices))
-    ax = axis(dim, r)
-    x, idx = unsqueeze_to(ctx, input, r), unsqueeze_to(ctx, indices, r)
-    both = [a if b == 1 else b for a, b in zip(x.shape, idx.shape)]
-    x = expand_to(ctx, x, [x.shape[a] if a == ax else d for a, d in enumerate(both)])
-    idx = expand_to(ctx, idx, [idx.shape[a] if a == ax else d for a, d in enumerate(both)])
-    return ctx.op("tract_core_gather_elements", x, idx, axis=ax, out_shape=idx.shape, out_dtype=input.dtype)
-
-
 @register(F.embedding)
 def embedding(ctx: EmitContext, input: Value, weight: Value, padding_idx=None, max_norm=None, norm_type: float = 2.0,
               scale_grad_by_freq: bool = False, sparse: bool = False):
@@ -713,7 +656,7 @@ def _select(ctx: EmitContext, condition: Value, a, b) -> Value:
         # symbolic dims itself; operands already at the result shape avoid that.
         condition, a, b = [expand_to(ctx, t, shape) if isinstance(t, Value) and tuple(t.shape) != shape else t
                            for t in (condition, a, b)]
-    if uniform and ctx.target == "tract" and not condition.is_constant and _from_sizes_only(ctx, condition):
+    if uniform and ctx.profile.opaque_size_conditions and not condition.is_constant and _from_sizes_only(ctx, condition):
         condition = opaque(ctx, condition)
     return ctx.op("select", condition, a, b, out_dtype=dtype, out_shape=shape)
 
@@ -782,18 +725,6 @@ def triu(ctx: EmitContext, input: Value, diagonal: int = 0):
 def tril(ctx: EmitContext, input: Value, diagonal: int = 0):
     """tril(Tensor self, int diagonal=0) -> Tensor"""
     return _triangle(ctx, input, diagonal, False)
-
-
-@register(torch.triu, "Tensor.triu", target="tract")
-def triu_tract(ctx: EmitContext, input: Value, diagonal: int = 0):
-    """triu(Tensor self, int diagonal=0) -> Tensor"""
-    return ctx.op("tract_core_trilu", input, k=diagonal, upper=True, out_shape=input.shape, out_dtype=input.dtype)
-
-
-@register(torch.tril, "Tensor.tril", target="tract")
-def tril_tract(ctx: EmitContext, input: Value, diagonal: int = 0):
-    """tril(Tensor self, int diagonal=0) -> Tensor"""
-    return ctx.op("tract_core_trilu", input, k=diagonal, upper=False, out_shape=input.shape, out_dtype=input.dtype)
 
 
 @register(F.one_hot)
@@ -954,26 +885,6 @@ def index_copy(ctx: EmitContext, input: Value, dim: int, index: Value, source: V
             source = ctx.op("unsqueeze", source, axes=[ax], out_shape=source.shape[:ax] + (1,) + source.shape[ax:],
                             out_dtype=source.dtype)
     return setitem(ctx, input, tuple([slice(None)] * ax + [index]), source)
-
-
-@register(torch.masked_scatter, "Tensor.masked_scatter", target="tract")
-def masked_scatter(ctx: EmitContext, input: Value, mask: Value, source: Value):
-    """masked_scatter(Tensor self, Tensor mask, Tensor source) -> Tensor
-
-    The k-th True item of the mask (broadcast to the input, in row-major order) takes
-    ``source.flatten()[k]``: a running count of the flattened mask minus one is the position
-    gathered from the flattened source, kept where the mask holds."""
-    r = max(rank(input), rank(mask))
-    x, m = unsqueeze_to(ctx, input, r), unsqueeze_to(ctx, cast(ctx, mask, DType.BOOL), r)
-    shape = tuple(_broadcast_dim([a, b]) for a, b in zip(x.shape, m.shape))
-    x, m = expand_to(ctx, x, shape), expand_to(ctx, m, shape)
-    flat = reshape_to(ctx, cast(ctx, m, DType.I64), [-1])
-    count = ctx.call("torch.cumsum", flat, 0)
-    pos = ctx.op("max", ctx.op("sub", count, ctx.const(np.array([1], dtype=np.int64), DType.I64), out_shape=count.shape),
-                 ctx.const(np.array([0], dtype=np.int64), DType.I64), out_shape=count.shape)
-    src = reshape_to(ctx, cast(ctx, source, input.dtype), [-1])
-    picked = reshape_to(ctx, gather(ctx, src, pos, 0), list(shape))
-    return ctx.op("select", m, picked, x, out_dtype=input.dtype, out_shape=shape)
 
 
 @register(torch.masked_select, "Tensor.masked_select")

@@ -10,11 +10,13 @@ import torch
 import torch.nn.functional as F
 
 from ...errors import EmitError
-from ...ir import DType, Value, product
-from ..context import TRACT_DATUM, EmitContext, stored_transposed
-from ..helpers import (broadcast_operands, cast, dims_list, ew, opaque, producer, rank, result_dtype, tiled_from, un,
-                       unsqueeze_to)
+from ...ir import Value, product
+from ..context import EmitContext, stored_transposed
+from ..helpers import broadcast_operands, cast, dims_list, ew, rank, result_dtype, tiled_from, un, unsqueeze_to
 from ..registry import register
+from .reduce import vector_norm
+from .tiled_operands import (concat_of_tile_made_opaque, contraction_tile_made_opaque, itemwise_of_tile_made_opaque,
+                             weights_product_operands)
 
 
 def _tiled_axes(reps: list) -> list:
@@ -47,113 +49,6 @@ def _untiled_matmul(ctx: EmitContext, a: Value, b: Value, transpose_b: bool) -> 
     return None
 
 
-def _contraction_tile_made_opaque(ctx: EmitContext, v: Value, ax: int) -> Value:
-    """NOTE: tract 0.23.9 folds a ``tile`` that broadcasts the contracted axis of a matmul (directly
-    or under a transpose) into the EinSum and then sums over one item, not all of them:
-    ``y.expand(3, -1).mT @ y.expand(3, -1)`` came out a third of torch's, silently. A runtime
-    zero added to the operand hides the broadcast."""
-    st = producer(ctx, v)
-    perm = None
-    if st is not None and st.op == "transpose" and st.args and isinstance(st.args[0], Value):
-        perm = list(st.attrs.get("axes", []))
-        inner = st.args[0]
-    else:
-        inner = v
-    found = tiled_from(ctx, inner)
-    if found is None:
-        return v
-    _, reps = found
-    src_ax = perm[ax] if perm is not None and ax < len(perm) else ax
-    if src_ax < len(reps) and not (isinstance(reps[src_ax], int) and reps[src_ax] == 1):
-        return opaque(ctx, v)
-    return v
-
-
-# NNEF ops computed item by item, and moves of axes: a broadcast (a ``tile`` of size-1 axes) stays one through them
-_ITEMWISE = frozenset({
-    "neg", "exp", "log", "sin", "cos", "tan", "abs", "sign", "tanh", "sigmoid", "sqrt", "rsqrt", "floor", "ceil",
-    "round", "not", "recip", "sinh", "cosh", "asin", "acos", "atan", "asinh", "acosh", "atanh", "tract_core_erf",
-    "tract_core_cast", "add", "sub", "mul", "div", "pow", "min", "max", "select", "and", "or", "lt", "gt", "le",
-    "ge", "eq", "ne", "relu", "elu", "leaky_relu", "softplus", "clamp", "copy", "exp2", "log2", "square",
-    "transpose", "unsqueeze", "squeeze",
-})
-
-
-def _itemwise_of_tile_made_opaque(ctx: EmitContext, v: Value, depth: int = 6) -> Value:
-    """NOTE: tract 0.23.9 also sees a broadcast through item-wise ops: a matmul operand computed
-    from an ``expand`` by unary ops (``(-x.expand(B, -1, -1)) @ w``, an exp, a cast, a GELU) is
-    taken as a tile and mis-handled as in ``_untiled_matmul``: a load failure ("Trying to
-    substitute a 3,T,4,F32 by 1,T,4,F32") with a static count, and silently size 1 on that axis
-    with a dynamic one. A runtime zero added to the operand hides the broadcast."""
-    frontier, seen = [v], set()
-    for _ in range(depth):
-        nxt = []
-        for u in frontier:
-            st = producer(ctx, u)
-            if st is None or id(st) in seen:
-                continue
-            seen.add(id(st))
-            if u is not v and st.op == "tile" and tiled_from(ctx, u) is not None:
-                return opaque(ctx, v)
-            if st.op in _ITEMWISE:
-                nxt += [a for a in st.args if isinstance(a, Value) and not a.is_constant]
-        frontier = nxt
-    return v
-
-
-_AXIS_MOVES = frozenset({"reshape", "transpose", "unsqueeze", "squeeze"})
-
-
-def weights_product_operands(ctx: EmitContext, *operands: Value) -> list:
-    """The operands of a product (a matmul, an einsum, a convolution), each made opaque by
-    :func:`merged_tile_made_opaque` when the target is tract and one operand is a constant (the
-    weights); as given otherwise."""
-    if ctx.target != "tract" or not any(v.is_constant for v in operands):
-        return list(operands)
-    return [merged_tile_made_opaque(ctx, v) for v in operands]
-
-
-def merged_tile_made_opaque(ctx: EmitContext, v: Value) -> Value:
-    """NOTE: tract 0.23.9 fails to load an EinSum with weights (a linear layer, a 1x1 convolution)
-    whose operand is a ``tile`` broadcasting a size-1 axis that a reshape then merges with its
-    neighbour ("Trying to substitute a 1,2,2,5,2,F32 by 1,2,1,5,1,F32" while decluttering): a
-    nearest upsampling (or ``x[:, :, :, None].expand(...).reshape(...)``) followed by a 1x1
-    convolution, as in a UNet decoder or an FPN. A runtime zero added to the operand hides the
-    broadcast. (A product of two computed operands, GQA's repeated keys, loads: it is left alone,
-    since the add would cost a pass over the repeated cache at every step.)"""
-    if v.is_constant or v.shape is None:
-        return v
-    st = producer(ctx, v)
-    merged = False
-    for _ in range(4):  # through reshapes and moves of axes, as tract's declutter sees through them
-        if st is None or st.op not in _AXIS_MOVES or not st.args or not isinstance(st.args[0], Value):
-            break
-        merged = merged or st.op == "reshape"
-        if tiled_from(ctx, st.args[0]) is not None:
-            return opaque(ctx, v) if merged else v
-        st = producer(ctx, st.args[0])
-    return v
-
-
-def _concat_of_tile_made_opaque(ctx: EmitContext, v: Value) -> Value:
-    """NOTE: tract 0.23.9 splits a matmul of a concatenation along the contracted axis into one
-    product per piece, and one whose piece is a ``tile`` broadcasting a size-1 axis (DPT's readout,
-    ``cat([x, cls.expand_as(x)], -1)`` then a linear) gets its shape wrong at load ("Trying to
-    substitute a B,6,4,F32 by B,1,4,F32 ... concat-einsum"). It sees the concatenation through
-    moves of axes too (PatchTSMixer's scale injection: a rank-4 concatenation flattened to a matrix
-    for the linear). A runtime zero added to the operand hides the pieces."""
-    st = producer(ctx, v)
-    for _ in range(4):  # through reshapes and moves of axes, as tract's declutter sees through them
-        if st is None or st.op not in _AXIS_MOVES or not st.args or not isinstance(st.args[0], Value):
-            break
-        st = producer(ctx, st.args[0])
-    if st is None or st.op != "concat" or not st.args or not isinstance(st.args[0], (list, tuple)):
-        return v
-    if any(isinstance(p, Value) and tiled_from(ctx, p) is not None for p in st.args[0]):
-        return opaque(ctx, v)
-    return v
-
-
 def _matmul(ctx: EmitContext, a: Value, b: Value, transpose_b: bool = False) -> Value:
     """NNEF matmul needs equal ranks: vectors become matrices and lower ranks get unit batch axes.
     A right operand stored as f16 (f16 weights) is read as stored: the product stays in ``a``'s dtype;
@@ -169,9 +64,9 @@ def _matmul(ctx: EmitContext, a: Value, b: Value, transpose_b: bool = False) -> 
         untiled = _untiled_matmul(ctx, a, b, transpose_b)
         if untiled is not None:
             return untiled
-        a, b = (_contraction_tile_made_opaque(ctx, v, ax) for v, ax in ((a, r - 1), (b, r - 1 if transpose_b else r - 2)))
-        a, b = (v if v.is_constant else _concat_of_tile_made_opaque(ctx, v) for v in (a, b))
-        a, b = (v if v.is_constant else _itemwise_of_tile_made_opaque(ctx, v) for v in (a, b))
+        a, b = (contraction_tile_made_opaque(ctx, v, ax) for v, ax in ((a, r - 1), (b, r - 1 if transpose_b else r - 2)))
+        a, b = (v if v.is_constant else concat_of_tile_made_opaque(ctx, v) for v in (a, b))
+        a, b = (v if v.is_constant else itemwise_of_tile_made_opaque(ctx, v) for v in (a, b))
         a, b = weights_product_operands(ctx, a, b)
     if ra == 1:
         a = ctx.op("unsqueeze", a, axes=[0], out_shape=(1,) + tuple(a.shape))
@@ -180,7 +75,7 @@ def _matmul(ctx: EmitContext, a: Value, b: Value, transpose_b: bool = False) -> 
     r = max(rank(a), rank(b))
     a, b = unsqueeze_to(ctx, a, r), unsqueeze_to(ctx, b, r)
     out_shape = tuple(a.shape[:-1]) + (b.shape[-2] if transpose_b else b.shape[-1],)
-    if ctx.loop_body and ctx.target == "tract" and not a.is_constant and not b.is_constant \
+    if ctx.loop_body and ctx.profile.loop_products_summed and not a.is_constant and not b.is_constant \
             and _static_product(tuple(a.shape) + (out_shape[-1],)) <= _PRODUCT_LIMIT:
         y = _product_summed(ctx, a, b, transpose_b, out_shape)
     else:
@@ -372,38 +267,6 @@ def einsum(ctx: EmitContext, equation: str, *operands):
     return _permute(ctx, y, subs, out)
 
 
-@register(torch.einsum, target="tract")
-def einsum_tract(ctx: EmitContext, equation: str, *operands):
-    """einsum(str equation, Tensor[] tensors) -> Tensor (one tract_core_einsum)"""
-    operands = _operand_list(operands)
-    terms, out = parse_einsum(ctx, equation, operands)
-    size = _sizes(terms, operands)
-    dtype = result_dtype(*operands)
-    operands = [cast(ctx, t, dtype) for t in operands]
-    if len(operands) > 1:
-        # NOTE: tract 0.23.9 gives zeros for a repeated letter next to another operand ('ii,i->i');
-        # each diagonal is taken alone first ('ii->i' is right)
-        for k, s in enumerate(terms):
-            if len(set(s)) != len(s):
-                once = "".join(dict.fromkeys(s))
-                operands[k] = _tract_einsum(ctx, [operands[k]], s + "->" + once, dtype, tuple(size[c] for c in once))
-                terms[k] = once
-    if out:
-        return _tract_einsum(ctx, operands, ",".join(terms) + "->" + out, dtype, tuple(size[c] for c in out))
-    # NOTE: tract 0.23.9 returns its input unchanged for a full reduction ('ij->'): keep one letter, then sum it
-    keep = next((c for t in terms for c in t), None)
-    if keep is None:
-        ctx.fail(f"einsum '{equation}' of scalars only: multiply them instead")
-    y = _tract_einsum(ctx, operands, ",".join(terms) + "->" + keep, dtype, (size[keep],))
-    y = ctx.op("sum_reduce", y, axes=[0], out_shape=(1,), out_dtype=dtype)
-    return ctx.op("squeeze", y, axes=[0], out_shape=(), out_dtype=dtype)
-
-
-def _tract_einsum(ctx: EmitContext, operands: list, expr: str, dtype: DType, shape: tuple) -> Value:
-    operands = weights_product_operands(ctx, *operands)  # (einsum_tract: tract only)
-    return ctx.op("tract_core_einsum", operands, expr=expr, acc=TRACT_DATUM[dtype], out_dtype=dtype, out_shape=shape)
-
-
 @register(torch.outer, "Tensor.outer", torch.ger, "Tensor.ger")
 def outer(ctx: EmitContext, input: Value, vec2: Value):
     """outer(Tensor self, Tensor vec2) -> Tensor"""
@@ -460,8 +323,6 @@ def cdist(ctx: EmitContext, x1: Value, x2: Value, p: float = 2.0, compute_mode=N
     The p-norm of every difference ``x1[..., i, :] - x2[..., j, :]`` (a broadcast difference,
     then a reduction over the features): exact where torch's matrix-product form for p=2
     (``compute_mode``) rounds, so tract matches torch at the check's tolerance."""
-    from .reduce import vector_norm
-
     if not isinstance(p, (int, float)) or p < 0:
         raise EmitError(f"cdist with p={p!r} is not supported (a number >= 0)")
     a = ctx.call("Tensor.unsqueeze", x1, rank(x1) - 1)  # [..., P, 1, M]

@@ -1,7 +1,7 @@
 """Classification and ranking losses that models compute in their forward when given labels
 (transformers' ``labels=``): cross_entropy and nll_loss (class indices with ignore_index, weight and
 label smoothing, or class probabilities), binary cross entropy (with logits and pos_weight),
-kl_div, and the margin / embedding losses. The regression losses live in common_more.
+kl_div, and the margin / embedding losses. The regression losses live in regression_losses.
 
 A class index is matched against every class (``arange(C) == target``) instead of gathered: an
 ignored or out-of-range target then matches nothing. Integer targets need tract (standard NNEF

@@ -128,17 +128,6 @@ def rms_norm(ctx: EmitContext, input: Value, normalized_shape, weight: Optional[
     return _affine(ctx, y, weight, None, per_channel=False)
 
 
-@register(F.rms_norm, torch.rms_norm, target="tract")
-def rms_norm_tract(ctx: EmitContext, input: Value, normalized_shape, weight: Optional[Value] = None,
-                   eps: Optional[float] = None):
-    """rms_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight=None, float? eps=None) -> Tensor"""
-    axes_ = _last_axes(input, normalized_shape)
-    if len(axes_) != 1:
-        return rms_norm(ctx, input, normalized_shape, weight, eps)
-    y = un(ctx, "tract_core_rms_norm", input, axis=axes_[0], eps=_rms_eps(eps, input.dtype))
-    return _affine(ctx, y, weight, None, per_channel=False)
-
-
 # L_p normalization, local response norm --------------------------------------------------------------
 @register(F.normalize)
 def normalize(ctx: EmitContext, input: Value, p: float = 2.0, dim: int = 1, eps: float = 1e-12, out=None):

@@ -5,18 +5,16 @@ for tract.
 """
 from __future__ import annotations
 
-import math
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
 from ...errors import EmitError
-from ...ir import DType, SymDim, Value
+from ...ir import SymDim, Value, op_key
 from ..context import EmitContext
-from ..helpers import cast, env_text, negative_at, rank
+from ..helpers import rank
 from ..registry import register
-from .pool import static_dims, transpose, with_dim
+from .pool import with_dim
 
 
 def pad_pairs(x: Value, pad) -> list:
@@ -76,120 +74,9 @@ def pad_by_concat(ctx: EmitContext, x: Value, pairs: list, mode: str) -> Value:
     return x
 
 
-def khronos_pad(ctx: EmitContext, x: Value, pairs: list, mode: str, value) -> Value:
-    """NOTE: the nnef_tools interpreter pads only rank 3-5 tensors whose first two axes are not
-    padded: other cases move the padded axes last and fold the others into one axis."""
-    r = rank(x)
-    padded = [a for a in range(r) if pairs[a] != (0, 0)]
-    if not padded or (3 <= r <= 5 and not {0, 1} & set(padded)):
-        return pad_op(ctx, x, pairs, mode, value) if padded else x
-    if len(padded) > 3:
-        raise EmitError(f"padding {len(padded)} axes at once is not supported for Khronos NNEF (3 at most)")
-    kept = [a for a in range(r) if a not in padded]
-    perm = kept + padded
-    kept_dims = static_dims([x.shape[a] for a in kept], "padding leading axes for Khronos NNEF")
-    y = transpose(ctx, x, perm)
-    folded = (1, math.prod(kept_dims)) + tuple(x.shape[a] for a in padded)
-    y = ctx.op("reshape", y, shape=list(folded), out_shape=folded)
-    y = pad_op(ctx, y, [(0, 0), (0, 0)] + [pairs[a] for a in padded], mode, value)
-    unfolded = tuple(kept_dims) + tuple(y.shape[2:])
-    y = ctx.op("reshape", y, shape=list(unfolded), out_shape=unfolded)
-    return transpose(ctx, y, [perm.index(a) for a in range(r)])
-
-
 def _check_pad_mode(mode: str) -> None:
     if mode not in ("constant", "reflect", "replicate", "circular"):
         raise EmitError(f"F.pad mode {mode!r} is not supported")
-
-
-def _pad_dynamic(ctx: EmitContext, x: Value, pairs: list, mode: str, value) -> Value:
-    """Pads by dynamic sizes (``F.pad(x, (0, 8 - S % 8))``): tract's ``pad`` takes static amounts
-    only, so each piece is a tile of its fill (constant) or of the edge slice (replicate) of a
-    dynamic length, concatenated to ``x``."""
-    for axis, (before, after) in enumerate(pairs):
-        for amount in (before, after):
-            if not isinstance(amount, SymDim):
-                continue
-            if mode not in ("constant", "replicate"):
-                raise EmitError(f"F.pad mode {mode!r} by a dynamic size ({amount}) is not supported for tract; "
-                                "constant and replicate are")
-            bad = negative_at(ctx, amount)
-            if bad is not None:
-                at = env_text(bad)
-                raise EmitError(
-                    f"F.pad by {amount} would crop (the amount is negative) at {at}, a size the export claims to "
-                    "be valid for; a pad that may crop has no tract form. Clamp the amount in the model "
-                    "(max(0, ...) bounds the range) or keep that axis static; if the model never crops there, "
-                    "the amount's form was fitted from a few sizes (see the export's notes on dynamic shapes)")
-    for axis, (before, after) in enumerate(pairs):
-        if not isinstance(before, SymDim) and not isinstance(after, SymDim):
-            continue
-        parts = [x]
-        for amount, at_end in ((before, False), (after, True)):
-            if not isinstance(amount, SymDim):
-                continue
-            n = x.shape[axis]
-            begin, end = (n - 1, n) if at_end else (0, 1)
-            edge = ctx.op("slice", x, axes=[axis], begin=[begin], end=[end], out_shape=with_dim(x.shape, axis, 1))
-            if mode == "constant":
-                edge = _filled_like(ctx, edge, 0.0 if value is None else value)
-            # the piece's other axes are the edge slice's, as tract computes them: an axis padded
-            # before is tract's sum of its size and amount (``H/2 + (H+1)/2 - H + 4*((H+6)/8)``),
-            # which tract cannot match with a size written as ``4*((H+6)/8)`` in the concat
-            piece = ctx.op("tile", edge, repeats=list(with_dim((1,) * rank(x), axis, amount)),
-                           out_shape=with_dim(x.shape, axis, amount))
-            parts = parts + [piece] if at_end else [piece] + parts
-        size = sum(p.shape[axis] for p in parts)
-        x = ctx.op("concat", parts, axis=axis, out_shape=with_dim(x.shape, axis, size))
-        # tract's size of the concatenation is the sum of its parts' (``H/2 + (H+1)/2 - H +
-        # 4*((H+6)/8)``), which it cannot match with ``4*((H+6)/8)`` in a reshape or another
-        # concat; a slice of all of it gives the size as written here
-        x = ctx.op("slice", x, axes=[axis], begin=[0], end=[size], out_shape=x.shape)
-    return x
-
-
-def _filled_like(ctx: EmitContext, x: Value, value) -> Value:
-    """``value`` in the shape of ``x``, computed from ``x`` so that tract gives it ``x``'s own
-    sizes: its items cast to an integer and subtracted from themselves (0 for NaN and inf too),
-    plus ``value``."""
-    whole = cast(ctx, x, DType.I64)
-    zero = ctx.op("sub", whole, whole, out_shape=x.shape, out_dtype=DType.I64)
-    if x.dtype.is_bool:
-        zero = ctx.op("lt", zero, zero, out_shape=x.shape, out_dtype=DType.BOOL)
-        return ctx.op("or", zero, ctx.const(np.full([1] * rank(x), bool(value)), DType.BOOL),
-                      out_shape=x.shape, out_dtype=DType.BOOL)
-    if x.dtype is not DType.I64:
-        zero = cast(ctx, zero, x.dtype)
-    return ctx.op("add", zero, ctx.const(np.full([1] * rank(x), value), x.dtype), out_shape=x.shape,
-                  out_dtype=x.dtype)
-
-
-@register(F.pad, target="tract")
-def pad_tract(ctx: EmitContext, input: Value, pad, mode="constant", value=None):
-    """pad(Tensor input, SymInt[] pad, str mode="constant", float? value=None) -> Tensor"""
-    _check_pad_mode(mode)
-    if input.dtype.is_bool:
-        # tract's pad takes numbers only ("Bool is not a number" at run time): pad 0/1 integers
-        padded = pad_tract(ctx, cast(ctx, input, DType.I64), pad, mode, None if value is None else float(bool(value)))
-        return cast(ctx, padded, DType.BOOL)
-    pairs = pad_pairs(input, pad)
-    # the static amounts first (NNEF pad), then the dynamic ones (concatenated pieces)
-    dynamic = [tuple(p if isinstance(p, SymDim) else 0 for p in pair) for pair in pairs]
-    has_dynamic = any(p != (0, 0) for p in dynamic)
-    x, static = crop_negative(ctx, input, [tuple(0 if isinstance(p, SymDim) else p for p in pair) for pair in pairs])
-    if not has_dynamic or any(p != (0, 0) for p in static):
-        x = pad_by_concat(ctx, x, static, mode) if mode in ("replicate", "circular") else pad_op(ctx, x, static, mode, value)
-    return _pad_dynamic(ctx, x, dynamic, mode, value) if has_dynamic else x
-
-
-@register(F.pad, target="khronos")
-def pad_khronos(ctx: EmitContext, input: Value, pad, mode="constant", value=None):
-    """pad(Tensor input, SymInt[] pad, str mode="constant", float? value=None) -> Tensor"""
-    _check_pad_mode(mode)
-    x, pairs = crop_negative(ctx, input, pad_pairs(input, pad))
-    if mode == "circular":
-        return pad_by_concat(ctx, x, pairs, mode)
-    return khronos_pad(ctx, x, pairs, mode, value)
 
 
 @register(torch._C._nn.pad_sequence)
@@ -207,12 +94,11 @@ def pad_sequence(ctx: EmitContext, sequences, batch_first: bool = False, padding
         raise EmitError("pad_sequence takes a non-empty list of tensors")
     out_shape = ctx.node.outputs[0].shape
     longest = out_shape[1 if batch_first else 0]
-    pad = pad_tract if ctx.target == "tract" else pad_khronos
     parts = []
     for s in seqs:
         amount = simplify(longest - s.shape[0])
         if amount != 0:
             flat = [0, 0] * (rank(s) - 1) + ([0, amount] if padding_side == "right" else [amount, 0])
-            s = pad(ctx, s, flat, "constant", float(padding_value))
+            s = ctx.call(op_key(F.pad), s, flat, "constant", float(padding_value))  # the target's own pad
         parts.append(s)
     return stack(ctx, parts, 0 if batch_first else 1)

@@ -18,6 +18,7 @@ from ..context import EmitContext
 from ..helpers import dim_value, rank, tiled_from
 from ..registry import register
 from .conv import add_batch, drop_batch, node_shape, ntuple
+from .tiled_operands import merged_tile_made_opaque
 
 def with_dim(shape: tuple, axis: int, size) -> tuple:
     """``shape`` with ``shape[axis]`` replaced by ``size``."""
@@ -50,9 +51,7 @@ def apply_along(ctx: EmitContext, x: Value, axis: int, m) -> Value:
                                     out_dtype=m.dtype)
     else:
         c = ctx.const(m.reshape((1,) * (r - 2) + m.shape), x.dtype, name="resample")
-    if ctx.target == "tract":
-        from .linalg import merged_tile_made_opaque
-
+    if ctx.profile.opaque_tiles_in_products:
         # an upsampling then an adaptive pool (see there); with a matrix computed from dynamic
         # sizes too: tract 0.23.9 never finished optimizing that product (fuzz seed 9030)
         x = merged_tile_made_opaque(ctx, x)

@@ -16,7 +16,8 @@ from ...ir import DType, SymDim, Value, product, simplify
 from ..context import TRACT_DATUM, EmitContext
 from ..helpers import axes, axis, cast, compare, ew, negative_at, rank, result_dtype, select, to_float, un
 from ..registry import register
-from .shape import concat, expand_to, full_like_value, reshape_to, slice_axis
+from .shape import concat, full_like_value, reshape_to, slice_axis
+from .tiled_operands import weights_product_operands
 
 
 # building blocks -------------------------------------------------------------------------
@@ -47,8 +48,9 @@ def reduce(ctx: EmitContext, op: str, x: Value, axes_: list, keepdim: bool = Tru
     """NNEF reduction ``op`` of ``x`` over ``axes_``."""
     if not axes_:
         return x
-    empty = may_be_empty(ctx, x, axes_) if ctx.target == "tract" and op in _NEUTRAL else []
-    if op == "mean_reduce" and ctx.target == "tract" and (_dynamic_count(x, axes_) or empty):
+    guarded = ctx.profile.guarded_reductions
+    empty = may_be_empty(ctx, x, axes_) if guarded and op in _NEUTRAL else []
+    if op == "mean_reduce" and guarded and (_dynamic_count(x, axes_) or empty):
         # NOTE: tract 0.23.9 takes time exponential in the number of chained ``mean_reduce`` (or
         # divisions by a size) over dynamic axes to load a graph: 3 GroupNorms on dynamic H and W
         # do not load within minutes (Poolformer hung). A sum times the recip of the count, which
@@ -131,12 +133,6 @@ def size_tensor(ctx: EmitContext, size: SymDim, dtype: DType):
     ctx.fail(f"the size {size} depends on a dynamic input dim, which target '{ctx.target}' cannot express")
 
 
-@register("nnef.size", target="tract")
-def size_tensor_tract(ctx: EmitContext, size: SymDim, dtype: DType):
-    """A size that depends on dynamic input dims, as a scalar tensor of ``dtype``."""
-    return ctx.op("tract_core_cast", size, to=TRACT_DATUM[dtype], out_dtype=dtype, out_shape=())
-
-
 def _accumulate_dtype(x: Value, dtype: Optional[DType]) -> DType:
     """torch's result type of sum/prod/cumsum: ``dtype`` if given, else int64 for integers and bools."""
     if dtype is not None:
@@ -203,13 +199,6 @@ def _slice(ctx: EmitContext, x: Value, a: int, begin: int, end: int) -> Value:
     return ctx.op("slice", x, axes=[a], begin=[begin], end=[end], out_shape=shape)
 
 
-@register(torch.prod, "Tensor.prod", target="tract")
-def prod_tract(ctx: EmitContext, input: Value, dim=None, keepdim: bool = False, *, dtype: Optional[DType] = None):
-    """prod.dim_int(Tensor self, int dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor"""
-    x = cast(ctx, input, _accumulate_dtype(input, dtype))
-    return reduce(ctx, "tract_core_product_reduce", x, reduce_axes(dim, x), keepdim)
-
-
 # max, min, arg-reductions ----------------------------------------------------------------------
 @register(torch.amax, "Tensor.amax")
 def amax(ctx: EmitContext, input: Value, dim=(), keepdim: bool = False):
@@ -265,7 +254,6 @@ def _arg(ctx: EmitContext, op: str, input: Value, dim: Optional[int], keepdim: b
     flat = ctx.op("reshape", x, shape=[-1], out_shape=(product(x.shape),))
     y = reduce(ctx, op, flat, [0], keepdim, out_dtype=DType.I64)
     return ctx.op("reshape", y, shape=[1] * rank(x), out_shape=(1,) * rank(x)) if keepdim else y
-
 
 
 @register(torch.argmax, "Tensor.argmax")
@@ -415,7 +403,7 @@ def logsumexp(ctx: EmitContext, input: Value, dim, keepdim: bool = False):
     """logsumexp(Tensor self, int[1] dim, bool keepdim=False) -> Tensor"""
     x = to_float(ctx, input)
     axes_ = reduce_axes(dim, x)
-    empty = may_be_empty(ctx, x, axes_) if ctx.target == "tract" else []
+    empty = may_be_empty(ctx, x, axes_) if ctx.profile.guarded_reductions else []
     if empty:  # the max over no element (see _NEUTRAL): the lowest finite value, exp(x - m) sums to 0, log gives -inf
         m = reduce(ctx, "max_reduce", pad_neutral(ctx, x, empty, -float(np.finfo(x.dtype.numpy_name).max)), axes_)
     else:
@@ -446,21 +434,12 @@ def cumsum(ctx: EmitContext, input: Value, dim: int, *, dtype: Optional[DType] =
     moved = x if a == r - 1 else ctx.op("transpose", x, axes=order, out_shape=tuple(x.shape[i] for i in order))
     rows = ctx.op("reshape", moved, shape=[-1, n], out_shape=(product(moved.shape) // n, n))
     upper = ctx.const(np.triu(np.ones((n, n))), x.dtype)
-    from .linalg import weights_product_operands
-
     rows, upper = weights_product_operands(ctx, rows, upper)
     summed = ctx.op("matmul", rows, upper, out_shape=rows.shape)
     back = ctx.op("reshape", summed, shape=list(moved.shape), out_shape=moved.shape)
     if a == r - 1:
         return back
     return ctx.op("transpose", back, axes=[int(i) for i in np.argsort(order)], out_shape=x.shape)
-
-
-@register(torch.cumsum, "Tensor.cumsum", target="tract")
-def cumsum_tract(ctx: EmitContext, input: Value, dim: int, *, dtype: Optional[DType] = None):
-    """cumsum(Tensor self, int dim, *, ScalarType? dtype=None) -> Tensor"""
-    x = cast(ctx, input, _accumulate_dtype(input, dtype))
-    return un(ctx, "tract_core_cumsum", x, axis=axes(dim, rank(x))[0], exclusive=False, reverse=False)
 
 
 # running products and extremes -------------------------------------------------------------------
@@ -502,127 +481,6 @@ def cumprod(ctx: EmitContext, input: Value, dim: int, *, dtype: Optional[DType] 
     return x
 
 
-@register(torch.cumprod, "Tensor.cumprod", target="tract")
-def cumprod_tract(ctx: EmitContext, input: Value, dim: int, *, dtype: Optional[DType] = None):
-    """cumprod(Tensor self, int dim, *, ScalarType? dtype=None) -> Tensor
-
-    Along a dynamic axis of length n: the product of each prefix, as a product reduction of an
-    [n, n] selection (memory grows as n squared).
-    """
-    x = cast(ctx, input, _accumulate_dtype(input, dtype))
-    if rank(x) == 0 or isinstance(x.shape[_scan_axis(dim, x)], int):
-        return cumprod(ctx, input, dim, dtype=dtype)
-    chosen, order, r = _prefixes(ctx, x, dim, 1)
-    product = reduce(ctx, "tract_core_product_reduce", chosen, [r], keepdim=False)
-    return ctx.call("torch.permute", product, [int(i) for i in np.argsort(order)])
-
-
-def _prefixes(ctx: EmitContext, x: Value, dim: int, fill) -> tuple:
-    """``(chosen, order, r)``: ``x`` with the scanned axis ``dim`` moved last (``order``), spread
-    over a new last axis of the same length n where row i keeps the items up to i and ``fill``
-    after it (an [..., n, n] tensor, reduced over axis ``r`` to a running reduction)."""
-    a, r = _scan_axis(dim, x), rank(x)
-    n = x.shape[a]
-    order = [i for i in range(r) if i != a] + [a]
-    moved = ctx.call("torch.permute", x, order)
-    square = tuple(moved.shape) + (n,)
-    positions = ctx.call("nnef.range", 0, n, 1, DType.I64, (n,))
-    later = expand_to(ctx, reshape_to(ctx, positions, [1] * (r - 1) + [1, n]), square)
-    rows = expand_to(ctx, reshape_to(ctx, positions, [1] * (r - 1) + [n, 1]), square)
-    prefix = ctx.call("nnef.compare", "le", later, rows)
-    items = expand_to(ctx, ctx.op("unsqueeze", moved, axes=[r - 1], out_shape=tuple(moved.shape[:-1]) + (1, n),
-                                  out_dtype=x.dtype), square)
-    chosen = ctx.op("select", prefix, items, full_like_value(ctx, fill, x.dtype, square), out_dtype=x.dtype,
-                    out_shape=square)
-    return chosen, order, r
-
-
-def _lowest(dtype: DType, largest: bool):
-    """The identity of a running max (``largest``) or min in ``dtype``."""
-    if dtype.is_float:
-        return -math.inf if largest else math.inf
-    info = np.iinfo(dtype.numpy_name)
-    return int(info.min if largest else info.max)
-
-
-def _running_extreme(ctx: EmitContext, input: Value, dim: int, largest: bool) -> tuple:
-    """torch.cummax/cummin: (values, int64 indices); on ties the later index, and a NaN stays
-    once met (the last NaN's index), as torch does."""
-    x = cast(ctx, input, DType.I64) if input.dtype.is_bool else input
-    if rank(x) == 0:
-        return input, ctx.const(np.array(0, dtype=np.int64), DType.I64)
-    a = _scan_axis(dim, x)
-    n = x.shape[a]
-    positions = ctx.call("nnef.range", 0, n, 1, DType.I64, (n,))
-    shape = [1] * rank(x)
-    shape[a] = n
-    idx = expand_to(ctx, reshape_to(ctx, positions, shape), x.shape)
-    if not isinstance(n, int):
-        values, idx = _running_extreme_dynamic(ctx, x, idx, dim, largest)
-        return cast(ctx, values, input.dtype), idx
-    op = "ge" if largest else "le"
-    for k in _scan_steps(ctx, n, "cummax" if largest else "cummin"):
-        before, before_idx = _earlier(ctx, x, a, k, _lowest(x.dtype, largest)), _earlier(ctx, idx, a, k, 0)
-        take = compare(ctx, op, x, before)
-        if x.dtype.is_float:  # NaN: a NaN here wins, a NaN before wins over a number here
-            here_nan, before_nan = compare(ctx, "ne", x, x), compare(ctx, "ne", before, before)
-            take = ew(ctx, "or", here_nan, ew(ctx, "and", take, un(ctx, "not", before_nan)))
-        x, idx = select(ctx, take, x, before), select(ctx, take, idx, before_idx)
-    return cast(ctx, x, input.dtype), idx
-
-
-def _running_extreme_dynamic(ctx: EmitContext, x: Value, idx: Value, dim: int, largest: bool) -> tuple:
-    """cummax/cummin along a dynamic axis of length n, over [n, n] prefix selections (memory
-    grows as n squared): the extreme of each prefix, its last index among equal items, and a
-    NaN met in the prefix (the last one) wins, as torch does."""
-    lowest = _lowest(x.dtype, largest)
-    chosen, order, r = _prefixes(ctx, x, dim, lowest)
-    where, _, _ = _prefixes(ctx, idx, dim, -1)  # the item's index in the prefix, -1 after it
-    back = [int(i) for i in np.argsort(order)]
-    extreme = reduce(ctx, "max_reduce" if largest else "min_reduce", chosen, [r], keepdim=True)
-    hit = ew(ctx, "and", compare(ctx, "eq", chosen, extreme), compare(ctx, "ge", where, 0))
-    last = reduce(ctx, "max_reduce", select(ctx, hit, where, -1), [r], keepdim=False)
-    values = ctx.op("squeeze", extreme, axes=[r], out_shape=tuple(extreme.shape[:-1]), out_dtype=x.dtype)
-    if x.dtype.is_float:
-        nan_at = select(ctx, compare(ctx, "ne", x, x), idx, -1)
-        nans, _, _ = _prefixes(ctx, nan_at, dim, -1)
-        last_nan = reduce(ctx, "max_reduce", nans, [r], keepdim=False)
-        met = compare(ctx, "ge", last_nan, 0)
-        values = select(ctx, met, math.nan, values)
-        last = select(ctx, met, last_nan, last)
-    return ctx.call("torch.permute", values, back), ctx.call("torch.permute", last, back)
-
-
-@register(torch.cummax, "Tensor.cummax", target="tract")
-def cummax(ctx: EmitContext, input: Value, dim: int):
-    """cummax(Tensor self, int dim) -> (Tensor values, Tensor indices)"""
-    return _running_extreme(ctx, input, dim, True)
-
-
-@register(torch.cummin, "Tensor.cummin", target="tract")
-def cummin(ctx: EmitContext, input: Value, dim: int):
-    """cummin(Tensor self, int dim) -> (Tensor values, Tensor indices)"""
-    return _running_extreme(ctx, input, dim, False)
-
-
-@register(torch.kthvalue, "Tensor.kthvalue", target="tract")
-def kthvalue(ctx: EmitContext, input: Value, k: int, dim: int = -1, keepdim: bool = False):
-    """kthvalue(Tensor self, SymInt k, int dim=-1, bool keepdim=False) -> (Tensor values, Tensor indices)
-
-    The value is exact. Which index torch returns among equal values depends on its selection
-    algorithm (neither the first nor the last), so a graph that uses the indices is refused.
-    """
-    if ctx.node is not None and len(ctx.node.outputs) > 1 and ctx.is_used(ctx.node.outputs[1]):
-        ctx.fail("kthvalue's index among equal values depends on torch's selection algorithm, which tract cannot "
-                 "reproduce; use only .values, or torch.sort(..., stable=True) / topk for indices")
-    x = _numeric(ctx, input)
-    a = _scan_axis(dim, x)
-    values, indices = ctx.call("torch.topk", x, k, a, False)
-    values, indices = (slice_axis(ctx, v, a, simplify(k - 1), k) for v in (values, indices))
-    return (squeeze_unless(ctx, cast(ctx, values, input.dtype), values.shape, [a], keepdim),
-            squeeze_unless(ctx, indices, indices.shape, [a], keepdim))
-
-
 # ---- diff -----------------------------------------------------------------------------------------------------------
 @register(torch.diff, "Tensor.diff")
 def diff(ctx: EmitContext, input: Value, n: int = 1, dim: int = -1, prepend=None, append=None):
@@ -653,7 +511,6 @@ def nanmean(ctx: EmitContext, input: Value, dim=None, keepdim: bool = False, *, 
     total = reduce(ctx, "sum_reduce", select(ctx, valid, x, 0.0), axes_)
     count = reduce(ctx, "sum_reduce", cast(ctx, valid, x.dtype), axes_)
     return squeeze_unless(ctx, ew(ctx, "div", total, count), x.shape, axes_, keepdim)
-
 
 
 def sample_gaps(ctx: EmitContext, x: Value, y: Value, dim: int, a: int) -> Value:
@@ -702,26 +559,6 @@ def logcumsumexp(ctx: EmitContext, input: Value, dim: int):
     for k in _scan_steps(ctx, x.shape[a], "logcumsumexp"):
         x = ctx.call("torch.logaddexp", x, _earlier(ctx, x, a, k, -math.inf))
     return x
-
-
-@register(torch.logcumsumexp, "Tensor.logcumsumexp", target="tract")
-def logcumsumexp_tract(ctx: EmitContext, input: Value, dim: int):
-    """logcumsumexp(Tensor self, int dim) -> Tensor
-
-    Along a dynamic axis of length n: for each position, the logsumexp of an [n, n] selection of
-    the items up to it (the others -inf), shifted by its own running max (memory grows as n squared)."""
-    x = to_float(ctx, input)
-    if rank(x) == 0 or isinstance(x.shape[_scan_axis(dim, x)], int):
-        return logcumsumexp(ctx, input, dim)
-    chosen, order, r = _prefixes(ctx, x, dim, -math.inf)
-    square = tuple(chosen.shape)
-    m = reduce(ctx, "max_reduce", chosen, [r])
-    # an infinite running max (all -inf so far, or a +inf) is not subtracted: torch's logsumexp does the same
-    finite = compare(ctx, "le", un(ctx, "abs", m), float(np.finfo(np.float32).max))
-    m = select(ctx, finite, m, 0.0)
-    total = reduce(ctx, "sum_reduce", un(ctx, "exp", ew(ctx, "sub", chosen, m)), [r])
-    out = squeeze_unless(ctx, ew(ctx, "add", un(ctx, "log", total), m), square, [r], False)
-    return ctx.call("torch.permute", out, [int(i) for i in np.argsort(order)])
 
 
 @register(torch.isin)

@@ -27,14 +27,11 @@ import numpy as np
 import torch
 
 from ...errors import EmitError
-from ...ir import DType, SymDim, Value
+from ...ir import DType, Value
 from ..context import EmitContext
 from ..extractors import ModuleInfoExtractor, register_extractor
 from ..helpers import rank
 from ..registry import register
-
-SCAN_FRAGMENTS = "rnn_scan_bodies"
-MASKED_FRAGMENTS = "rnn_masked_bodies"
 
 
 @dataclasses.dataclass
@@ -177,24 +174,6 @@ def _gate_inputs(ctx: EmitContext, x: Value, kind: CellKind, w: CellWeights) -> 
     return [_project(ctx, x, wx, bx, w.dtype, f"{w.suffix}_{g}") for g, wx, bx in zip(kind.gates, w.w_x, w.b_x)]
 
 
-# time loop and zero states: per-target rules ------------------------------------------------
-@register("nnef.rnn_zeros")
-def rnn_zeros(ctx: EmitContext, batch, size: int, dtype: DType) -> Value:
-    """An all-zero initial state [batch, size]."""
-    if isinstance(batch, SymDim):
-        raise EmitError(f"a zero initial state needs a static batch size (got {batch}); pass the initial "
-                        "state as an input or export for tract")
-    return ctx.const(np.zeros((batch, size)), dtype, name="zero_state")
-
-
-@register("nnef.rnn_zeros", target="tract")
-def rnn_zeros_tract(ctx: EmitContext, batch, size: int, dtype: DType) -> Value:
-    if not isinstance(batch, SymDim):
-        return rnn_zeros(ctx, batch, size, dtype)
-    zero = ctx.const(np.zeros((1, size)), dtype, name="zero_state")
-    return ctx.op("tract_core_broadcast", zero, shape=[batch, size], out_shape=(batch, size))
-
-
 @register("nnef.rnn_sequence")
 def rnn_sequence(ctx: EmitContext, kind: CellKind, xs: list, states: tuple, w: CellWeights, reverse: bool,
                  mask: Optional[Value] = None):
@@ -214,34 +193,6 @@ def rnn_sequence(ctx: EmitContext, kind: CellKind, xs: list, states: tuple, w: C
         ys[t] = states[0]
     h = ys[0].shape
     return ctx.op("stack", ys, axis=1, out_shape=(h[0], steps, h[1])), states
-
-
-@register("nnef.rnn_sequence", target="tract")
-def rnn_sequence_tract(ctx: EmitContext, kind: CellKind, xs: list, states: tuple, w: CellWeights, reverse: bool,
-                       mask: Optional[Value] = None):
-    """tract_core_scan over the time axis; reset_every_turn so that a reused state never leaks.
-    ``mask`` [B, T] (bool), scanned too: the masked body keeps the states where it is false."""
-    ctx.use_fragment(SCAN_FRAGMENTS)
-    chunk = -1 if reverse else 1
-    full = [(f"w_{g}", wh) for g, wh in zip(kind.gates, w.w_h)]
-    full += [("b_n", w.b_hn)] if w.b_hn is not None else []
-    full += [("w_r", w.w_r)] if w.w_r is not None else []
-    body = "rnn_lstm_proj_body" if w.w_r is not None else kind.body
-    scan = [(f"x_{g}", x, 1, chunk) for g, x in zip(kind.gates, xs)]
-    if mask is not None:
-        ctx.use_fragment(MASKED_FRAGMENTS)
-        body = body[: -len("_body")] + "_masked_body"
-        scan.append(("m", mask, 1, chunk))
-    outs = ctx.op("tract_core_scan", body=body, scan=scan, full=full,
-                  state=[(s, v, f"{s}_next") for s, v in zip(kind.states, states)],
-                  output=[("y", "full", 1, chunk)] + [(f"{s}_next", "last", 0, 1) for s in kind.states],
-                  reset_every_turn=1, n_out=1 + len(states), out_dtype=w.dtype)
-    # ctx.op gives all outputs one shape: set each one's own
-    for out, like in zip(outs[1:], states):
-        out.shape = like.shape
-    h = states[0].shape
-    outs[0].shape = (h[0], xs[0].shape[1], h[1])
-    return outs[0], tuple(outs[1:])
 
 
 # extractors --------------------------------------------------------------------------------
@@ -301,16 +252,6 @@ def rnn_step_mask(ctx: EmitContext, lengths: Value, steps) -> Value:
     left = ctx.op("sub", _unsqueeze(ctx, lengths, 1), t, out_shape=(batch, steps))
     zero = ctx.const(np.zeros((1, 1), dtype=np.int64), DType.I64, name="zero_step")
     return ctx.op("gt", left, zero, out_dtype=DType.BOOL, out_shape=(batch, steps))
-
-
-@register("nnef.rnn_step_mask", target="khronos")
-def rnn_step_mask_khronos(ctx: EmitContext, lengths: Value, steps) -> Value:
-    """Constant lengths (a Python list) and a static time axis give a constant mask; else refused."""
-    if lengths.is_constant and isinstance(steps, int):
-        mask = np.arange(steps)[None, :] < np.asarray(lengths.data)[:, None]
-        return ctx.const(mask, DType.BOOL, name="step_mask")
-    raise EmitError("packed sequences need the lengths (int64) compared with the time steps; standard NNEF has "
-                    "no integer arithmetic, comparison or cast: export for tract (TractNNEF)")
 
 
 def _zero_masked(ctx: EmitContext, seq: Value, mask: Value) -> Value:

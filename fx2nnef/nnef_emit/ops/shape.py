@@ -23,7 +23,6 @@ from ..registry import register
 # building blocks, also used by the indexing family
 
 
-
 def _divide(total, known):
     """``total / known`` for dims when it is exact and expressible, else None."""
     if isinstance(total, int) and isinstance(known, int):
@@ -161,7 +160,7 @@ def slice_axes(ctx: EmitContext, x: Value, ranges: list) -> Value:
         untiled = _slice_before_tile(ctx, x, ranges)
         if untiled is not None:
             return untiled
-        if ctx.target == "tract" and x.shape is not None:
+        if ctx.profile.strides_without_downsample and x.shape is not None:
             strided = [r for r in ranges if r[3] > 1 and all(isinstance(v, int) for v in (x.shape[r[0]], r[1], r[2]))
                        and slice_length(r[1], min(r[2], x.shape[r[0]]), r[3]) >= 2]
             # a dynamic axis or bound: the items are gathered (no Downsample for tract to pull either)
@@ -775,24 +774,6 @@ def flip(ctx: EmitContext, input: Value, dims):
                   out_shape=input.shape, out_dtype=input.dtype)
 
 
-@register(torch.flip, target="tract")
-def flip_tract(ctx: EmitContext, input: Value, dims):
-    """flip(Tensor self, int[] dims) -> Tensor"""
-    # NOTE: tract aborts on a slice with a negative stride. Its downsample by -1 reverses an axis, but
-    # its declutter fails to pull that downsample through a preceding matmul on a dynamic axis or a
-    # reshape ("Pulling Downsample over matmul.unmerge_out Reshape: Invalid axis"): a gather at
-    # n-1..0 instead.
-    x = input
-    for a in axes(dims, rank(input)):
-        n = x.shape[a]
-        if isinstance(n, SymDim):
-            idx = ctx.call("nnef.range", simplify(n - 1), -1, -1, DType.I64, (n,))
-        else:
-            idx = ctx.const(np.arange(n - 1, -1, -1, dtype=np.int64), DType.I64)
-        x = ctx.call("nnef.gather", x, idx, a, x.shape)
-    return x
-
-
 @register(torch.fliplr, "Tensor.fliplr")
 def fliplr(ctx: EmitContext, input: Value):
     """fliplr(Tensor self) -> Tensor"""
@@ -894,7 +875,6 @@ def repeat_axis(ctx: EmitContext, x: Value, ax: int, repeats) -> Value:
                   out_shape=shape[:ax] + (shape[ax] * repeats,) + shape[ax + 1:])
 
 
-
 def _count(ctx: EmitContext, repeats) -> int:
     """An integer repeat count, from a Python int or a constant tensor whose items are all equal."""
     if isinstance(repeats, Value) and repeats.is_constant and np.unique(repeats.data).size == 1:
@@ -958,17 +938,3 @@ def repeat_axis_rule(ctx: EmitContext, x: Value, ax: int, repeats) -> Value:
     return repeat_axis(ctx, x, ax, repeats)
 
 
-@register("nnef.repeat_axis", target="tract")
-def repeat_axis_tract(ctx: EmitContext, x: Value, ax: int, repeats) -> Value:
-    """NOTE: tract 0.23.9 cannot load a matmul with a constant whose other operand is the reshaped
-    tile of ``repeat_axis`` ("Incompatible reshape for shape [1, 1, 2, 2] and Reshape(0, [15],
-    [5, 3])", or "Trying to substitute a 5,3,3,S,2 by 5,1,3,S,2 ... EinSum"): a gather at
-    ``i // repeats`` gives the same tensor."""
-    n = x.shape[ax]
-    total = n * repeats
-    if isinstance(total, int):
-        index = ctx.const(np.repeat(np.arange(n, dtype=np.int64), repeats), DType.I64)
-    else:
-        index = ew(ctx, "div", ctx.call("nnef.range", 0, total, 1, DType.I64, (total,)), repeats)
-    shape = tuple(x.shape[:ax]) + (total,) + tuple(x.shape[ax + 1:])
-    return ctx.call("nnef.gather", x, index, ax, shape)

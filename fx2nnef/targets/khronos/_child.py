@@ -1,10 +1,10 @@
 """Child process that runs a standard NNEF folder in the nnef_tools PyTorch interpreter.
 
-Usage: ``python _khronos_child.py WORKDIR`` (run by path, like ``_tract_child``). The parent
+Usage: ``python _child.py WORKDIR`` (run by path, like the tract child). The parent
 has written ``WORKDIR/request.json`` (``folder``, ``input_sets``) and
 ``WORKDIR/inputs_<k>.npz``; the child writes ``outputs_<k>.npz`` (outputs in the graph's
 declared order) and ``result.json``. The file protocol and its helpers are those of
-``_tract_child``, loaded from the sibling file so that nothing of fx2nnef is imported.
+the tract child (``../tract/_child.py``), loaded from its file so that nothing of fx2nnef is imported.
 """
 from __future__ import annotations
 
@@ -15,12 +15,12 @@ from pathlib import Path
 
 
 def _load_protocol():
-    """The sibling ``_tract_child`` module, without importing the fx2nnef package."""
+    """The tract child module (its file protocol), without importing the fx2nnef package."""
     if __package__:
-        from . import _tract_child
+        from ..tract import _child
 
-        return _tract_child
-    spec = importlib.util.spec_from_file_location("_fx2nnef_tract_child", Path(__file__).with_name("_tract_child.py"))
+        return _child
+    spec = importlib.util.spec_from_file_location("_fx2nnef_tract_child", Path(__file__).resolve().parent.parent / "tract" / "_child.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

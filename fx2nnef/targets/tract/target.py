@@ -6,14 +6,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Optional
 
-from ..errors import InvalidArgumentError
-from ..ir import WEIGHT_FORMATS, Graph
-from ..ir.fusions import fuse, fused_counts, resolve_fusions
-from ..ir.precision import F32_REGIONS, apply_f32_regions, resolve_regions
-from ..nnef_emit.emitter import properties_fragment
-from .base import InferenceTarget
-from .tolerance import resolve_tolerance
-from .tract_runner import run_tract_many
+from ...errors import InvalidArgumentError
+from ...ir import WEIGHT_FORMATS, Graph
+from ...ir.fusions import fuse, fused_counts, resolve_fusions
+from ...ir.precision import F32_REGIONS, apply_f32_regions, resolve_regions
+from ...nnef_emit.emitter import properties_fragment
+from ..base import InferenceTarget
+from ..tolerance import resolve_tolerance
+from .runner import run_tract_many
 
 DEFAULT_TRACT_VERSION = "0.23.9"
 # An optional "name:" then a comparison of size expressions.
@@ -93,7 +93,7 @@ class TractNNEF(InferenceTarget):
 
             import torch
 
-            from .._version import __version__
+            from ..._version import __version__
 
             props.update({"exporter": "fx2nnef", "exporter_version": __version__,
                           "torch_version": torch.__version__, "python_version": platform.python_version()})

@@ -5,13 +5,14 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ...errors import EmitError
-from ...ir import DType, SymDim, Value
-from ..context import EmitContext
-from ..helpers import axis, cast, compare, dim_value, rank, result_dtype, select
-from ..registry import register
-from .reduce import reduce
-from .shape import unsqueeze
+from fx2nnef.errors import EmitError
+from fx2nnef.ir import DType, SymDim, Value
+from fx2nnef.nnef_emit.context import EmitContext
+from fx2nnef.nnef_emit.helpers import axis, cast, compare, dim_value, rank, result_dtype, select
+from fx2nnef.nnef_emit.ops.reduce import reduce
+from fx2nnef.nnef_emit.ops.shape import unsqueeze
+from fx2nnef.nnef_emit.registry import register
+from ..profile import TRACT
 
 
 def _topk(ctx: EmitContext, x: Value, k, dim: int, largest: bool) -> tuple:
@@ -32,13 +33,13 @@ def _topk(ctx: EmitContext, x: Value, k, dim: int, largest: bool) -> tuple:
     return values, indices
 
 
-@register(torch.topk, "Tensor.topk", target="tract")
+@register(torch.topk, "Tensor.topk", target=TRACT)
 def topk(ctx: EmitContext, input: Value, k, dim=-1, largest=True, sorted=True):
     """topk(Tensor self, SymInt k, int dim=-1, bool largest=True, bool sorted=True) -> (Tensor values, Tensor indices)"""
     return _topk(ctx, input, k, dim, largest)
 
 
-@register(torch.sort, "Tensor.sort", target="tract")
+@register(torch.sort, "Tensor.sort", target=TRACT)
 def sort(ctx: EmitContext, input: Value, dim=-1, descending=False, *, stable=False):
     """sort(Tensor self, int dim=-1, bool descending=False, *, bool? stable) -> (Tensor values, Tensor indices)
 
@@ -47,7 +48,7 @@ def sort(ctx: EmitContext, input: Value, dim=-1, descending=False, *, stable=Fal
     return _topk(ctx, input, input.shape[axis(dim, rank(input))], dim, descending)
 
 
-@register(torch.argsort, "Tensor.argsort", target="tract")
+@register(torch.argsort, "Tensor.argsort", target=TRACT)
 def argsort(ctx: EmitContext, input: Value, dim=-1, descending=False, *, stable=False):
     """argsort(Tensor self, int dim=-1, bool descending=False, *, bool stable=False) -> Tensor"""
     return sort(ctx, input, dim, descending)[1]
@@ -76,7 +77,7 @@ def _count_below(ctx: EmitContext, values: Value, boundaries: Value, right: bool
     return cast(ctx, count, DType.I32) if out_int32 else count
 
 
-@register(torch.bucketize, target="tract")
+@register(torch.bucketize, target=TRACT)
 def bucketize(ctx: EmitContext, input: Value, boundaries: Value, *, out_int32: bool = False, right: bool = False,
               out=None):
     """bucketize.Tensor(Tensor self, Tensor boundaries, *, bool out_int32=False, bool right=False) -> Tensor"""
@@ -85,7 +86,7 @@ def bucketize(ctx: EmitContext, input: Value, boundaries: Value, *, out_int32: b
     return _count_below(ctx, input, boundaries, right, out_int32, batched=False)
 
 
-@register(torch.searchsorted, target="tract")
+@register(torch.searchsorted, target=TRACT)
 def searchsorted(ctx: EmitContext, sorted_sequence: Value, input: Value, *, out_int32: bool = False,
                  right: bool = False, side=None, sorter=None, out=None):
     """searchsorted.Tensor(Tensor sorted_sequence, Tensor self, *, bool out_int32=False, bool right=False, str? side=None, Tensor? sorter=None) -> Tensor"""
@@ -102,9 +103,9 @@ def searchsorted(ctx: EmitContext, sorted_sequence: Value, input: Value, *, out_
 # median: the middle of a full sort --------------------------------------------------------------------------------------
 def _sorted_middle(ctx: EmitContext, input: Value, dim, keepdim: bool, ignore_nan: bool) -> tuple:
     """(values, indices) of the lower median along ``dim`` (the flattened tensor when None)."""
-    from ...ir import simplify
-    from .reduce import _arg, squeeze_unless
-    from .shape import reshape_to, slice_axis
+    from fx2nnef.ir import simplify
+    from fx2nnef.nnef_emit.ops.reduce import _arg, squeeze_unless
+    from fx2nnef.nnef_emit.ops.shape import reshape_to, slice_axis
 
     if input.dtype.is_bool:
         raise EmitError("median of a bool tensor is not supported (torch refuses it too)")
@@ -148,7 +149,7 @@ def _median(ctx: EmitContext, input: Value, dim, keepdim: bool, ignore_nan: bool
     return values if dim is None else (values, indices)
 
 
-@register(torch.median, "Tensor.median", target="tract")
+@register(torch.median, "Tensor.median", target=TRACT)
 def median(ctx: EmitContext, input: Value, dim=None, keepdim: bool = False):
     """median.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices); median(Tensor self) -> Tensor
 
@@ -160,7 +161,7 @@ def median(ctx: EmitContext, input: Value, dim=None, keepdim: bool = False):
     return _median(ctx, input, dim, keepdim, ignore_nan=False)
 
 
-@register(torch.nanmedian, "Tensor.nanmedian", target="tract")
+@register(torch.nanmedian, "Tensor.nanmedian", target=TRACT)
 def nanmedian(ctx: EmitContext, input: Value, dim=None, keepdim: bool = False):
     """nanmedian.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices); nanmedian(Tensor self) -> Tensor
 

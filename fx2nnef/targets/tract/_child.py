@@ -1,7 +1,7 @@
-"""Child process that loads and runs an NNEF asset in tract (see ``tract_runner``).
+"""Child process that loads and runs an NNEF asset in tract (see ``fx2nnef.targets.tract.runner``).
 
-Usage: ``python _tract_child.py WORKDIR`` (``tract_runner`` runs this file by path; ``python -m
-fx2nnef.targets._tract_child WORKDIR`` works too but imports the whole fx2nnef package). The
+Usage: ``python _child.py WORKDIR`` (``runner`` runs this file by path; ``python -m
+fx2nnef.targets.tract._child WORKDIR`` works too but imports the whole fx2nnef package). The
 parent has written ``WORKDIR/request.json`` (``asset``, ``with_transformers``,
 ``input_sets``: 0 only loads and makes the model runnable) and ``WORKDIR/inputs_<k>.npz``
 per input set. The child writes ``outputs_<k>.npz`` and ``result.json``; before each step it
@@ -9,7 +9,7 @@ prints ``fx2nnef-stage: <step>`` to stdout so that the parent can tell where a c
 segfault) happened.
 
 Keep this module light and standalone: it imports numpy and tract, nothing from fx2nnef.
-``_khronos_child`` reuses its file-protocol helpers.
+The Khronos child (``fx2nnef/targets/khronos/_child.py``) reuses its file-protocol helpers.
 """
 from __future__ import annotations
 

@@ -3,15 +3,15 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ...ir import DType, Value
-from ..context import TRACT_DATUM, EmitContext
-from ..helpers import cast, rank, select, unsqueeze_to
-from ..registry import register
-from .attention import lowest
-from .attention import zero_empty_rows as zero_rows_without_keys
+from fx2nnef.ir import DType, Value
+from fx2nnef.nnef_emit.context import EmitContext, TRACT_DATUM
+from fx2nnef.nnef_emit.helpers import cast, rank, select, unsqueeze_to
+from fx2nnef.nnef_emit.ops.attention import lowest, zero_empty_rows as zero_rows_without_keys
+from fx2nnef.nnef_emit.registry import register
+from ..profile import TRACT
 
 
-@register("fused.rms_norm", target="tract")
+@register("fused.rms_norm", target=TRACT)
 def fused_rms_norm(ctx: EmitContext, input: Value, axis: int, eps: float, scale: Optional[Value] = None):
     """x * rsqrt(mean(x^2, axis) + eps) [* scale (rank 1, along the last axis)]"""
     if scale is None:
@@ -20,7 +20,7 @@ def fused_rms_norm(ctx: EmitContext, input: Value, axis: int, eps: float, scale:
                   out_shape=input.shape)
 
 
-@register("fused.apply_rope", target="tract")
+@register("fused.apply_rope", target=TRACT)
 def fused_apply_rope(ctx: EmitContext, input: Value, cos: Value, sin: Value):
     """x * cos + cat(-x[..., D/2:], x[..., :D/2]) * sin"""
     r = rank(input)
@@ -28,7 +28,7 @@ def fused_apply_rope(ctx: EmitContext, input: Value, cos: Value, sin: Value):
                   out_shape=input.shape)
 
 
-@register("fused.sdpa", target="tract")
+@register("fused.sdpa", target=TRACT)
 def fused_sdpa(ctx: EmitContext, query: Value, key: Value, value: Value, mask: Optional[Value] = None,
                scale: float = 1.0, zero_empty_rows: bool = False):
     """softmax(q @ k^T * scale + mask) @ v, kv heads shared by Hq / Hkv consecutive query heads.

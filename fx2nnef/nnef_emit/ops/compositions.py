@@ -1,9 +1,6 @@
-"""Ops models use that had no converter, lowered through the existing ones (``ctx.call``):
-similarities and distances (cosine_similarity, pairwise_distance, bilinear), aliases of
-supported ops (divide, arccos..., absolute, ravel, msort, special.expit, embedding,
-constant_pad_nd, linalg.diagonal, adjoint, conj of real tensors), and small compositions
-(broadcast_tensors, softmin, rsub, fmax/fmin, deg2rad/rad2deg, aminmax, channel_shuffle,
-diagflat, matrix_power, lp_pool1d/2d), and the regression losses (mse, l1, smooth_l1, huber).
+"""Small compositions of supported ops, lowered through them (``ctx.call``): similarities and
+distances (cosine_similarity, pairwise_distance, bilinear), broadcast_tensors, softmin,
+fmax/fmin, deg2rad/rad2deg, aminmax, channel_shuffle, diagflat, matrix_power, lp_pool1d/2d.
 """
 from __future__ import annotations
 
@@ -60,85 +57,6 @@ def bilinear(ctx: EmitContext, input1: Value, input2: Value, weight: Value, bias
     ``y[..., k] = x1[..., :] @ W[k] @ x2[..., :] + b[k]`` (one einsum)"""
     y = ctx.call("torch.einsum", "...i,kij,...j->...k", input1, weight, input2)
     return y if bias is None else ctx.call("torch.add", y, bias)
-
-
-# ---- aliases --------------------------------------------------------------------------------------------------------
-def _alias(target: str):
-    def convert(ctx: EmitContext, input: Value):
-        return ctx.call(target, input)
-
-    convert.__name__ = f"alias_{target.split('.')[-1]}"
-    convert.__doc__ = f"the same op as {target}"
-    return convert
-
-
-for _name, _target in (("arccos", "acos"), ("arcsin", "asin"), ("arctan", "atan"), ("arccosh", "acosh"),
-                       ("arcsinh", "asinh"), ("arctanh", "atanh"), ("absolute", "abs")):
-    register(getattr(torch, _name), f"Tensor.{_name}")(_alias(f"torch.{_target}"))
-register(torch.special.expit)(_alias("torch.sigmoid"))
-
-
-@register(torch.divide, "Tensor.divide")
-def divide(ctx: EmitContext, input, other, *, rounding_mode: Optional[str] = None):
-    """divide(Tensor self, Tensor other, *, str? rounding_mode=None) -> Tensor (torch.div)"""
-    return ctx.call("torch.div", input, other, rounding_mode=rounding_mode)
-
-
-@register(torch.rsub)
-def rsub(ctx: EmitContext, input, other, alpha=1):
-    """rsub(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor: ``other - alpha * input``"""
-    return ctx.call("torch.sub", other, input, alpha=alpha)
-
-
-@register(torch.ravel, "Tensor.ravel")
-def ravel(ctx: EmitContext, input: Value):
-    """ravel(Tensor self) -> Tensor"""
-    return ctx.call("torch.flatten", input)
-
-
-@register(torch.msort, "Tensor.msort")
-def msort(ctx: EmitContext, input: Value):
-    """msort(Tensor self) -> Tensor: the values of ``sort`` along dim 0"""
-    return ctx.call("torch.sort", input, 0)[0]
-
-
-@register(torch.embedding)
-def embedding(ctx: EmitContext, weight: Value, indices: Value, padding_idx: int = -1, scale_grad_by_freq: bool = False,
-              sparse: bool = False):
-    """embedding(Tensor weight, Tensor indices, SymInt padding_idx=-1, bool scale_grad_by_freq=False, bool sparse=False) -> Tensor"""
-    return ctx.call("F.embedding", indices, weight)
-
-
-@register(torch.constant_pad_nd)
-def constant_pad_nd(ctx: EmitContext, input: Value, pad, value=0):
-    """constant_pad_nd(Tensor self, SymInt[] pad, Scalar value=0) -> Tensor (F.pad, constant mode)"""
-    return ctx.call("F.pad", input, list(pad), "constant", value)
-
-
-@register(torch.linalg.diagonal)
-def linalg_diagonal(ctx: EmitContext, A: Value, *, offset: int = 0, dim1: int = -2, dim2: int = -1):
-    """linalg_diagonal(Tensor(a) A, *, int offset=0, int dim1=-2, int dim2=-1) -> Tensor(a)"""
-    return ctx.call("torch.diagonal", A, offset, dim1, dim2)
-
-
-def _real(ctx: EmitContext, input: Value, what: str) -> Value:
-    """Real tensors only reach converters (the complex pass rewrites complex values into pairs)."""
-    return input
-
-
-@register(torch.adjoint, "Tensor.adjoint")
-def adjoint(ctx: EmitContext, input: Value):
-    """adjoint(Tensor(a) self) -> Tensor(a): the last two axes swapped (real tensors: no conjugate)"""
-    if rank(input) < 2:
-        ctx.fail("adjoint takes a tensor of rank 2 at least")
-    return ctx.call("torch.transpose", _real(ctx, input, "adjoint"), -2, -1)
-
-
-@register(torch.conj, "Tensor.conj", torch.resolve_conj, "Tensor.resolve_conj", torch.resolve_neg,
-          "Tensor.resolve_neg", torch.conj_physical, "Tensor.conj_physical")
-def conj(ctx: EmitContext, input: Value):
-    """conj(Tensor(a) self) -> Tensor(a) (also resolve_conj, resolve_neg, conj_physical): a real tensor as it is"""
-    return _real(ctx, input, "conj")
 
 
 # ---- small compositions ---------------------------------------------------------------------------------------------
@@ -268,60 +186,3 @@ def lp_pool1d(ctx: EmitContext, input: Value, norm_type, kernel_size, stride=Non
 def lp_pool2d(ctx: EmitContext, input: Value, norm_type, kernel_size, stride=None, ceil_mode: bool = False):
     """lp_pool2d(Tensor input, float norm_type, int[2] kernel_size, int[2]? stride=None, bool ceil_mode=False) -> Tensor"""
     return _lp_pool(ctx, input, norm_type, kernel_size, stride, ceil_mode, 2)
-
-
-# ---- regression losses (models that compute their loss in forward) ------------------------------------------------
-def _pointwise_loss(ctx: EmitContext, name: str, input: Value, target: Value, size_average, reduce, reduction: str,
-                    weight, each) -> Value:
-    """``each(input - target)`` reduced as ``reduction`` says ('none', 'mean', 'sum')."""
-    if size_average is not None or reduce is not None:
-        ctx.fail(f"{name}: the deprecated size_average/reduce arguments are not supported; pass reduction= instead")
-    if weight is not None:
-        ctx.fail(f"{name} with weight= is not supported; multiply the unreduced loss (reduction='none') by the weight")
-    if reduction not in ("none", "mean", "sum"):
-        ctx.fail(f"{name}: reduction={reduction!r} is not one of 'none', 'mean', 'sum'")
-    loss = each(ctx.call("torch.sub", input, target))
-    if reduction == "none":
-        return loss
-    return ctx.call("torch.mean" if reduction == "mean" else "torch.sum", loss)
-
-
-@register(F.mse_loss)
-def mse_loss(ctx: EmitContext, input: Value, target: Value, size_average=None, reduce=None, reduction: str = "mean",
-             weight=None):
-    """mse_loss(Tensor input, Tensor target, ..., str reduction='mean', Tensor? weight=None) -> Tensor"""
-    return _pointwise_loss(ctx, "mse_loss", input, target, size_average, reduce, reduction, weight,
-                           lambda d: ctx.call("torch.mul", d, d))
-
-
-@register(F.l1_loss)
-def l1_loss(ctx: EmitContext, input: Value, target: Value, size_average=None, reduce=None, reduction: str = "mean",
-            weight=None):
-    """l1_loss(Tensor input, Tensor target, ..., str reduction='mean', Tensor? weight=None) -> Tensor"""
-    return _pointwise_loss(ctx, "l1_loss", input, target, size_average, reduce, reduction, weight,
-                           lambda d: ctx.call("torch.abs", d))
-
-
-def _quadratic_then_linear(ctx: EmitContext, d: Value, limit: float, quad_scale: float, lin_scale: float) -> Value:
-    """``quad_scale * d**2`` where ``|d| < limit``, else ``lin_scale * (|d| - limit / 2)``."""
-    a = ctx.call("torch.abs", d)
-    quad = ew(ctx, "mul", ctx.call("torch.mul", d, d), quad_scale)
-    lin = ew(ctx, "mul", ew(ctx, "sub", a, 0.5 * limit), lin_scale)
-    return ctx.call("torch.where", ctx.call("torch.lt", a, limit), quad, lin)
-
-
-@register(F.smooth_l1_loss)
-def smooth_l1_loss(ctx: EmitContext, input: Value, target: Value, size_average=None, reduce=None,
-                   reduction: str = "mean", beta: float = 1.0):
-    """smooth_l1_loss(Tensor input, Tensor target, ..., str reduction='mean', float beta=1.0) -> Tensor"""
-    if beta == 0:
-        return l1_loss(ctx, input, target, size_average, reduce, reduction)
-    return _pointwise_loss(ctx, "smooth_l1_loss", input, target, size_average, reduce, reduction, None,
-                           lambda d: _quadratic_then_linear(ctx, d, float(beta), 0.5 / beta, 1.0))
-
-
-@register(F.huber_loss)
-def huber_loss(ctx: EmitContext, input: Value, target: Value, reduction: str = "mean", delta: float = 1.0, weight=None):
-    """huber_loss(Tensor input, Tensor target, str reduction='mean', float delta=1.0, Tensor? weight=None) -> Tensor"""
-    return _pointwise_loss(ctx, "huber_loss", input, target, None, None, reduction, weight,
-                           lambda d: _quadratic_then_linear(ctx, d, float(delta), 0.5, float(delta)))

@@ -12,11 +12,13 @@ from typing import Optional
 import numpy as np
 import torch
 
-from ...ir import DType, Value
-from ..context import EmitContext
-from ..helpers import axis, broadcast_shape, cast, compare, dim_value, ew, rank, scalar_operand, select, unsqueeze_to
-from ..registry import register
-from .shape import expand_to, full_like_value, slice_axes
+from fx2nnef.ir import DType, Value
+from fx2nnef.nnef_emit.context import EmitContext
+from fx2nnef.nnef_emit.helpers import (axis, broadcast_shape, cast, compare, dim_value, ew, rank, scalar_operand,
+                                       select, unsqueeze_to)
+from fx2nnef.nnef_emit.ops.shape import expand_to, full_like_value, slice_axes
+from fx2nnef.nnef_emit.registry import register
+from ..profile import TRACT
 
 _REDUCTIONS = {None: "none", "add": "add", "sum": "add", "multiply": "mul", "prod": "mul", "amax": "max",
                "amin": "min"}
@@ -45,20 +47,20 @@ def _scatter(ctx: EmitContext, x: Value, ax: int, index: Value, updates, reduce)
                   reduction=_REDUCTIONS[reduce], out_shape=x.shape, out_dtype=x.dtype)
 
 
-@register(torch.scatter, "Tensor.scatter", target="tract")
+@register(torch.scatter, "Tensor.scatter", target=TRACT)
 def scatter(ctx: EmitContext, input: Value, dim: int, index: Value, src=None, value=None, *,
             reduce: Optional[str] = None):
     """scatter(Tensor self, int dim, Tensor index, Tensor src | Scalar value, *, str? reduce=None) -> Tensor"""
     return _scatter(ctx, input, axis(dim, rank(input)), index, value if src is None else src, reduce)
 
 
-@register(torch.scatter_add, "Tensor.scatter_add", target="tract")
+@register(torch.scatter_add, "Tensor.scatter_add", target=TRACT)
 def scatter_add(ctx: EmitContext, input: Value, dim: int, index: Value, src: Value):
     """scatter_add(Tensor self, int dim, Tensor index, Tensor src) -> Tensor"""
     return _scatter(ctx, input, axis(dim, rank(input)), index, src, "add")
 
 
-@register(torch.scatter_reduce, "Tensor.scatter_reduce", target="tract")
+@register(torch.scatter_reduce, "Tensor.scatter_reduce", target=TRACT)
 def scatter_reduce(ctx: EmitContext, input: Value, dim: int, index: Value, src: Value, reduce: str, *,
                    include_self: bool = True):
     """scatter_reduce(Tensor self, int dim, Tensor index, Tensor src, str reduce, *, bool include_self=True) -> Tensor"""
@@ -86,7 +88,7 @@ def _scatter_mean(ctx: EmitContext, input: Value, ax: int, index: Value, src: Va
     return ew(ctx, "div", sums, counts)
 
 
-@register(torch.index_add, "Tensor.index_add", target="tract")
+@register(torch.index_add, "Tensor.index_add", target=TRACT)
 def index_add(ctx: EmitContext, input: Value, dim: int, index: Value, source: Value, *, alpha=1):
     """index_add(Tensor self, int dim, Tensor index, Tensor source, *, Scalar alpha=1) -> Tensor"""
     ax = axis(dim, rank(input))
@@ -100,7 +102,7 @@ def index_add(ctx: EmitContext, input: Value, dim: int, index: Value, source: Va
     return _scatter(ctx, input, ax, expand_to(ctx, idx, source.shape), source, "add")
 
 
-@register(torch.index_put, "Tensor.index_put", target="tract")
+@register(torch.index_put, "Tensor.index_put", target=TRACT)
 def index_put(ctx: EmitContext, input: Value, indices, values, accumulate: bool = False):
     """index_put(Tensor self, Tensor?[] indices, Tensor values, bool accumulate=False) -> Tensor
 

@@ -1,43 +1,27 @@
-"""Internal op kinds (``nnef.*``) that converters call through ``ctx.call``; targets override them."""
+"""Internal op kinds (``nnef.*``) that converters call through ``ctx.call``, in tract's ops
+(each target lowers them its own way; there is no common rule)."""
 from __future__ import annotations
 
-from ...errors import EmitError
-from ...ir import DType, Value
-from ..context import TRACT_DATUM, EmitContext, nnef_type
-from ..helpers import dims_list
-from ..registry import register
+from fx2nnef.ir import DType, Value
+from fx2nnef.nnef_emit.context import EmitContext, TRACT_DATUM
+from fx2nnef.nnef_emit.helpers import dims_list
+from fx2nnef.nnef_emit.registry import register
+from ..profile import TRACT
 
 
-@register("nnef.external", target="tract")
+@register("nnef.external", target=TRACT)
 def external_tract(ctx: EmitContext, value: Value):
     """A graph input; tract needs tract_core_external for types other than f32."""
     ctx.op("tract_core_external", out=value, shape=dims_list(value.shape), datum_type=TRACT_DATUM[value.dtype])
     return value
 
 
-@register("nnef.external", target="khronos")
-def external_khronos(ctx: EmitContext, value: Value):
-    ctx.op("external", out=value, shape=dims_list(value.shape), __type__=nnef_type(value.dtype))
-    return value
-
-
-@register("nnef.cast", target="tract")
+@register("nnef.cast", target=TRACT)
 def cast_tract(ctx: EmitContext, x: Value, dtype: DType, shape=None):
     return ctx.op("tract_core_cast", x, to=TRACT_DATUM[dtype], out_dtype=dtype, out_shape=shape)
 
 
-@register("nnef.cast", target="khronos")
-def cast_khronos(ctx: EmitContext, x: Value, dtype: DType, shape=None):
-    if dtype.is_bool:
-        return ctx.op("ne", x, 0.0, out_dtype=dtype, out_shape=shape)
-    if x.dtype.is_bool:
-        return ctx.op("select", x, 1.0, 0.0, out_dtype=dtype, out_shape=shape)
-    if x.dtype.is_float == dtype.is_float:
-        return ctx.op("copy", x, out_dtype=dtype, out_shape=shape)
-    raise EmitError(f"Khronos NNEF has no standard cast from {x.dtype.value} to {dtype.value}")
-
-
-@register("nnef.gather", target="tract")
+@register("nnef.gather", target=TRACT)
 def gather_tract(ctx: EmitContext, x: Value, indices: Value, axis: int, shape=None):
     """NOTE: tract 0.23.9 refuses to gather from a block-quantized (Q4_0) tensor without ``datum_type``."""
     stored = ctx.stored(x)
@@ -50,12 +34,7 @@ def gather_tract(ctx: EmitContext, x: Value, indices: Value, axis: int, shape=No
     return ctx.op("tract_core_gather", x, indices, axis=axis, out_dtype=x.dtype, out_shape=shape)
 
 
-@register("nnef.gather", target="khronos")
-def gather_khronos(ctx: EmitContext, x: Value, indices: Value, axis: int, shape=None):
-    return ctx.op("gather", x, indices, axis=axis, out_dtype=x.dtype, out_shape=shape)
-
-
-@register("nnef.range", target="tract")
+@register("nnef.range", target=TRACT)
 def range_tract(ctx: EmitContext, start, end, step, dtype: DType, shape=None):
     """``tract_core_range``; literal bounds give TDim, so the result is cast to ``dtype``."""
     r = ctx.op("tract_core_range", start, end, step, out_dtype=DType.I64, out_shape=shape)

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import InvalidArgumentError
-from .base import InferenceTarget
-from .khronos_runner import run_khronos_many, validate_khronos
-from .tolerance import resolve_tolerance
+from ...errors import InvalidArgumentError
+from ..base import InferenceTarget
+from .runner import run_khronos_many, validate_khronos
+from ..tolerance import resolve_tolerance
 
 
 class KhronosNNEF(InferenceTarget):

@@ -1,0 +1,103 @@
+"""Target profiles: what the lowering asks of a target, and the targets declared so far.
+
+A target (``fx2nnef.targets``) declares one :class:`TargetProfile`: its name (the rule set its
+converter overrides are registered under, see :mod:`.registry`) and its capabilities, each named
+by what it changes in the lowering. Converters ask ``ctx.profile.<capability>``; none compares a
+target's name. Every capability defaults to what standard NNEF needs, so that a profile lists
+only what its engine does differently.
+
+A variant (:func:`add_target`: a newer engine, a stricter profile) names its parent: it has the
+parent's capabilities unless told otherwise, and a lookup for it tries its own rules, then its
+parent's, then the common ones.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional, Union
+
+
+class RegistryError(Exception):
+    """A registration or a target declaration conflicts with an existing one."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TargetProfile:
+    """What the emitter needs to know of a target, besides its rules."""
+
+    name: str
+    parent: Optional["TargetProfile"] = None  # rules not registered for this target come from the parent
+    fragment_extensions: tuple = ()  # extensions graph.nnef declares when it defines fragments
+    # a while loop on data is unrolled when traced, up to max_loop_iterations (no loop op to lower it to)
+    unroll_while: bool = False
+    # sigmoid is written 1 / (1 + exp(-x)): the engine's own op is not within a relative error
+    exact_sigmoid: bool = False
+    # a float quotient that is then rounded or compared is taken through f64 (the engine's is an ulp off)
+    rounded_quotients: bool = False
+    # the engine folds operands it knows to be uniform (and loses their sizes): those are made opaque
+    uniform_folding: bool = False
+    # an integer ``gt`` is written as ``lt`` with swapped operands (the engine's is wrong on uniform operands)
+    integer_gt_as_lt: bool = False
+    # a size holding a floor division is the shape of a range (the engine cannot simplify it otherwise)
+    sizes_as_range_shapes: bool = False
+    # reductions over axes that may be empty pad them with the neutral item, and a mean over a
+    # dynamic count is a sum times the count's reciprocal (the engine's are wrong or slow there)
+    guarded_reductions: bool = False
+    # strided slices and kernel-1 strides are taken without a Downsample the engine could misplace
+    strides_without_downsample: bool = False
+    # an operand of a product with weights that is a tile merged by a reshape is made opaque
+    opaque_tiles_in_products: bool = False
+    # a product of two computed values in a loop body is a broadcast multiply and a sum
+    loop_products_summed: bool = False
+    # a select's uniform condition computed from the sizes alone is made opaque (the engine folds it wrongly)
+    opaque_size_conditions: bool = False
+
+    def __repr__(self) -> str:
+        return f"TargetProfile({self.name!r})"
+
+    def lineage(self) -> list:
+        """This profile's name, its parent's, the parent's parent's..."""
+        out, p = [], self
+        while p is not None:
+            out.append(p.name)
+            p = p.parent
+        return out
+
+
+TARGETS: dict = {}
+"""Declared targets by name, in declaration order (the built-in ones have no parent)."""
+
+
+def declare_target(profile: TargetProfile) -> TargetProfile:
+    """Declare ``profile`` so that rules can be registered for it; returns it."""
+    if profile.name in TARGETS:
+        raise RegistryError(f"target {profile.name!r} is already declared")
+    TARGETS[profile.name] = profile
+    return profile
+
+
+def add_target(name: str, parent: str, fragment_extensions: Optional[tuple] = None) -> TargetProfile:
+    """Declare a target variant of ``parent``: its capabilities, and its rules as the fallback of the variant's."""
+    if name in TARGETS:
+        raise RegistryError(f"target {name!r} is already declared")
+    if parent not in TARGETS:
+        raise RegistryError(f"unknown parent target {parent!r}; known: {tuple(TARGETS)}")
+    base = TARGETS[parent]
+    ext = base.fragment_extensions if fragment_extensions is None else tuple(fragment_extensions)
+    return declare_target(dataclasses.replace(base, name=name, parent=base, fragment_extensions=ext))
+
+
+def profile_of(target: Union[TargetProfile, str]) -> TargetProfile:
+    """The profile of ``target`` (a profile, or a name: an undeclared name has no capability)."""
+    if isinstance(target, TargetProfile):
+        return target
+    return TARGETS.get(target) or TargetProfile(target)
+
+
+def target_lineage(name: str) -> list:
+    """``name``, its parent, the parent's parent... (an undeclared name stands alone)."""
+    return profile_of(name).lineage()
+
+
+def base_targets() -> list:
+    """The declared targets that are not variants of another, in declaration order."""
+    return [t for t, p in TARGETS.items() if p.parent is None]
