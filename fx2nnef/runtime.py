@@ -55,7 +55,7 @@ def _run_here(signature: AssetSignature, arrays: list[np.ndarray]) -> list[np.nd
     """Load, optimize and run in this process (tract's errors become TractError)."""
     import tract
 
-    from .targets._tract_child import OutputUnreadable, to_numpy_outputs
+    from .targets.tract._child import OutputUnreadable, to_numpy_outputs
     from .targets.child import clean_engine_message
 
     try:
