@@ -75,7 +75,8 @@ class _Version(argparse.Action):
                 found.append(f"{dist} {metadata.version(dist)}")
             except metadata.PackageNotFoundError:
                 found.append(f"{dist} not installed")
-        parser.exit(0, f"fx2nnef {__version__} ({', '.join(found)})\n")
+        print(f"fx2nnef {__version__} ({', '.join(found)})")
+        parser.exit(0)
 
 
 def _count(text: str) -> int:
@@ -317,7 +318,7 @@ def cmd_diagnose(ns) -> int:
             with _parents_made(Path(path)):
                 Path(path).write_text(text())
             print(f"wrote {path}")
-    failing = [r.label for r in report.blocking_rows()]
+    failing = [f"{r.label} ({r.class_name})" for r in report.blocking_rows()]
     if report.ok and not failing:
         return 0
     why = (f"{len(failing)} module(s) fail with no working replacement ({', '.join(failing)})" if failing
@@ -346,7 +347,8 @@ def cmd_llm(ns) -> int:
         raise InvalidArgumentError(f"{ns.out_dir!r} looks like an archive, but OUT_DIR is the folder fx2nnef llm "
                                    "writes (model.nnef.tgz, fx2nnef.json, config and tokenizer files); give a "
                                    "folder name, e.g. 'out/llama'")
-    with _stage_lines("fx2nnef llm"):
+    # "weights": a stage inside the export's write; "check": the export's, run or not
+    with _stage_lines("fx2nnef llm", quiet=("weights", "check") if ns.no_check else ("weights",)):
         from .llm import export_causal_lm
 
         # --generate given with --no-check still runs: an explicit request is not dropped silently
@@ -490,14 +492,15 @@ def _with_source_line(text: str, exc: BaseException) -> str:
 
 
 @contextmanager
-def _stage_lines(what: str):
-    """One line on stderr as each stage of a long export starts, with the seconds so far."""
+def _stage_lines(what: str, quiet=()):
+    """One line on stderr as each stage of a long export starts, with the seconds so far
+    (stages named in ``quiet`` are not shown)."""
     from .progress import listening
 
-    started, seen = time.perf_counter(), set()
+    started, seen = time.perf_counter(), set(quiet)
 
     def show(name: str, detail: str) -> None:
-        if name in seen or name == "weights":
+        if name in seen:
             return
         seen.add(name)
         print(f"{what} [{time.perf_counter() - started:6.1f}s] {name}{': ' + detail if detail else ''}",

@@ -19,7 +19,7 @@ import torch
 from ..api import export
 from ..fx_tracer.stored_values import stored_values
 from ..errors import CheckIOError, InvalidArgumentError, MissingDependencyError, spell
-from ..progress import stage
+from .. import progress
 from ..ir.fusions import fused_counts, resolve_fusions
 from ..targets import TractNNEF
 from ..targets.result import ExportResult
@@ -68,7 +68,8 @@ class LLMExportResult:
             lines.append(f"  NOT CHECKED: the asset was not run in tract ({spell('check', False)}); nothing says "
                          "it computes what the model does")
         elif skipped and any(n != "generate" for n in skipped):
-            lines.append(f"  not checked: {', '.join(skipped)}")
+            why = "" if "export" in self.manifest["checks_requested"] else f" ({spell('check', False)})"
+            lines.append(f"  not checked: {', '.join(skipped)}{why}")
         return "\n".join(lines)
 
 
@@ -93,7 +94,7 @@ def load_causal_lm(source: Union[str, os.PathLike], dtype: Optional[torch.dtype]
     except ImportError as exc:
         raise MissingDependencyError(f"loading the model folder {str(path)!r} needs transformers, which is not "
                                      f"installed ({exc}); install it (pip install transformers)") from exc
-    stage("load", str(path))
+    progress.stage("load", str(path))
     try:
         model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True,
                                                      dtype=dtype if dtype is not None else "auto")
@@ -197,17 +198,17 @@ def export_causal_lm(model_or_dir, out_dir, *, dtype: Optional[str] = None, weig
             checks["export"] = {"cases": len(result.check.cases), "max_abs": _fmt(result.max_abs_diff)}
         with stored_weights(wrapper, result):
             if check:
-                stage("check modes", "prompt, prompt with past, decode in tract against transformers")
+                progress.stage("check modes", "prompt, prompt with past, decode in tract against transformers")
                 t0 = time.perf_counter()
                 checks.update(check_modes(wrapper, layout, stage / ASSET_NAME, torch_dtype, seed, timeout))
                 timings["modes"] = time.perf_counter() - t0
             if generate:
-                stage("generate", f"{generate} greedy tokens in tract against transformers")
+                progress.stage("generate", f"{generate} greedy tokens in tract against transformers")
                 t0 = time.perf_counter()
                 checks["generate"] = check_generation(model, stage / ASSET_NAME, generate, seed, timeout)
                 timings["generate"] = time.perf_counter() - t0
         manifest["timings_s"] = {k: round(v, 3) for k, v in timings.items()}
-        stage("save", str(out_dir))
+        progress.stage("save", str(out_dir))
         _copy_companions(model, source_dir, stage)
         (stage / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n")
         _replace_dir(stage, out_dir)
