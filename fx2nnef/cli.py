@@ -129,6 +129,15 @@ def _dynamic_axes(text: str) -> dict:
     return axes
 
 
+def _strategy(text: str) -> tuple:
+    """``MODULE_PATH_OR_CLASS=STRATEGY`` -> (key, strategy)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key or not value:
+        raise argparse.ArgumentTypeError(f"expected MODULE_PATH_OR_CLASS=STRATEGY (e.g. LlamaDecoderLayer=ALWAYS), "
+                                         f"got {text!r}")
+    return key, value
+
+
 def _add_target_options(p) -> None:
     p.add_argument("--target", choices=TARGETS, default="tract",
                    help="engine the asset is written for and checked in (default: tract)")
@@ -210,7 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("factory", help="module:function returning (model, args[, kwargs])")
     p.add_argument("--html", metavar="FILE", help="also write the report as HTML to FILE")
     p.add_argument("--json", metavar="FILE", help="also write the report as JSON to FILE")
-    p.add_argument("--strategy", action="append", metavar="MODULE=STRATEGY",
+    p.add_argument("--strategy", action="append", type=_strategy, metavar="MODULE=STRATEGY",
                    help="e.g. LlamaDecoderLayer=ALWAYS or model.layers.0=LOCAL (NONE, ONLY_IF_FAILING, ALWAYS, LOCAL)")
     _add_target_options(p)
     _add_trace_options(p)
@@ -302,12 +311,7 @@ def cmd_demo(ns) -> int:
 def cmd_diagnose(ns) -> int:
     from .piece_by_piece import diagnose
 
-    strategies = {}
-    for item in ns.strategy or []:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise InvalidArgumentError(f"--strategy takes MODULE_PATH_OR_CLASS=STRATEGY, got {item!r}")
-        strategies[key] = value
+    strategies = dict(ns.strategy or [])
     model, args, kwargs = load_factory(ns.factory)
     with _blamed_on_model(model, args, kwargs, ns.factory):
         report = diagnose(model, inputs=[(args, kwargs)], target=_target(ns), strategies=strategies,
@@ -349,6 +353,9 @@ def cmd_llm(ns) -> int:
                                    "folder name, e.g. 'out/llama'")
     # "weights": a stage inside the export's write; "check": the export's, run or not
     with _stage_lines("fx2nnef llm", quiet=("weights", "check") if ns.no_check else ("weights",)):
+        from .progress import stage
+
+        stage("load", ns.model_dir)  # importing torch and transformers is part of it
         from .llm import export_causal_lm
 
         # --generate given with --no-check still runs: an explicit request is not dropped silently

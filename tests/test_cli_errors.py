@@ -277,3 +277,11 @@ def test_every_argument_has_help_and_choices_match_the_library():
         for action in sub._actions:
             assert action.help, f"fx2nnef {name}: {action.dest} has no help"
     assert cli.TARGETS == tuple(TARGET_CLASSES) and cli.WEIGHT_FORMATS == tuple(WEIGHT_FORMATS)
+
+
+def test_llm_generate_with_no_check_still_generates(work, tmp_path, capsys):
+    """--generate N is an explicit request: --no-check skips the other checks, not this one."""
+    assert cli.main(["llm", str(work / "llama"), str(tmp_path / "out"), "--no-check", "--generate", "2"]) == 0
+    printed = capsys.readouterr().out
+    assert "check generate: steps=2" in printed and "equal=True" in printed
+    assert "not checked: export, prompt, prompt_with_past, decode (--no-check)" in printed
