@@ -45,6 +45,7 @@ CLI_SPELLINGS = {
     "error.report": "written by `fx2nnef diagnose FACTORY --html REPORT.html` (or --json)",
     "diagnose": "`fx2nnef diagnose`",
     "tract_weights": "--target tract --weights ...",
+    "tolerance.object": "",
 }
 
 

@@ -83,7 +83,8 @@ def load_causal_lm(source: Union[str, os.PathLike], dtype: Optional[torch.dtype]
     if not path.is_dir():
         hint = (" It looks like a hub id: fx2nnef never downloads; fetch the model first "
                 "(e.g. `hf download ID --local-dir DIR`) and give DIR."
-                if isinstance(source, str) and source.count("/") == 1 and not path.exists() else "")
+                if isinstance(source, str) and source.count("/") == 1 and not path.exists() else
+                " Give the folder save_pretrained wrote (config.json and the weights).")
         raise InvalidArgumentError(f"{str(source)!r} is not a local model folder.{hint}")
     if not (path / "config.json").is_file():
         raise InvalidArgumentError(f"{str(path)!r} has no config.json: give a folder written by save_pretrained")
