@@ -189,8 +189,10 @@ def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                         help="print the full traceback of an error")
-    parser = _Parser(prog="fx2nnef", description=__doc__.split("\n\n")[0],
-                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = _Parser(prog="fx2nnef", description="Export PyTorch models to NNEF, checked in tract.",
+                     epilog="'fx2nnef COMMAND --help' lists a command's options. An error is one 'fx2nnef: error:' "
+                            "line on stderr; the exit code is 2 for a bad command line, 1 for a failed export or "
+                            "a failing diagnosis; --debug adds the traceback.")
     parser.add_argument("--version", action=_Version, help="print the versions of fx2nnef, torch, tract, "
                         "transformers and exit")
     parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
@@ -203,7 +205,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--input-names", type=_names, metavar="NAMES",
                    help="comma-separated names of the asset's inputs (default: the forward's parameter names)")
     p.add_argument("--output-names", type=_names, metavar="NAMES",
-                   help="comma-separated names of the asset's outputs (default: output, output_1, ...)")
+                   help="comma-separated names of the asset's outputs (default: from the structure of the "
+                   "forward's result)")
     p.add_argument("--fallback", action="store_true", help="if the whole model fails, export it piece by piece "
                    "(failing submodules as custom ops)")
     p.add_argument("--overwrite", action="store_true", help="replace OUT if it exists (once the new one is complete)")
