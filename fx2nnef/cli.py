@@ -41,6 +41,7 @@ CLI_SPELLINGS = {
     "input_names": "--input-names", "output_names": "--output-names", "last_logits_only": "--last-logits-only",
     "batch_symbol": "--batch-symbol",
     "check": lambda value: "the checks (no --no-check)" if value else "--no-check",
+    "check_io": lambda value: "the checks (no --no-check)" if value else "--no-check",
     "fallback": lambda value: "--fallback" if value else "no --fallback",
     "error.report": "written by `fx2nnef diagnose FACTORY --html REPORT.html` (or --json)",
     "diagnose": "`fx2nnef diagnose`",

@@ -233,8 +233,9 @@ def test_export_paths(work, tmp_path):
                      "folder")
     assert listing(tmp_path) == set()
     out = tmp_path / "a" / "b" / "m.nnef.tgz"
-    proc = run("export", "clifactories:good", out, cwd=work)
+    proc = run("export", "clifactories:good", out, "--no-check", cwd=work)
     assert proc.returncode == 0 and out.is_file(), proc.stderr
+    assert "check: not run (--no-check)" in proc.stdout
     before = out.stat().st_mtime_ns
     assert_one_error(run("export", "clifactories:good", out, cwd=work), 1, "exists", "--overwrite")
     assert out.stat().st_mtime_ns == before
