@@ -396,11 +396,11 @@ def _parents_made(path: Path):
         raise InvalidArgumentError(f"cannot write {str(path)!r}: {str(existing)!r} is a file, not a folder; "
                                    "choose a path inside a folder")
     made = [p for p in path.parents if not p.exists()]  # deepest first
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if not os.access(path.parent, os.W_OK):
-        raise InvalidArgumentError(f"cannot write in {str(path.parent)!r} (permission denied); choose a folder "
-                                   "you can write to")
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not os.access(path.parent, os.W_OK):
+            raise InvalidArgumentError(f"cannot write in {str(path.parent)!r} (permission denied); choose a "
+                                       "folder you can write to")
         yield
     except BaseException:
         for folder in made:
@@ -443,9 +443,10 @@ def describe(exc: BaseException) -> tuple[str, int]:
         return text, 1
     if isinstance(exc, ImportError):
         top = (exc.name or "").split(".")[0]
-        if top:
+        if isinstance(exc, ModuleNotFoundError) and top:
             return (f"the Python package {top!r} is not installed ({exc}); install it, e.g. pip install {top}", 1)
-        return f"an import failed: {exc}; check the installation of fx2nnef and its packages", 1
+        return (f"an import failed ({exc}); check that the installed packages are the versions fx2nnef "
+                "requires (pip show fx2nnef)", 1)
     if isinstance(exc, OSError):
         return _os_error_text(exc), 1
     if isinstance(exc, MemoryError):
