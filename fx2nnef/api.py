@@ -13,12 +13,13 @@ from typing import Optional
 import numpy as np
 import torch
 
-from .errors import CheckIOError, InvalidArgumentError, TractError, UnsupportedOpError
+from .errors import CheckIOError, InvalidArgumentError, TractError, UnsupportedOpError, phrase, spell
 from .fx_tracer.branches import AT_SIZE
 from .fx_tracer.capture import Capture, capture
 from .fx_tracer.shapes.probe import DeferredCheckFailed
 from .fx_tracer.random_draws import random_draws_advice
 from .piece_by_piece.record import eval_mode
+from .progress import stage
 from .ir import DType, apply_weight_format, sanitize
 from .ir.check import outputs_from_indices
 from .nnef_emit import emit_graph
@@ -37,6 +38,7 @@ PROGRESS_MIN_BYTES = 100 * 2**20
 def _timed(timings: dict, key: str):
     @contextmanager
     def ctx():
+        stage(key)
         t0 = time.perf_counter()
         try:
             yield
@@ -124,8 +126,9 @@ def export(model: torch.nn.Module, args=(), path=None, *, kwargs: Optional[dict]
     if fallback == "piece_by_piece":
         if getattr(target, "weights", "native") != "native":
             raise InvalidArgumentError(
-                f"fallback='piece_by_piece' writes weights natively only; got target weights={target.weights!r}. "
-                "Export without the fallback, or with weights='native'")
+                f"{spell('fallback', 'piece_by_piece')} writes weights natively only; got "
+                f"{spell('weights', target.weights)}. "
+                f"Export without the fallback, or with {spell('weights', 'native')}")
         from .piece_by_piece import export_with_fallback
 
         return export_with_fallback(model, args, path, kwargs=kwargs, target=target, input_names=input_names,
@@ -256,8 +259,9 @@ def _lower_write_check(cap: Capture, path: Path, target: InferenceTarget, timing
                 lines.append(f"  [{label}]")
                 lines += ["    " + l for l in format_diffs(diffs).splitlines()]
             lines.append(f"Nothing was written at {path}. A debug bundle (asset, inputs, expected and actual "
-                         f"outputs) is at {bundle}; try diagnose() to find the submodule at fault, or a looser "
-                         "check_io_tolerance if the difference is expected (e.g. float16).")
+                         f"outputs) is at {bundle}; try {phrase('diagnose', 'diagnose()')} to find the submodule at "
+                         f"fault, or a looser {spell('check_io_tolerance')} if the difference is expected "
+                         "(e.g. float16).")
             if cap.random_draws:
                 lines.append(random_draws_advice(cap.random_draws))
             raise CheckIOError("\n".join(lines), [d for _, ds in report.cases for d in ds], str(bundle))

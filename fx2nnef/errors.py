@@ -57,3 +57,54 @@ class CheckIOError(TargetError):
 
 class AssetInputError(InvalidArgumentError):
     """Inputs given to run an asset do not fit what it declares (names, ranks, dtypes, sizes, ranges)."""
+
+
+class MissingDependencyError(Fx2NnefError, ImportError):
+    """An optional package fx2nnef needs for this call is not installed (e.g. transformers)."""
+
+
+# How messages name fx2nnef's options. From Python they are keyword arguments
+# (``overwrite=True``); the command line installs its own spellings (``--overwrite``) with
+# :func:`spellings` while it runs, so that one message serves both.
+_UNSET = object()
+_spellings: dict = {}
+
+
+def spell(keyword: str, value=_UNSET) -> str:
+    """The option ``keyword`` (set to ``value``, when given) as the caller spells it:
+    ``overwrite=True`` or ``dtype='f16'`` from Python, the command line's flag when it runs."""
+    cli = _spellings.get(keyword)
+    if cli is not None:
+        return cli if value is _UNSET else cli(value) if callable(cli) else _flag(cli, value)
+    return keyword if value is _UNSET else f"{keyword}={value!r}"
+
+
+def phrase(key: str, python_text: str) -> str:
+    """A phrase that differs between the Python API and the command line (``"this error's
+    .report"``): ``python_text`` unless the command line gave its own for ``key``."""
+    return _spellings.get(key, python_text)
+
+
+class spellings:
+    """Within the block, :func:`spell` and :func:`phrase` use ``table`` (keyword -> flag, or
+    a function of the value; phrase key -> text)."""
+
+    def __init__(self, table: dict):
+        self.table = table
+
+    def __enter__(self):
+        global _spellings
+        self._old, _spellings = _spellings, {**_spellings, **self.table}
+        return self
+
+    def __exit__(self, *exc) -> None:
+        global _spellings
+        _spellings = self._old
+
+
+def _flag(flag: str, value) -> str:
+    if value is True:
+        return flag
+    if isinstance(value, (list, tuple)):
+        value = ",".join(str(v) for v in value)
+    return f"{flag} {value}"

@@ -17,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "fx2nnef"
 # Bottom first. Parts of one layer do not import each other: the tracer knows nothing of NNEF and
 # the emitter nothing of torch.fx.
 LAYERS = [
-    {"errors", "_version"},
+    {"errors", "_version", "progress"},
     {"ir"},
     {"fx_tracer", "nnef_emit"},
     {"targets"},

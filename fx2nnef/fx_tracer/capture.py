@@ -18,7 +18,7 @@ import numpy as np
 import torch
 import torch.fx as fx
 
-from ..errors import GuardError, InvalidArgumentError, TraceError
+from ..errors import GuardError, InvalidArgumentError, TraceError, spell
 from ..ir import CheckCase, Graph, Value
 from ..ir.dims import SymRange
 from .branches import merge_at_size, trace_branches
@@ -270,7 +270,7 @@ def validate_dynamic_axes(dynamic_axes: dict, names: list, tensors: list, output
         if name in output_names and name not in by_name:
             continue  # output dims follow from the inputs
         if name not in by_name:
-            raise InvalidArgumentError(f"dynamic_axes names unknown input '{name}'; inputs are {names}")
+            raise InvalidArgumentError(f"{spell('dynamic_axes')} names unknown input '{name}'; inputs are {names}")
         if isinstance(axes, (list, tuple)):
             axes = {a: f"{name}_dim{a}" for a in axes}
         if not isinstance(axes, dict):

@@ -18,7 +18,8 @@ import torch
 
 from ..api import export
 from ..fx_tracer.stored_values import stored_values
-from ..errors import CheckIOError, InvalidArgumentError
+from ..errors import CheckIOError, InvalidArgumentError, MissingDependencyError, spell
+from .. import progress
 from ..ir.fusions import fused_counts, resolve_fusions
 from ..targets import TractNNEF
 from ..targets.result import ExportResult
@@ -61,6 +62,14 @@ class LLMExportResult:
                  f"  outputs: {', '.join(self.manifest['outputs'])}"]
         for name, facts in self.checks.items():
             lines.append(f"  check {name}: " + ", ".join(f"{k}={v}" for k, v in facts.items()))
+        skipped = [name for name in ("export", "prompt", "prompt_with_past", "decode", "generate")
+                   if name not in self.checks]
+        if not self.checks:
+            lines.append(f"  NOT CHECKED: the asset was not run in tract ({spell('check', False)}); nothing says "
+                         "it computes what the model does")
+        elif skipped and any(n != "generate" for n in skipped):
+            why = "" if "export" in self.manifest["checks_requested"] else f" ({spell('check', False)})"
+            lines.append(f"  not checked: {', '.join(skipped)}{why}")
         return "\n".join(lines)
 
 
@@ -74,15 +83,51 @@ def load_causal_lm(source: Union[str, os.PathLike], dtype: Optional[torch.dtype]
     if not path.is_dir():
         hint = (" It looks like a hub id: fx2nnef never downloads; fetch the model first "
                 "(e.g. `hf download ID --local-dir DIR`) and give DIR."
-                if isinstance(source, str) and source.count("/") == 1 and not path.exists() else "")
+                if isinstance(source, str) and source.count("/") == 1 and not path.exists() else
+                " Give the folder save_pretrained wrote (config.json and the weights).")
         raise InvalidArgumentError(f"{str(source)!r} is not a local model folder.{hint}")
     if not (path / "config.json").is_file():
         raise InvalidArgumentError(f"{str(path)!r} has no config.json: give a folder written by save_pretrained")
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True,
-                                                 dtype=dtype if dtype is not None else "auto")
+    config = _read_config(path / "config.json")
+    try:
+        import transformers
+        from transformers import AutoModelForCausalLM
+    except ImportError as exc:
+        raise MissingDependencyError(f"loading the model folder {str(path)!r} needs transformers, which is not "
+                                     f"installed ({exc}); install it (pip install transformers)") from exc
+    progress.stage("load", str(path))
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True,
+                                                     dtype=dtype if dtype is not None else "auto")
+    except Exception as exc:  # noqa: BLE001 - transformers' own error, named in ours
+        wrote = config.get("transformers_version")
+        wrote = f" (the folder was written by transformers {wrote})" if wrote and wrote != transformers.__version__ \
+            else ""
+        raise InvalidArgumentError(
+            f"transformers {transformers.__version__} cannot load the model in {str(path)!r}{wrote}: "
+            f"{_first_paragraph(exc)}. Fix the folder (config.json, the weights) or write it again with "
+            "save_pretrained") from exc
     return model.eval()
+
+
+def _read_config(path: Path) -> dict:
+    """config.json as a dict; InvalidArgumentError when it is not a JSON object (a truncated file)."""
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        where = f" (line {exc.lineno}, column {exc.colno}: {exc.msg})" if isinstance(exc, json.JSONDecodeError) else ""
+        raise InvalidArgumentError(f"{str(path)!r} is not valid JSON{where}: the file is damaged or truncated; "
+                                   "write the folder again with save_pretrained") from exc
+    if not isinstance(config, dict):
+        raise InvalidArgumentError(f"{str(path)!r} holds a JSON {type(config).__name__}, not the object "
+                                   "save_pretrained writes; write the folder again with save_pretrained")
+    return config
+
+
+def _first_paragraph(exc: BaseException) -> str:
+    """``Type: message`` of an exception, its first paragraph on one line."""
+    text = " ".join(line.strip() for line in str(exc).strip().split("\n\n")[0].splitlines() if line.strip())
+    return f"{type(exc).__name__}: {text[:400]}".rstrip(". ")
 
 
 def export_causal_lm(model_or_dir, out_dir, *, dtype: Optional[str] = None, weights: Optional[str] = None,
@@ -110,7 +155,7 @@ def export_causal_lm(model_or_dir, out_dir, *, dtype: Optional[str] = None, weig
     out_dir = Path(out_dir)
     fused = resolve_fusions(fused)
     if out_dir.exists() and not overwrite:
-        raise InvalidArgumentError(f"{str(out_dir)!r} exists: remove it or pass overwrite=True")
+        raise InvalidArgumentError(f"{str(out_dir)!r} exists: remove it or pass {spell('overwrite', True)}")
     source_dir = None
     if isinstance(model_or_dir, torch.nn.Module):
         model = model_or_dir.eval()
@@ -154,14 +199,17 @@ def export_causal_lm(model_or_dir, out_dir, *, dtype: Optional[str] = None, weig
             checks["export"] = {"cases": len(result.check.cases), "max_abs": _fmt(result.max_abs_diff)}
         with stored_weights(wrapper, result):
             if check:
+                progress.stage("check modes", "prompt, prompt with past, decode in tract against transformers")
                 t0 = time.perf_counter()
                 checks.update(check_modes(wrapper, layout, stage / ASSET_NAME, torch_dtype, seed, timeout))
                 timings["modes"] = time.perf_counter() - t0
             if generate:
+                progress.stage("generate", f"{generate} greedy tokens in tract against transformers")
                 t0 = time.perf_counter()
                 checks["generate"] = check_generation(model, stage / ASSET_NAME, generate, seed, timeout)
                 timings["generate"] = time.perf_counter() - t0
         manifest["timings_s"] = {k: round(v, 3) for k, v in timings.items()}
+        progress.stage("save", str(out_dir))
         _copy_companions(model, source_dir, stage)
         (stage / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n")
         _replace_dir(stage, out_dir)
@@ -222,7 +270,8 @@ def _force_f32_option(force_f32, torch_dtype: torch.dtype) -> tuple:
     except ValueError as exc:
         raise InvalidArgumentError(str(exc)) from None
     if parts and torch_dtype is not torch.float16:
-        raise InvalidArgumentError(f"force_f32={list(parts)} applies to f16 exports only; pass dtype='f16' "
+        raise InvalidArgumentError(f"{spell('force_f32', list(parts))} applies to f16 exports only; pass "
+                                   f"{spell('dtype', 'f16')} "
                                    "(this export computes in f32 everywhere already)")
     return parts
 

@@ -14,7 +14,7 @@ from typing import Callable, Optional, Sequence
 
 import torch
 
-from ..errors import EmitError, UnsupportedOpError
+from ..errors import EmitError, UnsupportedOpError, spell
 from ..ir import Graph, SymDim, Value, flat_values, op_key, sanitize
 from ..ir.dims import substitute
 from . import dat
@@ -455,5 +455,5 @@ def _problem_message(problems: list, target: str) -> str:
     lines = [f"{len(problems)} op(s) cannot be exported for target '{target}'; nothing was written:"]
     lines += [f"  - {p}" for p in problems]
     lines.append("Register a converter (fx2nnef.nnef_emit.register) or a module extractor for these ops, "
-                 "or use fallback='piece_by_piece' to isolate them.")
+                 f"or use {spell('fallback', 'piece_by_piece')} to isolate them.")
     return "\n".join(lines)

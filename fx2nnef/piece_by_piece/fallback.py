@@ -16,7 +16,7 @@ from typing import Optional
 
 import torch
 
-from ..errors import Fx2NnefError, InvalidArgumentError
+from ..errors import Fx2NnefError, InvalidArgumentError, phrase
 from ..nnef_emit import write_asset
 from ..nnef_emit.registry import Registry
 from ..targets import CheckReport, InferenceTarget, TractNNEF
@@ -82,5 +82,5 @@ def _failure_message(report: Report) -> str:
     if report.first_divergence:
         lines.append(f"first divergence: {report.first_divergence}")
     lines.append("Register a ModuleInfoExtractor for these classes (fx2nnef.nnef_emit.extractors.register_extractor) "
-                 "or change their code; the full report is on this error's .report.")
+                 "or change their code; the full report is " + phrase("error.report", "on this error's .report") + ".")
     return "\n".join(lines)

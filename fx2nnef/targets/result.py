@@ -11,6 +11,7 @@ from typing import Optional
 
 import numpy as np
 
+from ..errors import spell
 from ..ir import Graph
 from .base import CheckReport
 from .tolerance import format_diffs
@@ -78,7 +79,7 @@ class ExportResult:
                 lines += ["      " + l for l in format_diffs(diffs).splitlines()]
             lines += [f"    note: {n}" for n in self.check.notes]
         else:
-            lines.append("  check: not run (check_io=False)")
+            lines.append(f"  check: not run ({spell('check_io', False)})")
         if self.ranges:
             lines.append("  valid for: " + "; ".join(str(r) for r in self.ranges.values()))
         if self.guards:

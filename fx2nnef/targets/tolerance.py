@@ -36,7 +36,7 @@ from typing import Optional
 
 import numpy as np
 
-from fx2nnef.errors import InvalidArgumentError
+from fx2nnef.errors import InvalidArgumentError, phrase
 
 
 @dataclass(frozen=True)
@@ -101,8 +101,8 @@ def resolve_tolerance(tolerance: str | Tolerance) -> Tolerance:
         if key in PRESETS:
             return PRESETS[key]
     raise InvalidArgumentError(
-        f"unknown tolerance {tolerance!r}: use one of {', '.join(PRESETS)} (tract's levels), "
-        f"or a Tolerance(name, atol, rtol, outliers)"
+        f"unknown tolerance {tolerance!r}: use one of {', '.join(PRESETS)} (tract's levels)"
+        + phrase("tolerance.object", ", or a Tolerance(name, atol, rtol, outliers)")
     )
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ...errors import InvalidArgumentError
+from ...errors import InvalidArgumentError, phrase, spell
 from ..base import InferenceTarget
 from .runner import run_khronos_many, validate_khronos
 from ..tolerance import resolve_tolerance
@@ -29,8 +29,9 @@ class KhronosNNEF(InferenceTarget):
                  weights: str = "native"):
         if weights != "native":
             raise InvalidArgumentError(
-                f"KhronosNNEF writes weights in their own dtype only (weights='native'), got weights={weights!r}: "
-                "f16 and Q4_0 storage are tract formats; use target=TractNNEF(weights=...)")
+                f"KhronosNNEF writes weights in their own dtype only ({spell('weights', 'native')}), got "
+                f"{spell('weights', weights)}: f16 and Q4_0 storage are tract formats; use "
+                f"{phrase('tract_weights', 'target=TractNNEF(weights=...)')}")
         self.version = str(version)
         self.check_io = bool(check_io)
         self.check_io_tolerance = resolve_tolerance(check_io_tolerance)
