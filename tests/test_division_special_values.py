@@ -30,3 +30,25 @@ def test_every_pair_of_special_values(dtype, tmp_path):
         wrong = ~((want == have) | (np.isnan(want) & np.isnan(have)))
         pairs = [(float(x), float(y), float(w), float(h)) for x, y, w, h in zip(a[wrong], b[wrong], want[wrong], have[wrong])]
         assert not pairs, f"{name} differs (a, b, torch, tract): {pairs[:6]}"
+
+
+class NamedLikeLiterals(torch.nn.Module):
+    """Buffers whose names start like NNEF literals (tract's parser read ``inf1`` as ``inf`` then ``1``
+    and refused the asset at load)."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("inf1", torch.tensor([INF]))
+        self.register_buffer("true_scale", torch.tensor([2.0]))
+
+    def forward(self, z):
+        return torch.div((z.abs() + 0.1) ** 2.0, self.inf1, rounding_mode="floor"), z // -self.inf1, z * self.true_scale
+
+
+def test_buffers_named_like_literals(tmp_path):
+    z = torch.tensor([0.7, -0.3, 5.0])
+    out = tmp_path / "m.nnef.tgz"
+    fx2nnef.export(NamedLikeLiterals(), (z,), out, target=fx2nnef.TractNNEF(check_io=False))
+    (got,) = run_tract_many(out, [[z.numpy()]])
+    for want, have in zip(NamedLikeLiterals()(z), got):
+        assert np.array_equal(want.numpy(), have), (want, have)

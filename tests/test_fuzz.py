@@ -32,11 +32,6 @@ _SHOWN = 4
 # Known silent mismatches of the default seeds, each an open bug with its class. They must
 # still fail (strict): a fixed one fails the test until it is taken off this list.
 KNOWN: dict = {
-    # floor division by +-inf: torch floors (5 // -inf == -1, -5 // inf == -1), the export gives 0 / nan,
-    # and a buffer holding inf next to other ops makes tract reject the asset at load (issue 39, point 2)
-    7: "floordiv_inf: tract rejects div(x, inf buffer) at load",
-    268: "floordiv_inf: tract rejects div(x, inf buffer) at load",
-    276: "floordiv_inf: tract rejects div(x, inf buffer) at load",
     # an empty example (S=0) exports now, but tract fails on some empty tensors (a slice of an empty axis,
     # a mean over one) at S=0: issue 39, point 4
     131: "empty_example: tract slices an empty axis at S=0",

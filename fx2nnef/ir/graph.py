@@ -247,7 +247,7 @@ def _fmt(v) -> str:
     return repr(v)
 
 
-# NNEF keywords; tract also misreads identifiers that merely start with true/false
+# NNEF keywords; tract also misreads identifiers that merely start with true/false/inf (a literal)
 _RESERVED = {"version", "extension", "fragment", "graph", "tensor", "integer", "scalar", "logical", "string",
              "true", "false", "for", "in", "if", "else", "yield", "length_of", "shape_of", "range_of"}
 
@@ -265,9 +265,10 @@ def unique_name(base: str, taken: set, first: int = 0) -> str:
 
 def sanitize(name: str) -> str:
     """An NNEF-safe identifier: letters, digits and underscores, not starting with a digit,
-    not a keyword, not starting with ``true``/``false`` (tract's parser splits those)."""
+    not a keyword, not starting with ``true``/``false``/``inf`` (tract's parser splits those:
+    ``inf1`` reads as the literal ``inf`` then ``1``)."""
     out = "".join(c if c.isascii() and (c.isalnum() or c == "_") else "_" for c in str(name))
     out = "_".join(p for p in out.split("_") if p) or "v"
-    if out[0].isdigit() or out in _RESERVED or out.startswith(("true", "false")):
+    if out[0].isdigit() or out in _RESERVED or out.startswith(("true", "false", "inf")):
         out = "v_" + out
     return out
