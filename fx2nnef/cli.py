@@ -194,8 +194,8 @@ def build_parser() -> argparse.ArgumentParser:
                      epilog="'fx2nnef COMMAND --help' lists a command's options. An error is one 'fx2nnef: error:' "
                             "line on stderr; the exit code is 2 for a bad command line, 1 for a failed export or "
                             "a failing diagnosis; --debug adds the traceback.")
-    parser.add_argument("--version", action=_Version, help="print the versions of fx2nnef, torch, tract, "
-                        "transformers and exit")
+    parser.add_argument("--version", action=_Version, help="print the versions of fx2nnef and of the engines "
+                        "and libraries it uses, then exit")
     parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                         help="print the full traceback of an error")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
