@@ -28,7 +28,8 @@ What maps to what:
   the counts always match.
 - ``TractNNEF(check_io_tolerance=, specific_properties=, dump_identity_properties=)`` as is;
   ``force_norm_in_f32`` / ``force_attention_inner_in_f32`` / ``force_linear_accumulation_in_f32``
-  -> ``force_f32=["norms" / "attention" / "linear"]``; ``reify_sdpa_operator`` -> ``fused=["sdpa"]``.
+  -> ``force_f32=["norms" / "attention" / "linear"]`` (a part the graph lacks is skipped, as
+  torch_to_nnef does); ``reify_sdpa_operator`` -> ``fused=["sdpa"]``.
 - Refused: ``log_level``, ``nnef_variable_naming_scheme``, other ``custom_extensions``,
   ``TractNNEF(feature_flags=, specific_tract_binary_path=, upsample_with_debox=True)``.
 
@@ -48,6 +49,8 @@ import torch
 
 from .api import export
 from .errors import InvalidArgumentError
+from .ir import Graph
+from .ir.precision import apply_f32_regions
 from .targets import InferenceTarget
 from .targets import KhronosNNEF as _KhronosNNEF
 from .targets import TractNNEF as _TractNNEF
@@ -121,10 +124,12 @@ class TractNNEF(_TractNNEF):
                                                ("force_attention_inner_in_f32", force_attention_inner_in_f32),
                                                ("force_linear_accumulation_in_f32",
                                                 force_linear_accumulation_in_f32)) if value}
+        force = options.get("force_f32") or ()
+        force = [force] if isinstance(force, str) else list(force)
+        # the regions asked by torch_to_nnef's flags: one the graph does not have is no error there
+        self._regions_from_flags = tuple(_F32_FLAGS[k] for k in flags if _F32_FLAGS[k] not in force)
         if flags:
-            force = options.get("force_f32") or ()
-            force = [force] if isinstance(force, str) else list(force)
-            options["force_f32"] = force + [_F32_FLAGS[k] for k in flags if _F32_FLAGS[k] not in force]
+            options["force_f32"] = force + list(self._regions_from_flags)
         if reify_sdpa_operator:
             fused = options.get("fused") or ()
             fused = [n.strip() for n in fused.split(",")] if isinstance(fused, str) else list(fused)
@@ -135,6 +140,21 @@ class TractNNEF(_TractNNEF):
                          check_io_tolerance=_plain(check_io_tolerance),
                          specific_properties=specific_properties,
                          dump_identity_properties=dump_identity_properties, **options)
+
+    def post_trace(self, graph: Graph) -> None:
+        """As fx2nnef's, except that a region asked by a ``force_*_in_f32`` flag and absent from
+        the graph is skipped (torch_to_nnef does so), not an error."""
+        self.f32_regions_found = {}
+        flagged = tuple(k for k in self.force_f32 if k in self._regions_from_flags)
+        if not flagged:
+            return super().post_trace(graph)
+        found = apply_f32_regions(graph, flagged)
+        regions, self.force_f32 = self.force_f32, tuple(k for k in self.force_f32 if k not in flagged)
+        try:
+            super().post_trace(graph)  # fx2nnef's own force_f32 regions, then the fused ops
+        finally:
+            self.force_f32 = regions
+        self.f32_regions_found = {**{k: n for k, n in found.items() if n}, **self.f32_regions_found}
 
     @classmethod
     def latest_version(cls) -> str:
@@ -227,8 +247,8 @@ def export_model_to_nnef(model: torch.nn.Module, args, file_path_export, inferen
                                            "what happened (progress=True shows a progress bar); drop log_level")
     if nnef_variable_naming_scheme is not _NOT_SET:
         raise _refused(where, "nnef_variable_naming_scheme",
-                       "it names the graph's variables after the modules and ops that compute them, one "
-                       "way only; drop nnef_variable_naming_scheme")
+                       "it names variables one way, parameters by their path (fc1_weight) and values by "
+                       "the op computing them (linear_1); drop nnef_variable_naming_scheme")
     options = {}
     for key, value in rest.items():
         if key in _EXPORT_OPTIONS:

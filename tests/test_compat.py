@@ -179,3 +179,20 @@ def test_a_keyword_fx2nnef_does_not_take_is_one_clear_error(tmp_path, call, keyw
 def test_a_target_keyword_fx2nnef_does_not_take_is_one_clear_error(keywords, keyword):
     with pytest.raises(InvalidArgumentError, match=keyword):
         TractNNEF(**keywords)
+
+
+def test_force_in_f32_flags_skip_a_part_the_graph_does_not_have(tmp_path):
+    """torch_to_nnef's force_*_in_f32 flags do nothing where the part is absent; fx2nnef's own
+    force_f32 says so as an error. The parts found are recorded in the properties."""
+    x = torch.randn(2, 6)
+    result = export_model_to_nnef(_net(), x, tmp_path / "a.nnef.tgz",
+                                  TractNNEF(force_norm_in_f32=True, force_attention_inner_in_f32=True),
+                                  input_names=["x"])
+    assert result.check.ok and '("fx2nnef_force_f32", "norms:1")' in result.nnef_text
+    linear = nn.Linear(6, 2).eval()
+    result = export_model_to_nnef(linear, x, tmp_path / "b.nnef.tgz", TractNNEF(force_norm_in_f32=True),
+                                  input_names=["x"])
+    assert result.check.ok and "fx2nnef_force_f32" not in result.nnef_text
+    with pytest.raises(InvalidArgumentError, match="no norms found"):
+        export_model_to_nnef(linear, x, tmp_path / "c.nnef.tgz", TractNNEF(force_f32=["norms"]),
+                             input_names=["x"])
