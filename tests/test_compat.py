@@ -196,3 +196,23 @@ def test_force_in_f32_flags_skip_a_part_the_graph_does_not_have(tmp_path):
     with pytest.raises(InvalidArgumentError, match="no norms found"):
         export_model_to_nnef(linear, x, tmp_path / "c.nnef.tgz", TractNNEF(force_f32=["norms"]),
                              input_names=["x"])
+
+
+def test_khronos_target_exports_and_checks(tmp_path):
+    model, x = _net(), torch.randn(2, 6)
+    result = export_model_to_nnef(model, x, tmp_path / "k.nnef.tgz", KhronosNNEF(version="1.0.5"),
+                                  input_names=["x"], output_names=["y"])
+    assert result.target == "KhronosNNEF" and result.check.ok and result.path.is_file()
+
+
+def test_debug_bundle_path_holds_the_bundle_of_a_failed_check(tmp_path):
+    zero = fx2nnef.Tolerance("zero", 0.0, 0.0, 0.0)
+    try:
+        export_model_to_nnef(_net(), torch.randn(2, 6), tmp_path / "m.nnef.tgz",
+                             TractNNEF(check_io_tolerance=zero), input_names=["x"],
+                             debug_bundle_path=tmp_path / "bundle")
+    except fx2nnef.CheckIOError as error:
+        assert error.bundle == str(tmp_path / "bundle") and (tmp_path / "bundle" / "report.txt").is_file()
+        assert not (tmp_path / "m.nnef.tgz").exists()
+    else:
+        pytest.skip("tract matched PyTorch bit for bit: no failed check to bundle")
