@@ -23,7 +23,7 @@ LAYERS = [
     {"targets"},
     {"piece_by_piece"},
     {"api", "runtime"},
-    {"llm", "examples"},
+    {"llm", "examples", "compat"},
     {"docs", "__init__"},
     {"cli"},
     {"__main__"},
