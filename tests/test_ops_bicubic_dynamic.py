@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 import fx2nnef
-from fx2nnef.errors import UnsupportedOpError
+from fx2nnef.errors import CheckIOError, UnsupportedOpError
 from harness import FnModule, randn, tract_matches_eager
 
 # the matrix is continuous in the source position: tract's f32 division (an ulp off now and then)
@@ -147,8 +147,16 @@ def test_size_without_closed_form_refused(tmp_path):
         export_dynamic(model, (1, 3, 10, 7), tmp_path)
 
 
+# check_io now also runs the edges of the declared range: at an output width of 1 (W=2 halved, W=4
+# quartered) tract's antialiased resize differs from torch along the width (not along the height),
+# so the export fails its check instead of claiming that size. An open bug, kept visible: strict.
+_ONE_COLUMN = pytest.mark.xfail(strict=True, raises=CheckIOError,
+                                reason="antialiased resize to a width of 1 differs in tract (edge of the range)")
+
+
 @pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
-@pytest.mark.parametrize("how", ["grid_to_size", "half", "to_fixed"])
+@pytest.mark.parametrize("how", [pytest.param("grid_to_size", marks=_ONE_COLUMN), pytest.param("half", marks=_ONE_COLUMN),
+                                 "to_fixed"])
 def test_antialias_on_dynamic_sizes(tmp_path, mode, how):
     """Antialiased resizing over dynamic sizes: torch's filter over every input pixel, normalised
     per row, computed in the graph (continuous in the scale, no floor); run at other sizes,
