@@ -14,6 +14,7 @@ def _first_doc_line(fn) -> str:
 
 
 def supported_ops_markdown() -> str:
+    from . import targets  # noqa: F401 - each target's package registers its lowering overrides
     from .nnef_emit import REGISTRY
     from .nnef_emit.registry import base_targets
 
