@@ -118,6 +118,7 @@ def child(size: str, mode: str, layers: int | None, out_dir: Path, attention: st
 
     import fx2nnef
 
+    fx2nnef.export, fx2nnef.TractNNEF  # noqa: B018 - import fx2nnef is lazy: load the package here, not in the timed call
     model = build(size, layers, attention)
     if dtype == "bf16":
         model = model.to(torch.bfloat16)
