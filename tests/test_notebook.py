@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parent.parent
 DOCS = REPO / "docs"
 NOTEBOOK = DOCS / "piece_by_piece.ipynb"
 LLM_NOTEBOOK = DOCS / "llm_export.ipynb"
-NOTEBOOKS = [NOTEBOOK]
+NOTEBOOKS = [NOTEBOOK, LLM_NOTEBOOK]
 KERNEL = "fx2nnef-test-python"
 FACTS = "NOTEBOOK-FACTS:"
 
@@ -156,3 +156,34 @@ def test_sizes_read_in_a_notebook_cell_stay_traced(tmp_path, monkeypatch):
     outputs = "".join(o.get("text", "") for cell in nb.cells for o in cell.outputs)
     assert "ranges: {} ok: True" in outputs, outputs
     assert "tract matches at 1..12" in outputs, outputs
+
+
+LLM_FACTS = """
+import json
+from fx2nnef.llm.export import greedy_reference
+facts = {"asset_exists": (out_dir / "model.nnef.tgz").is_file(),
+         "generate_checked": json.loads((out_dir / "fx2nnef.json").read_text())["checks"].get("generate"),
+         "tract_tokens": globals().get("tract_tokens"), "torch_tokens": globals().get("torch_tokens"),
+         "refusal": globals().get("refusal")}
+other = example_input_ids(4, seed=11)
+fresh = TractCausalLM.load(out_dir / "model.nnef.tgz")
+facts["other_tract"] = fresh.greedy(other.numpy(), 6, eos_token_id=None)
+facts["other_torch"] = greedy_reference(model, other, 6)
+"""
+
+
+def test_llm_notebook_generates_the_torch_tokens(tmp_path, monkeypatch):
+    """docs/llm_export.ipynb exports the tiny Llama offline, runs it in tract, and the greedy
+    tokens from tract equal transformers' on the notebook's prompt (and on another one, from a
+    fresh load of the asset); a generation past the context is refused before tract runs."""
+    nb = _execute(_with_facts(LLM_NOTEBOOK, LLM_FACTS), tmp_path, monkeypatch)
+    out = _outputs(nb)
+    facts = _facts(nb)
+    assert facts["asset_exists"], facts
+    assert facts["generate_checked"], facts
+    assert facts["tract_tokens"] and len(facts["tract_tokens"]) == 12, facts
+    assert facts["tract_tokens"] == facts["torch_tokens"], facts
+    assert len(facts["other_tract"]) == 6 and facts["other_tract"] == facts["other_torch"], facts
+    assert facts["refusal"] and "fit the asset" in facts["refusal"] and "S+P < 128" in facts["refusal"], facts
+    assert "equal transformers' greedy generation" in out
+    assert out.count("max abs diff of the last logits") == 5
