@@ -32,7 +32,8 @@ from .shapes.probe import (AT_EXAMPLE, OFF_STEP, RUNS, DeferredCheckFailed, _out
 from .shapes.tables import bound_by_tables
 from .stored_values import StoredValues, stored_values
 from .to_ir.build import build_ir, to_numpy
-from .to_ir.torch_data import TorchData, tensor_version
+from .to_ir.torch_data import TorchData
+from .tracing.structures import tensor_version
 from .tracing import structures
 from .tracing.control_flow import loop_options, run_eagerly
 from .tracing.data_dep import check_number_reads, complex_values_note, number_reads

@@ -17,6 +17,7 @@ import torch.fx as fx
 
 from ...errors import TraceError
 from ..tracing.tracer import setitem_functional
+from ..tracing.written_constants import same_view
 
 _RESHAPES = {"view", "reshape", "flatten", "unflatten", "view_as", "reshape_as", "squeeze", "unsqueeze",
              "ravel", "atleast_1d", "atleast_2d", "atleast_3d"}
@@ -114,8 +115,7 @@ def write_back(em: Emitter, steps: list, parent: fx.Node, parent_cur: fx.Node, n
 
 
 def same_geometry(a, b) -> bool:
-    return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape
-            and a.stride() == b.stride() and a.storage_offset() == b.storage_offset())
+    return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and same_view(a, b)
 
 
 def _rule(steps: list):

@@ -6,7 +6,7 @@ piece by piece while writing, so neither a float32 copy nor a copy of the model 
 """
 from __future__ import annotations
 
-from typing import Iterator, Optional
+from typing import Iterator
 
 import numpy as np
 import torch
@@ -14,6 +14,7 @@ import torch
 from ...errors import TraceError
 from ...ir import DType, TensorData
 from ...ir.tensor_data import DEFAULT_CHUNK_BYTES, array_chunks
+from ..tracing.structures import tensor_version
 
 _TORCH_TO_IR = {
     torch.float16: DType.F16, torch.bfloat16: DType.BF16, torch.float32: DType.F32,
@@ -84,11 +85,3 @@ def torch_data(tensor: torch.Tensor, name: str) -> TensorData:
     if not isinstance(tensor, torch.nn.Parameter) and tensor.numel() * tensor.element_size() <= SNAPSHOT_BYTES:
         tensor = tensor.detach().clone()
     return TorchData(tensor, name)
-
-
-def tensor_version(t: torch.Tensor) -> Optional[int]:
-    """``t``'s version counter (it moves on every in-place change), None where it has none."""
-    try:
-        return t._version
-    except RuntimeError:  # inference-mode tensors keep no version counter
-        return None

@@ -177,6 +177,14 @@ def _rebuild_cache(obj, pairs):
         return new
 
 
+def tensor_version(t: torch.Tensor) -> "int | None":
+    """``t``'s version counter (it moves on every in-place change), None where it has none."""
+    try:
+        return t._version
+    except RuntimeError:  # inference-mode tensors keep no version counter
+        return None
+
+
 def storage_keys(value) -> tuple:
     """Identities of the memory blocks that the tensors in ``value`` live in (torch's aliasing)."""
     if isinstance(value, torch.Tensor):

@@ -259,9 +259,8 @@ class CustomTracer(fx.Tracer):
         # made of one's items (see _range_tensor)
         self.sized_ranges: list = []
         self.written = WrittenMemory(self._traced_reading)  # plain tensors that traced calls wrote
-        self._snapshot_versions: dict = {}  # stored copy's name -> version of the tensor it copies
+        self._snapshot_versions: dict = {}  # stored copy's name -> version of what it copies
         self._memory: dict = {}  # memory block of plain tensors -> name of its stored copy
-        self._memory_version: dict = {}
 
     # proxies and values ---------------------------------------------------------------
     def proxy(self, node):
@@ -542,7 +541,7 @@ class CustomTracer(fx.Tracer):
             return
         known = self.tensor_attrs.get(t)
         if known is not None and (known not in self._snapshot_versions or self.written.holds(t)
-                                  or _version_of(t) == self._snapshot_versions[known]):
+                                  or structures.tensor_version(t) == self._snapshot_versions[known]):
             return
         if known is None:
             for name, buf in self.root.named_buffers():
@@ -550,7 +549,7 @@ class CustomTracer(fx.Tracer):
                     return
         qualname = self.get_fresh_qualname("_tensor_constant")
         self.tensor_attrs[t] = qualname
-        self._snapshot_versions[qualname] = _version_of(t)
+        self._snapshot_versions[qualname] = structures.tensor_version(t)
         setattr(self.root, qualname, t.detach().clone())
         self._keep_memory(t, qualname)
 
@@ -561,13 +560,14 @@ class CustomTracer(fx.Tracer):
         keys = structures.storage_keys(t)
         if not keys or self.written.holds(t):
             return
+        version = structures.tensor_version(t)
         if whole_memory(t):
             self._memory[keys[0]] = qualname
-        elif keys[0] not in self._memory or self._memory_version.get(keys[0]) != _version_of(t):
+        elif keys[0] not in self._memory or self._snapshot_versions[self._memory[keys[0]]] != version:
             name = self.get_fresh_qualname("_tensor_memory")
             setattr(self.root, name, flat_memory(t).clone())
             self._memory[keys[0]] = name
-        self._memory_version[keys[0]] = _version_of(t)
+            self._snapshot_versions[name] = version
 
     def _traced_reading(self, t: torch.Tensor) -> CustomProxy:
         """A plain tensor that traced calls wrote, as a traced value: the stored copy of its memory,
@@ -575,9 +575,7 @@ class CustomTracer(fx.Tracer):
         key = structures.storage_keys(t)[0]
         name = self._memory[key]
         stored = getattr(self.root, name)
-        live = flat_memory(t) if stored.dim() == 1 and not whole_memory(t) else None
-        if live is None:
-            live = torch.empty(0, dtype=t.dtype).set_(t.untyped_storage(), 0, stored.shape)
+        live = torch.empty(0, dtype=t.dtype).set_(t.untyped_storage(), 0, stored.shape)  # the memory, shaped as its copy
         node = self.create_node("get_attr", name, (), {})
         node.meta["value"], node.meta["storage"] = live, (key,)
         base = CustomProxy(node, self)
@@ -637,13 +635,6 @@ def _target_name(target) -> str:
     return target if isinstance(target, str) else getattr(target, "__name__", "")
 
 
-def _version_of(t: torch.Tensor) -> Optional[int]:
-    try:
-        return t._version
-    except RuntimeError:  # inference tensors have no version counter
-        return None
-
-
 def _each_tensor(obj, fn) -> None:
     if isinstance(obj, torch.Tensor) and not isinstance(obj, fx.Proxy):
         fn(obj)
@@ -659,7 +650,7 @@ def _input_versions(args) -> list:
     """(input node, its tensor, version counter) for every traced tensor among ``args``."""
     def traced(obj):
         return obj.value if type(obj) is CustomProxy and isinstance(obj.value, torch.Tensor) else None
-    return [(p.node, t, v) for p, t, v in tensor_versions(args, traced)]
+    return [(proxy.node, t, v) for proxy, t, v in tensor_versions(args, traced)]
 
 
 def _record_view(node: fx.Node, value, versions: list) -> None:

@@ -25,7 +25,7 @@ import torch.fx as fx
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_map
 
-from .structures import storage_keys
+from .structures import storage_keys, tensor_version
 
 
 def whole_memory(t: torch.Tensor) -> bool:
@@ -94,9 +94,14 @@ def view_steps(base: torch.Tensor, t: torch.Tensor):
     return (index, order, units) if same_view(made, t) else None
 
 
-def tensor_versions(args, pick=None) -> list:
-    """``(tensor, version counter)`` of the plain (untraced) tensors among ``args``; with ``pick``,
-    ``pick(x)`` (a tensor, or None to skip ``x``) for each item instead, as ``(x, tensor, version)``."""
+def _plain(obj):
+    return obj if isinstance(obj, torch.Tensor) and not isinstance(obj, fx.Proxy) else None
+
+
+def tensor_versions(args, pick=_plain) -> list:
+    """``(item, tensor, version counter)`` for every item of ``args`` (nested lists, tuples and
+    dicts) that ``pick`` gives a tensor for: by default the plain (untraced) tensors themselves.
+    Tensors without a version counter (made in inference mode) are left out."""
     found: list = []
 
     def visit(obj):
@@ -107,13 +112,10 @@ def tensor_versions(args, pick=None) -> list:
             for x in obj.values():
                 visit(x)
         else:
-            t = pick(obj) if pick is not None else (
-                obj if isinstance(obj, torch.Tensor) and not isinstance(obj, fx.Proxy) else None)
-            if t is not None:
-                try:
-                    found.append((obj, t._version) if pick is None else (obj, t, t._version))
-                except RuntimeError:  # inference tensors have no version counter
-                    pass
+            t = pick(obj)
+            version = None if t is None else tensor_version(t)
+            if version is not None:
+                found.append((obj, t, version))
 
     visit(args)
     return found
@@ -180,7 +182,7 @@ class WrittenMemory:
         """Mark the memory of every tensor of ``versions`` (``tensor_versions`` before a traced
         call) whose version counter moved: the call wrote it. Returns whether any did."""
         wrote = False
-        for t, version in versions:
+        for _, t, version in versions:
             if t._version != version:
                 wrote = True
                 self.keys.update(storage_keys(t))

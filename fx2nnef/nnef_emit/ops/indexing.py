@@ -123,15 +123,14 @@ def _bounds(item: slice, n, ctx: EmitContext) -> tuple:
         end = min(max(end, 0), n) if isinstance(end, int) else end
     if isinstance(begin, int) and isinstance(end, int):
         end = max(begin, end)
-    else:  # torch clamps the begin to the size too (``x[:, 4:]`` of S < 4 items is empty)
-        begin = _clamped_end(ctx, begin, n)
-    if isinstance(begin, int) and isinstance(end, int):
-        pass
-    elif isinstance(simplify(end - begin), int) and simplify(end - begin) < 0:
-        end = begin  # ``x[..., -1:-2]``: empty at every size, as torch reads it
-    elif ctx is not None and negative_at(ctx, end - begin) is not None:
-        # empty at some sizes of the range only (``x[:, -1:S - 3]``): torch's end, never before the begin
-        end = settle_extrema(SymDim.extremum(max, end, begin), ctx.ranges)
+    else:
+        begin = _clamped_end(ctx, begin, n)  # torch clamps the begin to the size too (``x[:, 4:]`` of S < 4)
+        length = simplify(end - begin)
+        if isinstance(length, int):
+            end = begin if length < 0 else end  # ``x[..., -1:-2]``: empty at every size, as torch reads it
+        elif negative_at(ctx, length) is not None:
+            # empty at some sizes of the range only (``x[:, -1:S - 3]``): torch's end, never before the begin
+            end = settle_extrema(SymDim.extremum(max, end, begin), ctx.ranges)
     return begin, _clamped_end(ctx, end, n), step
 
 
