@@ -1065,7 +1065,10 @@ def _symbolic_envs(signature, base_env: dict, max_flips: int = 4) -> tuple:
     ``lazy`` maps the size before a flip to the flip: it is probed only if the flip is not good.
     ``kernel_only`` holds the keys of flip sizes where the tracer's decisions are the example's: only
     torch's kernels decide otherwise there, and they run in the graph as in the model, so the graph
-    gives the model's values; what needs checking there is the shapes, which a fake run tells.
+    gives the model's values; what needs checking there is the shapes, which a fake run tells. Not
+    from an example size of 0 or 1 of the symbol moved, which is weak evidence: an axis of 1
+    broadcasts, and outcomes of a decision merged with select may agree in shape there only
+    (fuzz 100370: ``narrow(1, 0, 1)`` or ``-x``, merged at S = 1, broadcast the narrowed one at 2).
     ``io_envs``: sizes for check_io, where no decision differs, below and above the example.
     ``checks``: the keys of the check sizes. ``far``: symbol -> a size far above the example
     where a decision changes (:func:`_far_flip`); it is not run, it bounds the range."""
@@ -1080,7 +1083,7 @@ def _symbolic_envs(signature, base_env: dict, max_flips: int = 4) -> tuple:
     def add_flip(env):
         if env not in single:
             single.append(env)
-            if signature.traced(signature(env)) == traced:
+            if signature.traced(signature(env)) == traced and all(base_env[s] > 1 for s in _moved(env, base_env)):
                 kernel_only.add(_env_key(env))
 
     for s, v in base_env.items():
