@@ -431,3 +431,37 @@ def test_size_branch_at_an_example_of_one(fn, tmp_path):
 
     _raw_in_tract(FnModule(fn), lambda n: [_rand(n, n, 2, None, 4)], 1, [1, 2, 3, 5], {"x0": {1: "S"}}, ["x0"],
                   tmp_path, valid=[1, 2])
+
+
+def _numel_branch_narrowing(x):
+    if x.numel() > 6:
+        return x.cumsum(2)
+    return x.narrow(2, 0, 1) + 1
+
+
+def _numel_branch(x):
+    if x.numel() > 6:
+        return x.cumsum(2)
+    return x + 1
+
+
+def test_decision_flipping_with_two_symbols_moved_together(tmp_path):
+    """Fuzz seed 200152: ``x.numel() > 6`` of ``2 * S * T`` items, exported at S=9, T=4, flips only
+    where both are small (S = T = 1); each symbol moved alone kept it, the probes never ran there
+    and the export claimed every size. The crossed small sizes are probed now: outcomes of one
+    shape are merged with select, others are refused with the sizes where the graph is wrong."""
+    import fx2nnef
+    from fx2nnef.errors import GuardError
+    from harness import FnModule, tract_matches_eager
+
+    def inputs(s, t):
+        return [_rand(s, s + t, 1, 2, s, t)]
+    target = fx2nnef.TractNNEF(check_io=False, dynamic_axes={"x0": {2: "S", 3: "T"}})
+    r = fx2nnef.export(FnModule(_numel_branch), tuple(inputs(9, 4)), tmp_path / "m.nnef.tgz", input_names=["x0"],
+                       target=target)
+    assert not r.ranges and any(g.status == "merged" for g in r.graph.guards), r.graph.guards
+    tract_matches_eager(r.path, FnModule(_numel_branch), [inputs(s, t) for s, t in ((1, 1), (1, 3), (2, 1), (9, 4),
+                                                                                    (2, 2), (1, 7))])
+    with pytest.raises(GuardError, match="S=1, T=1"):
+        fx2nnef.export(FnModule(_numel_branch_narrowing), tuple(inputs(9, 4)), tmp_path / "n.nnef.tgz",
+                       input_names=["x0"], target=target)

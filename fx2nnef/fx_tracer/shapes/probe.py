@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import math
 import re
 import time
@@ -1133,7 +1134,7 @@ def _symbolic_envs(signature, base_env: dict, max_flips: int = 4) -> tuple:
             near[-1].setdefault(s, max(n for n in moved if n < v))
         if not high and any(n > v for n in moved):
             near[1].setdefault(s, min(n for n in moved if n > v))
-    multi = []
+    multi = _joint_flips(signature, base_env, base, single, max_flips)
     io_envs = []
     if check:
         env = {**base_env, **check}
@@ -1165,6 +1166,27 @@ def _symbolic_envs(signature, base_env: dict, max_flips: int = 4) -> tuple:
             s, n = next(iter(near[side].items()))
             io_envs.append({**base_env, s: n})
     return single, multi, lazy, kernel_only, io_envs, checks, far
+
+
+def _joint_flips(signature, base_env: dict, base, single: list, limit: int) -> list:
+    """Sizes where a decision flips only with several symbols moved together (``x.numel() > 6`` of
+    ``2 * S * T`` items at S = T = 1, while each alone keeps it from the example): the small sizes
+    of each symbol and the example's, crossed, at most ``limit`` of other outcomes than the example's
+    and than those one symbol moved reaches (fuzz 200152)."""
+    if len(base_env) < 2:
+        return []
+    seen = {signature(e) for e in single} | {base}
+    out = []
+    grid = [sorted({1, 2, v}) for v in base_env.values()]
+    for values in itertools.product(*grid):
+        env = dict(zip(base_env, values))
+        if len(_moved(env, base_env)) < 2 or len(out) >= limit:
+            continue
+        outcome = signature(env)
+        if outcome not in seen:
+            seen.add(outcome)
+            out.append(env)
+    return out
 
 
 def _form_at(form, env):
