@@ -154,6 +154,20 @@ def export_causal_lm(model_or_dir, out_dir, *, dtype: Optional[str] = None, weig
     """
     out_dir = Path(out_dir)
     fused = resolve_fusions(fused)
+    from .multimodal import multimodal_source
+
+    if multimodal_source(model_or_dir):  # vision or audio towers: encoder graphs beside the decoder
+        from .multimodal import export_multimodal_lm
+
+        if batch_symbol:
+            raise InvalidArgumentError(f"{spell('batch_symbol', True)} is for text LLMs only: the multimodal "
+                                       "decoder splices the embeddings of one sequence; export with batch 1")
+        options = {k: v for k, v in (("fused", fused), ("force_f32", _force_f32_option(
+            force_f32, _resolve_dtype(dtype, model_or_dir) if isinstance(model_or_dir, torch.nn.Module)
+            else DTYPES.get(dtype, torch.float32)))) if v}
+        return export_multimodal_lm(model_or_dir, out_dir, dtype=dtype, weights=weights,
+                                    last_logits_only=last_logits_only, generate=generate, check=check,
+                                    overwrite=overwrite, seed=seed, timeout=timeout, target_options=options)
     if out_dir.exists() and not overwrite:
         raise InvalidArgumentError(f"{str(out_dir)!r} exists: remove it or pass {spell('overwrite', True)}")
     source_dir = None

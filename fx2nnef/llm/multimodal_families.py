@@ -1,0 +1,160 @@
+"""What ``fx2nnef llm`` knows of each multimodal family: its modalities (image, audio), how its
+own tower and projector turn raw input into embeddings, which placeholder token they replace,
+and what else its decoder needs beside the spliced embeddings.
+
+The mechanism is shared (the model's own ``get_image_features`` / ``get_audio_features``, the
+splice of ``fx2nnef.llm.multimodal``); a family adds only the facts below. A family whose
+decoder needs more than a splice (Qwen-VL's M-RoPE positions from the image grid) is refused
+by name, with the part and the reason.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Optional
+
+import torch
+
+from ..errors import InvalidArgumentError
+
+# config keys that make a folder multimodal
+TOWER_KEYS = ("vision_config", "audio_config")
+
+
+@dataclasses.dataclass(frozen=True)
+class Modality:
+    """One encoder graph and the decoder input it feeds.
+
+    ``name``: the modality of the embeddings (``image``, ``audio``): the encoder's output is
+    ``out_<name>_embeddings`` and the decoder's input ``in_<name>_embeddings``. ``tower``: the
+    folder of the encoder graph (``vision``, ``audio``). ``input_name``: the encoder's input
+    (the processor's tensor). ``token_attrs``: config attributes naming the placeholder token,
+    first found wins. ``features``: ``(model, raw) -> [N, hidden]``, the model's own tower and
+    projector. ``example``: ``(config, count, generator) -> raw`` for ``count`` images (tiles,
+    audio chunks). ``symbol``: the symbol of N in both graphs; ``count_symbol`` the one of the
+    encoder input's first axis.
+    """
+
+    name: str
+    tower: str
+    input_name: str
+    token_attrs: tuple
+    features: Callable
+    example: Callable
+    symbol: str
+    count_symbol: str
+    # the model's forward keyword for raw input when it differs from input_name
+    forward_name: Optional[str] = None
+    # the raw input as the model's forward takes it (Idefics3's [1, tiles, C, H, W])
+    to_forward: Callable = staticmethod(lambda raw: raw)
+
+    def placeholder(self, config) -> int:
+        for attr in self.token_attrs:
+            for conf in (config, getattr(config, "text_config", None)):
+                value = getattr(conf, attr, None) if conf is not None else None
+                if isinstance(value, int):
+                    return value
+        raise InvalidArgumentError(
+            f"{type(config).__name__} names no placeholder token for its {self.name} embeddings (none of "
+            f"{', '.join(self.token_attrs)}): the splice cannot find where the {self.name} goes")
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+    """A multimodal family: its modalities and the decoder's extra keyword arguments, from the
+    placeholder mask of a call (Gemma 3's ``token_type_ids``, which make the image tokens attend
+    each other both ways)."""
+
+    model_types: tuple
+    modalities: tuple
+    decoder_kwargs: Callable = staticmethod(lambda mask: {})
+    # a fixed image size is read from the vision config; None when the tower takes several
+    notes: str = ""
+
+
+def _pooled(out) -> torch.Tensor:
+    """The projected embeddings of a ``get_*_features`` output as ``[N, hidden]``."""
+    feats = getattr(out, "pooler_output", out)
+    if isinstance(feats, (list, tuple)):
+        feats = torch.cat([f.reshape(-1, f.shape[-1]) for f in feats])
+    return feats.reshape(-1, feats.shape[-1])
+
+
+def image_features(model, pixel_values: torch.Tensor) -> torch.Tensor:
+    return _pooled(model.get_image_features(pixel_values=pixel_values, return_dict=True))
+
+
+def tiled_image_features(model, pixel_values: torch.Tensor) -> torch.Tensor:
+    """Idefics3 / SmolVLM: tiles ``[T, C, H, W]`` given as one image of T tiles."""
+    return _pooled(model.get_image_features(pixel_values=pixel_values.unsqueeze(0), return_dict=True))
+
+
+def audio_features(model, input_features: torch.Tensor) -> torch.Tensor:
+    return _pooled(model.get_audio_features(input_features=input_features, return_dict=True))
+
+
+def _square_images(config, count: int, generator: torch.Generator) -> torch.Tensor:
+    vision = config.vision_config
+    size = vision.image_size
+    size = size if isinstance(size, int) else size[0]
+    return torch.randn(count, getattr(vision, "num_channels", 3), size, size, generator=generator)
+
+
+def _mel_chunks(config, count: int, generator: torch.Generator) -> torch.Tensor:
+    audio = config.audio_config
+    frames = audio.max_source_positions * 2  # two stride-1/stride-2 convolutions: 2 frames a position
+    return torch.randn(count, audio.num_mel_bins, frames, generator=generator)
+
+
+IMAGE = Modality("image", "vision", "pixel_values", ("image_token_id", "image_token_index"), image_features,
+                 _square_images, "IMG", "IMAGES")
+TILED_IMAGE = dataclasses.replace(IMAGE, features=tiled_image_features, count_symbol="TILES",
+                                  to_forward=lambda raw: raw.unsqueeze(0))
+AUDIO = Modality("audio", "audio", "input_features", ("audio_token_id", "audio_token_index"), audio_features,
+                 _mel_chunks, "AUD", "CHUNKS")
+
+FAMILIES = (
+    Family(("gemma3",), (IMAGE,), decoder_kwargs=lambda mask: {"token_type_ids": mask.long()}),
+    Family(("llava",), (IMAGE,)),
+    Family(("idefics3", "smolvlm"), (TILED_IMAGE,)),
+    Family(("voxtral",), (AUDIO,)),
+)
+
+# Families that need more than a splice, by the part that is missing and why.
+REFUSED = {
+    ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe", "glm4v"): (
+        "positions",
+        "its decoder takes 3-D M-RoPE positions computed from the image grid over the whole sequence (and "
+        "a rope delta carried between calls), which the KV-cache contract does not carry yet"),
+    ("mistral3", "pixtral", "llava_next", "llava_onevision"): (
+        "tower",
+        "its vision tower takes images of variable size with their image_sizes, which this exporter does not "
+        "give its encoder graph yet"),
+    ("gemma4", "gemma3n"): (
+        "tower",
+        "its towers (variable-resolution vision, audio) are not wired in this exporter yet"),
+}
+
+
+def is_multimodal_config(config) -> bool:
+    """Whether a transformers config (or its dict) holds a vision or audio tower."""
+    get = config.get if isinstance(config, dict) else lambda k: getattr(config, k, None)
+    return any(get(k) for k in TOWER_KEYS)
+
+
+def family_of(config) -> Family:
+    """The family of a multimodal config, or InvalidArgumentError naming the part and why."""
+    model_type = getattr(config, "model_type", None)
+    for family in FAMILIES:
+        if model_type in family.model_types:
+            return family
+    for types, (part, why) in REFUSED.items():
+        if model_type in types:
+            raise InvalidArgumentError(
+                f"fx2nnef llm cannot export {model_type} ({part}): {why}. Nothing was written; export its parts "
+                "with fx2nnef.export and your own inputs")
+    towers = [k for k in TOWER_KEYS if getattr(config, k, None)]
+    known = ", ".join(t for f in FAMILIES for t in f.model_types)
+    raise InvalidArgumentError(
+        f"fx2nnef llm does not know how {model_type!r} feeds its {' and '.join(towers)} into the decoder (tower, "
+        f"splice): the multimodal families it exports are {known}. Nothing was written; export its parts with "
+        "fx2nnef.export and your own inputs")
