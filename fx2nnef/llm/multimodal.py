@@ -286,8 +286,8 @@ class _Job:
         path.parent.mkdir()
         encoder = EncoderGraph(self.model, m)
         g = torch.Generator().manual_seed(self.seed + 11)
-        raw = m.example(self.model.config, 2, g).to(self.dtype)
-        target = TractNNEF(check_io=self.check, dynamic_axes={m.input_name: {0: m.count_symbol}},
+        raw = m.example(self.model.config, 2 if m.count_symbol else 1, g).to(self.dtype)
+        target = TractNNEF(check_io=self.check, dynamic_axes={m.input_name: {0: m.count_symbol}} if m.count_symbol else {},
                            specific_properties={"llm_format": "fx2nnef-llm-encoder/1", "llm_modality": m.name},
                            timeout=self.timeout, check_io_tolerance=self.tolerance)
         with torch.no_grad():
@@ -295,7 +295,7 @@ class _Job:
                    output_names=[f"out_{m.name}_embeddings"])
         if self.check:
             checks[f"encoder_{m.tower}"] = self.check_encoder(encoder, m, path)
-        shape = [m.count_symbol, *raw.shape[1:]]
+        shape = [m.count_symbol or 1, *raw.shape[1:]]
         return {"modality": m.name, "path": f"{m.tower}/model.nnef.tgz", "placeholder_token_id":
                 m.placeholder(self.model.config), "input": {"name": m.input_name, "shape": shape, "dtype": dtype_name},
                 "output": {"name": f"out_{m.name}_embeddings", "feeds": f"in_{m.name}_embeddings",
@@ -303,11 +303,12 @@ class _Job:
                 "tokens_per_input": count}
 
     def check_encoder(self, encoder: EncoderGraph, m: Modality, path: Path) -> dict:
-        """The encoder in tract against the model's own tower on 1 and 3 inputs."""
+        """The encoder in tract against the model's own tower on 1 and 3 inputs (two inputs of
+        one for a tower taking one a call)."""
         from .export import _fmt
 
         g = torch.Generator().manual_seed(self.seed + 12)
-        raws = [m.example(self.model.config, n, g).to(self.dtype) for n in (1, 3)]
+        raws = [m.example(self.model.config, n if m.count_symbol else 1, g).to(self.dtype) for n in (1, 3)]
         with torch.no_grad():
             expected = [encoder(r).numpy() for r in raws]
         got = run_tract_many(path, [[r.numpy()] for r in raws], timeout=self.timeout)
@@ -316,7 +317,7 @@ class _Job:
         if not all(d.ok for d in diffs):
             raise CheckIOError(f"the {m.tower} encoder (tower, projector) differs from the model's own in tract:\n"
                                + format_diffs(diffs) + "\nNothing was written.", [], "")
-        return {"inputs": [1, 3], "tokens": [int(e.shape[0]) for e in expected],
+        return {"inputs": [int(r.shape[0]) for r in raws], "tokens": [int(e.shape[0]) for e in expected],
                 "max_abs": _fmt(max(d.max_abs for d in diffs))}
 
     def export_decoder(self, properties: dict, options: dict):

@@ -31,7 +31,8 @@ class Modality:
     first found wins. ``features``: ``(model, raw) -> [N, hidden]``, the model's own tower and
     projector. ``example``: ``(config, count, generator) -> raw`` for ``count`` images (tiles,
     audio chunks). ``symbol``: the symbol of N in both graphs; ``count_symbol`` the one of the
-    encoder input's first axis.
+    encoder input's first axis, or None for a tower that takes one input a call (LLaVA's
+    ``get_image_features`` splits its output per image, a Python list as long as the batch).
     """
 
     name: str
@@ -41,7 +42,7 @@ class Modality:
     features: Callable
     example: Callable
     symbol: str
-    count_symbol: str
+    count_symbol: Optional[str]
     # the model's forward keyword for raw input when it differs from input_name
     forward_name: Optional[str] = None
     # the raw input as the model's forward takes it (Idefics3's [1, tiles, C, H, W])
@@ -84,8 +85,14 @@ def image_features(model, pixel_values: torch.Tensor) -> torch.Tensor:
 
 
 def tiled_image_features(model, pixel_values: torch.Tensor) -> torch.Tensor:
-    """Idefics3 / SmolVLM: tiles ``[T, C, H, W]`` given as one image of T tiles."""
-    return _pooled(model.get_image_features(pixel_values=pixel_values.unsqueeze(0), return_dict=True))
+    """Idefics3 / SmolVLM: the tiles ``[T, C, H, W]`` the processor cut, through the model's
+    vision transformer and connector (pixel shuffle, projection). ``get_image_features`` around
+    them only drops the all-zero images that pad a batch and splits the rows per sample by
+    their count (a split sized by data): the encoder takes real tiles only, whole (a tile's
+    pixel mask all ones, as the processor gives for tiles it resized)."""
+    inner = model.model
+    hidden = inner.vision_model(pixel_values=pixel_values, return_dict=True).last_hidden_state
+    return _pooled(inner.connector(hidden))
 
 
 def audio_features(model, input_features: torch.Tensor) -> torch.Tensor:
@@ -114,7 +121,7 @@ AUDIO = Modality("audio", "audio", "input_features", ("audio_token_id", "audio_t
 
 FAMILIES = (
     Family(("gemma3",), (IMAGE,), decoder_kwargs=lambda mask: {"token_type_ids": mask.long()}),
-    Family(("llava",), (IMAGE,)),
+    Family(("llava",), (dataclasses.replace(IMAGE, count_symbol=None),)),
     Family(("idefics3", "smolvlm"), (TILED_IMAGE,)),
     Family(("voxtral",), (AUDIO,)),
 )
