@@ -211,6 +211,7 @@ def export_multimodal_lm(model_or_dir, out_dir, *, dtype: Optional[str] = None, 
                 if (source_dir / name).is_file():
                     shutil.copy2(source_dir / name, stage / name)
         from .export import MANIFEST_NAME
+        add_preprocessing(manifest, source_dir)
         (stage / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n")
         (stage / MULTIMODAL_MANIFEST).write_text(json.dumps(t2n_manifest(manifest), indent=2) + "\n")
         _replace_dir(stage, out_dir)
@@ -449,6 +450,30 @@ def tract_generate(stage: Path, family: Family, sc: Scenario, steps: int, timeou
         if not outcome.result["ok"]:
             raise TractError(f"multimodal generation in tract failed: {clean_engine_message(outcome.result['message'])}")
         return outcome.result["tokens"], np.load(workdir / "logits.npy")
+
+
+# what the encoders expect of the processor, when its config says it
+PREPROCESSING_KEYS = ("image_processor_type", "feature_extractor_type", "image_mean", "image_std", "rescale_factor",
+                      "do_rescale", "do_normalize", "size", "patch_size", "do_image_splitting", "max_image_size",
+                      "do_pan_and_scan", "resample", "sampling_rate", "feature_size", "hop_length", "n_fft",
+                      "chunk_length", "merge_size", "temporal_patch_size", "min_pixels", "max_pixels")
+
+
+def add_preprocessing(manifest: dict, source_dir: Optional[Path]) -> None:
+    """Each encoder's ``input.preprocessing``: the facts of the folder's processor config that
+    say what the encoder expects (mean/std, sizes, tiling, sampling rate), when there is one."""
+    path = source_dir / "preprocessor_config.json" if source_dir is not None else None
+    if path is None or not path.is_file():
+        return
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return
+    facts = {k: config[k] for k in PREPROCESSING_KEYS if isinstance(config, dict) and k in config}
+    for enc in manifest["multimodal"]["encoders"]:
+        kind = "feature_extractor_type" if enc["modality"] == "audio" else "image_processor_type"
+        if facts and (kind in facts or not ({"feature_extractor_type", "image_processor_type"} & set(facts))):
+            enc["input"]["preprocessing"] = facts
 
 
 def t2n_manifest(manifest: dict) -> dict:

@@ -1,0 +1,173 @@
+"""``fx2nnef llm`` on vision- and audio-language folders (issue 42): an encoder graph per
+modality, the decoder with the embeddings spliced at the placeholders, the manifests, and the
+checks in tract (encoders at two sizes, the three modes against the model's own forward on raw
+input, greedy generation from raw input with the logits compared at every step).
+
+Tiny random-weight folders written by save_pretrained (every constant parameter, norms and
+Gemma 3's zero-initialised projection included, perturbed), tokenizers made offline with the
+family's special tokens."""
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import fx2nnef
+from fx2nnef.errors import InvalidArgumentError
+
+transformers = pytest.importorskip("transformers")
+T = transformers
+
+VOCAB = 300
+
+
+def _non_degenerate(model):
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name or (p.numel() > 1 and p.std() == 0) or p.abs().max() == 0:
+                p.add_(torch.randn_like(p) * 0.1)
+    return model.eval()
+
+
+def _llama_text():
+    return T.LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256)
+
+
+def _gemma3():
+    text = T.Gemma3TextConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                              num_attention_heads=2, num_key_value_heads=1, head_dim=16, sliding_window=4,
+                              layer_types=["sliding_attention", "full_attention"])
+    vision = T.SiglipVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                                  image_size=32, patch_size=8)
+    cfg = T.Gemma3Config(text_config=text, vision_config=vision, mm_tokens_per_image=4, image_token_index=299,
+                         boi_token_index=297, eoi_token_index=298)
+    special = {"<start_of_image>": 297, "<end_of_image>": 298, "<image_soft_token>": 299}
+    image = {"image_processor_type": "Gemma3ImageProcessor", "image_mean": [0.5] * 3, "image_std": [0.5] * 3,
+             "size": {"height": 32, "width": 32}, "do_pan_and_scan": False}
+    return T.Gemma3ForConditionalGeneration(cfg), special, image
+
+
+def _llava():
+    vision = T.CLIPVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                                image_size=32, patch_size=8)
+    cfg = T.LlavaConfig(vision_config=vision, text_config=_llama_text(), image_token_id=299,
+                        vision_feature_layer=-2, vision_feature_select_strategy="default")
+    image = {"image_processor_type": "CLIPImageProcessor", "image_mean": [0.48, 0.46, 0.41],
+             "image_std": [0.27, 0.26, 0.28], "crop_size": {"height": 32, "width": 32}}
+    return T.LlavaForConditionalGeneration(cfg), {"<image>": 299}, image
+
+
+def _idefics3():
+    vision = T.Idefics3VisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                                    image_size=32, patch_size=8)
+    cfg = T.Idefics3Config(vision_config=vision.to_dict(), text_config=_llama_text().to_dict(), image_token_id=299,
+                           scale_factor=2)
+    special = {"<fake_token_around_image>": 297, "<global-img>": 298, "<image>": 299}
+    image = {"image_processor_type": "Idefics3ImageProcessor", "image_mean": [0.5] * 3, "image_std": [0.5] * 3,
+             "do_image_splitting": True, "max_image_size": {"longest_edge": 32}}
+    return T.Idefics3ForConditionalGeneration(cfg), special, image
+
+
+def _voxtral():
+    audio = T.VoxtralEncoderConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                                   num_mel_bins=16, max_source_positions=16)
+    cfg = T.VoxtralConfig(audio_config=audio.to_dict(), text_config=_llama_text().to_dict(), audio_token_id=299)
+    return T.VoxtralForConditionalGeneration(cfg), {"[AUDIO]": 299, "[BEGIN_AUDIO]": 298}, None
+
+
+def _qwen2_5_vl():
+    cfg = T.Qwen2_5_VLConfig(text_config=dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64,
+                                              num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+                                              rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]}),
+                             vision_config=dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2,
+                                                out_hidden_size=32, patch_size=4, window_size=16,
+                                                fullatt_block_indexes=[0]),
+                             image_token_id=299, video_token_id=298, vision_start_token_id=297)
+    return T.Qwen2_5_VLForConditionalGeneration(cfg), {"<|image_pad|>": 299}, None
+
+
+FAMILIES = {"gemma3": _gemma3, "llava": _llava, "idefics3": _idefics3, "voxtral": _voxtral}
+
+
+def _folder(tmp_path, make):
+    """A save_pretrained folder with a word-level tokenizer holding the family's special tokens."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    torch.manual_seed(0)
+    model, special, image = make()
+    folder = tmp_path / "model"
+    _non_degenerate(model).save_pretrained(folder)
+    vocab = {f"t{i}": i for i in range(VOCAB)}
+    for token, i in special.items():
+        vocab.pop(f"t{i}")
+        vocab[token] = i
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="t0"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    T.PreTrainedTokenizerFast(tokenizer_object=tok, additional_special_tokens=list(special)).save_pretrained(folder)
+    if image is not None:
+        (folder / "preprocessor_config.json").write_text(json.dumps(image))
+    elif make is _voxtral:
+        T.WhisperFeatureExtractor(feature_size=16).save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_multimodal_folder_exports_and_checks(tmp_path, family):
+    folder = _folder(tmp_path, FAMILIES[family])
+    out = tmp_path / "out"
+    r = fx2nnef.llm.export_causal_lm(folder, out, generate=3)
+    checks = r.checks
+    tower = "audio" if family == "voxtral" else "vision"
+    modality = "audio" if family == "voxtral" else "image"
+    assert {"export", "prompt", "prompt_with_past", "decode", "generate", f"encoder_{tower}"} <= set(checks), checks
+    assert checks["prompt"]["N"][0] > 0 and checks["decode"]["N"] == [0] and checks["prompt_with_past"]["P"] > 0
+    assert checks["generate"]["equal"] and len(checks["generate"]["tokens"]) == 3
+    assert len(set(checks[f"encoder_{tower}"]["tokens"])) == 2 or family == "llava"  # two sizes
+    # the folder: decoder, encoder, both manifests, tokenizer and processor files
+    assert (out / "model.nnef.tgz").is_file() and (out / tower / "model.nnef.tgz").is_file()
+    assert (out / "tokenizer.json").is_file() and (out / "preprocessor_config.json").is_file()
+    mm = json.loads((out / "multimodal.json").read_text())
+    enc = mm["encoders"][0]
+    assert mm["decoder"]["path"] == "model.nnef.tgz" and enc["path"] == f"{tower}/model.nnef.tgz"
+    assert enc["modality"] == modality and enc["placeholder_token_id"] == 299
+    assert enc["outputs"][0]["name"] == f"out_{modality}_embeddings"
+    assert enc["outputs"][0]["feeds"] == f"in_{modality}_embeddings" and enc["outputs"][0]["shape"][1] == 32
+    assert "preprocessing" in enc["input"], enc
+    manifest = json.loads((out / "fx2nnef.json").read_text())
+    assert list(manifest["inputs"])[-1] == f"in_{modality}_embeddings"
+    _decoder_reads_the_embeddings(out, modality)
+
+
+def _decoder_reads_the_embeddings(out, modality):
+    """The decoder's logits change with the spliced rows (not a decoder that ignores them), and a
+    call without placeholders takes no rows."""
+    ids = np.array([[5, 299, 299, 299, 299, 7]], np.int64)
+    caches = [np.zeros((1, 1, 0, 16), np.float32) for _ in range(4)]
+    rng = np.random.default_rng(0)
+    one = rng.standard_normal((4, 32)).astype(np.float32)
+    a = fx2nnef.run(out / "model.nnef.tgz", [ids, *caches, one])
+    b = fx2nnef.run(out / "model.nnef.tgz", [ids, *caches, one * 0.5])
+    assert np.abs(a["outputs"] - b["outputs"]).max() > 1e-3
+    assert np.allclose(a["outputs"][0, 0], b["outputs"][0, 0])  # before the image: causal
+    text = fx2nnef.run(out / "model.nnef.tgz", [ids[:, :1], *caches, np.zeros((0, 32), np.float32)])
+    assert np.allclose(text["outputs"][0, 0], a["outputs"][0, 0], atol=1e-5)
+
+
+def test_gemma3_cli_writes_the_vision_tower(tmp_path, capsys):
+    """Gemma 3 used to exit 0 with a text-only asset (the tower dropped without a word)."""
+    from fx2nnef.cli import main
+
+    folder = _folder(tmp_path, _gemma3)
+    assert main(["llm", str(folder), str(tmp_path / "out"), "--generate", "2"]) == 0
+    printed = capsys.readouterr().out
+    assert "in_image_embeddings" in printed and "check encoder_vision" in printed and "check generate" in printed
+    assert (tmp_path / "out" / "vision" / "model.nnef.tgz").is_file()
+
+
+def test_qwen2_5_vl_refused_by_part(tmp_path):
+    """A family needing more than a splice: one clear error naming the part, nothing written."""
+    folder = _folder(tmp_path, _qwen2_5_vl)
+    with pytest.raises(InvalidArgumentError, match=r"qwen2_5_vl \(positions\).*M-RoPE.*Nothing was written"):
+        fx2nnef.llm.export_causal_lm(folder, tmp_path / "out")
+    assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out*"))
