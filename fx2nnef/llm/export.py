@@ -35,6 +35,9 @@ COMPANION_FILES = ("config.json", "generation_config.json", "tokenizer.json", "t
                    "tokenizer.model", "special_tokens_map.json", "added_tokens.json", "vocab.json",
                    "merges.txt", "chat_template.jinja", "chat_template.json")
 DTYPES = {"f32": torch.float32, "f16": torch.float16}
+# (claims(model_or_dir) -> bool, export(model_or_dir, out_dir, options) -> LLMExportResult): sources
+# export_causal_lm hands over, with its keyword arguments as ``options`` (multimodal.py adds its own)
+SOURCE_EXPORTERS: list = []
 # Sizes of the three check modes: the prompt, then a chunk after a past, then one token.
 MODE_PROMPT, MODE_CHUNK = 8, 4
 
@@ -154,20 +157,12 @@ def export_causal_lm(model_or_dir, out_dir, *, dtype: Optional[str] = None, weig
     """
     out_dir = Path(out_dir)
     fused = resolve_fusions(fused)
-    from .multimodal import multimodal_source
-
-    if multimodal_source(model_or_dir):  # vision or audio towers: encoder graphs beside the decoder
-        from .multimodal import export_multimodal_lm
-
-        if batch_symbol:
-            raise InvalidArgumentError(f"{spell('batch_symbol', True)} is for text LLMs only: the multimodal "
-                                       "decoder splices the embeddings of one sequence; export with batch 1")
-        options = {k: v for k, v in (("fused", fused), ("force_f32", _force_f32_option(
-            force_f32, _resolve_dtype(dtype, model_or_dir) if isinstance(model_or_dir, torch.nn.Module)
-            else DTYPES.get(dtype, torch.float32)))) if v}
-        return export_multimodal_lm(model_or_dir, out_dir, dtype=dtype, weights=weights,
-                                    last_logits_only=last_logits_only, generate=generate, check=check,
-                                    overwrite=overwrite, seed=seed, timeout=timeout, target_options=options)
+    for claims, export_source in SOURCE_EXPORTERS:  # a source with more than a text LM (multimodal.py)
+        if claims(model_or_dir):
+            return export_source(model_or_dir, out_dir, dict(
+                dtype=dtype, weights=weights, last_logits_only=last_logits_only, batch_symbol=batch_symbol,
+                generate=generate, check=check, overwrite=overwrite, seed=seed, timeout=timeout, fused=fused,
+                force_f32=force_f32))
     if out_dir.exists() and not overwrite:
         raise InvalidArgumentError(f"{str(out_dir)!r} exists: remove it or pass {spell('overwrite', True)}")
     source_dir = None

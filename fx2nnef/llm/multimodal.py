@@ -31,6 +31,9 @@ from ..targets import TractNNEF
 from ..targets.child import clean_engine_message, crash_message, run_child
 from ..targets.tolerance import compare_outputs, format_diffs
 from ..targets.tract_runner import run_tract_many
+from .export import (MANIFEST_NAME, SOURCE_EXPORTERS, LLMExportResult, _copy_companions, _fmt, _force_f32_option,
+                     _manifest, _properties, _replace_dir, _resolve_dtype, _weights_option, contract_asserts,
+                     stored_weights, tolerance_for, vocab_size)
 from .multimodal_families import Family, Modality, family_of, is_multimodal_config
 from .wrapper import CacheLayout, build_layers, cache_layout, flat_cache_of, returned_cache
 
@@ -166,8 +169,6 @@ def scenario(model, family: Family, seed: int, count: int = 1) -> Scenario:
 
 def _text_tokens(model, count: int, g: torch.Generator) -> torch.Tensor:
     """``count`` random ids of the text vocabulary, none a special token the config names."""
-    from .export import vocab_size
-
     config = model.config
     special = {v for conf in (config, getattr(config, "text_config", None)) if conf is not None
                for k, v in vars(conf).items() if isinstance(v, int) and ("token_id" in k or "token_index" in k)}
@@ -177,40 +178,40 @@ def _text_tokens(model, count: int, g: torch.Generator) -> torch.Tensor:
     return ids[:count]
 
 
-def export_multimodal_lm(model_or_dir, out_dir, *, dtype: Optional[str] = None, weights: Optional[str] = None,
-                         last_logits_only: bool = False, generate: int = 0, check: bool = True,
-                         overwrite: bool = False, seed: int = 0, timeout: float = 600.0,
-                         target_options: Optional[dict] = None):
+def export_multimodal_lm(model_or_dir, out_dir, options: dict) -> LLMExportResult:
     """What ``export_causal_lm`` does for a model with vision or audio towers (see the module's
-    doc). ``target_options``: the decoder's ``fused`` / ``force_f32`` as ``TractNNEF`` takes them.
-    Returns an ``LLMExportResult`` whose ``asset`` is the decoder."""
-    from .export import LLMExportResult, _copy_companions, _replace_dir, _resolve_dtype, _weights_option
+    doc), ``options`` being its keyword arguments. Returns an ``LLMExportResult`` whose
+    ``asset`` is the decoder."""
+    from ..errors import spell
 
     out_dir = Path(out_dir)
-    if out_dir.exists() and not overwrite:
-        from ..errors import spell
+    if out_dir.exists() and not options["overwrite"]:
         raise InvalidArgumentError(f"{str(out_dir)!r} exists: remove it or pass {spell('overwrite', True)}")
+    if options["batch_symbol"]:
+        raise InvalidArgumentError(f"{spell('batch_symbol', True)} is for text LLMs only: the multimodal decoder "
+                                   "splices the embeddings of one sequence; export with batch 1")
     source_dir = None if isinstance(model_or_dir, torch.nn.Module) else Path(model_or_dir)
     model = model_or_dir.eval() if source_dir is None else load_multimodal(source_dir)
     family = family_of(model.config)
-    torch_dtype = _resolve_dtype(dtype, model)
+    torch_dtype = _resolve_dtype(options["dtype"], model)
     if next(model.parameters()).dtype != torch_dtype:
         import copy
         model = (copy.deepcopy(model) if source_dir is None else model).to(torch_dtype)
+    target_options = {**_weights_option(options["weights"]),
+                      **{k: v for k, v in (("fused", options["fused"]),
+                                           ("force_f32", _force_f32_option(options["force_f32"], torch_dtype))) if v}}
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     stage = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
     stage.chmod(0o755)
     try:
-        options = {**_weights_option(weights), **(target_options or {})}
-        job = _Job(model, family, torch_dtype, stage, check, seed, timeout, last_logits_only)
-        manifest, result = job.run(weights, generate, options)
+        job = _Job(model, family, stage, {**options, "dtype": torch_dtype})
+        manifest, result = job.run(target_options)
         progress.stage("save", str(out_dir))
         _copy_companions(model, source_dir, stage)
         if source_dir is not None:
             for name in PROCESSOR_FILES:
                 if (source_dir / name).is_file():
                     shutil.copy2(source_dir / name, stage / name)
-        from .export import MANIFEST_NAME
         add_preprocessing(manifest, source_dir)
         (stage / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n")
         (stage / MULTIMODAL_MANIFEST).write_text(json.dumps(t2n_manifest(manifest), indent=2) + "\n")
@@ -225,22 +226,19 @@ def export_multimodal_lm(model_or_dir, out_dir, *, dtype: Optional[str] = None, 
 class _Job:
     """One multimodal export into ``stage``: the encoders, the decoder, their checks."""
 
-    def __init__(self, model, family: Family, dtype: torch.dtype, stage: Path, check: bool, seed: int,
-                 timeout: float, last_logits_only: bool):
-        from .export import tolerance_for
-
-        self.model, self.family, self.dtype, self.stage = model, family, dtype, stage
-        self.check, self.seed, self.timeout = check, seed, timeout
-        self.tolerance = tolerance_for(dtype)
+    def __init__(self, model, family: Family, stage: Path, options: dict):
+        self.model, self.family, self.stage = model, family, stage
+        self.dtype, self.check, self.generate = options["dtype"], options["check"], options["generate"]
+        self.seed, self.timeout, self.weights = options["seed"], options["timeout"], options["weights"]
+        self.tolerance = tolerance_for(self.dtype)
         self.layout = cache_layout(model)
-        self.decoder = SplicedDecoder(model, self.layout, family, last_logits_only)
-        self.scenario = scenario(model, family, seed)
+        self.decoder = SplicedDecoder(model, self.layout, family, options["last_logits_only"])
+        self.scenario = scenario(model, family, self.seed)
 
-    def run(self, weights, generate: int, options: dict):
-        from .export import _manifest, _properties, stored_weights
-
+    def run(self, options: dict):
+        generate = self.generate
         dtype_name = {torch.float32: "f32", torch.float16: "f16"}[self.dtype]
-        manifest = _manifest(self.model, self.layout, dtype_name, weights, self.decoder.last_logits_only, False,
+        manifest = _manifest(self.model, self.layout, dtype_name, self.weights, self.decoder.last_logits_only, False,
                              generate, self.check)
         manifest["format"] = "fx2nnef-llm-multimodal/1"
         manifest["multimodal"] = {"encoders": []}
@@ -260,8 +258,8 @@ class _Job:
         manifest["weight_bytes"] = {"native": sum(w.native_bytes for w in getattr(result, "weights", [])),
                                     "stored": sum(w.stored_bytes for w in getattr(result, "weights", []))}
         if result.check is not None:
-            from .export import _fmt
             manifest["checks"]["export"] = {"cases": len(result.check.cases), "max_abs": _fmt(result.max_abs_diff)}
+        original = self.greedy_reference(generate)[1] if generate else None  # the weights as the model has them
         with stored_weights(self.decoder, result):
             if self.check:
                 progress.stage("check modes", "prompt with the embeddings spliced, after a past, decode")
@@ -271,7 +269,7 @@ class _Job:
             if generate:
                 progress.stage("generate", f"{generate} greedy tokens from the raw input in tract against transformers")
                 t0 = time.perf_counter()
-                manifest["checks"]["generate"] = self.check_generation(generate)
+                manifest["checks"]["generate"] = self.check_generation(generate, original)
                 timings["generate"] = time.perf_counter() - t0
         manifest["timings_s"] = {k: round(v, 3) for k, v in timings.items()}
         return manifest, result
@@ -306,8 +304,6 @@ class _Job:
     def check_encoder(self, encoder: EncoderGraph, m: Modality, path: Path) -> dict:
         """The encoder in tract against the model's own tower on 1 and 3 inputs (two inputs of
         one for a tower taking one a call)."""
-        from .export import _fmt
-
         g = torch.Generator().manual_seed(self.seed + 12)
         raws = [m.example(self.model.config, n if m.count_symbol else 1, g).to(self.dtype) for n in (1, 3)]
         with torch.no_grad():
@@ -323,8 +319,6 @@ class _Job:
 
     def export_decoder(self, properties: dict, options: dict):
         """``model.nnef.tgz``, traced after a past of 5 on the scenario's prompt."""
-        from .export import contract_asserts
-
         progress.stage("decoder", "input_ids, caches and the embeddings spliced")
         sc = self.scenario
         cache = self.layout.random(5, self.dtype, 1, torch.Generator().manual_seed(self.seed + 13))
@@ -369,8 +363,6 @@ class _Job:
         """prompt (P = 0, the placeholders inside), prompt_with_past (the same after a text past),
         decode (one text token after the whole prompt, N = 0): tract with the towers' embeddings
         against the model's own forward on the raw inputs."""
-        from .export import _fmt
-
         sc, empty = self.scenario, self.layout.empty(0, self.dtype)
         chunk, head = sc.ids[:, PAST:], sc.ids[:, :PAST]
         past = [t.contiguous() for t in self.reference(head, empty, False)[1:]]
@@ -409,12 +401,11 @@ class _Job:
             ids = torch.tensor([[tokens[-1]]])
         return tokens, np.stack(logits)
 
-    def check_generation(self, steps: int) -> dict:
+    def check_generation(self, steps: int, original: np.ndarray) -> dict:
         """Raw input through the encoder graphs, the prompt and ``steps`` tokens through the
-        decoder, in tract: tokens equal to transformers' greedy decoding and logits at every step
-        within the tolerance."""
-        from .export import _fmt
-
+        decoder, in tract: tokens equal to transformers' greedy decoding (with the weights the
+        asset stores) and logits at every step within the tolerance. ``drift_logits``: tract's
+        largest difference from the model's own logits (``original``, its weights as loaded)."""
         expected_tokens, expected_logits = self.greedy_reference(steps)
         tokens, logits = tract_generate(self.stage, self.family, self.scenario, steps, self.timeout)
         diff = compare_outputs(["logits"], [expected_logits], [logits], self.tolerance)[0]
@@ -423,7 +414,7 @@ class _Job:
                                f"gave {expected_tokens}; logits at every step:\n{format_diffs([diff])}\n"
                                "Nothing was written.", [], "")
         return {"steps": steps, "prompt_length": int(self.scenario.ids.shape[1]), "tokens": tokens, "equal": True,
-                "max_abs_logits": _fmt(diff.max_abs)}
+                "max_abs_logits": _fmt(diff.max_abs), "drift_logits": _fmt(np.abs(logits - original).max())}
 
 
 def tract_generate(stage: Path, family: Family, sc: Scenario, steps: int, timeout: float) -> tuple[list, np.ndarray]:
@@ -485,3 +476,6 @@ def t2n_manifest(manifest: dict) -> dict:
                          "placeholder_token_id": enc["placeholder_token_id"], "input": enc["input"],
                          "outputs": [enc["output"]]})
     return {"decoder": {"path": "model.nnef.tgz"}, "encoders": encoders}
+
+
+SOURCE_EXPORTERS.append((multimodal_source, export_multimodal_lm))
