@@ -78,16 +78,20 @@ def _voxtral():
 
 def _qwen2_5_vl():
     cfg = T.Qwen2_5_VLConfig(text_config=dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64,
-                                              num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+                                              num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
                                               rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]}),
-                             vision_config=dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2,
+                             vision_config=dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2,
                                                 out_hidden_size=32, patch_size=4, window_size=16,
-                                                fullatt_block_indexes=[0]),
+                                                fullatt_block_indexes=[1]),
                              image_token_id=299, video_token_id=298, vision_start_token_id=297)
-    return T.Qwen2_5_VLForConditionalGeneration(cfg), {"<|image_pad|>": 299}, None
+    image = {"image_processor_type": "Qwen2VLImageProcessor", "patch_size": 4, "merge_size": 2,
+             "temporal_patch_size": 2, "image_mean": [0.48, 0.46, 0.41], "image_std": [0.27, 0.26, 0.28],
+             "min_pixels": 256, "max_pixels": 4096}
+    special = {"<|vision_start|>": 297, "<|video_pad|>": 298, "<|image_pad|>": 299}
+    return T.Qwen2_5_VLForConditionalGeneration(cfg), special, image
 
 
-FAMILIES = {"gemma3": _gemma3, "llava": _llava, "idefics3": _idefics3, "voxtral": _voxtral}
+FAMILIES = {"gemma3": _gemma3, "llava": _llava, "idefics3": _idefics3, "voxtral": _voxtral, "qwen2_5_vl": _qwen2_5_vl}
 
 
 def _folder(tmp_path, make):
@@ -130,7 +134,9 @@ def test_multimodal_folder_exports_and_checks(tmp_path, family, capsys):
     assert {"export", "prompt", "prompt_with_past", "decode", "generate", f"encoder_{tower}"} <= set(checks), checks
     assert checks["prompt"]["N"][0] > 0 and checks["decode"]["N"] == [0] and checks["prompt_with_past"]["P"] > 0
     assert checks["generate"]["equal"] and len(checks["generate"]["tokens"]) == 3
-    assert len(set(checks[f"encoder_{tower}"]["tokens"])) == 2 or family == "llava"  # two sizes
+    assert len(set(checks[f"encoder_{tower}"]["tokens"])) == 2 or family in ("llava", "qwen2_5_vl")  # two sizes
+    if family == "qwen2_5_vl":  # M-RoPE on a 2-D grid of 4 x 6 image tokens, decoding after a past of 32
+        assert checks["prompt"]["N"] == [24] and checks["decode"]["P"] == 32, checks
     # the folder: decoder, encoder, both manifests, tokenizer and processor files
     assert (out / "model.nnef.tgz").is_file() and (out / tower / "model.nnef.tgz").is_file()
     assert (out / "tokenizer.json").is_file() and (out / "preprocessor_config.json").is_file()
@@ -142,28 +148,34 @@ def test_multimodal_folder_exports_and_checks(tmp_path, family, capsys):
     assert enc["outputs"][0]["feeds"] == f"in_{modality}_embeddings" and enc["outputs"][0]["shape"][1] == 32
     assert "preprocessing" in enc["input"], enc
     manifest = json.loads((out / "fx2nnef.json").read_text())
-    assert list(manifest["inputs"])[-1] == f"in_{modality}_embeddings"
-    _decoder_reads_the_embeddings(out, modality)
+    assert f"in_{modality}_embeddings" in manifest["inputs"]
+    _decoder_reads_the_embeddings(out, "in_rope_delta" in manifest["inputs"])
 
 
-def _decoder_reads_the_embeddings(out, modality):
+def _decoder_reads_the_embeddings(out, mrope):
     """The decoder's logits change with the spliced rows (not a decoder that ignores them), and a
     call without placeholders takes no rows."""
     ids = np.array([[5, 299, 299, 299, 299, 7]], np.int64)
     caches = [np.zeros((1, 1, 0, 16), np.float32) for _ in range(4)]
-    rng = np.random.default_rng(0)
-    one = rng.standard_normal((4, 32)).astype(np.float32)
-    a = fx2nnef.run(out / "model.nnef.tgz", [ids, *caches, one])
-    b = fx2nnef.run(out / "model.nnef.tgz", [ids, *caches, one * 0.5])
+    one = np.random.default_rng(0).standard_normal((4, 32)).astype(np.float32)
+    # Qwen-VL: the grid of the image (2 x 2 tokens after the merge), no shift before
+    grid = [np.array([[1, 4, 4]], np.int64), np.zeros(1, np.int64)] if mrope else []
+    none = [np.zeros((0, 3), np.int64), np.zeros(1, np.int64)] if mrope else []
+    a = fx2nnef.run(out / "model.nnef.tgz", [ids, *caches, one, *grid])
+    b = fx2nnef.run(out / "model.nnef.tgz", [ids, *caches, one * 0.5, *grid])
     assert np.abs(a["outputs"] - b["outputs"]).max() > 1e-3
     assert np.allclose(a["outputs"][0, 0], b["outputs"][0, 0])  # before the image: causal
-    text = fx2nnef.run(out / "model.nnef.tgz", [ids[:, :1], *caches, np.zeros((0, 32), np.float32)])
+    text = fx2nnef.run(out / "model.nnef.tgz", [ids[:, :1], *caches, np.zeros((0, 32), np.float32), *none])
     assert np.allclose(text["outputs"][0, 0], a["outputs"][0, 0], atol=1e-5)
+    if mrope:  # the 2 x 2 image shifts the text after it by max(2, 2) - 4
+        assert a["out_rope_delta"].tolist() == [-2] and text["out_rope_delta"].tolist() == [0]
 
 
-def test_qwen2_5_vl_refused_by_part(tmp_path):
-    """A family needing more than a splice: one clear error naming the part, nothing written."""
-    folder = _folder(tmp_path, _qwen2_5_vl)
-    with pytest.raises(InvalidArgumentError, match=r"qwen2_5_vl \(positions\).*M-RoPE.*Nothing was written"):
+def test_qwen3_vl_refused_by_part(tmp_path):
+    """A family needing more than a splice: one clear error naming the part, nothing written (the
+    weights are not even read: the folder holds only its config)."""
+    folder = tmp_path / "model"
+    T.Qwen3VLConfig().save_pretrained(folder)
+    with pytest.raises(InvalidArgumentError, match=r"qwen3_vl \(splice\).*DeepStack.*Nothing was written"):
         fx2nnef.llm.export_causal_lm(folder, tmp_path / "out")
     assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out*"))

@@ -2,7 +2,9 @@
 
 As a child (``python _multimodal_child.py WORKDIR``, run by ``fx2nnef.llm.multimodal``), it
 reads ``request.json`` (``decoder``, ``encoders`` as ``[asset, input .npy]`` pairs in the
-decoder's order of embedding inputs, ``steps``, ``with_transformers``) and ``prompt.npy``; it
+decoder's order of embedding inputs, ``extras``: the inputs after them as ``[first call .npy,
+later calls .npy or null]``, null for a state fed back from the outputs after the caches,
+``steps``, ``with_transformers``) and ``prompt.npy``; it
 runs each encoder on its input, the prompt with every embedding spliced (P = 0), then one token
 per call with no embeddings (N = 0), and writes ``result.json`` (the tokens) and ``logits.npy``
 (the last position's logits at every step). It imports numpy and tract only.
@@ -44,17 +46,21 @@ def generate(request: dict, prompt: np.ndarray, workdir: Path) -> dict:
         embeddings.append(runnable.run([np.load(workdir / raw)])[0].to_numpy())
     decoder = _load(request["decoder"], with_transformers)
     facts = _facts(decoder)
-    n_emb = len(embeddings)
-    caches = [np.zeros([0 if d is None else d for d in dims], dtype) for dims, dtype in facts[1:len(facts) - n_emb]]
+    pairs = request.get("extras", [])
+    n_cache = len(facts) - 1 - len(embeddings) - len(pairs)
+    caches = [np.zeros([0 if d is None else d for d in dims], dtype) for dims, dtype in facts[1:1 + n_cache]]
     empty = [np.zeros((0, e.shape[1]), e.dtype) for e in embeddings]
+    extras = [np.load(workdir / first) for first, _ in pairs]
+    later = [None if name is None else np.load(workdir / name) for _, name in pairs]
     runnable = decoder.into_runnable()
     ids, tokens, logits = np.asarray(prompt, np.int64).reshape(1, -1), [], []
     for step in range(request["steps"]):
-        outputs = [o.to_numpy() for o in runnable.run([ids, *caches, *(embeddings if step == 0 else empty)])]
+        outputs = [o.to_numpy() for o in runnable.run([ids, *caches, *(embeddings if step == 0 else empty), *extras])]
         last = outputs[0][0, -1]
         logits.append(last.astype(np.float32))
         tokens.append(int(np.argmax(last)))
-        caches = outputs[1:]
+        caches, states = outputs[1:1 + n_cache], iter(outputs[1 + n_cache:])
+        extras = [next(states) if fixed is None else fixed for fixed in later]  # states fed back, others fixed
         ids = np.array([[tokens[-1]]], np.int64)
     np.save(workdir / "logits.npy", np.stack(logits))
     return {"ok": True, "tokens": tokens, "embeddings": [list(e.shape) for e in embeddings]}

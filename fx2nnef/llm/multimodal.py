@@ -34,6 +34,7 @@ from ..targets.tract_runner import run_tract_many
 from .export import (MANIFEST_NAME, SOURCE_EXPORTERS, LLMExportResult, _copy_companions, _fmt, _force_f32_option,
                      _manifest, _properties, _replace_dir, _resolve_dtype, _weights_option, contract_asserts,
                      stored_weights, tolerance_for, vocab_size)
+from .mrope import fixed_grid, mrope_positions
 from .multimodal_families import Family, Modality, family_of, is_multimodal_config
 from .wrapper import CacheLayout, build_layers, cache_layout, flat_cache_of, returned_cache
 
@@ -118,6 +119,8 @@ class SplicedDecoder(torch.nn.Module):
         from transformers import DynamicCache
 
         n = len(self.placeholders)
+        state = rest[len(rest) - 2:] if self.family.mrope else ()  # the image grids, the position shift
+        rest = rest[:len(rest) - len(state)]
         flat, features = rest[:len(rest) - n], rest[len(rest) - n:]
         masks = [input_ids == token for token in self.placeholders]
         text_ids = input_ids
@@ -130,12 +133,21 @@ class SplicedDecoder(torch.nn.Module):
         cache.layers = build_layers(self.layout, flat)
         cache.layer_class_to_replicate = None
         kwargs = {"logits_to_keep": 1} if self.last_logits_only else {}
+        shifted = ()
+        if state:
+            merge = self.model.config.vision_config.spatial_merge_size
+            kwargs["position_ids"], shift = mrope_positions(masks[0], flat[0].shape[2], state[0], state[1], merge)
+            shifted = (shift,)
         out = self.model(inputs_embeds=embeds, past_key_values=cache, use_cache=True,
                          **self.family.decoder_kwargs(masks[0]), **kwargs)
-        return (out.logits, *flat_cache_of(self.layout, returned_cache(out).layers))
+        return (out.logits, *flat_cache_of(self.layout, returned_cache(out).layers), *shifted)
 
     def input_names(self) -> list[str]:
-        return self.layout.input_names() + [f"in_{m.name}_embeddings" for m in self.family.modalities]
+        return self.layout.input_names() + [f"in_{m.name}_embeddings" for m in self.family.modalities] \
+            + (["in_image_grid_thw", "in_rope_delta"] if self.family.mrope else [])
+
+    def output_names(self) -> list[str]:
+        return self.layout.output_names() + (["out_rope_delta"] if self.family.mrope else [])
 
 
 @dataclasses.dataclass
@@ -252,6 +264,11 @@ class _Job:
         for m in self.family.modalities:
             manifest["inputs"][f"in_{m.name}_embeddings"] = {"shape": [m.symbol, self.hidden], "dtype": dtype_name}
             manifest["symbols"].append(m.symbol)
+        if self.family.mrope:
+            manifest["inputs"]["in_image_grid_thw"] = {"shape": ["K", 3], "dtype": "i64"}
+            manifest["inputs"]["in_rope_delta"] = {"shape": [1], "dtype": "i64", "initial": [0]}
+            manifest["outputs"]["out_rope_delta"] = {"shape": [1], "dtype": "i64", "feeds": "in_rope_delta"}
+            manifest["symbols"].append("K")
         t0 = time.perf_counter()
         result = self.export_decoder(_properties(manifest), options)
         timings["export"] = time.perf_counter() - t0
@@ -299,7 +316,7 @@ class _Job:
                 m.placeholder(self.model.config), "input": {"name": m.input_name, "shape": shape, "dtype": dtype_name},
                 "output": {"name": f"out_{m.name}_embeddings", "feeds": f"in_{m.name}_embeddings",
                            "shape": [m.symbol, self.hidden], "dtype": dtype_name},
-                "tokens_per_input": count}
+                "tokens_per_input": count, **({"grid_thw": fixed_grid(self.model.config)} if self.family.mrope else {})}
 
     def check_encoder(self, encoder: EncoderGraph, m: Modality, path: Path) -> dict:
         """The encoder in tract against the model's own tower on 1 and 3 inputs (two inputs of
@@ -314,7 +331,7 @@ class _Job:
         if not all(d.ok for d in diffs):
             raise CheckIOError(f"the {m.tower} encoder (tower, projector) differs from the model's own in tract:\n"
                                + format_diffs(diffs) + "\nNothing was written.", [], "")
-        return {"inputs": [int(r.shape[0]) for r in raws], "tokens": [int(e.shape[0]) for e in expected],
+        return {"inputs": [int(r.shape[0]) if m.count_symbol else 1 for r in raws], "tokens": [int(e.shape[0]) for e in expected],
                 "max_abs": _fmt(max(d.max_abs for d in diffs))}
 
     def export_decoder(self, properties: dict, options: dict):
@@ -329,12 +346,21 @@ class _Job:
                 dyn[name] = {2: "P"}
         for m in self.family.modalities:
             dyn[f"in_{m.name}_embeddings"] = {0: m.symbol}
+        if self.family.mrope:
+            dyn["in_image_grid_thw"] = {0: "K"}
         target = TractNNEF(check_io=self.check, dynamic_axes=dyn, specific_properties=properties,
                            asserts=contract_asserts(self.model, self.layout.has_length), dump_identity_properties=True,
                            timeout=self.timeout, check_io_tolerance=self.tolerance, **options)
         with torch.no_grad():
-            return export(self.decoder, (sc.ids[:, PAST:], *cache, *sc.features), self.stage / "model.nnef.tgz",
-                          target=target, input_names=names, output_names=self.layout.output_names())
+            return export(self.decoder, (sc.ids[:, PAST:], *cache, *sc.features, *self.state(sc.ids[:, PAST:], 3)),
+                          self.stage / "model.nnef.tgz", target=target, input_names=names,
+                          output_names=self.decoder.output_names())
+
+    def state(self, ids: torch.Tensor, delta: int) -> tuple:
+        """Qwen-VL's position inputs of a call: the grids of its images, the shift before it."""
+        if not self.family.mrope:
+            return ()
+        return (self.family.reference_kwargs(self.model, ids)["image_grid_thw"], torch.tensor([delta]))
 
     def reference(self, ids: torch.Tensor, past: list, with_raw: bool) -> list:
         """The model's own forward (its towers, its splice, its mask) after ``past``: logits and
@@ -347,6 +373,9 @@ class _Job:
             for m, raw in zip(self.family.modalities, self.scenario.raws):
                 kwargs[m.forward_name or m.input_name] = m.to_forward(raw)
             kwargs.update(self.family.decoder_kwargs(ids == self.decoder.placeholders[0]))
+            kwargs.update(self.family.reference_kwargs(self.model, ids))
+            if self.family.mrope:
+                self.model.model.rope_deltas = None  # transformers' shift of a former sequence
         cache = DynamicCache(ddp_cache_data=None, config=None)
         cache.layers = build_layers(self.layout, past)
         cache.layer_class_to_replicate = None
@@ -354,7 +383,8 @@ class _Job:
             kwargs["logits_to_keep"] = 1
         with torch.no_grad():
             out = self.model(input_ids=ids, past_key_values=cache, use_cache=True, **kwargs)
-        return [out.logits, *flat_cache_of(self.layout, returned_cache(out).layers)]
+        shift = [self.model.model.rope_deltas.reshape(1).long()] if self.family.mrope else []
+        return [out.logits, *flat_cache_of(self.layout, returned_cache(out).layers), *shift]
 
     def no_features(self) -> list:
         return [torch.zeros(0, self.hidden, dtype=self.dtype) for _ in self.family.modalities]
@@ -362,24 +392,29 @@ class _Job:
     def check_modes(self) -> dict:
         """prompt (P = 0, the placeholders inside), prompt_with_past (the same after a text past),
         decode (one text token after the whole prompt, N = 0): tract with the towers' embeddings
-        against the model's own forward on the raw inputs."""
-        sc, empty = self.scenario, self.layout.empty(0, self.dtype)
-        chunk, head = sc.ids[:, PAST:], sc.ids[:, :PAST]
-        past = [t.contiguous() for t in self.reference(head, empty, False)[1:]]
-        whole = [t.contiguous() for t in self.reference(sc.ids, empty, True)[1:]]
-        token = sc.ids[:, -1:]
-        cases = {"prompt": (chunk, empty, sc.features, True), "prompt_with_past": (chunk, past, sc.features, True),
-                 "decode": (token, whole, self.no_features(), False)}
-        inputs, expected = [], []
-        for ids, cache, feats, with_raw in cases.values():
-            inputs.append([t.numpy() for t in (ids, *cache, *feats)])
-            expected.append([t.numpy() for t in self.reference(ids, cache, with_raw)])
-        got = run_tract_many(self.stage / "model.nnef.tgz", inputs, timeout=self.timeout)
+        against the model's own forward on the raw input. After a past, the expected values are
+        those of the model's one run over the whole prompt (transformers restarts Qwen-VL's
+        positions at 0 for a chunk given with a cache)."""
+        sc, empty, n_cache = self.scenario, self.layout.empty(0, self.dtype), len(self.layout.slots)
+        chunk, head, token = sc.ids[:, PAST:], sc.ids[:, :PAST], sc.ids[:, -1:]
+        past = [t.contiguous() for t in self.reference(head, empty, False)[1:1 + n_cache]]
+        prompt = self.reference(chunk, empty, True)
+        whole = self.reference(sc.ids, empty, True)  # its shift stays on the model for the decode step
+        delta = int(whole[-1]) if self.family.mrope else 0
+        decode = self.reference(token, [t.contiguous() for t in whole[1:1 + n_cache]], False)
+        whole[0] = whole[0][:, -1:] if self.decoder.last_logits_only else whole[0][:, PAST:]
+        cases = {"prompt": ([chunk, *empty, *sc.features, *self.state(chunk, 0)], prompt, 0),
+                 "prompt_with_past": ([chunk, *past, *sc.features, *self.state(chunk, 0)], whole, PAST),
+                 "decode": ([token, *whole[1:1 + n_cache], *self.no_features(), *self.state(token, delta)], decode,
+                            int(sc.ids.shape[1]))}
+        got = run_tract_many(self.stage / "model.nnef.tgz", [[t.numpy() for t in inputs] for inputs, _, _ in
+                                                             cases.values()], timeout=self.timeout)
         facts, failed = {}, []
-        for (mode, (ids, cache, feats, _)), exp, outs in zip(cases.items(), expected, got):
-            diffs = compare_outputs(self.layout.output_names(), exp, outs, self.tolerance)
-            facts[mode] = {"P": int(cache[0].shape[2]) if cache else 0, "S": int(ids.shape[1]),
-                           "N": [int(f.shape[0]) for f in feats], "max_abs_logits": _fmt(diffs[0].max_abs),
+        for (mode, (inputs, expected, p)), outs in zip(cases.items(), got):
+            diffs = compare_outputs(self.decoder.output_names(), [t.numpy() for t in expected], outs, self.tolerance)
+            facts[mode] = {"P": p, "S": int(inputs[0].shape[1]),
+                           "N": [int(inputs[1 + n_cache + k].shape[0]) for k in range(len(sc.features))],
+                           "max_abs_logits": _fmt(diffs[0].max_abs),
                            "max_abs_cache": _fmt(max((d.max_abs for d in diffs[1:]), default=0.0))}
             if not all(d.ok for d in diffs):
                 failed.append(f"  [{mode}]\n" + format_diffs(diffs))
@@ -397,7 +432,7 @@ class _Job:
             out = self.reference(ids, past, step == 0)
             logits.append(out[0][0, -1].float().numpy())
             tokens.append(int(out[0][0, -1].argmax()))
-            past = out[1:]
+            past = out[1:1 + len(self.layout.slots)]
             ids = torch.tensor([[tokens[-1]]])
         return tokens, np.stack(logits)
 
@@ -407,7 +442,11 @@ class _Job:
         asset stores) and logits at every step within the tolerance. ``drift_logits``: tract's
         largest difference from the model's own logits (``original``, its weights as loaded)."""
         expected_tokens, expected_logits = self.greedy_reference(steps)
-        tokens, logits = tract_generate(self.stage, self.family, self.scenario, steps, self.timeout)
+        extras = []
+        if self.family.mrope:  # the grid on the prompt, none after; the shift fed back from the outputs
+            first = self.state(self.scenario.ids, 0)
+            extras = [(first[0].numpy(), np.zeros((0, 3), np.int64)), (first[1].numpy(), None)]
+        tokens, logits = tract_generate(self.stage, self.family, self.scenario, steps, self.timeout, extras)
         diff = compare_outputs(["logits"], [expected_logits], [logits], self.tolerance)[0]
         if tokens != expected_tokens or not diff.ok:
             raise CheckIOError(f"greedy generation from the raw input differs in tract: tokens {tokens}, transformers "
@@ -417,8 +456,11 @@ class _Job:
                 "max_abs_logits": _fmt(diff.max_abs), "drift_logits": _fmt(np.abs(logits - original).max())}
 
 
-def tract_generate(stage: Path, family: Family, sc: Scenario, steps: int, timeout: float) -> tuple[list, np.ndarray]:
-    """Greedy generation in a tract child: the encoder graphs on the raw inputs, then the decoder."""
+def tract_generate(stage: Path, family: Family, sc: Scenario, steps: int, timeout: float,
+                   extras: list = ()) -> tuple[list, np.ndarray]:
+    """Greedy generation in a tract child: the encoder graphs on the raw inputs, then the decoder.
+    ``extras``: the decoder's inputs after the embeddings, as ``(first call, later calls)``
+    arrays, later None for a state fed back from the outputs after the caches."""
     from ..targets.tract.target import _uses_transformers
 
     decoder = stage / "model.nnef.tgz"
@@ -429,8 +471,14 @@ def tract_generate(stage: Path, family: Family, sc: Scenario, steps: int, timeou
         for k, (m, raw) in enumerate(zip(family.modalities, sc.raws)):
             np.save(workdir / f"raw_{k}.npy", raw.numpy())
             encoders.append([str(stage / m.tower / "model.nnef.tgz"), f"raw_{k}.npy"])
+        pairs = []
+        for k, (first, later) in enumerate(extras):
+            np.save(workdir / f"extra_{k}.npy", first)
+            if later is not None:
+                np.save(workdir / f"extra_{k}_later.npy", later)
+            pairs.append([f"extra_{k}.npy", None if later is None else f"extra_{k}_later.npy"])
         (workdir / "request.json").write_text(json.dumps({
-            "decoder": str(decoder), "encoders": encoders, "steps": int(steps),
+            "decoder": str(decoder), "encoders": encoders, "steps": int(steps), "extras": pairs,
             "with_transformers": _uses_transformers(decoder)}))
         try:
             outcome = run_child(CHILD_SCRIPT, workdir, timeout, preload=("numpy", "tract"))

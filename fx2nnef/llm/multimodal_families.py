@@ -68,8 +68,10 @@ class Family:
     model_types: tuple
     modalities: tuple
     decoder_kwargs: Callable = staticmethod(lambda mask: {})
-    # a fixed image size is read from the vision config; None when the tower takes several
-    notes: str = ""
+    # (model, ids) -> what the model's own forward needs beside the raw input (Qwen-VL's grid)
+    reference_kwargs: Callable = staticmethod(lambda model, ids: {})
+    # Qwen-VL: 3-D positions computed in the decoder from the image grids, a shift carried between calls
+    mrope: bool = False
 
 
 def _pooled(out) -> torch.Tensor:
@@ -119,19 +121,39 @@ TILED_IMAGE = dataclasses.replace(IMAGE, features=tiled_image_features, count_sy
 AUDIO = Modality("audio", "audio", "input_features", ("audio_token_id", "audio_token_index"), audio_features,
                  _mel_chunks, "AUD", "CHUNKS")
 
+def _qwen_reference(model, ids: torch.Tensor) -> dict:
+    from .mrope import fixed_grid
+
+    token = IMAGE.placeholder(model.config)
+    count = int((ids == token).sum())
+    grid = torch.tensor([fixed_grid(model.config)] * (1 if count else 0), dtype=torch.long).reshape(-1, 3)
+    return {"image_grid_thw": grid, "mm_token_type_ids": (ids == token).int()}
+
+
+def _qwen_image():
+    from .mrope import qwen_image_features, qwen_patches
+
+    return dataclasses.replace(IMAGE, features=qwen_image_features, example=qwen_patches, count_symbol=None)
+
+
 FAMILIES = (
     Family(("gemma3",), (IMAGE,), decoder_kwargs=lambda mask: {"token_type_ids": mask.long()}),
     Family(("llava",), (dataclasses.replace(IMAGE, count_symbol=None),)),
     Family(("idefics3", "smolvlm"), (TILED_IMAGE,)),
     Family(("voxtral",), (AUDIO,)),
+    Family(("qwen2_5_vl", "qwen2_vl"), (_qwen_image(),), reference_kwargs=_qwen_reference, mrope=True),
 )
 
 # Families that need more than a splice, by the part that is missing and why.
 REFUSED = {
-    ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe", "glm4v"): (
+    ("qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe"): (
+        "splice",
+        "its vision tower also feeds DeepStack residual streams into the first decoder layers, which this "
+        "exporter does not splice yet"),
+    ("glm4v",): (
         "positions",
-        "its decoder takes 3-D M-RoPE positions computed from the image grid over the whole sequence (and "
-        "a rope delta carried between calls), which the KV-cache contract does not carry yet"),
+        "its decoder takes 3-D positions from the image grid in its own layout, which this exporter does not "
+        "compute yet"),
     ("mistral3", "pixtral", "llava_next", "llava_onevision"): (
         "tower",
         "its vision tower takes images of variable size with their image_sizes, which this exporter does not "
