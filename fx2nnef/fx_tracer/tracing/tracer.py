@@ -925,6 +925,7 @@ def tracing_patches(tracer: CustomTracer):
         return method
 
     methods = {name: getattr(torch.Tensor, name) for name in _SIZED_METHODS}
+    own_methods = {name for name in methods if name in vars(torch.Tensor)}
     checks = {name: getattr(torch, name) for name in _CHECK_FUNCTIONS if hasattr(torch, name)}
     builtins.isinstance = _traced_isinstance
     builtins.callable = _traced_callable
@@ -950,8 +951,11 @@ def tracing_patches(tracer: CustomTracer):
         builtins.len = _orig_len
         builtins.range = _orig_range
         torch.jit.ScriptFunction.__call__ = script_call
-        for name, fn in methods.items():
-            setattr(torch.Tensor, name, fn)
+        for name, fn in methods.items():  # what torch.Tensor inherits is deleted again, not set on it
+            if name in own_methods:
+                setattr(torch.Tensor, name, fn)
+            else:
+                delattr(torch.Tensor, name)
         for name, fn in saved.items():
             setattr(torch, name, fn)
         for name, fn in checks.items():
