@@ -127,6 +127,12 @@ def test_multimodal_folder_exports_and_checks(tmp_path, family, capsys):
         printed = capsys.readouterr().out
         assert "in_image_embeddings" in printed and "check encoder_vision" in printed, printed
         checks = json.loads((out / "fx2nnef.json").read_text())["checks"]
+        _generate_from_the_folder(folder, out)
+    elif family == "llava":  # without the checks of the export and the modes: the generation still runs
+        checks = fx2nnef.llm.export_causal_lm(folder, out, generate=3, check=False).checks
+        assert set(checks) == {"generate"} and checks["generate"]["equal"], checks
+        _decoder_reads_the_embeddings(out, False)
+        return
     else:
         checks = fx2nnef.llm.export_causal_lm(folder, out, generate=3).checks
     tower = "audio" if family == "voxtral" else "vision"
@@ -150,6 +156,29 @@ def test_multimodal_folder_exports_and_checks(tmp_path, family, capsys):
     manifest = json.loads((out / "fx2nnef.json").read_text())
     assert f"in_{modality}_embeddings" in manifest["inputs"]
     _decoder_reads_the_embeddings(out, "in_rope_delta" in manifest["inputs"])
+
+
+def _generate_from_the_folder(folder, out):
+    """fx2nnef.llm.generate_multimodal: an image and a prompt through both graphs in tract, the
+    tokens and logits of transformers' greedy decoding; a prompt with a placeholder short is refused."""
+    from fx2nnef.errors import AssetInputError
+    from fx2nnef.llm.multimodal import load_multimodal
+
+    model = load_multimodal(folder)
+    image = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(5))
+    prompt = torch.tensor([[2, 297, 299, 299, 299, 299, 298, 17, 40]])
+    tokens, logits = fx2nnef.llm.generate_multimodal(out, prompt[0].tolist(), {"pixel_values": image.numpy()}, 3)
+    expected, ids, past = [], prompt, None
+    with torch.no_grad():
+        for step in range(3):
+            extra = {"pixel_values": image, "token_type_ids": (ids == 299).long()} if step == 0 else {}
+            o = model(input_ids=ids, past_key_values=past, use_cache=True, **extra)
+            expected.append(o.logits[0, -1])
+            past, ids = o.past_key_values, o.logits[:, -1:].argmax(-1)
+    assert tokens == [int(e.argmax()) for e in expected]
+    assert np.abs(logits - torch.stack(expected).numpy()).max() < 1e-4
+    with pytest.raises(AssetInputError, match="3 placeholder token.*4 rows"):
+        fx2nnef.llm.generate_multimodal(out, [2, 299, 299, 299, 5], {"pixel_values": image.numpy()}, 2)
 
 
 def _decoder_reads_the_embeddings(out, mrope):

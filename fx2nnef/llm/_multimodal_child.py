@@ -44,6 +44,11 @@ def generate(request: dict, prompt: np.ndarray, workdir: Path) -> dict:
     for asset, raw in request["encoders"]:
         runnable = _load(asset, with_transformers).into_runnable()
         embeddings.append(runnable.run([np.load(workdir / raw)])[0].to_numpy())
+    for token, rows in zip(request.get("placeholders", []), embeddings):
+        count = int((np.asarray(prompt) == token).sum())
+        if count != rows.shape[0]:
+            raise AssetInputError(f"the prompt holds {count} placeholder token(s) {token}, the encoder gave "
+                                  f"{rows.shape[0]} rows: the prompt needs one placeholder a row, in a row per input")
     decoder = _load(request["decoder"], with_transformers)
     facts = _facts(decoder)
     pairs = request.get("extras", [])
@@ -64,6 +69,10 @@ def generate(request: dict, prompt: np.ndarray, workdir: Path) -> dict:
         ids = np.array([[tokens[-1]]], np.int64)
     np.save(workdir / "logits.npy", np.stack(logits))
     return {"ok": True, "tokens": tokens, "embeddings": [list(e.shape) for e in embeddings]}
+
+
+class AssetInputError(ValueError):
+    """The inputs do not fit the asset (reported by name to the parent)."""
 
 
 def main(workdir: Path) -> int:

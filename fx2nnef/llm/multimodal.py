@@ -26,9 +26,8 @@ import torch
 
 from .. import progress
 from ..api import export
-from ..errors import CheckIOError, InvalidArgumentError, TractError
+from ..errors import CheckIOError, InvalidArgumentError
 from ..targets import TractNNEF
-from ..targets.child import clean_engine_message, crash_message, run_child
 from ..targets.tolerance import compare_outputs, format_diffs
 from ..targets.tract_runner import run_tract_many
 from .export import (MANIFEST_NAME, SOURCE_EXPORTERS, LLMExportResult, _copy_companions, _fmt, _force_f32_option,
@@ -36,12 +35,12 @@ from .export import (MANIFEST_NAME, SOURCE_EXPORTERS, LLMExportResult, _copy_com
                      stored_weights, tolerance_for, vocab_size)
 from .mrope import fixed_grid, mrope_positions
 from .multimodal_families import Family, Modality, family_of, is_multimodal_config
+from .multimodal_run import tract_generate
 from .wrapper import CacheLayout, build_layers, cache_layout, flat_cache_of, returned_cache
 
 MULTIMODAL_MANIFEST = "multimodal.json"
 # processor files that travel with the asset beside the tokenizer
 PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json", "video_preprocessor_config.json")
-CHILD_SCRIPT = Path(__file__).resolve().with_name("_multimodal_child.py")
 # text tokens around the placeholders in the checks: before, after, and the past of the chunk mode
 TEXT_BEFORE, TEXT_AFTER, PAST = 2, 3, 3
 
@@ -133,13 +132,14 @@ class SplicedDecoder(torch.nn.Module):
         cache.layers = build_layers(self.layout, flat)
         cache.layer_class_to_replicate = None
         kwargs = {"logits_to_keep": 1} if self.last_logits_only else {}
+        past = next(t.shape[2] for slot, t in zip(self.layout.slots, flat) if slot.grows)
         shifted = ()
         if state:
             merge = self.model.config.vision_config.spatial_merge_size
-            kwargs["position_ids"], shift = mrope_positions(masks[0], flat[0].shape[2], state[0], state[1], merge)
+            kwargs["position_ids"], shift = mrope_positions(masks[0], past, state[0], state[1], merge)
             shifted = (shift,)
         out = self.model(inputs_embeds=embeds, past_key_values=cache, use_cache=True,
-                         **self.family.decoder_kwargs(masks[0]), **kwargs)
+                         **self.family.decoder_kwargs(masks[0], past), **kwargs)
         return (out.logits, *flat_cache_of(self.layout, returned_cache(out).layers), *shifted)
 
     def input_names(self) -> list[str]:
@@ -372,7 +372,7 @@ class _Job:
         if with_raw:
             for m, raw in zip(self.family.modalities, self.scenario.raws):
                 kwargs[m.forward_name or m.input_name] = m.to_forward(raw)
-            kwargs.update(self.family.decoder_kwargs(ids == self.decoder.placeholders[0]))
+            kwargs.update(self.family.decoder_kwargs(ids == self.decoder.placeholders[0], 0))
             kwargs.update(self.family.reference_kwargs(self.model, ids))
             if self.family.mrope:
                 self.model.model.rope_deltas = None  # transformers' shift of a former sequence
@@ -446,7 +446,10 @@ class _Job:
         if self.family.mrope:  # the grid on the prompt, none after; the shift fed back from the outputs
             first = self.state(self.scenario.ids, 0)
             extras = [(first[0].numpy(), np.zeros((0, 3), np.int64)), (first[1].numpy(), None)]
-        tokens, logits = tract_generate(self.stage, self.family, self.scenario, steps, self.timeout, extras)
+        encoders = [(self.stage / m.tower / "model.nnef.tgz", raw.numpy())
+                    for m, raw in zip(self.family.modalities, self.scenario.raws)]
+        tokens, logits = tract_generate(self.stage / "model.nnef.tgz", encoders, self.scenario.ids.numpy(), steps,
+                                        self.timeout, extras, self.decoder.placeholders)
         diff = compare_outputs(["logits"], [expected_logits], [logits], self.tolerance)[0]
         if tokens != expected_tokens or not diff.ok:
             raise CheckIOError(f"greedy generation from the raw input differs in tract: tokens {tokens}, transformers "
@@ -454,41 +457,6 @@ class _Job:
                                "Nothing was written.", [], "")
         return {"steps": steps, "prompt_length": int(self.scenario.ids.shape[1]), "tokens": tokens, "equal": True,
                 "max_abs_logits": _fmt(diff.max_abs), "drift_logits": _fmt(np.abs(logits - original).max())}
-
-
-def tract_generate(stage: Path, family: Family, sc: Scenario, steps: int, timeout: float,
-                   extras: list = ()) -> tuple[list, np.ndarray]:
-    """Greedy generation in a tract child: the encoder graphs on the raw inputs, then the decoder.
-    ``extras``: the decoder's inputs after the embeddings, as ``(first call, later calls)``
-    arrays, later None for a state fed back from the outputs after the caches."""
-    from ..targets.tract.target import _uses_transformers
-
-    decoder = stage / "model.nnef.tgz"
-    with tempfile.TemporaryDirectory(prefix="fx2nnef_multimodal_") as temp:
-        workdir = Path(temp)
-        np.save(workdir / "prompt.npy", sc.ids.numpy())
-        encoders = []
-        for k, (m, raw) in enumerate(zip(family.modalities, sc.raws)):
-            np.save(workdir / f"raw_{k}.npy", raw.numpy())
-            encoders.append([str(stage / m.tower / "model.nnef.tgz"), f"raw_{k}.npy"])
-        pairs = []
-        for k, (first, later) in enumerate(extras):
-            np.save(workdir / f"extra_{k}.npy", first)
-            if later is not None:
-                np.save(workdir / f"extra_{k}_later.npy", later)
-            pairs.append([f"extra_{k}.npy", None if later is None else f"extra_{k}_later.npy"])
-        (workdir / "request.json").write_text(json.dumps({
-            "decoder": str(decoder), "encoders": encoders, "steps": int(steps), "extras": pairs,
-            "with_transformers": _uses_transformers(decoder)}))
-        try:
-            outcome = run_child(CHILD_SCRIPT, workdir, timeout, preload=("numpy", "tract"))
-        except Exception as error:  # noqa: BLE001 - a timeout, named
-            raise TractError(f"multimodal generation in tract did not finish within {timeout} s: {error}") from error
-        if outcome.result is None:
-            raise TractError(crash_message("tract", decoder, outcome, "The asset crashed tract while generating."))
-        if not outcome.result["ok"]:
-            raise TractError(f"multimodal generation in tract failed: {clean_engine_message(outcome.result['message'])}")
-        return outcome.result["tokens"], np.load(workdir / "logits.npy")
 
 
 # what the encoders expect of the processor, when its config says it

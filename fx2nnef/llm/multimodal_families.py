@@ -62,12 +62,12 @@ class Modality:
 @dataclasses.dataclass(frozen=True)
 class Family:
     """A multimodal family: its modalities and the decoder's extra keyword arguments, from the
-    placeholder mask of a call (Gemma 3's ``token_type_ids``, which make the image tokens attend
-    each other both ways)."""
+    placeholder mask of a call and the cache length (Gemma 3's ``token_type_ids``, which make the
+    image tokens attend each other both ways)."""
 
     model_types: tuple
     modalities: tuple
-    decoder_kwargs: Callable = staticmethod(lambda mask: {})
+    decoder_kwargs: Callable = staticmethod(lambda mask, past: {})
     # (model, ids) -> what the model's own forward needs beside the raw input (Qwen-VL's grid)
     reference_kwargs: Callable = staticmethod(lambda model, ids: {})
     # Qwen-VL: 3-D positions computed in the decoder from the image grids, a shift carried between calls
@@ -121,6 +121,14 @@ TILED_IMAGE = dataclasses.replace(IMAGE, features=tiled_image_features, count_sy
 AUDIO = Modality("audio", "audio", "input_features", ("audio_token_id", "audio_token_index"), audio_features,
                  _mel_chunks, "AUD", "CHUNKS")
 
+def _gemma3_token_types(mask: torch.Tensor, past) -> dict:
+    """Gemma 3's ``token_type_ids`` (1 on image tokens: they attend each other both ways) over
+    the whole sequence, as its mask reads them by absolute position: the past's are text (0), an
+    image lying whole in one call. transformers given a chunk's own after a cache reads them
+    shifted (it pads them at the end)."""
+    return {"token_type_ids": torch.cat([mask.new_zeros(1, past).long(), mask.long()], dim=1)}
+
+
 def _qwen_reference(model, ids: torch.Tensor) -> dict:
     from .mrope import fixed_grid
 
@@ -137,7 +145,7 @@ def _qwen_image():
 
 
 FAMILIES = (
-    Family(("gemma3",), (IMAGE,), decoder_kwargs=lambda mask: {"token_type_ids": mask.long()}),
+    Family(("gemma3",), (IMAGE,), decoder_kwargs=_gemma3_token_types),
     Family(("llava",), (dataclasses.replace(IMAGE, count_symbol=None),)),
     Family(("idefics3", "smolvlm"), (TILED_IMAGE,)),
     Family(("voxtral",), (AUDIO,)),
