@@ -142,7 +142,7 @@ def test_multimodal_folder_exports_and_checks(tmp_path, family, capsys):
     assert checks["generate"]["equal"] and len(checks["generate"]["tokens"]) == 3
     assert len(set(checks[f"encoder_{tower}"]["tokens"])) == 2 or family in ("llava", "qwen2_5_vl")  # two sizes
     if family == "qwen2_5_vl":  # M-RoPE on a 2-D grid of 4 x 6 image tokens, decoding after a past of 32
-        assert checks["prompt"]["N"] == [24] and checks["decode"]["P"] == 32, checks
+        assert checks["prompt"]["N"] == [24] and checks["decode"]["P"] == 37, checks
     # the folder: decoder, encoder, both manifests, tokenizer and processor files
     assert (out / "model.nnef.tgz").is_file() and (out / tower / "model.nnef.tgz").is_file()
     assert (out / "tokenizer.json").is_file() and (out / "preprocessor_config.json").is_file()
@@ -208,3 +208,24 @@ def test_qwen3_vl_refused_by_part(tmp_path):
     with pytest.raises(InvalidArgumentError, match=r"qwen3_vl \(splice\).*DeepStack.*Nothing was written"):
         fx2nnef.llm.export_causal_lm(folder, tmp_path / "out")
     assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out*"))
+
+
+def test_mrope_positions_match_transformers_over_calls():
+    """Qwen-VL's positions computed as the decoder graph does, call by call (two images of other
+    grids, text between, the second image after a past holding the first), equal transformers'
+    get_rope_index over the whole sequence; the shift carried is its rope_deltas."""
+    from fx2nnef.llm.mrope import mrope_positions
+
+    model, _, _ = _qwen2_5_vl()
+    grids = torch.tensor([[1, 8, 12], [1, 6, 2]])  # 4 x 6 and 3 x 1 tokens after the merge
+    ids = torch.cat([torch.arange(3), torch.full((24,), 299), torch.arange(4), torch.full((3,), 299),
+                     torch.arange(5)]).unsqueeze(0)
+    expected, delta = model.model.get_rope_index(ids, (ids == 299).int(), image_grid_thw=grids)
+    cut, shift = 29, torch.zeros(1, dtype=torch.long)
+    got = []
+    for start, stop, grid in ((0, cut, grids[:1]), (cut, ids.shape[1], grids[1:])):
+        positions, shift = mrope_positions(ids[:, start:stop] == 299, start, grid, shift, 2)
+        got.append(positions)
+    assert torch.equal(torch.cat(got, dim=2), expected) and shift.tolist() == delta[0].tolist()
+    step, _ = mrope_positions(torch.zeros(1, 1, dtype=torch.bool), ids.shape[1], grids[:0], shift, 2)
+    assert step.flatten().tolist() == [ids.shape[1] + int(delta)] * 3  # decoding after it

@@ -10,6 +10,8 @@ decoder graph with the KV-cache contract plus the embeddings spliced at the plac
   ``in_<modality>_embeddings [N, hidden]``: the rows of the placeholder tokens of this call, in
   order (``[0, hidden]`` for a call without any). The text embeddings of the placeholders are
   replaced by those rows in the graph; the model's own mask and positions do the rest.
+  Qwen2-VL / Qwen2.5-VL also take the images' grids and a position shift carried between calls
+  (``mrope.py``), and their encoder a fixed grid.
 """
 from __future__ import annotations
 
@@ -42,7 +44,7 @@ MULTIMODAL_MANIFEST = "multimodal.json"
 # processor files that travel with the asset beside the tokenizer
 PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json", "video_preprocessor_config.json")
 # text tokens around the placeholders in the checks: before, after, and the past of the chunk mode
-TEXT_BEFORE, TEXT_AFTER, PAST = 2, 3, 3
+TEXT_BEFORE, TEXT_AFTER, PAST = 2, 3, 8
 
 
 def multimodal_source(model_or_dir) -> bool:
