@@ -177,6 +177,8 @@ def _generate_from_the_folder(folder, out):
             past, ids = o.past_key_values, o.logits[:, -1:].argmax(-1)
     assert tokens == [int(e.argmax()) for e in expected]
     assert np.abs(logits - torch.stack(expected).numpy()).max() < 1e-4
+    with pytest.raises(AssetInputError, match="decoder of a multimodal export.*generate_multimodal"):
+        fx2nnef.llm.TractCausalLM.load(out)
     with pytest.raises(AssetInputError, match="3 placeholder token.*4 rows"):
         fx2nnef.llm.generate_multimodal(out, [2, 299, 299, 299, 5], {"pixel_values": image.numpy()}, 2)
 
