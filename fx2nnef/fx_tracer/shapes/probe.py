@@ -1926,7 +1926,7 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
             note = "decided on tensor data: the export keeps only this branch"
             if g.branch_note:
                 note += f"; {g.branch_note}"
-        ir_guards.append(Guard(g.text, kind, g.source, g.expected, status, note))
+        ir_guards.append(Guard(g.text, kind, g.source, g.expected, status, note, g.decided))
     for s, sizes in shape_bound.items():
         r = ranges[s]
         for n in sizes:
