@@ -158,7 +158,7 @@ def _add_target_options(p) -> None:
 
 def _add_rounding_option(p) -> None:
     p.add_argument("--rounding", choices=Q4_0_ROUNDINGS, help="with --weights q4_0: how each block's scale is "
-                   "chosen: minmax (GGML's, the default) or search (least squared error, same size)")
+                   "chosen: search (the default: least squared error, same size) or minmax (GGML's)")
 
 
 def _add_trace_options(p) -> None:

@@ -59,10 +59,10 @@ def test_a_perturbed_model_shows_drift():
     assert "greedy tokens differ from token 2 of 3 on" in measured.summary()
 
 
-def test_llm_q4_0_search_summary_and_manifest_report_drift(tmp_path, capsys):
+def test_llm_q4_0_summary_and_manifest_report_drift(tmp_path, capsys):
     src = _folder(tmp_path, _llama())
     out = tmp_path / "out"
-    assert cli_main(["llm", str(src), str(out), "--weights", "q4_0", "--rounding", "search", "--generate", "3"]) == 0
+    assert cli_main(["llm", str(src), str(out), "--weights", "q4_0", "--generate", "3"]) == 0
     printed = capsys.readouterr().out
     assert "correctness: tract against the model holding the asset's q4_0 weights" in printed
     assert "drift from the original model (informative, not a check" in printed
@@ -74,7 +74,7 @@ def test_llm_q4_0_search_summary_and_manifest_report_drift(tmp_path, capsys):
     assert 0 <= drift["top1_agreement"] <= 1 and drift["greedy"]["steps"] == 3
     # the check (tract against the rounded model) is tight; the drift is not
     assert manifest["checks"]["prompt"]["max_abs_logits"] < 1e-4 < drift["max_abs"]
-    assert manifest["q4_0_rounding"] == "search" and manifest["guards"]
+    assert manifest["q4_0_rounding"] == "search" and manifest["guards"]  # search: the default
 
 
 def test_llm_f16_drift_is_small(tmp_path):
@@ -98,6 +98,9 @@ def test_export_with_stored_weights_reports_drift(tmp_path):
     assert "check in tract: OK (against the model holding the stored weights)" in str(r)
     plain = fx2nnef.export(model, (torch.randn(2, 64),), tmp_path / "n.nnef.tgz")
     assert plain.drift is None and "drift" not in str(plain) and "run: fx2nnef.run(" in str(plain)
+    unchecked = fx2nnef.export(model, (torch.randn(2, 64),), tmp_path / "u.nnef.tgz",
+                               target=TractNNEF(weights="f16", check_io=False))
+    assert unchecked.drift is None and "drift from the original weights: not measured" in str(unchecked)
 
 
 def _block_errors(values: np.ndarray, rounding: str) -> np.ndarray:

@@ -94,6 +94,8 @@ class ExportResult:
         if self.drift is not None:
             lines.append("  drift from the original weights (informative, not a check): " + self.drift.summary())
             lines.append(f"    {self.drift.what}")
+        elif not self.check and any(w.stored_bytes != w.native_bytes for w in self.weights):
+            lines.append("  drift from the original weights: not measured (the check did not run)")
         for n in self.notes:
             lines.append(f"  note: {n}")
         lines.append("  time: " + ", ".join(f"{k} {v:.2f}s" if isinstance(v, float) else f"{k} {v}"

@@ -43,11 +43,11 @@ class TractNNEF(InferenceTarget):
             per block of 32, scales chosen by ``rounding``; other parameters stay native). The check then compares with the model holding the
             stored (rounded or dequantized) weights; ``result.weights`` says what each
             parameter became and why.
-        rounding: how ``"q4_0"`` picks each block's scale: ``"minmax"`` (GGML's and tract's own:
-            the largest magnitude is exact) or ``"search"`` (the scale of least squared error
-            among a few around min-max's; same size and speed, lower error: see
-            ``fx2nnef.ir.weight_data``). Default (None): ``DEFAULT_Q4_0_ROUNDING``; given, it
-            needs ``weights="q4_0"``.
+        rounding: how ``"q4_0"`` picks each block's scale: ``"search"`` (the default: the scale
+            of least squared error among a few around min-max's; same size and speed, lower
+            error in every block, see ``fx2nnef.ir.weight_data``) or ``"minmax"`` (GGML's and
+            tract's own quantizer: the largest magnitude is exact). Given, it needs
+            ``weights="q4_0"``.
         asserts: extra assertions on the symbols, e.g. ``["S+P < 128", "tg: S==1"]``, written as
             ``extension tract_assert`` (tract checks them at load, not at run time).
         fused: tract fused ops to rewrite exact patterns into: names among ``"rms_norm"``
