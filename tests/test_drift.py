@@ -195,3 +195,14 @@ def test_guards_of_torch_modules_name_torch_lines(tmp_path):
     detailed = r.summary(verbose=True)
     assert detailed.count("[shape]") == n and "torch/nn/functional.py:" in detailed
     assert all("called from" in str(g) and "test_drift.py" in str(g.source) for g in r.guards)
+
+
+def test_the_summary_names_what_the_check_compares_with():
+    said = llm_drift.exported_model
+    assert said({"weights": "native", "dtype": "f32"}) == "the model"
+    assert said({"weights": "native", "dtype": "f32", "drift": {"original_dtype": "bf16"}}) == "the model"
+    assert said({"weights": "native", "dtype": "f16", "drift": {"original_dtype": "bf16"}}) == "the model cast to f16"
+    assert said({"weights": "q4_0", "dtype": "f16", "drift": {"original_dtype": "f32"}}) == \
+        "the model holding the asset's q4_0 weights, cast to f16"
+    assert said({"weights": "q4_0", "dtype": "f16", "drift": {"original_dtype": "f16"}}) == \
+        "the model holding the asset's q4_0 weights"

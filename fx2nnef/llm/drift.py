@@ -24,6 +24,7 @@ from ..fx_tracer.stored_values import stored_values
 from ..targets.drift import Drift, greedy_drift, logit_drift
 from .wrapper import FlatCacheLM, cache_layout
 
+_DTYPE_NAMES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
 # cases(wrapper, layout, dtype) -> {mode: (inputs, expected outputs, sizes)}, as export.mode_cases
 ModeCases = Callable[[FlatCacheLM, object, torch.dtype], dict]
 
@@ -37,15 +38,15 @@ class OriginalReference:
     sizes: dict = dataclasses.field(default_factory=dict)  # mode -> {"P": p, "S": s}
     failure: str = ""  # why the original model gave no reference (the export's own checks then say more)
     seconds: float = 0.0
+    original_dtype: str = ""  # the model's float type as given ("bf16", "f32", "f16")
 
     def manifest_entry(self, tract_logits: dict, tract_tokens: Optional[list]) -> dict:
         """``fx2nnef.json``'s ``drift``: the numbers, or why they were not measured."""
-        if self.failure:
-            return {"not_measured": self.failure}
-        measured = self.measure(tract_logits, tract_tokens)
+        measured = None if self.failure else self.measure(tract_logits, tract_tokens)
         if measured is None:
-            return {"not_measured": "nothing ran in tract (no check, no generation)"}
-        return measured.as_json()
+            why = self.failure or "nothing ran in tract (no check, no generation)"
+            return {"original_dtype": self.original_dtype, "not_measured": why}
+        return {"original_dtype": self.original_dtype, **measured.as_json()}
 
     def measure(self, tract_logits: dict, tract_tokens: Optional[list] = None) -> Optional[Drift]:
         """The asset's drift: its logits per mode (from tract) against the original's, and its
@@ -80,12 +81,13 @@ def reference_before_rounding(model: torch.nn.Module, export_dtype: torch.dtype,
     (:func:`changes_values`), else None. Call it before the model is cast."""
     if not changes_values(model, export_dtype, weights):
         return None
+    own = _DTYPE_NAMES.get(next(model.parameters()).dtype, str(next(model.parameters()).dtype))
     if modes is None and greedy is None:
-        return OriginalReference({})
+        return OriginalReference({}, original_dtype=own)
     progress.stage("reference", "the original model's logits, to report the drift of the rounded asset")
     started = time.perf_counter()
     reference = original_reference(model, last_logits_only, modes, greedy)
-    reference.seconds = round(time.perf_counter() - started, 3)
+    reference.seconds, reference.original_dtype = round(time.perf_counter() - started, 3), own
     return reference
 
 
@@ -120,11 +122,13 @@ def _rows(logits: np.ndarray) -> np.ndarray:
 
 def exported_model(manifest: dict) -> str:
     """What the correctness check compares tract with, in words."""
+    parts = []
     if manifest.get("weights", "native") != "native":
-        return f"the model holding the asset's {manifest['weights']} weights"
-    if "drift" in manifest:
-        return f"the model cast to {manifest['dtype']}"
-    return "the model"
+        parts.append(f"holding the asset's {manifest['weights']} weights")
+    own = manifest.get("drift", {}).get("original_dtype", manifest["dtype"])
+    if {"bf16": "f32"}.get(own, own) != manifest["dtype"]:
+        parts.append(f"cast to {manifest['dtype']}")
+    return "the model " + ", ".join(parts) if parts else "the model"
 
 
 def summary_lines(manifest: dict) -> list:
