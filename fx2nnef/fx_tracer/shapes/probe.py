@@ -899,7 +899,7 @@ class Prober:
             note = "decided on tensor data: the export keeps only this branch"
             if g.branch_note:
                 note += f"; {g.branch_note}"
-        return Guard(g.text, kind, g.source, g.expected, status, note)
+        return Guard(g.text, kind, g.source, g.expected, status, note, g.decided)
 
     def _flipped(self, g: GuardRecord, kind: str, env: dict, why: str) -> tuple:
         """``(status, note)`` of a decision that flipped at ``env`` where the graph differs: violated
