@@ -126,6 +126,7 @@ def test_multimodal_folder_exports_and_checks(tmp_path, family, capsys):
         assert main(["llm", str(folder), str(out), "--generate", "3"]) == 0
         printed = capsys.readouterr().out
         assert "in_image_embeddings" in printed and "check encoder_vision" in printed, printed
+        assert "generate_multimodal" in printed, printed
         checks = json.loads((out / "fx2nnef.json").read_text())["checks"]
         _generate_from_the_folder(folder, out)
     elif family == "llava":  # without the checks of the export and the modes: the generation still runs

@@ -80,8 +80,12 @@ class LLMExportResult:
             lines.append(f"  not checked: {', '.join(skipped)}{why}")
         lines += guard_lines(self.export.guards, listed=MANIFEST_NAME) if self.export is not None else []
         lines += drift.summary_lines(self.manifest)
-        lines.append(f"  run: fx2nnef.llm.TractCausalLM.load({str(self.out_dir)!r}).greedy(prompt_ids, n) "
-                     f"(or fx2nnef run {self.asset} INPUTS.npz)")
+        if "multimodal" in self.manifest:  # encoders beside the decoder
+            lines.append(f"  run: fx2nnef.llm.generate_multimodal({str(self.out_dir)!r}, prompt_ids, "
+                         "{encoder input: array}, n)")
+        else:
+            lines.append(f"  run: fx2nnef.llm.TractCausalLM.load({str(self.out_dir)!r}).greedy(prompt_ids, n) "
+                         f"(or fx2nnef run {self.asset} INPUTS.npz)")
         return "\n".join(lines)
 
     @property
@@ -182,7 +186,7 @@ def export_causal_lm(model_or_dir, out_dir, *, dtype: Optional[str] = None, weig
             return export_source(model_or_dir, out_dir, dict(
                 dtype=dtype, weights=weights, last_logits_only=last_logits_only, batch_symbol=batch_symbol,
                 generate=generate, check=check, overwrite=overwrite, seed=seed, timeout=timeout, fused=fused,
-                force_f32=force_f32))
+                force_f32=force_f32, rounding=rounding))
     if out_dir.exists() and not overwrite:
         raise InvalidArgumentError(f"{str(out_dir)!r} exists: remove it or pass {spell('overwrite', True)}")
     source_dir = None

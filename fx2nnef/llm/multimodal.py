@@ -212,7 +212,7 @@ def export_multimodal_lm(model_or_dir, out_dir, options: dict) -> LLMExportResul
         import copy
         model = (copy.deepcopy(model) if source_dir is None else model).to(torch_dtype)
     target_options = {**_weights_option(options["weights"]),
-                      **{k: v for k, v in (("fused", options["fused"]),
+                      **{k: v for k, v in (("fused", options["fused"]), ("rounding", options.get("rounding")),
                                            ("force_f32", _force_f32_option(options["force_f32"], torch_dtype))) if v}}
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     stage = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
