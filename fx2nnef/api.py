@@ -27,6 +27,7 @@ from .nnef_emit.archive import StagedAsset, asset_bytes, check_asset_path, check
 from .nnef_emit.extractors import registered_module_classes
 from .targets import CheckReport, InferenceTarget, TractNNEF
 from .targets.base import TieRecheck, recheck_ties
+from .targets.drift import stored_weights_drift
 from .targets.result import ExportResult
 from .targets.tolerance import format_diffs
 
@@ -223,7 +224,8 @@ def _lower_write_check(cap: Capture, path: Path, target: InferenceTarget, timing
     target.post_trace(cap.graph)
     fmt = getattr(target, "weights", "native")
     with _timed(timings if fmt != "native" else {}, "weights"):
-        weights = apply_weight_format(cap.graph, fmt, eligible=cap.owns_parameter)
+        weights = apply_weight_format(cap.graph, fmt, eligible=cap.owns_parameter,
+                                      rounding=getattr(target, "rounding", "minmax"))
     stored = [v for v in cap.graph.constants() if v.source.stored_format is not None]
     weight_bytes = sum(v.source.nbytes for v in cap.graph.constants())
     show = _show_progress(progress, weight_bytes)
@@ -266,8 +268,10 @@ def _lower_write_check(cap: Capture, path: Path, target: InferenceTarget, timing
                 lines.append(random_draws_advice(cap.random_draws))
             raise CheckIOError("\n".join(lines), [d for _, ds in report.cases for d in ds], str(bundle))
         final = staged.commit()
-    return ExportResult.of(final, target, cap.graph, cap.input_names, emitted.source_op_counts,
-                           emitted.nnef_op_counts, report, timings, emitted.text, cap.notes, weights)
+    result = ExportResult.of(final, target, cap.graph, cap.input_names, emitted.source_op_counts,
+                             emitted.nnef_op_counts, report, timings, emitted.text, cap.notes, weights)
+    result.drift = stored_weights_drift(cap.reference, cases, fmt) if stored and cases else None
+    return result
 
 
 def _tie_recheck(cap: Capture, stored: list) -> Optional[TieRecheck]:

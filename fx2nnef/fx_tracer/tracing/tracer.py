@@ -16,6 +16,7 @@ import sys
 from typing import Any, Callable, Optional
 
 import torch
+from torch.overrides import TorchFunctionMode
 import torch.fx as fx
 from torch.fx._symbolic_trace import _maybe_revert_all_patches, is_fx_symbolic_tracing
 
@@ -35,7 +36,7 @@ from .kept_tensors import put_back, tensor_contents
 from .padded import mark_padded, masked_index_add, padded_call, padded_failure, padded_nonzero, wrapped_indices
 from .size_casts import size_casts
 from .slice_bounds import from_the_start
-from .source import _SKIP_PREFIXES, user_frame_location
+from .source import _SKIP_PREFIXES, deciding_frame_location, user_frame_location
 from .strided import is_as_strided, record_as_strided
 from .threads import in_tracing_thread, tracing_in_this_thread
 from .written_constants import WrittenMemory, flat_memory, grid_of, same_view, tensor_versions, view_steps, whole_memory
@@ -70,6 +71,9 @@ class GuardRecord:
     # the node of the call that took the number (as_strided's sizes, strides and offset): once that
     # call's result is used by nothing, the number decides nothing (see drop_unread_numbers)
     reader: Optional[fx.Node] = None
+    # the line that took the decision (torch.nn's code counts; see source.deciding_frame_location):
+    # shown to the user. ``source`` (the user's line) is what branches and loops key decisions on
+    decided: Optional[SourceLoc] = None
 
 
 _EAGER_FAILURES: dict = {}
@@ -183,6 +187,9 @@ def _unwrap(obj):
     if isinstance(obj, slice):
         return slice(_unwrap(obj.start), _unwrap(obj.stop), _unwrap(obj.step))
     return obj
+
+
+_TENSOR_GETITEM = torch.Tensor.__getitem__
 
 
 def _contains_proxy(obj) -> bool:
@@ -462,7 +469,7 @@ class CustomTracer(fx.Tracer):
     def _record_guard(self, proxy, op, result, text):
         src = user_frame_location()
         text = text or f"{op}(%{proxy.node.name}) -> {result!r}"
-        self.guards.append(GuardRecord(proxy.node, op, result, src, text))
+        self.guards.append(GuardRecord(proxy.node, op, result, src, text, decided=deciding_frame_location()))
 
     # modules --------------------------------------------------------------------------
     def is_leaf_module(self, m, module_qualified_name):
@@ -903,13 +910,15 @@ def tracing_patches(tracer: CustomTracer):
         wrapper.__wrapped_factory__ = fn
         return wrapper
 
-    orig_getitem = torch.Tensor.__getitem__
+    class PlainIndexing(TorchFunctionMode):
+        """A plain tensor (e.g. created in forward) indexed with a traced size: x[:, :s]. A mode,
+        not a ``torch.Tensor.__getitem__`` of its own, which would make every tensor a Python
+        sequence for good (``torch.tensor([a 0-d tensor])`` then fails in the process)."""
 
-    def getitem(self, index):
-        # a plain tensor (e.g. created in forward) indexed with a traced size: x[:, :s]
-        if _contains_proxy(index):
-            return tracer.create_proxy("call_function", operator.getitem, (self, index), {})
-        return orig_getitem(self, index)
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if func is _TENSOR_GETITEM and type(args[0]) is not CustomProxy and _contains_proxy(args[1]):
+                return tracer.create_proxy("call_function", operator.getitem, tuple(args), {})
+            return func(*args, **(kwargs or {}))
 
     def wrap_method(name, fn):
         def method(self, *args, **kwargs):
@@ -920,12 +929,12 @@ def tracing_patches(tracer: CustomTracer):
         return method
 
     methods = {name: getattr(torch.Tensor, name) for name in _SIZED_METHODS}
+    own_methods = {name for name in methods if name in vars(torch.Tensor)}
     checks = {name: getattr(torch, name) for name in _CHECK_FUNCTIONS if hasattr(torch, name)}
     builtins.isinstance = _traced_isinstance
     builtins.callable = _traced_callable
     builtins.len = _traced_len
     builtins.range = _TracedRangeType
-    torch.Tensor.__getitem__ = getitem
     script_call = torch.jit.ScriptFunction.__call__
     torch.jit.ScriptFunction.__call__ = _script_function_call(script_call)
     try:
@@ -936,7 +945,7 @@ def tracing_patches(tracer: CustomTracer):
         for name, fn in checks.items():
             setattr(torch, name, _concrete_check(fn, _CHECK_FUNCTIONS[name]))
         # the builtins replaced above act in this thread only (see .threads)
-        with tracing_in_this_thread(), control_flow_patches(tracer), _transformers_number_casts(), \
+        with PlainIndexing(), tracing_in_this_thread(), control_flow_patches(tracer), _transformers_number_casts(), \
                 _compiled_functions_run_plain(), \
                 (loop_range_patch(tracer) if tracer.roll_loops else contextlib.nullcontext()):
             yield
@@ -945,10 +954,12 @@ def tracing_patches(tracer: CustomTracer):
         builtins.callable = _orig_callable
         builtins.len = _orig_len
         builtins.range = _orig_range
-        torch.Tensor.__getitem__ = orig_getitem
         torch.jit.ScriptFunction.__call__ = script_call
-        for name, fn in methods.items():
-            setattr(torch.Tensor, name, fn)
+        for name, fn in methods.items():  # what torch.Tensor inherits is deleted again, not set on it
+            if name in own_methods:
+                setattr(torch.Tensor, name, fn)
+            else:
+                delattr(torch.Tensor, name)
         for name, fn in saved.items():
             setattr(torch, name, fn)
         for name, fn in checks.items():
