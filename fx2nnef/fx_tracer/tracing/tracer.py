@@ -918,6 +918,8 @@ def tracing_patches(tracer: CustomTracer):
         def __torch_function__(self, func, types, args=(), kwargs=None):
             if func is _TENSOR_GETITEM and type(args[0]) is not CustomProxy and _contains_proxy(args[1]):
                 return tracer.create_proxy("call_function", operator.getitem, tuple(args), {})
+            if tracer.written.keys:  # plain tensors traced calls wrote: read as traced (.written_constants)
+                return tracer.written.torch_function(func, args, kwargs or {}, sys._getframe(1))
             return func(*args, **(kwargs or {}))
 
     def wrap_method(name, fn):
@@ -948,7 +950,11 @@ def tracing_patches(tracer: CustomTracer):
         with PlainIndexing(), tracing_in_this_thread(), control_flow_patches(tracer), _transformers_number_casts(), \
                 _compiled_functions_run_plain(), \
                 (loop_range_patch(tracer) if tracer.roll_loops else contextlib.nullcontext()):
-            yield
+            tracer.written.dispatched = True  # PlainIndexing hands it the calls (see WrittenMemory)
+            try:
+                yield
+            finally:
+                tracer.written.dispatched = False
     finally:
         builtins.isinstance = _orig_isinstance
         builtins.callable = _orig_callable
