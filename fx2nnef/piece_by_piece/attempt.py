@@ -9,7 +9,6 @@ extractor.
 """
 from __future__ import annotations
 
-import copy
 import dataclasses
 import os
 import re
@@ -23,14 +22,15 @@ import numpy as np
 import torch
 
 from ..errors import Fx2NnefError, TractError, UnsupportedOpError
-from ..fx_tracer.capture import capture
+from ..fx_tracer.capture import CaptureOptions, capture
 from ..fx_tracer.to_ir.build import to_numpy
 from ..fx_tracer.tracing.tracer import is_tracing, trace_model
 from ..ir import SourceLoc, SymDim, flat_values
-from ..nnef_emit import emit_graph, write_asset
+from ..nnef_emit import write_asset
 from ..nnef_emit.extractors import registered_module_classes
 from ..nnef_emit.custom_op import FragmentLibrary, ModulePlan
 from ..nnef_emit.registry import Registry
+from ..pipeline import graph_passes, lower, run_in_engine
 from ..targets.tolerance import compare_outputs
 from .record import Call, copy_value, flat_input_names
 from .report import Outcome, Status
@@ -113,16 +113,17 @@ class Exporter:
         result.notes += cap.control_flow
         library = FragmentLibrary(self.target.name, self.registry)
         try:
-            self.target.post_trace(plan.graph)
+            graph_passes(plan.graph, self.target, eligible=cap.owns_parameter)
             registry = library.registry_for(plan)
-            extra = {**self.target.specific_fragments(plan.graph), **library.texts}
-            emitted = emit_graph(plan.graph, self.target.name, registry=registry, extra_fragments=extra)
+            emitted = lower(plan.graph, self.target, registry=registry, fragments=library.texts,
+                            asserts=_asserts_on(self.target.specific_asserts(plan.graph), plan.graph))
         except Fx2NnefError as exc:
             raise StepFailure("lower", _reason(exc), _emit_location(exc, plan)) from exc
         result.library, result.files, result.text = library, emitted.files, emitted.text
         result.source_op_counts, result.nnef_op_counts = emitted.source_op_counts, emitted.nnef_op_counts
-        got = self._run_engine(emitted.files, [[to_numpy(t) for t in c.flat_inputs()] for c in calls])
-        self._compare(result, calls, plan.graph.output_names, got)
+        inputs = [[to_numpy(t) for t in c.flat_inputs()] for c in calls]
+        got = self._run_engine(emitted.files, inputs)
+        self._compare(result, calls, plan.graph.output_names, _expected(cap, plan.graph, calls, inputs), got)
         self._check_data_guards(result, module, calls, names, spec)
 
     # trace -----------------------------------------------------------------------------
@@ -131,13 +132,13 @@ class Exporter:
         fragments = {rel: rep for rel, rep in spec.items() if rep.kind == "fragment"}
         seen: dict = {}
         handles = [_record_traced_call(module.get_submodule(rel), rel, seen) for rel in fragments]
-        target = copy.copy(self.target)
-        target.dynamic_axes = dyn
+        options = CaptureOptions(input_names=names, output_names=output_names, dynamic_axes=dyn,
+                                 check_io=bool(self.target.check_io), unroll_while=self.target.profile.unroll_while,
+                                 leaf_modules=registered_module_classes(builtin_only=True), leaf_names=tuple(spec),
+                                 max_loop_iterations=self.max_loop_iterations, branches=self.branches)
         try:
-            cap = capture(module, call.args, call.kwargs, target=target, input_names=names,
-                          output_names=output_names, leaf_modules=registered_module_classes(builtin_only=True),
-                          leaf_names=tuple(spec), branches=self.branches,
-                          max_loop_iterations=self.max_loop_iterations)
+            self.target.pre_trace(module, call.args, call.kwargs)
+            cap = capture(module, call.args, call.kwargs, options)
         except Exception as exc:  # noqa: BLE001 - any failure of the user's code or the tracer
             prefix = f"custom op '{where}': " if where else ""
             raise StepFailure("trace", prefix + _reason(exc), user_location(exc)) from exc
@@ -171,17 +172,16 @@ class Exporter:
             except Fx2NnefError as exc:
                 raise StepFailure("emit", _reason(exc)) from exc
             try:
-                return run_engine(self.target, asset, input_sets)
+                return run_in_engine(self.target, asset, input_sets)
             except Fx2NnefError as exc:
                 text = str(exc).replace(f" on '{asset}'", "").replace(str(asset), "<asset>")
                 raise StepFailure(_engine_step(exc), f"{type(exc).__name__}: {text}") from exc
 
-    def _compare(self, result: Attempt, calls: list, output_names: list, got: list) -> None:
+    def _compare(self, result: Attempt, calls: list, output_names: list, expected_sets: list, got: list) -> None:
         tolerance = getattr(self.target, "check_io_tolerance", "approximate")
         worst_abs, worst_rel, bad = 0.0, 0.0, []
         per_set: dict = {}
-        for call, outputs in zip(calls, got):
-            expected = [to_numpy(t) for t in call.flat_outputs()]
+        for call, expected, outputs in zip(calls, expected_sets, got):
             diffs = compare_outputs(output_names, expected, outputs, tolerance)
             per_set[call.input_set] = per_set.get(call.input_set, 0) + 1
             label = f"input set {call.input_set}" + (f", call {per_set[call.input_set]}" if per_set[call.input_set] > 1 else "")
@@ -220,10 +220,23 @@ class Exporter:
                     return
 
 
-def run_engine(target, asset: Path, input_sets: list) -> list:
-    """Outputs of the asset for each input set, in the target's engine."""
-    target.validate(asset)
-    return target.run(asset, input_sets)
+def _expected(cap, graph, calls: list, inputs: list) -> list:
+    """What the asset's outputs are compared with: each call's recorded outputs or, where the
+    target's weight format stores parameters otherwise (Q4_0, float16), the module's outputs on
+    the call's inputs with the stored values (as the export's check does)."""
+    stored = [v for v in graph.constants() if v.source.stored_format is not None]
+    if not stored:
+        return [[to_numpy(t) for t in c.flat_outputs()] for c in calls]
+    overrides = cap.runner.overrides(stored)
+    return [cap.runner.run(ins, overrides) for ins in inputs]
+
+
+def _asserts_on(asserts: list, graph) -> list:
+    """The target's assertions on the symbols that name only symbols of ``graph``: those of the
+    model say nothing of a module without some of its symbols (``S+P < 128`` of one that has no
+    ``P``)."""
+    symbols = set(graph.symbols)
+    return [a for a in asserts if set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", a.split(":")[-1])) <= symbols]
 
 
 def _record_traced_call(module: torch.nn.Module, rel: str, seen: dict):

@@ -20,6 +20,7 @@ import torch
 from ..errors import InvalidArgumentError
 from ..fx_tracer.tracing import structures
 from ..fx_tracer.capture import default_input_names
+from ..fx_tracer.model_mode import eval_mode
 from ..fx_tracer.tracing.control_flow import check_max_loop_iterations
 from ..fx_tracer.shapes.probe import inputs_at
 from ..ir import op_key
@@ -27,7 +28,7 @@ from ..nnef_emit import REGISTRY
 from ..nnef_emit.registry import Registry
 from ..targets import InferenceTarget, TractNNEF
 from .attempt import Attempt, Exporter, Replacement
-from .record import ModuleRecord, Recording, SymbolTable, eval_mode, flat_input_names, record
+from .record import ModuleRecord, Recording, SymbolTable, flat_input_names, record
 from .report import Divergence, Report, Row, Status
 from .strategies import Strategy, check_strategies, resolve_strategy
 

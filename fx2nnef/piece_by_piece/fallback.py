@@ -22,7 +22,7 @@ from ..nnef_emit.registry import Registry
 from ..targets import CheckReport, InferenceTarget, TractNNEF
 from ..targets.result import ExportResult
 from .diagnose import Diagnoser, prepare
-from .record import eval_mode
+from ..fx_tracer.model_mode import eval_mode
 from .report import Report
 
 
