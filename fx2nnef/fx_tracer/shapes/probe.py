@@ -750,69 +750,107 @@ def _decision_step(sym: str, base_env: dict, signature, results: dict, run) -> O
     paths, and ``results``' "unchecked" sizes (a decision changing far above) bound it too.
     None when the decisions set no step (``k`` is 1) or the finest step (1) keeps the most sizes:
     the plain ranges then apply (:func:`_symbol_range`)."""
-    v = base_env[sym]
-    top = _scan_top(v)
-
-    def path(n):
-        return _decide(signature, {**base_env, sym: n})
-
-    paths = {n: path(n) for n in sorted({v, *range(1, top + 1)})}  # the example's too (an empty axis: 0)
-    k = 0
-    for n, p in paths.items():
-        if p == paths[v]:
-            k = math.gcd(k, n - v)
+    paths = _StepPaths(sym, base_env, signature, results, run)
+    k = paths.period()
     if k <= 1:
         return None
-    status: dict = {}  # path -> "good", or what one of its sizes gave ("bad", "refused")
-    for n, r in results.items():
-        if n in paths and r in ("good", "bad", "refused"):
-            if status.get(paths[n], "good") == "good":
-                status[paths[n]] = r
-    budget = [_STEP_PROBES]
+    d, lo, hi, lo_end, hi_end = paths.best_step(k)
+    if d == 1:
+        return None
+    v = base_env[sym]
+    why: list = []
+    if hi is None:
+        hi = paths.unseen_path_bound(d, why)
+    hi = _far_result_bound(sym, v, d, paths.top, results, hi, why)
+    for end in (hi_end, lo_end):
+        if end is not None:
+            n, st = end
+            why.append(f"the model refuses {sym}={n}" if st == "refused" else
+                       f"the graph differs from the model at {sym}={n}" if st == "bad" else
+                       f"{sym}={n} takes a path of the model not checked")
+    why.append(_off_step_reason(sym, v, d, results, paths.paths))
+    return SymRange(sym, lo, hi, d, v % d, "; ".join(why))
 
-    def path_status(n):
-        p = paths[n]
-        if p not in status:
-            if budget[0] <= 0:
+
+class _StepPaths:
+    """The paths of the model (its decisions, see :func:`_signature`) at every size of ``sym`` from
+    1 to the scan's top, and which are good: what :func:`_decision_step` follows. A path not yet
+    known is probed at one of its sizes (``run(n)``), at most ``_STEP_PROBES`` times."""
+
+    def __init__(self, sym: str, base_env: dict, signature, results: dict, run):
+        self.sym, self.base_env, self.signature, self.results, self.run = sym, base_env, signature, results, run
+        self.v = base_env[sym]
+        self.top = _scan_top(self.v)
+        # every size scanned, and the example's (an empty axis: 0)
+        self.paths = {n: self.path(n) for n in sorted({self.v, *range(1, self.top + 1)})}
+        self.status: dict = {}  # path -> "good", or what one of its sizes gave ("bad", "refused")
+        for n, r in results.items():
+            if n in self.paths and r in ("good", "bad", "refused"):
+                if self.status.get(self.paths[n], "good") == "good":
+                    self.status[self.paths[n]] = r
+        self.budget = _STEP_PROBES
+
+    def path(self, n: int):
+        return _decide(self.signature, {**self.base_env, self.sym: n})
+
+    def period(self) -> int:
+        """The gcd of the distances from the example to the sizes on its path."""
+        k = 0
+        for n, p in self.paths.items():
+            if p == self.paths[self.v]:
+                k = math.gcd(k, n - self.v)
+        return k
+
+    def status_of(self, n: int):
+        """Whether the path of size ``n`` is good (probed if not known yet); None past the budget."""
+        p = self.paths[n]
+        if p not in self.status:
+            if self.budget <= 0:
                 return None
-            budget[0] -= 1
-            results[n] = status[p] = run(n)
-        return status[p]
+            self.budget -= 1
+            self.results[n] = self.status[p] = self.run(n)
+        return self.status[p]
 
-    def follow(d, step):
-        """The last good size from ``v`` by ``step`` (None: every size to the end), and the first
-        that is not with what it gave."""
-        last, n = v, v + step
-        while 1 <= n <= top:
-            st = path_status(n)
+    def follow(self, step: int) -> tuple:
+        """The last good size from the example by ``step`` (None: every size to the end), and the
+        first that is not with what it gave."""
+        last, n = self.v, self.v + step
+        while 1 <= n <= self.top:
+            st = self.status_of(n)
             if st != "good":
                 return last, (n, st)
             last, n = n, n + step
         return None, None
 
-    best = None
-    for d in (x for x in range(1, k + 1) if k % x == 0):
-        hi, hi_end = follow(d, d)
-        lo, lo_end = follow(d, -d)
-        low = (v % d or d) if lo is None else lo
-        kept = ((top if hi is None else hi) - low) // d + 1
-        if best is None or kept > best[0]:
-            best = (kept, d, lo, hi, lo_end, hi_end)
-    _, d, lo, hi, lo_end, hi_end = best
-    if d == 1:
-        return None
-    why = []
-    if hi is None:
-        # past the scan: a size of this step on a path never seen bounds the range (not run: far above)
-        good = {p for p, st in status.items() if st == "good"}
-        n = top + (v - top) % d
-        while n <= _STEP_REACH * top:
-            if path(n) not in good:
-                hi = n - d
-                why.append(f"a decision on {sym} changes at {sym}={n}, beyond the sizes checked")
-                break
+    def best_step(self, k: int) -> tuple:
+        """``(d, lo, hi, lo_end, hi_end)`` for the divisor ``d`` of ``k`` that keeps the most sizes
+        (the finer one on a tie), as :meth:`follow` ends each way."""
+        best = None
+        for d in (x for x in range(1, k + 1) if k % x == 0):
+            hi, hi_end = self.follow(d)
+            lo, lo_end = self.follow(-d)
+            low = (self.v % d or d) if lo is None else lo
+            kept = ((self.top if hi is None else hi) - low) // d + 1
+            if best is None or kept > best[0]:
+                best = (kept, d, lo, hi, lo_end, hi_end)
+        return best[1:]
+
+    def unseen_path_bound(self, d: int, why: list) -> Optional[int]:
+        """Past the scan: the last size of the step ``d`` before one on a path never seen good (not
+        run: far above), up to ``_STEP_REACH`` times the top; None when there is none."""
+        good = {p for p, st in self.status.items() if st == "good"}
+        n = self.top + (self.v - self.top) % d
+        while n <= _STEP_REACH * self.top:
+            if self.path(n) not in good:
+                why.append(f"a decision on {self.sym} changes at {self.sym}={n}, beyond the sizes checked")
+                return n - d
             n += d
-    # sizes run past the scan (a decision changing far above is "unchecked": not run)
+        return None
+
+
+def _far_result_bound(sym: str, v: int, d: int, top: int, results: dict, hi: Optional[int], why: list):
+    """``hi`` lowered to below the first size run past the scan that is not good on the step ``d``
+    (a decision changing far above is "unchecked": not run), its reason added to ``why``."""
     beyond = [(m, r) for m, r in results.items() if m > top and r != "good" and (r == "unchecked" or (m - v) % d == 0)]
     if beyond:
         m, r = min(beyond)
@@ -821,20 +859,18 @@ def _decision_step(sym: str, base_env: dict, signature, results: dict, run) -> O
             why.append(f"a decision on {sym} changes at {sym}={m}, beyond the sizes checked" if r == "unchecked"
                        else f"the model refuses {sym}={m}" if r == "refused"
                        else f"the graph differs from the model at {sym}={m}")
-    for end in (hi_end, lo_end):
-        if end is not None:
-            n, st = end
-            why.append(f"the model refuses {sym}={n}" if st == "refused" else
-                       f"the graph differs from the model at {sym}={n}" if st == "bad" else
-                       f"{sym}={n} takes a path of the model not checked")
+    return hi
+
+
+def _off_step_reason(sym: str, v: int, d: int, results: dict, paths: dict) -> str:
+    """Why the sizes off the step ``d`` are left out: the nearest ones probed that were not good,
+    else the decisions there."""
     off = sorted((n for n, r in results.items() if n in paths and (n - v) % d and r in ("bad", "refused")),
                  key=lambda n: (abs(n - v), n))[:3]
     if off:
-        why.append(f"{OFF_STEP} the graph differs from the model or the model refuses the size ({sym}="
-                   + ",".join(str(n) for n in sorted(off)) + ")")
-    else:
-        why.append(f"{OFF_STEP} the model takes other decisions")
-    return SymRange(sym, lo, hi, d, v % d, "; ".join(why))
+        return (f"{OFF_STEP} the graph differs from the model or the model refuses the size ({sym}="
+                + ",".join(str(n) for n in sorted(off)) + ")")
+    return f"{OFF_STEP} the model takes other decisions"
 
 
 def _meta_inputs(example: list, names: list, dynamic_axes: dict, env: dict) -> list:
@@ -847,14 +883,15 @@ def _meta_inputs(example: list, names: list, dynamic_axes: dict, env: dict) -> l
     return out
 
 
-def guard_flip_sizes(gm, example, names, dynamic_axes, guards, base_env, data_dep, max_sizes: int = 4) -> list:
+def guard_flip_sizes(traced: "Traced", base_env: dict, data_dep: set, max_sizes: int = 4) -> list:
     """Sizes, one symbol moved at a time, where a shape guard's decision changes.
 
     Only the nodes the guards depend on are run, on meta tensors (shapes, no data), at every
     size from 1 to a few times the example: a decision such as ``S > 2`` or ``S == 4`` is then
     found whichever threshold it has, and the nearest sizes where it flips are probed with
     real data. Nodes that cannot run on meta tensors leave their guards unscanned."""
-    shape_guards = [g for g in guards if g.node not in data_dep]
+    gm, example, names, dynamic_axes = traced.gm, traced.example, traced.names, traced.dynamic_axes
+    shape_guards = [g for g in traced.guards if g.node not in data_dep]
     if not shape_guards or not base_env:
         return []
     need: set = set()
@@ -1056,11 +1093,28 @@ def _scan_top(v: int) -> int:
     return max(v + 16, min(max(3 * v, 32), 1024))
 
 
-def _symbolic_envs(signature, base_env: dict, max_flips: int = 4) -> tuple:
-    """``(single, multi, lazy, kernel_only, io_envs, checks, far)`` probe sizes: where a decision flips and the
-    size before, one symbol moved at a time (the nearest ``max_flips`` on each side, up to a few
-    times the example), and one check at sizes where no decision differs, every symbol moved (below
-    the example where it can, the cheaper side, else just above).
+@dataclasses.dataclass
+class _ProbePlan:
+    """The sizes an analysis probes (from :func:`_symbolic_envs`, or the fitted probes' fixed sets)."""
+    single: list = dataclasses.field(default_factory=list)  # sizes with one symbol moved, in probe order
+    multi: list = dataclasses.field(default_factory=list)  # sizes with several symbols moved
+    lazy: dict = dataclasses.field(default_factory=dict)  # size before a flip (env key) -> the flip size
+    kernel_only: set = dataclasses.field(default_factory=set)  # env keys a fake run checks, no real run
+    io_envs: list = dataclasses.field(default_factory=list)  # sizes for check_io
+    checks: set = dataclasses.field(default_factory=set)  # env keys of the checks (no decision differs there)
+    far: dict = dataclasses.field(default_factory=dict)  # symbol -> a size far above where a decision changes
+
+    def copy(self) -> "_ProbePlan":
+        """A plan with containers of its own (a second analysis starts afresh)."""
+        return _ProbePlan(list(self.single), list(self.multi), dict(self.lazy), set(self.kernel_only),
+                          list(self.io_envs), set(self.checks), dict(self.far))
+
+
+def _symbolic_envs(signature, base_env: dict, max_flips: int = 4) -> _ProbePlan:
+    """The probe sizes: where a decision flips and the size before, one symbol moved at a time
+    (the nearest ``max_flips`` on each side, up to a few times the example), and one check at sizes
+    where no decision differs, every symbol moved (below the example where it can, the cheaper
+    side, else just above); see :class:`_ProbePlan`.
 
     ``lazy`` maps the size before a flip to the flip: it is probed only if the flip is not good.
     ``kernel_only`` holds the keys of flip sizes where the tracer's decisions are the example's: only
@@ -1069,47 +1123,76 @@ def _symbolic_envs(signature, base_env: dict, max_flips: int = 4) -> tuple:
     ``io_envs``: sizes for check_io, where no decision differs, below and above the example.
     ``checks``: the keys of the check sizes. ``far``: symbol -> a size far above the example
     where a decision changes (:func:`_far_flip`); it is not run, it bounds the range."""
-    base = signature(base_env)
-    # the tracer's decisions the graph was traced with: every guard holds (the example's, unless
-    # the graph was traced again at other sizes and is checked at the example's)
-    traced = tuple(True for _ in signature.traced(base))
-    single, lazy, kernel_only, check, below, above, checks = [], {}, set(), {}, {}, {}, set()
-    near: dict = {-1: {}, 1: {}}  # side -> symbol -> nearest flip, for check_io when no size there is alike
-    far: dict = {}  # symbol -> the first size above the scanned ones where a decision changes
+    plan = _PlanBuilder(signature, base_env, max_flips)
+    for s in base_env:
+        plan.add_symbol(s)
+    plan.add_checks()
+    plan.add_io_envs()
+    return plan.plan
 
-    def add_flip(env):
-        if env not in single:
-            single.append(env)
-            if signature.traced(signature(env)) == traced:
-                kernel_only.add(_env_key(env))
 
-    for s, v in base_env.items():
-        top = _scan_top(v)
-        same, scanned = [], [base]
-        for step, side in ((1, range(v - 1, 0, -1)), (-1, range(v + 1, top + 1))):
-            prev, hits, seen = base, 0, set()
+class _PlanBuilder:
+    """:func:`_symbolic_envs` one step at a time: each symbol scanned, then the checks and the
+    check_io sizes."""
+
+    def __init__(self, signature, base_env: dict, max_flips: int):
+        self.signature, self.base_env, self.max_flips = signature, base_env, max_flips
+        self.base = signature(base_env)
+        # the tracer's decisions the graph was traced with: every guard holds (the example's, unless
+        # the graph was traced again at other sizes and is checked at the example's)
+        self.traced = tuple(True for _ in signature.traced(self.base))
+        self.plan = _ProbePlan()
+        self.check: dict = {}  # symbol -> its size in the check
+        self.below: dict = {}  # symbol -> a size below the example where no decision differs
+        self.above: dict = {}
+        self.near: dict = {-1: {}, 1: {}}  # side -> symbol -> nearest flip, for check_io when no size there is alike
+
+    def add_flip(self, env: dict) -> None:
+        if env not in self.plan.single:
+            self.plan.single.append(env)
+            if self.signature.traced(self.signature(env)) == self.traced:
+                self.plan.kernel_only.add(_env_key(env))
+
+    def add_symbol(self, s: str) -> None:
+        """The flips of ``s``, its far change, its smallest size, and its sizes for the checks."""
+        v = self.base_env[s]
+        same, scanned = self._scan(s)
+        n = _far_flip(self.signature, self.base_env, s, _scan_top(v), scanned)
+        if n is not None:
+            self.plan.far[s] = n
+        smallest = {**self.base_env, s: 1}
+        if v > 1 and smallest not in self.plan.single and self.signature(smallest) != self.base:
+            self.add_flip(smallest)  # the smallest size, past the flips counted (often refused)
+        self._pick_check_sizes(s, same)
+
+    def _scan(self, s: str) -> tuple:
+        """``(same, scanned)``: the sizes of ``s`` where every decision is the example's, and the
+        signature at every size scanned; the flips found are added."""
+        v = self.base_env[s]
+        same, scanned = [], [self.base]
+        for step, side in ((1, range(v - 1, 0, -1)), (-1, range(v + 1, _scan_top(v) + 1))):
+            prev, hits, seen = self.base, 0, set()
             for n in side:
-                cur = signature({**base_env, s: n})
+                cur = self.signature({**self.base_env, s: n})
                 scanned.append(cur)
                 # a flip between the same two outcomes as a nearer one (S odd, then even, then
                 # odd again) is not probed again: the flips further away stay within reach
-                if cur != prev and hits < max_flips and (prev, cur) not in seen:
+                if cur != prev and hits < self.max_flips and (prev, cur) not in seen:
                     seen.add((prev, cur))
                     # the flip, and the size before it: the range would end at the last good size
-                    add_flip({**base_env, s: n})
-                    before = {**base_env, s: n + step}
-                    if n + step != v and before not in single:
-                        add_flip(before)
-                        lazy[_env_key(before)] = n
+                    self.add_flip({**self.base_env, s: n})
+                    before = {**self.base_env, s: n + step}
+                    if n + step != v and before not in self.plan.single:
+                        self.add_flip(before)
+                        self.plan.lazy[_env_key(before)] = n
                     hits += 1
-                if cur == base:
+                if cur == self.base:
                     same.append(n)
                 prev = cur
-        n = _far_flip(signature, base_env, s, top, scanned)
-        if n is not None:
-            far[s] = n
-        if v > 1 and {**base_env, s: 1} not in single and signature({**base_env, s: 1}) != base:
-            add_flip({**base_env, s: 1})  # the smallest size, past the flips counted (often refused)
+        return same, scanned
+
+    def _pick_check_sizes(self, s: str, same: list) -> None:
+        v = self.base_env[s]
         low = [n for n in same if n < v]
         if any(n >= 2 for n in low):
             low = [n for n in low if n >= 2]  # a size of 1 broadcasts: a check there says little
@@ -1119,49 +1202,53 @@ def _symbolic_envs(signature, base_env: dict, max_flips: int = 4) -> tuple:
             # the example's: a conv net's by the area, an LLM's by the tokens until weight reads
             # dominate), an odd distance from it: the sizes run then also tell a model that
             # accepts every k-th size only from one that accepts all (see _symbol_range)
-            below[s] = check[s] = min(low, key=lambda n: (abs(n - max(2, v // 8)) + 2 * ((v - n + 1) % 2), n))
+            self.below[s] = self.check[s] = min(low, key=lambda n: (abs(n - max(2, v // 8)) + 2 * ((v - n + 1) % 2), n))
         if high:
-            above[s] = min(high, key=lambda n: (abs(n - (v + 3)), n))
-            check.setdefault(s, min(high, key=lambda n: (abs(n - (v + 1)), n)))
+            self.above[s] = min(high, key=lambda n: (abs(n - (v + 3)), n))
+            self.check.setdefault(s, min(high, key=lambda n: (abs(n - (v + 1)), n)))
         # no size on one side where every decision is the example's (B=2: only B=1 below):
         # check_io runs at the nearest probed size there (left out if outside the range)
-        moved = [e[s] for e in single if _moved(e, base_env) == [s]]
+        moved = [e[s] for e in self.plan.single if _moved(e, self.base_env) == [s]]
         if not low and any(n < v for n in moved):
-            near[-1].setdefault(s, max(n for n in moved if n < v))
+            self.near[-1].setdefault(s, max(n for n in moved if n < v))
         if not high and any(n > v for n in moved):
-            near[1].setdefault(s, min(n for n in moved if n > v))
-    multi = []
-    io_envs = []
-    if check:
-        env = {**base_env, **check}
-        if len(base_env) > 1 and signature(env) != base:
-            for s, n in check.items():  # together they change a decision: check them one by one
+            self.near[1].setdefault(s, min(n for n in moved if n > v))
+
+    def add_checks(self) -> None:
+        """The check: every symbol at its check size, or one by one if together they change a decision."""
+        plan, base_env = self.plan, self.base_env
+        if not self.check:
+            return
+        env = {**base_env, **self.check}
+        if len(base_env) > 1 and self.signature(env) != self.base:
+            for s, n in self.check.items():  # together they change a decision: check them one by one
                 one = {**base_env, s: n}
-                checks.add(_env_key(one))
-                if one in single:
-                    kernel_only.discard(_env_key(one))
+                plan.checks.add(_env_key(one))
+                if one in plan.single:
+                    plan.kernel_only.discard(_env_key(one))
                 else:
-                    single.append(one)
-                lazy.pop(_env_key(one), None)
+                    plan.single.append(one)
+                plan.lazy.pop(_env_key(one), None)
         else:
-            checks.add(_env_key(env))
-            if env in single:
-                kernel_only.discard(_env_key(env))
+            plan.checks.add(_env_key(env))
+            if env in plan.single:
+                plan.kernel_only.discard(_env_key(env))
             else:
-                (single if len(base_env) == 1 else multi).append(env)
-        lazy.pop(_env_key(env), None)
-    for side, moved in ((-1, below), (1, above)):
-        # check_io runs below and above the example (below, the check's sizes when every symbol
-        # has a size below: the model's outputs there are known)
-        env = {**base_env, **moved}
-        if moved and signature(env) == base:
-            # a symbol with no size alike on this side (the example is where a decision flips: a
-            # graph traced again at other sizes) is checked at its nearest flip, else never
-            io_envs.append({**env, **{s: n for s, n in near[side].items() if s not in moved}})
-        elif near[side]:
-            s, n = next(iter(near[side].items()))
-            io_envs.append({**base_env, s: n})
-    return single, multi, lazy, kernel_only, io_envs, checks, far
+                (plan.single if len(base_env) == 1 else plan.multi).append(env)
+        plan.lazy.pop(_env_key(env), None)
+
+    def add_io_envs(self) -> None:
+        for side, moved in ((-1, self.below), (1, self.above)):
+            # check_io runs below and above the example (below, the check's sizes when every symbol
+            # has a size below: the model's outputs there are known)
+            env = {**self.base_env, **moved}
+            if moved and self.signature(env) == self.base:
+                # a symbol with no size alike on this side (the example is where a decision flips: a
+                # graph traced again at other sizes) is checked at its nearest flip, else never
+                self.plan.io_envs.append({**env, **{s: n for s, n in self.near[side].items() if s not in moved}})
+            elif self.near[side]:
+                s, n = next(iter(self.near[side].items()))
+                self.plan.io_envs.append({**self.base_env, s: n})
 
 
 def _form_at(form, env):
@@ -1323,6 +1410,30 @@ def _bisect_refused(results: dict, rng: SymRange, v: int) -> list:
     return out
 
 
+@dataclasses.dataclass
+class Traced:
+    """The traced graph, the example inputs it was traced on (by input name, with their dynamic
+    axes) and the decisions the trace took: what every run of an analysis starts from."""
+    gm: fx.GraphModule
+    example: list
+    names: list
+    dynamic_axes: dict
+    guards: list
+
+    def inputs_at(self, env: dict) -> list:
+        return inputs_at(self.example, self.names, self.dynamic_axes, env)
+
+
+@dataclasses.dataclass
+class ExampleRun:
+    """The graph's run at the example sizes ``env``: every node's value and shape record, and the
+    failures found there (see :meth:`_Analyzer.failures_at_example`)."""
+    env: dict
+    values: dict
+    records: dict
+    failures: list
+
+
 def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, guards: list,
             reference=None, hint_env: Optional[dict] = None, traced_at_example: bool = True) -> Analysis:
     """Run the graph at the example sizes and at probe sizes below and above; fit shapes;
@@ -1338,59 +1449,98 @@ def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, 
     """
     if _REAL_RUN_LATER:  # the checks an analysis before this one left: what follows may build on them
         run_left_checks(_REAL_RUN_LATER[-1])
-    base_env = example_sizes(example, names, dynamic_axes)
-    symbols = list(base_env)
-    # the example's values are kept for the IR (constants, dtypes, Python numbers); a tensor
-    # computed from input data is never a constant: its shape and dtype are enough, except for
-    # the outputs while they are compared with the model
-    light = data_dependence(gm)
-    outputs = _output_nodes(gm)
-    # Without check_io the model's outputs at the example are not known (``reference.defer_base``):
-    # nothing compares the graph's with them unless the probes find something wrong (a failure, a
-    # bounded range). The graph was traced at the example: a graph that computes otherwise there
-    # (a route torch takes for plain tensors only) computes otherwise at the probed sizes too, and
-    # that comparison then says where it went wrong, as it did when it ran first. Until then the
-    # graph's run at the example computes the values the IR needs only (see :func:`_run_light`):
-    # the probes' real runs check the graph. A graph traced at other sizes (capture's retrace) holds
-    # there and may compute otherwise at the example only (a decision baked there, `if S < 5`, whose
-    # other outcome the probes above the example never take): compared at once
-    deferred = bool(symbols) and traced_at_example and reference is not None \
-        and getattr(reference, "defer_base", False) and not reference.knows(base_env)
-    light_runs = RUNS.graph_light
-    (base_values, err, base_records), replayed, ahead = _run_and_replay(
-        gm, example, names, dynamic_axes, guards, base_env, light, hint_env,
-        light_run=deferred or (not symbols and bool(_REAL_RUN_LATER) and runs_beside(gm)))
-    rerun = not symbols and RUNS.graph_light > light_runs
-    check_reran(err)
-    # the graph's real outputs at the example while the comparison waits (none after a run without data)
-    real_outputs: dict = {}
-    if deferred and not any(_holds_meta(base_values[n]) for n in outputs):
-        real_outputs = {n: base_values[n] for n in _output_args(gm)}
+    return _Analyzer(Traced(gm, example, names, dynamic_axes, guards), reference, hint_env, traced_at_example).run()
 
-    def failures_at_example(expected) -> list:
+
+class _Analyzer:
+    """:func:`analyze` in steps: the graph's run at the example sizes and its comparison with the
+    model there (or that comparison deferred), the probes (:class:`Prober`), and, when the deferred
+    comparison turns out to be wanted, the probes again with it first."""
+
+    def __init__(self, traced: Traced, reference, hint_env: Optional[dict], traced_at_example: bool):
+        self.traced, self.reference, self.hint_env = traced, reference, hint_env
+        self.base_env = example_sizes(traced.example, traced.names, traced.dynamic_axes)
+        self.symbols = list(self.base_env)
+        # the example's values are kept for the IR (constants, dtypes, Python numbers); a tensor
+        # computed from input data is never a constant: its shape and dtype are enough, except for
+        # the outputs while they are compared with the model
+        self.light = data_dependence(traced.gm)
+        self.outputs = _output_nodes(traced.gm)
+        # Without check_io the model's outputs at the example are not known (``reference.defer_base``):
+        # nothing compares the graph's with them unless the probes find something wrong (a failure, a
+        # bounded range). The graph was traced at the example: a graph that computes otherwise there
+        # (a route torch takes for plain tensors only) computes otherwise at the probed sizes too, and
+        # that comparison then says where it went wrong, as it did when it ran first. Until then the
+        # graph's run at the example computes the values the IR needs only (see :func:`_run_light`):
+        # the probes' real runs check the graph. A graph traced at other sizes (capture's retrace) holds
+        # there and may compute otherwise at the example only (a decision baked there, `if S < 5`, whose
+        # other outcome the probes above the example never take): compared at once
+        self.deferred = bool(self.symbols) and traced_at_example and reference is not None \
+            and getattr(reference, "defer_base", False) and not reference.knows(self.base_env)
+        # the graph's real outputs at the example while the comparison waits (none after a run without data)
+        self.real_outputs: dict = {}
+        self.at_example: dict = {}  # the model's outputs there, once run
+        self.ahead: Optional[_Ahead] = None
+        self.base: Optional[ExampleRun] = None
+        self.graph_runs = 0
+
+    def run(self) -> Analysis:
+        gm = self.traced.gm
+        light_runs = RUNS.graph_light
+        (values, err, records), replayed, self.ahead = _run_and_replay(
+            self.traced, self.base_env, self.light, self.hint_env,
+            light_run=self.deferred or (not self.symbols and bool(_REAL_RUN_LATER) and runs_beside(gm)))
+        rerun = not self.symbols and RUNS.graph_light > light_runs
+        check_reran(err)
+        if self.deferred and not any(_holds_meta(values[n]) for n in self.outputs):
+            self.real_outputs = {n: values[n] for n in _output_args(gm)}
+        self.base = ExampleRun(self.base_env, values, records, [])
+        expected = self.reference(self.base_env) if self.reference is not None and not self.deferred else None
+        self.base.failures = self.failures_at_example(expected)
+        for n in self.outputs & self.light:
+            values[n] = data_less(values[n])
+        self.graph_runs = RUNS.graph
+        if not self.symbols:
+            analysis = self.settled(self.analysed(self.base.failures))
+            analysis.rerun = rerun
+            return analysis
+        rep = None
+        try:
+            rep = replayed()
+            return self.settled(self.analysed(self.base.failures, rep), rep)
+        except ReplayUnavailable as exc:
+            why = str(exc)
+            env = getattr(exc, "env", None)
+            above = None
+            if env is not None and all(env[s] >= self.base_env[s] for s in self.base_env) and env != self.base_env:
+                above = env
+        return self.settled(self.analysed(self.base.failures, rep, (why, above)), rep, (why, above))
+
+    def failures_at_example(self, expected) -> list:
+        """What is wrong at the example sizes given the model's outputs there (None: not known)."""
+        gm, base = self.traced.gm, self.base
         if expected is not None:
-            mismatch = _outputs_match(gm, {**base_values, **real_outputs}, expected)
+            mismatch = _outputs_match(gm, {**base.values, **self.real_outputs}, expected)
             if mismatch is not None:
-                return [ProbeFailure(base_env, None, mismatch + AT_EXAMPLE)]
+                return [ProbeFailure(base.env, None, mismatch + AT_EXAMPLE)]
         # a graph traced at other sizes (capture's retrace) and checked here: a number it read from
         # the sizes that differs here is kept as read there, whatever the outputs say on these values
-        baked = _baked_number(guards, base_values, light)
+        baked = _baked_number(self.traced.guards, base.values, self.light)
         if baked is not None:
-            return [ProbeFailure(base_env, None, baked + AT_EXAMPLE)]
-        empty = _emptied(gm, base_records)
+            return [ProbeFailure(base.env, None, baked + AT_EXAMPLE)]
+        empty = _emptied(gm, base.records)
         if empty is not None:
-            return [ProbeFailure(base_env, None, empty + AT_EXAMPLE)]
+            return [ProbeFailure(base.env, None, empty + AT_EXAMPLE)]
         return []
 
-    base_failures = failures_at_example(reference(base_env) if reference is not None and not deferred else None)
-    for n in outputs & light:
-        base_values[n] = data_less(base_values[n])
-
-    def analysed(base_failures, rep=None, replay_failed=None) -> Analysis:
+    def analysed(self, base_failures: list, rep=None, replay_failed=None) -> Analysis:
+        """The probes' analysis from the example's run with ``base_failures``; ``replay_failed``:
+        ``(why, sizes above the example where its shapes stopped holding)`` when the replay
+        ``rep`` cannot lead (the probes' fitted shapes then do)."""
         kernel_checks = rep.checks if rep is not None and replay_failed is not None else None
-        analysis = _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, base_values,
-                             base_records, base_failures, None if replay_failed is not None else rep,
-                             kernel_checks=kernel_checks, ahead=ahead if replay_failed is None else None)
+        base = dataclasses.replace(self.base, failures=base_failures)
+        analysis = Prober(self.traced, self.reference, base, None if replay_failed is not None else rep,
+                          kernel_checks=kernel_checks, ahead=self.ahead if replay_failed is None else None).run()
         if replay_failed is not None:
             why, above = replay_failed
             analysis.shapes_from = "probes (" + why + ")"
@@ -1399,41 +1549,23 @@ def analyze(gm: fx.GraphModule, example: list, names: list, dynamic_axes: dict, 
             analysis.replay_break = above
         return analysis
 
-    at_example: dict = {}  # the model's outputs there, once run
-
-    def settled(analysis: Analysis, rep=None, replay_failed=None) -> Analysis:
+    def settled(self, analysis: Analysis, rep=None, replay_failed=None) -> Analysis:
         """``analysis``, or, when the comparison at the example was deferred and the probes found
         something wrong, the analysis again with that comparison first (as it ran first before)."""
-        if not deferred or (not analysis.failures and not any(r.bounded for r in analysis.ranges.values())
-                            and (real_outputs or RUNS.graph > graph_runs or analysis.left_checks)):
+        if not self.deferred or (not analysis.failures and not any(r.bounded for r in analysis.ranges.values())
+                                 and (self.real_outputs or RUNS.graph > self.graph_runs or analysis.left_checks)):
             return analysis  # (a graph run only at the example's without data: one real run at least)
-        if not real_outputs:
-            values, err, _records = _run(gm, example, outputs, light)
+        gm = self.traced.gm
+        if not self.real_outputs:
+            values, err, _records = _run(gm, self.traced.example, self.outputs, self.light)
             check_reran(err)
-            real_outputs.update({n: values[n] for n in _output_args(gm)})
-        if "model" not in at_example:
-            at_example["model"] = reference(base_env)
-        again = failures_at_example(at_example["model"])
-        if [str(f) for f in again] == [str(f) for f in base_failures]:
+            self.real_outputs.update({n: values[n] for n in _output_args(gm)})
+        if "model" not in self.at_example:
+            self.at_example["model"] = self.reference(self.base_env)
+        again = self.failures_at_example(self.at_example["model"])
+        if [str(f) for f in again] == [str(f) for f in self.base.failures]:
             return analysis
-        return analysed(again, rep, replay_failed)
-
-    graph_runs = RUNS.graph
-    if not symbols:
-        analysis = settled(analysed(base_failures))
-        analysis.rerun = rerun
-        return analysis
-    rep = None
-    try:
-        rep = replayed()
-        return settled(analysed(base_failures, rep), rep)
-    except ReplayUnavailable as exc:
-        why = str(exc)
-        env = getattr(exc, "env", None)
-        above = None
-        if env is not None and all(env[s] >= base_env[s] for s in base_env) and env != base_env:
-            above = env
-    return settled(analysed(base_failures, rep, (why, above)), rep, (why, above))
+        return self.analysed(again, rep, replay_failed)
 
 
 def check_reran(err) -> None:
@@ -1448,19 +1580,21 @@ def _output_args(gm) -> list:
     return [a for a in out_node.args[0] if isinstance(a, fx.Node)]
 
 
-def _run_and_replay(gm, example, names, dynamic_axes, guards, base_env, light, hint_env, light_run=False) -> tuple:
+def _run_and_replay(traced: Traced, base_env: dict, light: set, hint_env: Optional[dict], light_run=False) -> tuple:
     """``(base run, replayed, ahead)``: the graph's run at the example sizes (see :func:`_run`), a
     function giving the fake replay (or raising :class:`ReplayUnavailable`), and the :class:`_Ahead`
     work done while the run went on (or None). Where a worker thread may run it
     (:func:`.overlap.can_overlap`), the real run goes there while this thread replays: the replay
     is Python, the run torch's kernels, and the two overlap on two cores. The replay ends first;
     the fake runs the analysis will want next, Python too, take the rest of that time."""
+    gm, example = traced.gm, traced.example
     outputs = _output_nodes(gm)
 
     def replay_now():
         started = time.perf_counter()
         try:
-            return replay(gm, example, names, dynamic_axes, base_env, [g.node for g in guards], hint_env)
+            return replay(gm, example, traced.names, traced.dynamic_axes, base_env, [g.node for g in traced.guards],
+                          hint_env)
         finally:
             RUNS.shapes += time.perf_counter() - started
 
@@ -1478,50 +1612,49 @@ def _run_and_replay(gm, example, names, dynamic_axes, guards, base_env, light, h
         except ReplayUnavailable as exc:
             replayed = lambda exc=exc: _raise(exc)  # noqa: E731
         else:
-            ahead = _Ahead.made(gm, example, names, dynamic_axes, guards, base_env, light, rep, worker)
+            ahead = _Ahead.made(traced, base_env, light, rep, worker)
         return worker.result(), replayed, ahead
 
 
 class _Ahead:
-    """What :func:`_analysis` first computes from the replay alone, done while the graph's run at
+    """What :class:`Prober` first computes from the replay alone, done while the graph's run at
     the example goes on in the worker: the decisions' signature, the probe sizes, and the fake
     runs at the sizes where only torch's kernels decide otherwise (each costs about a third of the
     replay). Only the fake runs the probes reach whatever the others find are made (not those
     at the size before a flip, probed only if the flip is bad), and only while the worker runs."""
 
-    def __init__(self, signature, envs: tuple, fake: dict):
+    def __init__(self, signature, plan: _ProbePlan, fake: dict):
         self.signature = signature
-        self.envs = envs
+        self.plan = plan
         self.fake = fake  # env key -> records of the fake run (None: it needs data)
 
     @classmethod
-    def made(cls, gm, example, names, dynamic_axes, guards, base_env, data_dep, rep, worker) -> Optional["_Ahead"]:
+    def made(cls, traced: Traced, base_env: dict, data_dep: set, rep, worker) -> Optional["_Ahead"]:
         try:
-            signature = _signature(rep, guards, data_dep, gm)
-            envs = _symbolic_envs(signature, base_env)
+            signature = _signature(rep, traced.guards, data_dep, traced.gm)
+            plan = _symbolic_envs(signature, base_env)
         except Exception:  # noqa: BLE001 - the analysis meets it again, in its order
             return None
-        single, _multi, lazy, kernel_only = envs[:4]
         fake: dict = {}
-        for env in single:
+        for env in plan.single:
             key = _env_key(env)
-            if key not in kernel_only or key in lazy:
+            if key not in plan.kernel_only or key in plan.lazy:
                 continue
             if not worker.running():
                 break  # the rest in the analysis, with the cores free
             try:
-                fake[key] = _fake_records(gm, example, names, dynamic_axes, env)
+                fake[key] = _fake_records(traced, env)
             except Exception:  # noqa: BLE001 - made again by the analysis, which reports it
                 break
-        return cls(signature, envs, fake)
+        return cls(signature, plan, fake)
 
 
-def _fake_records(gm, example, names, dynamic_axes, env: dict) -> Optional[dict]:
+def _fake_records(traced: Traced, env: dict) -> Optional[dict]:
     """Every node's record from a fake run at ``env``, or None when a node needs data or the
     sizes are refused (counted in ``RUNS``)."""
     started = time.perf_counter()
     try:
-        records = shapes_at(gm, example, names, dynamic_axes, env, _record)
+        records = shapes_at(traced.gm, traced.example, traced.names, traced.dynamic_axes, env, _record)
     except ReplayUnavailable:
         return None
     finally:
@@ -1559,120 +1692,204 @@ def _control_flow(n: fx.Node) -> bool:
         "torch._higher_order_ops", "torch._functorch", control_flow.__name__, vmap.__name__, loops.__name__))
 
 
-def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, base_values, base_records,
-              base_failures, rep: Optional[Replay], kernel_checks: Optional[list] = None,
-              ahead: Optional[_Ahead] = None) -> Analysis:
+@dataclasses.dataclass
+class _ProbeRun:
+    """A probe's runs at some sizes: the graph's inputs, its values, first error and shape records,
+    and what the model gave (its flat outputs, the exception it raised, or None without a model)."""
+    inputs: list
+    values: dict
+    err: Optional[tuple]
+    records: dict
+    expected: object
+
+
+def _status(answer) -> str:
+    """A probe's answer as a range's result: "good", "refused" or "bad" (a difference, an error)."""
+    return "bad" if isinstance(answer, tuple) or answer == "error" else answer
+
+
+class Prober:
     """The body of :func:`analyze`: probe runs, ranges, shapes and guard statuses. Shapes come from
     the fake replay ``rep`` when given (probes are then only the sizes where a decision flips and
-    two checks), else from polynomials fitted to many probe runs."""
-    symbols = list(base_env)
-    failures = list(base_failures)
-    single = []
-    multi = []
-    lazy: dict = {}  # size before a flip (env key) -> the flip size: probed only if the flip is not good
-    kernel_only: set = set()  # env keys where a fake run checks the shapes, no real run
-    io_envs: list = []
-    checks: set = set()  # env keys of the checks (no decision differs there)
-    flip_keys: set = set()
-    far: dict = {}
-    shape_bound: dict = {}  # symbol -> sizes where the replay's shapes stop holding (bounds)
-    data_dep0 = data_dependence(gm)
-    signature = None
-    if symbols and rep is not None:
-        signature = ahead.signature if ahead is not None else _signature(rep, guards, data_dep0, gm)
-        _check_base_shapes(rep, base_records, base_env)
+    two checks), else from polynomials fitted to many probe runs. One instance per analysis: its
+    fields hold the plan (:class:`_ProbePlan`) and what the probes found so far; :meth:`run` takes
+    the steps in order."""
+
+    def __init__(self, traced: Traced, reference, base: ExampleRun, rep: Optional[Replay],
+                 kernel_checks: Optional[list] = None, ahead: Optional[_Ahead] = None):
+        self.traced, self.gm, self.guards = traced, traced.gm, traced.guards
+        self.reference, self.base, self.rep = reference, base, rep
+        self.kernel_checks, self.ahead = kernel_checks, ahead
+        self.base_env = base.env
+        self.symbols = list(base.env)
+        self.failures = list(base.failures)
+        self.data_dep = data_dependence(traced.gm)
+        self.plan = _ProbePlan()
+        self.flip_keys: set = set()  # env keys of the flips (single sizes that are no check)
+        self.signature = None  # the decisions at some sizes (see _signature), with the replay
+        self.shape_bound: dict = {}  # symbol -> sizes where the replay's shapes stop holding (bounds)
+        self.good: list = [(base.env, base.records)]  # (sizes, records) where the graph reproduces the model
+        self.keep = _output_nodes(traced.gm) | {g.node for g in traced.guards}
+        self.guard_flips: dict = {}  # id(guard) -> first env where it flipped and the graph differs
+        self.equivalent: dict = {}  # id(guard) -> first env where it flipped and the graph still matched
+        self.equivalent_envs: list = []  # single-symbol sizes where a decision flipped and the graph still matched
+        self.kernel_flips: list = []  # single-symbol sizes where only torch's kernels decide otherwise, shapes alike
+        self.results: dict = {s: {} for s in self.symbols}  # symbol -> size -> status
+        self.refused: list = []
+        self.errors: list = []
+        self.ranges: dict = {}
+        # the model and the graph run side by side where they may (see runs_beside)
+        self.beside = can_overlap() and runs_beside(traced.gm)
+        # the check's sizes, left to the caller (see real_run_later), where no decision can flip there:
+        # the decisions on sizes are those the graph was traced with (not so for a graph traced at
+        # other sizes and checked at the example's), and none reads tensor data (one could go
+        # otherwise on the example's values cut to those sizes)
+        self.left = [] if (rep is not None and _REAL_RUN_LATER and self.beside and reference is not None
+                           and not any(g.node in self.data_dep for g in traced.guards)) else None
+
+    def run(self) -> Analysis:
+        if self.symbols and self.rep is not None:
+            self._plan_from_replay()
+        elif self.symbols:
+            self._plan_from_probes()
+        self._probe_singles()
+        if self.signature is not None:
+            self._probe_past_equivalent_flips()
+            self._check_past_kernel_flips()
+        self._bound_far_changes()
+        self._set_ranges()
+        self._probe_multi()
+        good_envs, sym, varies = self._shapes()
+        constant = _constants(self.gm, self.data_dep, varies)
+        ir_guards = [self._ir_guard(g, len(good_envs)) for g in self.guards]
+        self._name_shape_bounds()
+        return self._result(sym, constant, ir_guards, good_envs)
+
+    # -- the plan ------------------------------------------------------------------------------
+
+    def _plan_from_replay(self) -> None:
+        """The decisions' signature and the sizes where they flip (made ahead, or now)."""
+        ahead = self.ahead
+        self.signature = (ahead.signature if ahead is not None
+                          else _signature(self.rep, self.guards, self.data_dep, self.gm))
+        _check_base_shapes(self.rep, self.base.records, self.base_env)
         # lists of their own: a second analysis (the comparison at the example deferred) starts afresh
-        single, multi, lazy, kernel_only, io_envs, checks, far = (
-            [list(e) if isinstance(e, list) else type(e)(e) for e in ahead.envs] if ahead is not None
-            else _symbolic_envs(signature, base_env))
-        flip_keys = {_env_key(e) for e in single} - checks
-    elif symbols:
+        self.plan = ahead.plan.copy() if ahead is not None else _symbolic_envs(self.signature, self.base_env)
+        self.flip_keys = {_env_key(e) for e in self.plan.single} - self.plan.checks
+
+    def _plan_from_probes(self) -> None:
+        """Fixed sizes below, near and far from the example, and where a guard's decision flips."""
+        plan, base_env = self.plan, self.base_env
         for env in below_probe_envs(base_env) + probe_envs(base_env) + far_probe_envs(base_env):
-            if env not in single and env not in multi:
-                (single if len(_moved(env, base_env)) == 1 else multi).append(env)
-        for env in guard_flip_sizes(gm, example, names, dynamic_axes, guards, base_env, data_dep0):
-            if env not in single:
-                single.append(env)
-        if kernel_checks:
-            # the replay ran but cannot lead (a size read as a Python number): the shapes fitted
-            # from probes hold where torch's kernels decide as at the probed sizes; the first size
-            # past them where one of those decisions changes (the number of chunks of a padded
-            # sequence) bounds the range, as on the replay's path
-            def kernels(env):
-                return tuple(_decide(c.holds, env) for c in kernel_checks)
-            for s, v in base_env.items():
-                top = max([e[s] for e in single + multi] + [v])
-                n = _far_flip(kernels, base_env, s, top, [kernels({**base_env, s: k}) for k in range(1, top + 1)])
-                if n is not None:
-                    far[s] = n
-    good: list = [(base_env, base_records)]
-    keep = _output_nodes(gm) | {g.node for g in guards}
-    guard_flips: dict = {}  # id(guard) -> first env where it flipped and the graph differs
-    equivalent: dict = {}
-    equivalent_envs: list = []  # single-symbol sizes where a decision flipped and the graph still matched
-    kernel_flips: list = []  # single-symbol sizes where only torch's kernels decide otherwise, shapes alike
-    results: dict = {s: {} for s in symbols}
-    refused: list = []
-    errors: list = []
+            if env not in plan.single and env not in plan.multi:
+                (plan.single if len(_moved(env, base_env)) == 1 else plan.multi).append(env)
+        for env in guard_flip_sizes(self.traced, base_env, self.data_dep):
+            if env not in plan.single:
+                plan.single.append(env)
+        if self.kernel_checks:
+            self._bound_by_kernel_changes()
 
-    def _shapes_change(env, wrong):
-        """The replay's expressions hold on one side of a decision only. Below the example, at a
-        size where a decision flips (``x[:, :4]`` has S items below S=4), that bounds the range;
-        anywhere else (tensor_split(4) of S: sizes by S % 4) the fitted probes may find a form
-        valid for every size."""
-        moved = _moved(env, base_env)
-        key = _env_key(env)
-        if len(moved) == 1 and env[moved[0]] < base_env[moved[0]] and key not in checks and key in flip_keys:
-            shape_bound.setdefault(moved[0], set()).add(env[moved[0]])
-            return ("bad", [], wrong)
-        exc = ReplayUnavailable(f"at {_env_text(env)}, {wrong}")
-        exc.env = env  # where the replay's shapes stop holding: a replay with hints there may hold
-        raise exc
+    def _bound_by_kernel_changes(self) -> None:
+        """The replay ran but cannot lead (a size read as a Python number): the shapes fitted from
+        probes hold where torch's kernels decide as at the probed sizes; the first size past them
+        where one of those decisions changes (the number of chunks of a padded sequence) bounds the
+        range, as on the replay's path."""
+        plan, base_env, checks = self.plan, self.base_env, self.kernel_checks
 
-    def fake_records(env):
-        """:func:`_fake_records` at ``env``, made ahead or now."""
-        if ahead is not None and _env_key(env) in ahead.fake:
-            return ahead.fake[_env_key(env)]
-        return _fake_records(gm, example, names, dynamic_axes, env)
+        def kernels(env):
+            return tuple(_decide(c.holds, env) for c in checks)
 
-    # the model and the graph run side by side where they may (see runs_beside)
-    beside = can_overlap() and runs_beside(gm)
-    # the check's sizes, left to the caller (see real_run_later), where no decision can flip there:
-    # the decisions on sizes are those the graph was traced with (not so for a graph traced at
-    # other sizes and checked at the example's), and none reads tensor data (one could go
-    # otherwise on the example's values cut to those sizes)
-    left = [] if (rep is not None and _REAL_RUN_LATER and beside and reference is not None
-                  and not any(g.node in data_dep0 for g in guards)) else None
+        for s, v in base_env.items():
+            top = max([e[s] for e in plan.single + plan.multi] + [v])
+            n = _far_flip(kernels, base_env, s, top, [kernels({**base_env, s: k}) for k in range(1, top + 1)])
+            if n is not None:
+                plan.far[s] = n
 
-    def as_traced(env) -> bool:
+    # -- one probe -----------------------------------------------------------------------------
+
+    def probe(self, env: dict):
+        """:meth:`probe_now`, or, for a check left to the caller (see real_run_later), "good" now."""
+        if self.left is not None and _env_key(env) in self.plan.checks and self._as_traced(env):
+            if env not in self.left:
+                self.left.append(env)
+            self.good.append((env, None))
+            return "good"
+        return self.probe_now(env)
+
+    def probe_status(self, env: dict) -> str:
+        return _status(self.probe(env))
+
+    def _as_traced(self, env: dict) -> bool:
         """Whether the tracer's decisions at ``env`` are the ones the graph was traced with."""
-        decisions = signature.traced(signature(env))
+        decisions = self.signature.traced(self.signature(env))
         return decisions == tuple(True for _ in decisions)
 
-    def probe(env):
-        if left is not None and _env_key(env) in checks and as_traced(env):
-            if env not in left:
-                left.append(env)
-            good.append((env, None))
-            return "good"
-        return probe_now(env)
-
-    def probe_now(env, alone=False):
+    def probe_now(self, env: dict, alone: bool = False):
         """The probe at ``env``: "good", "refused", "error", or ("bad", flips, why). ``alone``: the
         model's and the graph's runs one after the other, not side by side (a check left to run
         beside the write, where a third thread on two cores slowed the write more than it saved)."""
-        if _env_key(env) in kernel_only:
-            records = fake_records(env)  # None: run for real
-            if records is not None:
-                wrong = _shape_mismatch(rep, records, env)
-                if wrong is not None:
-                    return _shapes_change(env, wrong)
-                if _env_key(env) in flip_keys:
-                    kernel_flips.append(env)
-                return "good"
+        if _env_key(env) in self.plan.kernel_only:
+            answer = self._fake_probe(env)
+            if answer is not None:
+                return answer
+        run = self._runs_at(env, alone)
+        if isinstance(run.expected, Exception):  # the eager model refuses these sizes
+            self.refused.append(env)
+            return "refused"
+        if run.err is not None:
+            if self.reference is None:
+                return "refused"
+            # a failure outside the range finally claimed only bounds it (chunk(2) of S=1 has
+            # one piece): decided once the ranges are known
+            self.errors.append(ProbeFailure(env, run.err[0], run.err[1] + " (the eager model accepts these sizes)"))
+            return "error"
+        flips = self._flips(run.values)
+        if run.expected is not None and any(g.op == "bool" and g.node in self.data_dep for g in flips):
+            run = self._deciding_on_data_as_traced(env, run)
+            flips = self._flips(run.values)
+        if self.rep is not None:
+            wrong = _shape_mismatch(self.rep, run.records, env)
+            if wrong is not None:
+                return self._shapes_change(env, wrong)
+        if run.expected is not None:
+            bad = self._compared(env, run, flips)
+            if bad is not None:
+                return bad
+        elif flips:
+            for g in flips:
+                self.guard_flips.setdefault(id(g), (env, "a decision differs"))
+            return ("bad", flips, "a decision differs")
+        self.good.append((env, run.records if self.rep is None else None))  # symbolic shapes: no fitting
+        return "good"
+
+    def _flips(self, values: dict) -> list:
+        return [g for g in self.guards if g.node in values and not _holds_in(g, values)]
+
+    def _fake_probe(self, env: dict):
+        """Where only torch's kernels decide otherwise: a fake run's shapes tell ("good", or what
+        :meth:`_shapes_change` says); None when the fake run needs data (run for real)."""
+        records = self._fake_records(env)
+        if records is None:
+            return None
+        wrong = _shape_mismatch(self.rep, records, env)
+        if wrong is not None:
+            return self._shapes_change(env, wrong)
+        if _env_key(env) in self.flip_keys:
+            self.kernel_flips.append(env)
+        return "good"
+
+    def _fake_records(self, env: dict) -> Optional[dict]:
+        """:func:`_fake_records` at ``env``, made ahead or now."""
+        if self.ahead is not None and _env_key(env) in self.ahead.fake:
+            return self.ahead.fake[_env_key(env)]
+        return _fake_records(self.traced, env)
+
+    def _runs_at(self, env: dict, alone: bool) -> _ProbeRun:
+        """The graph's run and the model's at ``env``."""
+        reference, example = self.reference, self.traced.example
         chosen = reference.inputs_for if hasattr(reference, "inputs_for") else None
-        inputs = inputs_at(example, names, dynamic_axes, env)
-        if reference is not None and beside and not alone \
+        inputs = self.traced.inputs_at(env)
+        if reference is not None and self.beside and not alone \
                 and all(a.numel() <= b.numel() for a, b in zip(inputs, example)):
             # the model's run beside the graph's, on inputs no larger than the example's (the two
             # runs hold about what the example's runs held, one after the other). The model's
@@ -1681,296 +1898,350 @@ def _analysis(gm, example, names, dynamic_axes, guards, reference, base_env, bas
             def model_side():
                 return (chosen(env) if chosen is not None else inputs), _model_outputs(reference, env)
             with Worker(model_side, split_cores=True) as worker:
-                values, err, records = _run(gm, inputs, keep)
+                values, err, records = _run(self.gm, inputs, self.keep)
             used, expected = worker.result()
             if not _same_inputs(used, inputs):
                 inputs = used
-                values, err, records = _run(gm, inputs, keep)
+                values, err, records = _run(self.gm, inputs, self.keep)
         else:
             if chosen is not None:
                 inputs = chosen(env)
-            values, err, records = _run(gm, inputs, keep)
+            values, err, records = _run(self.gm, inputs, self.keep)
             expected = _model_outputs(reference, env) if reference is not None else None
-        if isinstance(expected, Exception):  # the eager model refuses these sizes
-            refused.append(env)
-            return "refused"
-        if err is not None:
-            if reference is None:
-                return "refused"
-            # a failure outside the range finally claimed only bounds it (chunk(2) of S=1 has
-            # one piece): decided once the ranges are known
-            errors.append(ProbeFailure(env, err[0], err[1] + " (the eager model accepts these sizes)"))
-            return "error"
-        flips = [g for g in guards if g.node in values and not _holds_in(g, values)]
-        on_data = [g for g in flips if g.op == "bool" and g.node in data_dep0]
-        if on_data and expected is not None:
-            # the example's values resized to these sizes take another decision on data than
-            # the trace (``if mask.all()`` on a padding mask cut to its first columns): that is no
-            # decision on the sizes. Values that take the traced ones tell about the sizes
-            other = _deciding_as_traced(gm, inputs, example, guards, keep, data_dep0)
-            if other is not None:
-                try:
-                    expected = reference(env, other[0])
-                except Exception:  # noqa: BLE001 - the model refuses them: keep the probe's own
-                    other = None
-            if other is not None:
-                inputs, (values, err, records) = other
-                flips = [g for g in guards if g.node in values and not _holds_in(g, values)]
-        if rep is not None:
-            wrong = _shape_mismatch(rep, records, env)
-            if wrong is not None:
-                return _shapes_change(env, wrong)
-        if expected is not None:
-            mismatch = _outputs_match(gm, values, expected)
-            counts = [g for g in flips if g.op == "count"]
-            if mismatch is None and counts:
-                # the graph re-run in torch splits again; the export keeps the traced pieces
-                mismatch = f"{counts[0].text} no longer: the export keeps the traced pieces"
-            if mismatch is None and flips:
-                mismatch = _scrambled_mismatch(gm, reference, env, inputs, example, tuple(guards), tuple(flips))
-            if mismatch is None:
-                mismatch = _baked_number(guards, values, data_dep0)
-            if mismatch is not None:
-                for g in flips:
-                    guard_flips.setdefault(id(g), (env, mismatch))
-                return ("bad", flips, mismatch)
-            for g in flips:
-                equivalent.setdefault(id(g), env)
-            if flips:
-                equivalent_envs.append(env)
-        elif flips:
-            for g in flips:
-                guard_flips.setdefault(id(g), (env, "a decision differs"))
-            return ("bad", flips, "a decision differs")
-        good.append((env, records if rep is None else None))  # symbolic shapes: no fitting
-        return "good"
+        return _ProbeRun(inputs, values, err, records, expected)
 
-    def _shapes_past_flip(env):
+    def _deciding_on_data_as_traced(self, env: dict, run: _ProbeRun) -> _ProbeRun:
+        """The example's values resized to these sizes take another decision on data than the
+        trace (``if mask.all()`` on a padding mask cut to its first columns): that is no decision
+        on the sizes. Values that take the traced ones tell about the sizes: the runs on them, if
+        the model accepts them, else ``run``."""
+        other = _deciding_as_traced(self.gm, run.inputs, self.traced.example, self.guards, self.keep, self.data_dep)
+        if other is None:
+            return run
+        try:
+            expected = self.reference(env, other[0])
+        except Exception:  # noqa: BLE001 - the model refuses them: keep the probe's own
+            return run
+        inputs, (values, err, records) = other
+        return _ProbeRun(inputs, values, err, records, expected)
+
+    def _compared(self, env: dict, run: _ProbeRun, flips: list):
+        """("bad", flips, why) where the graph differs from the model at ``env`` (also on other
+        input values where a decision flipped), else None, the flipped decisions then noted as
+        equivalent there."""
+        mismatch = _outputs_match(self.gm, run.values, run.expected)
+        counts = [g for g in flips if g.op == "count"]
+        if mismatch is None and counts:
+            # the graph re-run in torch splits again; the export keeps the traced pieces
+            mismatch = f"{counts[0].text} no longer: the export keeps the traced pieces"
+        if mismatch is None and flips:
+            mismatch = _scrambled_mismatch(self.gm, self.reference, env, run.inputs, self.traced.example,
+                                           tuple(self.guards), tuple(flips))
+        if mismatch is None:
+            mismatch = _baked_number(self.guards, run.values, self.data_dep)
+        if mismatch is not None:
+            for g in flips:
+                self.guard_flips.setdefault(id(g), (env, mismatch))
+            return ("bad", flips, mismatch)
+        for g in flips:
+            self.equivalent.setdefault(id(g), env)
+        if flips:
+            self.equivalent_envs.append(env)
+        return None
+
+    def _shapes_change(self, env: dict, wrong: str):
+        """The replay's expressions hold on one side of a decision only. Below the example, at a
+        size where a decision flips (``x[:, :4]`` has S items below S=4), that bounds the range;
+        anywhere else (tensor_split(4) of S: sizes by S % 4) the fitted probes may find a form
+        valid for every size."""
+        moved = _moved(env, self.base_env)
+        key = _env_key(env)
+        if len(moved) == 1 and env[moved[0]] < self.base_env[moved[0]] and key not in self.plan.checks \
+                and key in self.flip_keys:
+            self.shape_bound.setdefault(moved[0], set()).add(env[moved[0]])
+            return ("bad", [], wrong)
+        exc = ReplayUnavailable(f"at {_env_text(env)}, {wrong}")
+        exc.env = env  # where the replay's shapes stop holding: a replay with hints there may hold
+        raise exc
+
+    def _shapes_past_flip(self, env: dict) -> str:
         """A fake run at ``env``, past a size where only torch's kernels decide otherwise and the
         shapes were still alike: shapes that differ there bound the range."""
-        records = fake_records(env)
+        records = self._fake_records(env)
         if records is None:
             return "unknown"
-        return "good" if _shape_mismatch(rep, records, env) is None else "bad"
+        return "good" if _shape_mismatch(self.rep, records, env) is None else "bad"
 
-    bad_detail: dict = {}
-    for env in single:
-        (s,) = _moved(env, base_env)
-        flip = lazy.get(_env_key(env))
-        if flip is not None and results[s].get(flip) in ("good", None):
-            continue  # the size before a flip matters only when the flip ends the range
-        r = probe(env)
-        if isinstance(r, tuple):
-            bad_detail[(s, env[s])] = r
-            r = "bad"
-        results[s][env[s]] = "bad" if r == "error" else r
-    if signature is not None:
-        # at the size where a decision flips, both branches may give the same outputs
-        # (``max(0, 16 - S)`` flips at S=16, where both are 0): the next size on, where the
-        # same decisions hold, tells whether the branch taken there is really equivalent; so does
-        # the far end of those sizes, where sizes computed in another way may part (the graph's
-        # ``S // 2`` items for the model's ``max(1, S // 2)`` agree at S=2 and 3, not at S=1)
-        for env in list(equivalent_envs):
+    # -- the probes, in order ------------------------------------------------------------------
+
+    def _probe_singles(self) -> None:
+        for env in self.plan.single:
+            (s,) = _moved(env, self.base_env)
+            flip = self.plan.lazy.get(_env_key(env))
+            if flip is not None and self.results[s].get(flip) in ("good", None):
+                continue  # the size before a flip matters only when the flip ends the range
+            self.results[s][env[s]] = self.probe_status(env)
+
+    def _probe_past_equivalent_flips(self) -> None:
+        """At the size where a decision flips, both branches may give the same outputs
+        (``max(0, 16 - S)`` flips at S=16, where both are 0): the next size on, where the same
+        decisions hold, tells whether the branch taken there is really equivalent; so does the far
+        end of those sizes, where sizes computed in another way may part (the graph's ``S // 2``
+        items for the model's ``max(1, S // 2)`` agree at S=2 and 3, not at S=1)."""
+        base_env = self.base_env
+        for env in list(self.equivalent_envs):
             moved = _moved(env, base_env)
             if len(moved) != 1:
                 continue
             (s,) = moved
             step = 1 if env[s] > base_env[s] else -1
-            for m in _past_flip(signature, base_env, env, s, step):
-                if m in results[s]:
+            for m in _past_flip(self.signature, base_env, env, s, step):
+                if m in self.results[s]:
                     continue
-                r = probe({**base_env, s: m})
-                results[s][m] = "bad" if isinstance(r, tuple) or r == "error" else r
-        # likewise where only torch's kernels decide otherwise: ``x[:, 8:12]`` of S=10 items
-        # decides S < 12, and at S=12 both sides give 4 items; at S=13 the graph's S - 8 items
-        # are 5, torch's still 4. A fake run there tells, and a different shape bounds the range
-        for env in kernel_flips:
+                self.results[s][m] = self.probe_status({**base_env, s: m})
+
+    def _check_past_kernel_flips(self) -> None:
+        """Likewise where only torch's kernels decide otherwise: ``x[:, 8:12]`` of S=10 items
+        decides S < 12, and at S=12 both sides give 4 items; at S=13 the graph's S - 8 items are 5,
+        torch's still 4. A fake run there tells, and a different shape bounds the range."""
+        base_env = self.base_env
+        for env in self.kernel_flips:
             (s,) = _moved(env, base_env)
             step = 1 if env[s] > base_env[s] else -1
-            for m in _past_flip(signature, base_env, env, s, step):
-                if m in results[s]:
+            for m in _past_flip(self.signature, base_env, env, s, step):
+                if m in self.results[s]:
                     continue
-                if _shapes_past_flip({**base_env, s: m}) == "bad":
+                if self._shapes_past_flip({**base_env, s: m}) == "bad":
                     # alike shapes say nothing of the model there (it may refuse that size): only
                     # a difference is kept
-                    results[s][m] = "bad"
-                    shape_bound.setdefault(s, set()).add(m)
-    for s, n in far.items():
-        # every decision is the same from the scanned sizes up to n - 1; at n one changes, and
-        # what the model does there is not known: the export is valid below it. Unless only
-        # torch's kernels decide there (a convolution picking another algorithm past 20480
-        # items) and the replay's shapes hold at n, just past it and at twice n (a slice end
-        # ``x[:, 2:100]`` decides S < 100 and gives 98 items at S=100 either way, not at 101):
-        # the graph runs the same ops at every size, so the next change is looked for instead
-        scanned = None
-        for _ in range(_FAR_KERNEL_FLIPS):
-            if not _kernel_only_far(signature, base_env, s, n, _shapes_past_flip):
-                break
-            if scanned is None:  # the decisions tracked are those the first search tracked (parities left out)
-                scanned = [signature({**base_env, s: k}) for k in range(1, _scan_top(base_env[s]) + 1)]
-            n = _far_flip(signature, base_env, s, n, scanned, since=signature({**base_env, s: n}))
-            if n is None:
-                break
-        if n is not None:  # a change not seen to be the kernels' alone, or one too many of them
-            results[s].setdefault(n, "unchecked")
-    ranges = {s: _symbol_range(s, base_env[s], results[s]) for s in symbols}
-    stepped = set()
-    if signature is not None:
-        for s in symbols:
-            def run(n, s=s):
-                r = probe({**base_env, s: n})
-                return "bad" if isinstance(r, tuple) or r == "error" else r
-            r = _decision_step(s, base_env, signature, results[s], run)
-            if r is not None:
-                ranges[s] = r
-                stepped.add(s)
-    for s in symbols:
-        if s in stepped:
-            continue  # the decisions gave its step and bounds
-        # a model accepting only every N-th size: look for a finer step and for the smallest
-        # accepted size below the lowest probed one (a few more runs only for such models)
-        v = base_env[s]
-        # up to 12 probes: a bound set by the model's refusals far below the example (a reflect
-        # pad refusing T <= 64 for an example of 4000) is bisected to within a few sizes; those
-        # probes run below the example, at its cost or less
+                    self.results[s][m] = "bad"
+                    self.shape_bound.setdefault(s, set()).add(m)
+
+    def _bound_far_changes(self) -> None:
+        """Every decision is the same from the scanned sizes up to a far size n - 1; at n one
+        changes, and what the model does there is not known: the export is valid below it. Unless
+        only torch's kernels decide there (a convolution picking another algorithm past 20480
+        items) and the replay's shapes hold at n, just past it and at twice n (a slice end
+        ``x[:, 2:100]`` decides S < 100 and gives 98 items at S=100 either way, not at 101): the
+        graph runs the same ops at every size, so the next change is looked for instead."""
+        signature, base_env = self.signature, self.base_env
+        for s, n in self.plan.far.items():
+            scanned = None
+            for _ in range(_FAR_KERNEL_FLIPS):
+                if not _kernel_only_far(signature, base_env, s, n, self._shapes_past_flip):
+                    break
+                if scanned is None:  # the decisions tracked are those the first search tracked (parities left out)
+                    scanned = [signature({**base_env, s: k}) for k in range(1, _scan_top(base_env[s]) + 1)]
+                n = _far_flip(signature, base_env, s, n, scanned, since=signature({**base_env, s: n}))
+                if n is None:
+                    break
+            if n is not None:  # a change not seen to be the kernels' alone, or one too many of them
+                self.results[s].setdefault(n, "unchecked")
+
+    def _set_ranges(self) -> None:
+        """Each symbol's range from its probes: on a step the decisions set, else from its results,
+        refined by a few more probes (:meth:`_refine_range`)."""
+        base_env = self.base_env
+        self.ranges = {s: _symbol_range(s, base_env[s], self.results[s]) for s in self.symbols}
+        stepped = set()
+        if self.signature is not None:
+            for s in self.symbols:
+                r = _decision_step(s, base_env, self.signature, self.results[s],
+                                   lambda n, s=s: self.probe_status({**base_env, s: n}))
+                if r is not None:
+                    self.ranges[s] = r
+                    stepped.add(s)
+        for s in self.symbols:
+            if s not in stepped:  # (a stepped one: the decisions gave its step and bounds)
+                self._refine_range(s)
+
+    def _refine_range(self, s: str) -> None:
+        """A model accepting only every N-th size: look for a finer step and for the smallest
+        accepted size below the lowest probed one (a few more runs only for such models). Up to 12
+        probes: a bound set by the model's refusals far below the example (a reflect pad refusing
+        T <= 64 for an example of 4000) is bisected to within a few sizes; those probes run below
+        the example, at its cost or less."""
+        v, results = self.base_env[s], self.results[s]
         for _ in range(12):
-            rng = ranges[s]
-            finer = [v + d for d in range(rng.step - 1, 0, -1) if rng.step % d == 0 and v + d not in results[s]]
+            rng = self.ranges[s]
+            finer = [v + d for d in range(rng.step - 1, 0, -1) if rng.step % d == 0 and v + d not in results]
             # the smallest size on the step, when nothing bounds the range below: probed, not assumed
             first = rng.rest or rng.step
-            lowest = [first] if rng.step > 1 and rng.lo is None and first < v and first not in results[s] else []
-            todo = (finer[:1] + lowest + _bisect_refused(results[s], rng, v))[:1]
+            lowest = [first] if rng.step > 1 and rng.lo is None and first < v and first not in results else []
+            todo = (finer[:1] + lowest + _bisect_refused(results, rng, v))[:1]
             if not todo:
                 break
-            env = {**base_env, s: todo[0]}
-            r = probe(env)
-            results[s][todo[0]] = "bad" if isinstance(r, tuple) or r == "error" else r
-            ranges[s] = _symbol_range(s, v, results[s])
-    for env in multi:
-        if all(ranges[s].contains(env[s]) for s in symbols):
-            r = probe(env)
-            if isinstance(r, tuple):
-                node = r[1][0].node if r[1] else None
-                failures.append(ProbeFailure(env, node, r[2]))
-    failures.extend(e for e in errors if all(ranges[s].contains(e.env[s]) for s in symbols))
-    # shapes are fitted only on sizes inside the range: outside, another branch may give other shapes
-    good = [(e, v) for e, v in good if all(ranges[s].contains(e[s]) for s in symbols)]
-    if rep is not None:
-        good_envs = [e for e, _ in good]
-        sym = {n: _unfit_varying(d) for n, d in rep.dims.items()}
-        varies = set(rep.varies)
-    else:
-        good_envs, records, sym = _fit_good(good, symbols)
-        varies = None
-    if rep is None and symbols and _count_unfit(sym):
-        # sizes that stop following a polynomial below some size (``x[:, 1:-1]`` is empty,
-        # not negative, at S=1): fit from the sizes above and make that the lower bound
-        for s in symbols:
-            lows = sorted({e[s] for e, _ in good if e[s] < base_env[s]})
-            best = (_count_unfit(sym), 0, None)
-            for k in range(1, len(lows) + 1):
-                trial = [(e, v) for e, v in good if e[s] >= base_env[s] or e[s] > lows[k - 1]]
-                fitted = _fit_good(trial, symbols)
-                if _count_unfit(fitted[2]) < best[0]:
-                    best = (_count_unfit(fitted[2]), k, (trial, fitted))
-            if best[2] is not None:
-                good, (good_envs, records, sym) = best[2]
-                r = ranges[s]
-                new_lo = min(e[s] for e, _ in good)
-                ranges[s] = SymRange(s, new_lo, r.hi, r.step, r.rest,
-                                     "; ".join(x for x in (r.why, f"shapes change otherwise below {s}={new_lo}") if x))
-    if rep is None and symbols and _has_division(sym):
-        # a floor division fitted to the probed sizes takes the least divisor that agrees with
-        # them, which may agree there only: int((S - 10) * 0.3) + 5 at S = 10..33 fits
-        # (2*S + 1) // 7 + 2 as well, and differs at S=20. More sizes, farther apart, then refit:
-        # a size that follows no form is then refused rather than exported wrong. A size cut to
-        # a constant (min(S, 8)) is also run where it bends, and on both sides of it
-        for env in _division_check_envs(base_env, good_envs) + _bend_check_envs(sym, base_env, good_envs):
-            if all(ranges[k].contains(env[k]) for k in symbols):
-                r = probe(env)
-                if isinstance(r, tuple):
-                    failures.append(ProbeFailure(env, r[1][0].node if r[1] else None, r[2]))
-        good = [(e, v) for e, v in good if all(ranges[k].contains(e[k]) for k in symbols)]
-        good_envs, records, sym = _fit_good(good, symbols)
-    if rep is None and symbols:
-        failures.extend(_fitted_off_example(sym, records, base_records, base_env))
-    data_dep = data_dep0
-    if varies is None:
+            results[todo[0]] = self.probe_status({**self.base_env, s: todo[0]})
+            self.ranges[s] = _symbol_range(s, v, results)
+
+    def _in_ranges(self, env: dict) -> bool:
+        return all(self.ranges[s].contains(env[s]) for s in self.symbols)
+
+    def _probe_failed(self, env: dict) -> None:
+        """A probe at ``env`` that must hold: a difference there is a failure."""
+        r = self.probe(env)
+        if isinstance(r, tuple):
+            self.failures.append(ProbeFailure(env, r[1][0].node if r[1] else None, r[2]))
+
+    def _probe_multi(self) -> None:
+        """The sizes with several symbols moved, inside the ranges; and the errors inside them."""
+        for env in self.plan.multi:
+            if self._in_ranges(env):
+                self._probe_failed(env)
+        self.failures.extend(e for e in self.errors if self._in_ranges(e.env))
+
+    # -- the shapes ----------------------------------------------------------------------------
+
+    def _shapes(self) -> tuple:
+        """``(good_envs, sym, varies)``: the sizes inside the ranges where the graph reproduced the
+        model, every node's symbolic shape or value, and the nodes that vary with the sizes. Shapes
+        are fitted only on sizes inside the range: outside, another branch may give other shapes."""
+        self.good = [(e, v) for e, v in self.good if self._in_ranges(e)]
+        if self.rep is not None:
+            sym = {n: _unfit_varying(d) for n, d in self.rep.dims.items()}
+            return [e for e, _ in self.good], sym, set(self.rep.varies)
+        fitted = _fit_good(self.good, self.symbols)
+        if self.symbols and _count_unfit(fitted[2]):
+            fitted = self._refit_from_above(fitted)
+        if self.symbols and _has_division(fitted[2]):
+            fitted = self._refit_past_divisions(fitted)
+        good_envs, records, sym = fitted
+        if self.symbols:
+            self.failures.extend(_fitted_off_example(sym, records, self.base.records, self.base_env))
         varies = {n for n, r in records.items() if any(x != r[0] for x in r[1:])}
-    constant = _constants(gm, data_dep, varies)
-    ir_guards = []
-    for g in guards:
-        kind = "data" if g.node in data_dep and g.op != "count" else "shape"  # a count of pieces is a shape fact
-        status, note = ("checked", f"holds at {len(good_envs)} sizes") if symbols else ("kept", "")
-        if id(g) in equivalent:
-            note = ("differs at " + _env_text(equivalent[id(g)]) + ", where the graph still reproduces the model")
-        flipped = guard_flips.get(id(g))
+        return good_envs, sym, varies
+
+    def _refit_from_above(self, fitted: tuple) -> tuple:
+        """Sizes that stop following a polynomial below some size (``x[:, 1:-1]`` is empty, not
+        negative, at S=1): fit from the sizes above and make that the lower bound."""
+        for s in self.symbols:
+            lows = sorted({e[s] for e, _ in self.good if e[s] < self.base_env[s]})
+            best = (_count_unfit(fitted[2]), 0, None)
+            for k in range(1, len(lows) + 1):
+                trial = [(e, v) for e, v in self.good if e[s] >= self.base_env[s] or e[s] > lows[k - 1]]
+                trial_fit = _fit_good(trial, self.symbols)
+                if _count_unfit(trial_fit[2]) < best[0]:
+                    best = (_count_unfit(trial_fit[2]), k, (trial, trial_fit))
+            if best[2] is not None:
+                self.good, fitted = best[2]
+                r = self.ranges[s]
+                new_lo = min(e[s] for e, _ in self.good)
+                why = "; ".join(x for x in (r.why, f"shapes change otherwise below {s}={new_lo}") if x)
+                self.ranges[s] = SymRange(s, new_lo, r.hi, r.step, r.rest, why)
+        return fitted
+
+    def _refit_past_divisions(self, fitted: tuple) -> tuple:
+        """A floor division fitted to the probed sizes takes the least divisor that agrees with
+        them, which may agree there only: int((S - 10) * 0.3) + 5 at S = 10..33 fits
+        (2*S + 1) // 7 + 2 as well, and differs at S=20. More sizes, farther apart, then refit: a
+        size that follows no form is then refused rather than exported wrong. A size cut to a
+        constant (min(S, 8)) is also run where it bends, and on both sides of it."""
+        good_envs, _records, sym = fitted
+        for env in _division_check_envs(self.base_env, good_envs) + _bend_check_envs(sym, self.base_env, good_envs):
+            if self._in_ranges(env):
+                self._probe_failed(env)
+        self.good = [(e, v) for e, v in self.good if self._in_ranges(e)]
+        return _fit_good(self.good, self.symbols)
+
+    # -- the result ----------------------------------------------------------------------------
+
+    def _ir_guard(self, g: GuardRecord, checked: int) -> Guard:
+        """The IR's record of the decision ``g``: checked at ``checked`` sizes, equivalent, violated,
+        bounding the range, merged or baked."""
+        kind = "data" if g.node in self.data_dep and g.op != "count" else "shape"  # a count of pieces is a shape fact
+        status, note = ("checked", f"holds at {checked} sizes") if self.symbols else ("kept", "")
+        if id(g) in self.equivalent:
+            note = ("differs at " + _env_text(self.equivalent[id(g)]) + ", where the graph still reproduces the model")
+        flipped = self.guard_flips.get(id(g))
         if flipped is not None:
-            env, why = flipped
-            inside = all(ranges[s].contains(env[s]) for s in symbols)
-            if inside:
-                status, note = "violated", f"differs at {_env_text(env)}: {why}"
-                if kind == "shape":
-                    failures.append(ProbeFailure(env, g.node, f"the trace decided {g.text} here; at these sizes it differs"))
-            else:
-                status = "bounds"
-                note = (f"differs at {_env_text(env)}; the export is valid for "
-                        + ", ".join(str(SymRange(r.symbol, r.lo, r.hi, r.step, r.rest)) for r in ranges.values() if r.bounded))
+            status, note = self._flipped(g, kind, *flipped)
         if g.merged:
             status, note = "merged", g.branch_note
-            if kind == "shape" and id(g) in equivalent and equivalent[id(g)] not in io_envs:
+            if kind == "shape" and id(g) in self.equivalent and self.equivalent[id(g)] not in self.plan.io_envs:
                 # a decision on sizes exported both ways: check_io also runs where it goes the other way
-                io_envs.append(equivalent[id(g)])
+                self.plan.io_envs.append(self.equivalent[id(g)])
         elif kind == "data":
             status = "baked"
             note = "decided on tensor data: the export keeps only this branch"
             if g.branch_note:
                 note += f"; {g.branch_note}"
-        ir_guards.append(Guard(g.text, kind, g.source, g.expected, status, note))
-    for s, sizes in shape_bound.items():
-        r = ranges[s]
-        for n in sizes:
-            differs = re.compile(rf"the graph differs from the model at {re.escape(s)}={n}(?!\d)")
-            if r.lo is not None and n < r.lo:
-                why = differs.sub(f"shapes change otherwise below {s}={r.lo}", r.why)
-                r = ranges[s] = SymRange(s, r.lo, r.hi, r.step, r.rest, why)
-            elif r.hi is not None and n > r.hi:
-                why = differs.sub(f"shapes change otherwise above {s}={r.hi}", r.why)
-                r = ranges[s] = SymRange(s, r.lo, r.hi, r.step, r.rest, why)
-    kept = {s: r for s, r in ranges.items() if r.bounded}
-    graph_bounded = any(r == "bad" and not ranges[s].contains(n)
-                        for s in symbols for n, r in results[s].items())
-    same_path = None
-    if signature is not None:
-        traced_base = signature.traced(signature(base_env))
-        same_path = lambda env: signature.traced(signature(env)) == traced_base  # noqa: E731
-    if left:
-        def run_left() -> Optional[str]:
-            """The checks left: None when each passes as taken for granted (no decision flipped)."""
-            def found():  # what a probe notes besides its answer: a flipped decision, a refusal, an error
-                return len(equivalent_envs), len(refused), len(errors), len(guard_flips)
+        return Guard(g.text, kind, g.source, g.expected, status, note)
 
-            before = found()
-            for env in left:
-                try:
-                    r = probe_now(env, alone=True)
-                except ReplayUnavailable as exc:
-                    return str(exc)
-                if r != "good":
-                    return f"at {_env_text(env)}: " + (r[2] if isinstance(r, tuple) else f"the probe says {r}")
-            if found() != before:
-                return f"a decision differs at {_env_text(left[0])}"
-            return None
-        run_left.runs = len(left)
-        _REAL_RUN_LATER[-1].append(run_left)
-    analysis = Analysis(symbols, base_env, base_values, sym, constant, data_dep, ir_guards, failures,
-                        [base_env] + single + multi, kept, good_envs,
-                        "fake replay" if rep is not None else "probes" if symbols else "",
-                        graph_bounded or (rep is None and any(r.lo is not None or r.hi is not None
-                                                              for r in kept.values())),
-                        [e for e in io_envs if all(ranges[s].contains(e[s]) for s in symbols)], same_path)
-    analysis.left_checks = len(left or ())
-    return analysis
+    def _flipped(self, g: GuardRecord, kind: str, env: dict, why: str) -> tuple:
+        """``(status, note)`` of a decision that flipped at ``env`` where the graph differs: violated
+        inside the ranges (a failure for a decision on sizes), else it bounds them."""
+        if self._in_ranges(env):
+            if kind == "shape":
+                self.failures.append(ProbeFailure(
+                    env, g.node, f"the trace decided {g.text} here; at these sizes it differs"))
+            return "violated", f"differs at {_env_text(env)}: {why}"
+        return "bounds", (f"differs at {_env_text(env)}; the export is valid for "
+                          + ", ".join(str(SymRange(r.symbol, r.lo, r.hi, r.step, r.rest))
+                                      for r in self.ranges.values() if r.bounded))
+
+    def _name_shape_bounds(self) -> None:
+        """A bound set where the replay's shapes stop holding says so, not that the graph differs."""
+        for s, sizes in self.shape_bound.items():
+            r = self.ranges[s]
+            for n in sizes:
+                differs = re.compile(rf"the graph differs from the model at {re.escape(s)}={n}(?!\d)")
+                if r.lo is not None and n < r.lo:
+                    why = differs.sub(f"shapes change otherwise below {s}={r.lo}", r.why)
+                    r = self.ranges[s] = SymRange(s, r.lo, r.hi, r.step, r.rest, why)
+                elif r.hi is not None and n > r.hi:
+                    why = differs.sub(f"shapes change otherwise above {s}={r.hi}", r.why)
+                    r = self.ranges[s] = SymRange(s, r.lo, r.hi, r.step, r.rest, why)
+
+    def _result(self, sym: dict, constant: set, ir_guards: list, good_envs: list) -> Analysis:
+        ranges, symbols, rep = self.ranges, self.symbols, self.rep
+        kept = {s: r for s, r in ranges.items() if r.bounded}
+        graph_bounded = any(r == "bad" and not ranges[s].contains(n)
+                            for s in symbols for n, r in self.results[s].items())
+        same_path = None
+        if self.signature is not None:
+            signature = self.signature
+            traced_base = signature.traced(signature(self.base_env))
+            same_path = lambda env: signature.traced(signature(env)) == traced_base  # noqa: E731
+        if self.left:
+            _REAL_RUN_LATER[-1].append(_LeftChecks(self))
+        analysis = Analysis(symbols, self.base_env, self.base.values, sym, constant, self.data_dep, ir_guards,
+                            self.failures, [self.base_env] + self.plan.single + self.plan.multi, kept, good_envs,
+                            "fake replay" if rep is not None else "probes" if symbols else "",
+                            graph_bounded or (rep is None and any(r.lo is not None or r.hi is not None
+                                                                  for r in kept.values())),
+                            [e for e in self.plan.io_envs if self._in_ranges(e)], same_path)
+        analysis.left_checks = len(self.left or ())
+        return analysis
+
+    def check_left(self) -> Optional[str]:
+        """The checks left to the caller: None when each passes as taken for granted (no decision
+        flipped), else why not."""
+        def found():  # what a probe notes besides its answer: a flipped decision, a refusal, an error
+            return len(self.equivalent_envs), len(self.refused), len(self.errors), len(self.guard_flips)
+
+        before = found()
+        for env in self.left:
+            try:
+                r = self.probe_now(env, alone=True)
+            except ReplayUnavailable as exc:
+                return str(exc)
+            if r != "good":
+                return f"at {_env_text(env)}: " + (r[2] if isinstance(r, tuple) else f"the probe says {r}")
+        if found() != before:
+            return f"a decision differs at {_env_text(self.left[0])}"
+        return None
+
+
+class _LeftChecks:
+    """The checks a :class:`Prober` left to the caller (see :func:`real_run_later`): called, None
+    when they pass, else why not; ``runs``: how many there are."""
+
+    def __init__(self, prober: Prober):
+        self.prober = prober
+        self.runs = len(prober.left)
+
+    def __call__(self) -> Optional[str]:
+        return self.prober.check_left()
 
 
 def _static(rec):

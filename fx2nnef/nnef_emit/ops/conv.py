@@ -7,6 +7,7 @@ is ever written.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Optional, Sequence
 
 import torch
@@ -154,16 +155,25 @@ def _below_reshape_or_broadcast(ctx: EmitContext, x: Value) -> bool:
     return False
 
 
-def _deconv(ctx: EmitContext, input: Value, filter: Value, bias, stride, padding, output_padding, groups: int,
-            dilation, n: int) -> Value:
+@dataclasses.dataclass
+class Transposed:
+    """torch's options of a transposed convolution (conv_transpose2d's arguments after the bias)."""
+    stride: object = 1
+    padding: object = 0
+    output_padding: object = 0
+    groups: int = 1
+    dilation: object = 1
+
+
+def _deconv(ctx: EmitContext, input: Value, filter: Value, bias, opts: Transposed, n: int) -> Value:
     """NNEF deconv; ``output_padding`` becomes a smaller (possibly negative) padding after the data.
 
     NOTE: the nnef_tools interpreter fills the positions that a negative padding adds with 0
     instead of the bias, so in that case the bias is added after the deconv.
     """
     x, unbatched = add_batch(ctx, input, n)
-    stride, dilation = ntuple(stride, n, "stride"), ntuple(dilation, n, "dilation")
-    extra = ntuple(output_padding, n, "output_padding", sizes=True)
+    stride, dilation = ntuple(opts.stride, n, "stride"), ntuple(opts.dilation, n, "dilation")
+    extra = ntuple(opts.output_padding, n, "output_padding", sizes=True)
     shape = node_shape(ctx, int(unbatched))
     # an output padding that follows the sizes (ConvTranspose2d(..., output_size=skip.shape[-2:]), a
     # U-Net's decoder: (H + 1) % 2 rows after a stride-2 conv) is the largest torch allows, then the
@@ -172,11 +182,11 @@ def _deconv(ctx: EmitContext, input: Value, filter: Value, bias, stride, padding
     if cut and shape is None:
         ctx.fail("a transposed convolution whose output padding follows a dynamic size needs its output shape")
     extra = [max(s, d) - 1 if i in cut else e for i, (e, s, d) in enumerate(zip(extra, stride, dilation))]
-    pads = [(p, p - e) for p, e in zip(ntuple(padding, n, "padding"), extra)]
+    pads = [(p, p - e) for p, e in zip(ntuple(opts.padding, n, "padding"), extra)]
     late_bias = bias is not None and any(after < 0 for _, after in pads)
     full = shape if not cut else tuple(None if i - 2 in cut else d for i, d in enumerate(shape))
     y = ctx.op("deconv", x, filter, 0.0 if late_bias else bias_operand(ctx, bias), border="constant", padding=pads,
-               stride=stride, dilation=dilation, groups=groups, out_shape=full)
+               stride=stride, dilation=dilation, groups=opts.groups, out_shape=full)
     if late_bias:
         y = ctx.op("add", y, channel_bias(ctx, bias, n), out_shape=full)
     if cut:
@@ -202,6 +212,7 @@ def conv_transpose(ctx: EmitContext, input: Value, weight: Value, bias=None, str
 
     conv_transpose1d and conv_transpose3d alike; the filter keeps torch's (= Khronos') layout.
     """
-    return _deconv(ctx, input, weight, bias, stride, padding, output_padding, groups, dilation, len(kernel_of(weight)))
+    opts = Transposed(stride, padding, output_padding, groups, dilation)
+    return _deconv(ctx, input, weight, bias, opts, len(kernel_of(weight)))
 
 

@@ -110,6 +110,19 @@ def window(x: Value, n: int, kernel_size, stride, padding, dilation, ceil_mode: 
     return Window(kernel, stride, padding, dilation, extra)
 
 
+@dataclasses.dataclass
+class Pooling:
+    """torch's options of a max or avg pool's window (its arguments after the input)."""
+    kernel_size: object
+    stride: object = None
+    padding: object = 0
+    dilation: object = 1
+    ceil_mode: bool = False
+
+    def window(self, x: Value, n: int) -> Window:
+        return window(x, n, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode)
+
+
 def pooled_shape(x: Value, win: Window) -> tuple:
     """The shape a pool with ``win`` gives on ``x`` (floor division of the padded spans)."""
     from ...ir import SymDim, simplify
@@ -139,14 +152,13 @@ NO_INDICES = ("max pooling with return_indices=True is not supported (tract has 
               "use return_indices=False")
 
 
-def _max_pool(ctx: EmitContext, input: Value, kernel_size, stride, padding, dilation, ceil_mode: bool,
-              return_indices: bool, n: int) -> Value:
+def _max_pool(ctx: EmitContext, input: Value, opts: Pooling, return_indices: bool, n: int) -> Value:
     if return_indices:
         raise EmitError(NO_INDICES)
     x, unbatched = add_batch(ctx, input, n)
-    win = window(x, n, kernel_size, stride, padding, dilation, ceil_mode)
+    win = opts.window(x, n)
     shape = node_shape(ctx, int(unbatched))
-    if ceil_mode and not all(isinstance(d, int) for d in x.shape[2:]):
+    if opts.ceil_mode and not all(isinstance(d, int) for d in x.shape[2:]):
         y = ctx.op("max_pool", x, border="ignore", **win.attrs(), out_shape=pooled_shape(x, win))
         y = cut_windows(ctx, y, shape)
     else:
@@ -158,21 +170,21 @@ def _max_pool(ctx: EmitContext, input: Value, kernel_size, stride, padding, dila
 def max_pool1d(ctx: EmitContext, input: Value, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
                return_indices=False):
     """max_pool1d(Tensor input, int[1] kernel_size, int[1]? stride=None, int[1] padding=0, int[1] dilation=1, bool ceil_mode=False, bool return_indices=False) -> Tensor"""
-    return _max_pool(ctx, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices, 1)
+    return _max_pool(ctx, input, Pooling(kernel_size, stride, padding, dilation, ceil_mode), return_indices, 1)
 
 
 @register(F.max_pool2d, torch.max_pool2d)
 def max_pool2d(ctx: EmitContext, input: Value, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
                return_indices=False):
     """max_pool2d(Tensor input, int[2] kernel_size, int[2]? stride=None, int[2] padding=0, int[2] dilation=1, bool ceil_mode=False, bool return_indices=False) -> Tensor"""
-    return _max_pool(ctx, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices, 2)
+    return _max_pool(ctx, input, Pooling(kernel_size, stride, padding, dilation, ceil_mode), return_indices, 2)
 
 
 @register(F.max_pool3d, torch.max_pool3d)
 def max_pool3d(ctx: EmitContext, input: Value, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
                return_indices=False):
     """max_pool3d(Tensor input, int[3] kernel_size, int[3]? stride=None, int[3] padding=0, int[3] dilation=1, bool ceil_mode=False, bool return_indices=False) -> Tensor"""
-    return _max_pool(ctx, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices, 3)
+    return _max_pool(ctx, input, Pooling(kernel_size, stride, padding, dilation, ceil_mode), return_indices, 3)
 
 
 @register(F.max_pool1d_with_indices, F.max_pool2d_with_indices, F.max_pool3d_with_indices)
@@ -192,13 +204,13 @@ def window_counts(win: Window, sizes: list) -> np.ndarray:
     return counts
 
 
-def _avg_pool(ctx: EmitContext, input: Value, kernel_size, stride, padding, ceil_mode: bool, count_include_pad: bool,
-              divisor_override, n: int) -> Value:
+def _avg_pool(ctx: EmitContext, input: Value, opts: Pooling, count_include_pad: bool, divisor_override,
+              n: int) -> Value:
     """avg_pool, or a sum (box) divided by torch's divisor where NNEF's borders cannot express it."""
     x, unbatched = add_batch(ctx, input, n)
-    win = window(x, n, kernel_size, stride, padding, 1, ceil_mode)
+    win = opts.window(x, n)
     shape = node_shape(ctx, int(unbatched))
-    if ceil_mode and not all(isinstance(d, int) for d in x.shape[2:]):
+    if opts.ceil_mode and not all(isinstance(d, int) for d in x.shape[2:]):
         # dynamic ceil_mode: torch's divisor (count_include_pad) counts the window within the input
         # and its padding, not ceil's extra: pad with zeros first, then pool ignoring the extra
         if divisor_override is None and count_include_pad and any(win.padding):
@@ -226,21 +238,23 @@ def _avg_pool(ctx: EmitContext, input: Value, kernel_size, stride, padding, ceil
 def avg_pool1d(ctx: EmitContext, input: Value, kernel_size, stride=None, padding=0, ceil_mode=False,
                count_include_pad=True):
     """avg_pool1d(Tensor input, int[1] kernel_size, int[1] stride=[], int[1] padding=0, bool ceil_mode=False, bool count_include_pad=True) -> Tensor"""
-    return _avg_pool(ctx, input, kernel_size, stride, padding, ceil_mode, count_include_pad, None, 1)
+    return _avg_pool(ctx, input, Pooling(kernel_size, stride, padding, 1, ceil_mode), count_include_pad, None, 1)
 
 
 @register(F.avg_pool2d)
 def avg_pool2d(ctx: EmitContext, input: Value, kernel_size, stride=None, padding=0, ceil_mode=False,
                count_include_pad=True, divisor_override=None):
     """avg_pool2d(Tensor input, int[2] kernel_size, int[2] stride=[], int[2] padding=0, bool ceil_mode=False, bool count_include_pad=True, int? divisor_override=None) -> Tensor"""
-    return _avg_pool(ctx, input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, 2)
+    opts = Pooling(kernel_size, stride, padding, 1, ceil_mode)
+    return _avg_pool(ctx, input, opts, count_include_pad, divisor_override, 2)
 
 
 @register(F.avg_pool3d)
 def avg_pool3d(ctx: EmitContext, input: Value, kernel_size, stride=None, padding=0, ceil_mode=False,
                count_include_pad=True, divisor_override=None):
     """avg_pool3d(Tensor input, int[3] kernel_size, int[3] stride=[], int[3] padding=0, bool ceil_mode=False, bool count_include_pad=True, int? divisor_override=None) -> Tensor"""
-    return _avg_pool(ctx, input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, 3)
+    opts = Pooling(kernel_size, stride, padding, 1, ceil_mode)
+    return _avg_pool(ctx, input, opts, count_include_pad, divisor_override, 3)
 
 
 # adaptive pools -------------------------------------------------------------------------

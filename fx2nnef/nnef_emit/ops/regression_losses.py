@@ -7,38 +7,38 @@ from ...ir import Value
 from ..context import EmitContext
 from ..helpers import ew
 from ..registry import register
+from .losses import _check_reduction, _reduced
 
 
 # ---- regression losses (models that compute their loss in forward) ------------------------------------------------
-def _pointwise_loss(ctx: EmitContext, name: str, input: Value, target: Value, size_average, reduce, reduction: str,
-                    weight, each) -> Value:
-    """``each(input - target)`` reduced as ``reduction`` says ('none', 'mean', 'sum')."""
+def _check_loss_args(ctx: EmitContext, name: str, size_average, reduce, reduction: str, weight) -> None:
+    """One clear error for the arguments these losses do not take, or an unknown ``reduction``."""
     if size_average is not None or reduce is not None:
         ctx.fail(f"{name}: the deprecated size_average/reduce arguments are not supported; pass reduction= instead")
     if weight is not None:
         ctx.fail(f"{name} with weight= is not supported; multiply the unreduced loss (reduction='none') by the weight")
-    if reduction not in ("none", "mean", "sum"):
-        ctx.fail(f"{name}: reduction={reduction!r} is not one of 'none', 'mean', 'sum'")
-    loss = each(ctx.call("torch.sub", input, target))
-    if reduction == "none":
-        return loss
-    return ctx.call("torch.mean" if reduction == "mean" else "torch.sum", loss)
+    _check_reduction(ctx, name, None, None, reduction)
+
+
+def _pointwise_loss(ctx: EmitContext, input: Value, target: Value, reduction: str, each) -> Value:
+    """``each(input - target)`` reduced as ``reduction`` says ('none', 'mean', 'sum')."""
+    return _reduced(ctx, each(ctx.call("torch.sub", input, target)), reduction)
 
 
 @register(F.mse_loss)
 def mse_loss(ctx: EmitContext, input: Value, target: Value, size_average=None, reduce=None, reduction: str = "mean",
              weight=None):
     """mse_loss(Tensor input, Tensor target, ..., str reduction='mean', Tensor? weight=None) -> Tensor"""
-    return _pointwise_loss(ctx, "mse_loss", input, target, size_average, reduce, reduction, weight,
-                           lambda d: ctx.call("torch.mul", d, d))
+    _check_loss_args(ctx, "mse_loss", size_average, reduce, reduction, weight)
+    return _pointwise_loss(ctx, input, target, reduction, lambda d: ctx.call("torch.mul", d, d))
 
 
 @register(F.l1_loss)
 def l1_loss(ctx: EmitContext, input: Value, target: Value, size_average=None, reduce=None, reduction: str = "mean",
             weight=None):
     """l1_loss(Tensor input, Tensor target, ..., str reduction='mean', Tensor? weight=None) -> Tensor"""
-    return _pointwise_loss(ctx, "l1_loss", input, target, size_average, reduce, reduction, weight,
-                           lambda d: ctx.call("torch.abs", d))
+    _check_loss_args(ctx, "l1_loss", size_average, reduce, reduction, weight)
+    return _pointwise_loss(ctx, input, target, reduction, lambda d: ctx.call("torch.abs", d))
 
 
 def _quadratic_then_linear(ctx: EmitContext, d: Value, limit: float, quad_scale: float, lin_scale: float) -> Value:
@@ -55,12 +55,14 @@ def smooth_l1_loss(ctx: EmitContext, input: Value, target: Value, size_average=N
     """smooth_l1_loss(Tensor input, Tensor target, ..., str reduction='mean', float beta=1.0) -> Tensor"""
     if beta == 0:
         return l1_loss(ctx, input, target, size_average, reduce, reduction)
-    return _pointwise_loss(ctx, "smooth_l1_loss", input, target, size_average, reduce, reduction, None,
+    _check_loss_args(ctx, "smooth_l1_loss", size_average, reduce, reduction, None)
+    return _pointwise_loss(ctx, input, target, reduction,
                            lambda d: _quadratic_then_linear(ctx, d, float(beta), 0.5 / beta, 1.0))
 
 
 @register(F.huber_loss)
 def huber_loss(ctx: EmitContext, input: Value, target: Value, reduction: str = "mean", delta: float = 1.0, weight=None):
     """huber_loss(Tensor input, Tensor target, str reduction='mean', float delta=1.0, Tensor? weight=None) -> Tensor"""
-    return _pointwise_loss(ctx, "huber_loss", input, target, None, None, reduction, weight,
+    _check_loss_args(ctx, "huber_loss", None, None, reduction, weight)
+    return _pointwise_loss(ctx, input, target, reduction,
                            lambda d: _quadratic_then_linear(ctx, d, float(delta), 0.5, float(delta)))

@@ -10,6 +10,7 @@ values are the input's own (``fold`` adds the overlapping items, as torch does):
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import torch.nn.functional as F
@@ -111,7 +112,7 @@ def col2im(ctx: EmitContext, input: Value, output_size, kernel_size, dilation=1,
         y = None
         for i in range(kh):
             for j in range(kw):
-                grid = _placed(ctx, x, i, j, (i * dh, j * dw), (sh, sw), (oh, ow), (hp, wp), (kh, kw), (dh, dw))
+                grid = _placed(ctx, x, i, j, _FoldGrid((kh, kw), (dh, dw), (sh, sw), (oh, ow), (hp, wp)))
                 y = grid if y is None else ew(ctx, "add", y, grid)
     if ph or pw:
         y = ctx.call("F.pad", y, [-pw, -pw, -ph, -ph])
@@ -128,24 +129,34 @@ def _output_size(output_size) -> list:
     return items
 
 
-def _placed(ctx: EmitContext, x: Value, i: int, j: int, offset: tuple, stride: tuple, counts: tuple,
-            size: tuple, kernel: tuple = (1, 1), dilation: tuple = (1, 1)) -> Value:
+@dataclasses.dataclass
+class _FoldGrid:
+    """F.fold's windows, each a pair (rows, columns): their kernel, dilation and stride, how many
+    there are, and the padded output size they are placed on."""
+    kernel: tuple
+    dilation: tuple
+    stride: tuple
+    counts: tuple
+    size: tuple
+
+
+def _placed(ctx: EmitContext, x: Value, i: int, j: int, grid: _FoldGrid) -> Value:
     """Kernel position ``(i, j)`` of ``x`` (N, C, kh, kw, oh, ow) on the padded output grid
-    ``size``: item ``(a, b)`` at ``offset + (a, b) * stride``, zeros elsewhere."""
+    ``grid.size``: item ``(a, b)`` at ``(i, j) * dilation + (a, b) * stride``, zeros elsewhere."""
     piece = slice_axis(ctx, slice_axis(ctx, x, 2, i, i + 1), 3, j, j + 1)
     n, c = x.shape[:2]
-    (oh, ow), (sh, sw) = counts, stride
+    (oh, ow), (sh, sw) = grid.counts, grid.stride
     piece = reshape_to(ctx, piece, [n, c, oh, 1, ow, 1])
     if (sh, sw) != (1, 1):  # zero-stuffing: each item followed by stride - 1 zeros
         piece = ctx.call("F.pad", piece, [0, sw - 1, 0, 0, 0, sh - 1])
     piece = reshape_to(ctx, piece, [n, c, oh * sh, ow * sw])
-    (top, left), (hp, wp) = offset, size
+    (kh, kw), (dh, dw) = grid.kernel, grid.dilation
+    (top, left), (hp, wp) = (i * dh, j * dw), grid.size
     if isinstance(hp, int) and isinstance(wp, int):
         return ctx.call("F.pad", piece, [left, wp - left - ow * sw, top, hp - top - oh * sh])
     # a dynamic output size: tract's pad takes static amounts only. The windows end at most
     # ``span - 1`` items before the end (the last one starts within ``stride`` of it), so a static
     # pad of ``span - 1 - offset`` after the pieces reaches the end, and a slice cuts the rest
-    (kh, kw), (dh, dw) = kernel, dilation
     after_h, after_w = max(0, (kh - 1) * dh - top), max(0, (kw - 1) * dw - left)
     piece = ctx.call("F.pad", piece, [left, after_w, top, after_h])
     return slice_axis(ctx, slice_axis(ctx, piece, 2, 0, hp), 3, 0, wp)

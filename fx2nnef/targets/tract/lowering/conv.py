@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from fx2nnef.ir import Value
 from fx2nnef.nnef_emit.context import EmitContext
-from fx2nnef.nnef_emit.ops.conv import TRANSPOSED, _deconv, kernel_of
+from fx2nnef.nnef_emit.ops.conv import TRANSPOSED, Transposed, _deconv, kernel_of
 from fx2nnef.nnef_emit.registry import register
 from ..profile import TRACT
 
@@ -27,4 +27,5 @@ def conv_transpose_tract(ctx: EmitContext, input: Value, weight: Value, bias=Non
                          output_padding=0, groups=1, dilation=1):
     """conv_transpose2d(Tensor input, Tensor weight, Tensor? bias=None, SymInt[2] stride=1, SymInt[2] padding=0, SymInt[2] output_padding=0, SymInt groups=1, SymInt[2] dilation=1) -> Tensor"""
     filter = tract_deconv_filter(ctx, weight, groups)
-    return _deconv(ctx, input, filter, bias, stride, padding, output_padding, groups, dilation, len(kernel_of(weight)))
+    opts = Transposed(stride, padding, output_padding, groups, dilation)
+    return _deconv(ctx, input, filter, bias, opts, len(kernel_of(weight)))

@@ -8,7 +8,7 @@ import torch
 
 from fx2nnef.ir import DType, Value
 from fx2nnef.nnef_emit.context import EmitContext
-from fx2nnef.nnef_emit.helpers import cast, dim_value, ew, un
+from fx2nnef.nnef_emit.helpers import cast, dim_value, ew, rank, un
 from fx2nnef.nnef_emit.ops.arith import _add, _cmp, _const, _mul, _sub, _where
 from fx2nnef.nnef_emit.registry import register
 from ..profile import TRACT
@@ -39,7 +39,7 @@ def _quantile_q(ctx: EmitContext, q, dtype: DType):
 
 
 def _quantile(ctx: EmitContext, input: Value, q, dim, keepdim: bool, interpolation: str, ignore_nan: bool):
-    from fx2nnef.nnef_emit.helpers import axis, compare, rank, select
+    from fx2nnef.nnef_emit.helpers import axis, compare, select
     from fx2nnef.nnef_emit.ops.reduce import reduce
     from fx2nnef.nnef_emit.ops.shape import expand_to, permute_axes, reshape_to
     from .sort import _topk
@@ -87,20 +87,7 @@ def _quantile(ctx: EmitContext, input: Value, q, dim, keepdim: bool, interpolati
         ranks = ctx.call("nnef.round_even", ranks)  # torch's round: half to even
     full = lead + (qv.shape[0],)
     ranks = expand_to(ctx, ranks, full) if tuple(ranks.shape) != full else ranks
-    below_at = un(ctx, "floor", ranks)
-    below = ctx.op("tract_core_gather_elements", ordered, cast(ctx, below_at, DType.I64), axis=r - 1, out_shape=full,
-                   out_dtype=x.dtype)
-    y = below
-    if interpolation in ("linear", "midpoint"):
-        above = ctx.op("tract_core_gather_elements", ordered, cast(ctx, un(ctx, "ceil", ranks), DType.I64), axis=r - 1,
-                       out_shape=full, out_dtype=x.dtype)
-        weight = _sub(ctx, ranks, below_at) if interpolation == "linear" else None
-        diff = _sub(ctx, above, below)
-        if weight is None:  # torch's lerp at weight 0.5: end - (end - start) * 0.5
-            y = _sub(ctx, above, _mul(ctx, diff, 0.5))
-        else:  # torch's lerp: start + w (end - start) below w = 0.5, end - (end - start)(1 - w) from it
-            y = _where(ctx, _cmp(ctx, "lt", weight, 0.5), _add(ctx, below, _mul(ctx, weight, diff)),
-                       _sub(ctx, above, _mul(ctx, diff, _sub(ctx, 1.0, weight))))
+    y = _read_at_ranks(ctx, ordered, ranks, full, interpolation)
     if not ignore_nan:  # any NaN along the axis: NaN
         has_nan = reduce(ctx, "any_reduce", is_nan, [r - 1], True)
         y = _where(ctx, has_nan, _const(ctx, math.nan, x.dtype), y)
@@ -108,18 +95,35 @@ def _quantile(ctx: EmitContext, input: Value, q, dim, keepdim: bool, interpolati
         y = _where(ctx, _cmp(ctx, "eq", valid, 0.0), _const(ctx, math.nan, x.dtype), y)
     # [..., Q] -> [Q, ...] with the reduced axis dropped or kept as 1
     y = permute_axes(ctx, y, [r - 1] + list(range(r - 1)))  # [Q, lead...]
-    nq = qv.shape[0]
     if dim is None:
-        shape = [nq] + ([1] * r_in if keepdim else [])
+        kept = [1] * r_in if keepdim else []
     else:
         kept = list(lead)
         if keepdim:
             kept.insert(a, 1)
-        shape = [nq] + (kept if r_in else [])
-    if not vector:
-        shape = shape[1:]
-    y = reshape_to(ctx, y, shape)
+        kept = kept if r_in else []
+    y = reshape_to(ctx, y, ([qv.shape[0]] if vector else []) + kept)
     return cast(ctx, y, out_dtype)
+
+
+def _read_at_ranks(ctx: EmitContext, ordered: Value, ranks: Value, full: tuple, interpolation: str) -> Value:
+    """The items of ``ordered`` (sorted along its last axis) at the float ``ranks`` (of shape
+    ``full``), interpolated between the two nearest items as torch does for ``interpolation``."""
+    last = rank(ordered) - 1
+    below_at = un(ctx, "floor", ranks)
+    below = ctx.op("tract_core_gather_elements", ordered, cast(ctx, below_at, DType.I64), axis=last, out_shape=full,
+                   out_dtype=ordered.dtype)
+    if interpolation not in ("linear", "midpoint"):
+        return below
+    above = ctx.op("tract_core_gather_elements", ordered, cast(ctx, un(ctx, "ceil", ranks), DType.I64), axis=last,
+                   out_shape=full, out_dtype=ordered.dtype)
+    weight = _sub(ctx, ranks, below_at) if interpolation == "linear" else None
+    diff = _sub(ctx, above, below)
+    if weight is None:  # midpoint: torch's lerp at weight 0.5, end - (end - start) * 0.5
+        return _sub(ctx, above, _mul(ctx, diff, 0.5))
+    # torch's lerp: start + w (end - start) below w = 0.5, end - (end - start)(1 - w) from it
+    return _where(ctx, _cmp(ctx, "lt", weight, 0.5), _add(ctx, below, _mul(ctx, weight, diff)),
+                  _sub(ctx, above, _mul(ctx, diff, _sub(ctx, 1.0, weight))))
 
 
 def _const_inf(ctx: EmitContext, dtype: DType) -> Value:
