@@ -406,6 +406,7 @@ class _Session:
     draws: list = dataclasses.field(default_factory=list)
     left: Optional[list] = None
     runner: Optional["ModelRunner"] = None
+    job: Optional["_Tracing"] = None  # what every trace of the capture shares
 
     @classmethod
     def start(cls, model, args, kwargs, opts: CaptureOptions) -> "_Session":
@@ -453,12 +454,13 @@ class _Session:
             # the count is checked after the trace
             self.out_names = _check_names("output", output_names, len(output_names))
         self.dyn = validate_dynamic_axes(asked_axes, self.names, tensors, self.out_names or [])
+        self.job = _Tracing(model, self.names, self.out_names, self.dyn, tuple(opts.leaf_modules), opts.leaf_names,
+                            opts.branches)
         base_env = example_sizes(tensors, self.names, self.dyn)
         # the model's outputs at the probed sizes are kept for check_io only
         if self.dyn:
             known = (base_env, [t for _, t in ref_flat]) if self.eager_first else None
-            self.ref = _reference(model, args, kwargs, self.names, self.dyn, tensors, known, keep=checks,
-                                  defer_base=not self.eager_first)
+            self.ref = _reference(self.job, args, kwargs, tensors, known, keep=checks, defer_base=not self.eager_first)
         self.example_outputs = [t for _, t in ref_flat] if checks else None
 
     def trace(self) -> tuple:
@@ -472,9 +474,7 @@ class _Session:
                 watch_random_draws() as draws, later as left:
             self.draws = draws
             try:
-                job = _Tracing(self.model, self.names, self.out_names, self.dyn, tuple(opts.leaf_modules),
-                               opts.leaf_names, opts.branches)
-                result = _trace_merging_sizes(job, self.args, self.kwargs, self.notes, self.ref)
+                result = _trace_merging_sizes(self.job, self.args, self.kwargs, self.notes, self.ref)
             except Exception as error:  # noqa: BLE001 - re-raised below
                 failed = error
         self.left = left
@@ -641,7 +641,7 @@ def _run_model(model, args, kwargs, flat_inputs: list):
         return run_eagerly(lambda: model(*a, **k))
 
 
-def _reference(model, args, kwargs, names, dyn, example, known: Optional[tuple] = None, keep: bool = True,
+def _reference(job: "_Tracing", args, kwargs, example, known: Optional[tuple] = None, keep: bool = True,
                defer_base: bool = False):
     """``env -> flat eager outputs`` of the model at the sizes ``env`` (on ``inputs`` when given).
 
@@ -649,6 +649,7 @@ def _reference(model, args, kwargs, names, dyn, example, known: Optional[tuple] 
     by check_io); ``known`` is ``(env, outputs)`` already computed. ``defer_base``: the analysis
     compares the graph with the model at the example only when a probe finds something wrong
     (see :func:`.probe.analyze`)."""
+    model, names, dyn = job.model, job.names, job.dyn
     cache = {} if known is None else {tuple(sorted(known[0].items())): known[1]}
     edge_envs: set = set()  # sizes where the model took the inputs grown by their last item only
 
@@ -744,7 +745,7 @@ def _trace_once(job: _Tracing, args, kwargs, ref=None, roll=False, size_sites=fr
         point = _traced(job, a1, k1, roll, size_sites, unify)
         trace = merge_at_size(trace, point, dyn, sym, size, sites)
     if ref is None and dyn:
-        ref = _reference(model, args, kwargs, names, dyn, trace.example_inputs)
+        ref = _reference(job, args, kwargs, trace.example_inputs)
     # values no output needs are not analysed: their shapes at other sizes, and the replay's and
     # probes' time on them, are nothing to the export (an unused pooling whose ceil_mode
     # rounding has no symbolic form refused the whole model); the nodes the tracer's decisions

@@ -86,6 +86,20 @@ class Attempt(Outcome):
         return self.status == Status.OK
 
 
+@dataclasses.dataclass(frozen=True)
+class Piece:
+    """A module to export on its own: its class name, the names of its flat inputs, their dynamic
+    axes, the descendants kept whole (``spec``: relative path -> :class:`Replacement`) and,
+    for the model itself, the names of its outputs."""
+
+    module: torch.nn.Module
+    class_name: str
+    names: list
+    dyn: dict
+    spec: dict
+    output_names: Optional[list] = None
+
+
 @dataclasses.dataclass
 class Exporter:
     """What every attempt of one diagnosis shares: target, registry, tolerance."""
@@ -95,20 +109,19 @@ class Exporter:
     branches: Optional[str] = None  # export option: None, "select" (decisions on data merged too) or "example"
     max_loop_iterations: Optional[int] = None  # export option: the steps of a while_loop no size bounds
 
-    def attempt(self, module: torch.nn.Module, class_name: str, calls: list, names: list, dyn: dict,
-                spec: dict, output_names: Optional[list] = None) -> Attempt:
-        """Export ``module`` from ``calls[0]``, run the asset on every call and compare."""
+    def attempt(self, piece: Piece, calls: list) -> Attempt:
+        """Export ``piece`` from ``calls[0]``, run the asset on every call and compare."""
         t0 = time.perf_counter()
         result = Attempt(status=Status.FAIL)
         try:
-            self._run_steps(result, module, class_name, calls, names, dyn, spec, output_names)
+            self._run_steps(result, piece, calls)
         except StepFailure as exc:
             result.status, result.step, result.reason, result.location = Status.FAIL, exc.step, exc.reason, exc.location
         result.time = time.perf_counter() - t0
         return result
 
-    def _run_steps(self, result: Attempt, module, class_name, calls, names, dyn, spec, output_names) -> None:
-        plan, cap = self.build_plan(module, class_name, calls[0], names, dyn, spec, output_names)
+    def _run_steps(self, result: Attempt, piece: Piece, calls: list) -> None:
+        plan, cap = self.build_plan(piece, calls[0])
         result.guards, result.plan = list(cap.graph.guards), plan
         result.notes += cap.control_flow
         library = FragmentLibrary(self.target.name, self.registry)
@@ -124,15 +137,16 @@ class Exporter:
         inputs = [[to_numpy(t) for t in c.flat_inputs()] for c in calls]
         got = self._run_engine(emitted.files, inputs)
         self._compare(result, calls, plan.graph.output_names, _expected(cap, plan.graph, calls, inputs), got)
-        self._check_data_guards(result, module, calls, names, spec)
+        self._check_data_guards(result, piece, calls)
 
     # trace -----------------------------------------------------------------------------
-    def build_plan(self, module, class_name, call: Call, names, dyn, spec: dict, output_names=None, where=""):
-        """Trace ``module`` on ``call`` with the descendants of ``spec`` kept whole; recurse into fragments."""
+    def build_plan(self, piece: Piece, call: Call, where: str = ""):
+        """Trace ``piece`` on ``call`` with the descendants of its ``spec`` kept whole; recurse into fragments."""
+        module, spec = piece.module, piece.spec
         fragments = {rel: rep for rel, rep in spec.items() if rep.kind == "fragment"}
         seen: dict = {}
         handles = [_record_traced_call(module.get_submodule(rel), rel, seen) for rel in fragments]
-        options = CaptureOptions(input_names=names, output_names=output_names, dynamic_axes=dyn,
+        options = CaptureOptions(input_names=piece.names, output_names=piece.output_names, dynamic_axes=piece.dyn,
                                  check_io=bool(self.target.check_io), unroll_while=self.target.profile.unroll_while,
                                  leaf_modules=registered_module_classes(builtin_only=True), leaf_names=tuple(spec),
                                  max_loop_iterations=self.max_loop_iterations, branches=self.branches)
@@ -145,7 +159,7 @@ class Exporter:
         finally:
             for h in handles:
                 h.remove()
-        plan = ModulePlan(class_name, cap.graph)
+        plan = ModulePlan(piece.class_name, cap.graph)
         for node in cap.graph.nodes:
             info = node.kwargs.get("module")
             rel = info.get("path") if isinstance(info, dict) else None
@@ -158,8 +172,8 @@ class Exporter:
             sub_names = flat_input_names(sub, args, kwargs)
             values = flat_values((node.args, {k: v for k, v in node.kwargs.items() if k != "module"}))
             sub_dyn = _axes_from_values(values, sub_names, rel, node)
-            child, _ = self.build_plan(sub, type(sub).__name__, Call(0, args, kwargs), sub_names, sub_dyn,
-                                       fragments[rel].spec_dict, where=f"{where}.{rel}" if where else rel)
+            child, _ = self.build_plan(Piece(sub, type(sub).__name__, sub_names, sub_dyn, fragments[rel].spec_dict),
+                                       Call(0, args, kwargs), where=f"{where}.{rel}" if where else rel)
             plan.children[rel] = child
         return plan, cap
 
@@ -199,14 +213,15 @@ class Exporter:
         else:
             result.status = Status.OK
 
-    def _check_data_guards(self, result: Attempt, module, calls: list, names: list, spec: dict) -> None:
+    def _check_data_guards(self, result: Attempt, piece: Piece, calls: list) -> None:
         """A guard on tensor data that takes another branch on another call is a DISC."""
         data_guards = [g for g in result.guards if g.kind == "data" and g.source is not None and g.status != "merged"]
         if not data_guards or len(calls) < 2:
             return
         for call in calls[1:]:
             try:
-                trace = trace_model(module, call.args, call.kwargs, names, None, registered_module_classes(builtin_only=True), tuple(spec))
+                trace = trace_model(piece.module, call.args, call.kwargs, piece.names, None,
+                                    registered_module_classes(builtin_only=True), tuple(piece.spec))
             except Exception:  # noqa: BLE001 - this call cannot even be traced: the compare step says more
                 continue
             for guard in data_guards:

@@ -27,7 +27,7 @@ from ..ir import op_key
 from ..nnef_emit import REGISTRY
 from ..nnef_emit.registry import Registry
 from ..targets import InferenceTarget, TractNNEF
-from .attempt import Attempt, Exporter, Replacement
+from .attempt import Attempt, Exporter, Piece, Replacement
 from .record import ModuleRecord, Recording, SymbolTable, flat_input_names, record
 from .report import Divergence, Report, Row, Status
 from .strategies import Strategy, check_strategies, resolve_strategy
@@ -162,7 +162,7 @@ class Diagnoser:
     def _attempt(self, rec: ModuleRecord, spec: dict) -> Attempt:
         calls, names, dyn = self._inputs(rec)
         out_names = self.root_output_names if rec.parent is None else None
-        attempt = self.exporter.attempt(rec.module, rec.class_name, calls, names, dyn, spec, out_names)
+        attempt = self.exporter.attempt(Piece(rec.module, rec.class_name, names, dyn, spec, out_names), calls)
         if len(calls) < len(rec.calls):
             attempt.notes.append(f"{len(rec.calls) - len(calls)} call(s) with other argument types were not checked")
         return attempt
@@ -173,8 +173,8 @@ class Diagnoser:
         rule = self.registry.lookup(op_key(type(rec.module)), self.target.name)
         if rule is not None and (not st.exports or st.strategy is Strategy.ALWAYS):
             calls, names, dyn = self._inputs(rec)
-            check = self.exporter.attempt(_Holder(rec.module), rec.class_name, calls, names, dyn,
-                                          {"inner": Replacement("extractor")})
+            holder = Piece(_Holder(rec.module), rec.class_name, names, dyn, {"inner": Replacement("extractor")})
+            check = self.exporter.attempt(holder, calls)
             st.row.time += check.time
             name = rule.__qualname__.split(".")[0]
             if check.ok:
