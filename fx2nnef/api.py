@@ -30,7 +30,8 @@ def export(model: torch.nn.Module, args=(), path=None, *, kwargs: Optional[dict]
     """Export ``model(*args, **kwargs)`` to NNEF at ``path`` and check it in ``target``.
 
     ``dynamic_axes``: ``{input_name: {axis: "SYMBOL"}}`` (or ``{input_name: [axis, ...]}``), the
-    axes whose sizes the asset takes any value of, as in ``torch.onnx.export``. A target's own
+    axes whose sizes the asset takes as inputs (``result.ranges`` says where a size is bounded),
+    as in ``torch.onnx.export``. A target's own
     ``dynamic_axes`` (``TractNNEF(dynamic_axes=...)``, as torch_to_nnef takes them) are used when
     this is None; given both ways they must be equal (otherwise an error says so).
 
