@@ -68,14 +68,11 @@ class Diagnoser:
     parent fails or when they must be encapsulated (a fallback export).
     """
 
-    def __init__(self, recording: Recording, target: InferenceTarget, strategies: Optional[dict] = None,
-                 registry: Optional[Registry] = None, eager: bool = True,
-                 root_names: Optional[list] = None, root_output_names: Optional[list] = None,
-                 branches: Optional[str] = None, max_loop_iterations: Optional[int] = None):
+    def __init__(self, recording: Recording, exporter: Exporter, strategies: Optional[dict] = None,
+                 eager: bool = True, root_names: Optional[list] = None, root_output_names: Optional[list] = None):
         self.recording = recording
-        self.target = target
-        self.registry = registry or REGISTRY
-        self.exporter = Exporter(target, self.registry, branches, max_loop_iterations)
+        self.exporter = exporter
+        self.target, self.registry = exporter.target, exporter.registry
         self.eager = eager
         self.root_names, self.root_output_names = root_names, root_output_names
         strategies = check_strategies(strategies)
@@ -315,8 +312,8 @@ def diagnose(model: torch.nn.Module, inputs, target: Optional[InferenceTarget] =
         raise InvalidArgumentError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     with eval_mode(model):
         names, recording = prepare(model, normalize_inputs(inputs), target, input_names)
-        diag = Diagnoser(recording, target, strategies, registry, eager=True, root_names=names,
-                         root_output_names=output_names, branches=branches,
-                         max_loop_iterations=max_loop_iterations)
+        exporter = Exporter(target, registry or REGISTRY, branches, max_loop_iterations)
+        diag = Diagnoser(recording, exporter, strategies, eager=True, root_names=names,
+                         root_output_names=output_names)
         diag.visit(recording.root)
     return diag.report(time.perf_counter() - t0)
