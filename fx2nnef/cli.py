@@ -30,6 +30,7 @@ from .errors import Fx2NnefError, InvalidArgumentError, spellings
 # checks them against fx2nnef.targets.TARGET_CLASSES and fx2nnef.ir.WEIGHT_FORMATS).
 TARGETS = ("tract", "khronos")
 WEIGHT_FORMATS = ("native", "f16", "q4_0")
+Q4_0_ROUNDINGS = ("minmax", "search")
 TOLERANCES = "exact, close, approximate, very, super or ultra"
 ARCHIVE_FORMS = "*.nnef.tgz or *.tgz (gzip tar), *.tar (plain tar), or a folder (no suffix, or *.nnef)"
 
@@ -47,6 +48,7 @@ CLI_SPELLINGS = {
     "diagnose": "`fx2nnef diagnose`",
     "tract_weights": "--target tract --weights ...",
     "tolerance.object": "",
+    "verbose": "--verbose", "rounding": "--rounding",
 }
 
 
@@ -151,6 +153,12 @@ def _add_target_options(p) -> None:
     p.add_argument("--no-check", action="store_true", help="do not run the asset in the engine")
     p.add_argument("--weights", default="native", choices=WEIGHT_FORMATS,
                    help="how float parameters are written (tract): native, f16, or q4_0 for Linear/Embedding weights")
+    _add_rounding_option(p)
+
+
+def _add_rounding_option(p) -> None:
+    p.add_argument("--rounding", choices=Q4_0_ROUNDINGS, help="with --weights q4_0: how each block's scale is "
+                   "chosen: search (the default: least squared error, same size) or minmax (GGML's)")
 
 
 def _add_trace_options(p) -> None:
@@ -171,6 +179,7 @@ def _add_llm_parser(sub, common) -> None:
     p.add_argument("--dtype", choices=["f32", "f16"], help="float type of the asset (default: the model's; bf16 -> f32)")
     p.add_argument("--weights", choices=WEIGHT_FORMATS, help="how float parameters are stored: native (default), "
                    "f16, or q4_0 for Linear/Embedding weights")
+    _add_rounding_option(p)
     p.add_argument("--force-f32", metavar="PARTS", help="with --dtype f16: parts computed in f32, comma-separated "
                    "from norms, attention, linear, or all")
     p.add_argument("--generate", type=_count, metavar="N", help="greedy tokens the asset must produce as "
@@ -211,6 +220,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fallback", action="store_true", help="if the whole model fails, export it piece by piece "
                    "(failing submodules as custom ops)")
     p.add_argument("--overwrite", action="store_true", help="replace OUT if it exists (once the new one is complete)")
+    p.add_argument("--verbose", action="store_true", help="list every guard (shape decision) in the summary, "
+                   "with the line that decided it")
     _add_target_options(p)
     _add_trace_options(p)
     p.set_defaults(func=cmd_export)
@@ -279,6 +290,10 @@ def _target(ns):
 
     cls = TARGET_CLASSES[ns.target]
     options = dict(check_io=not ns.no_check, check_io_tolerance=ns.tolerance, weights=ns.weights)
+    if ns.rounding:
+        if ns.weights != "q4_0":
+            raise InvalidArgumentError("--rounding chooses the scales of Q4_0 weights: pass it with --weights q4_0")
+        options["rounding"] = ns.rounding
     if ns.dynamic_axes:
         if not cls.dynamic_dims:
             raise InvalidArgumentError(f"--dynamic-axes: target '{ns.target}' takes static shapes only; "
@@ -298,7 +313,7 @@ def cmd_export(ns) -> int:
             result = export(model, args, out, kwargs=kwargs, target=target, input_names=ns.input_names,
                             output_names=ns.output_names, fallback="piece_by_piece" if ns.fallback else None,
                             max_loop_iterations=ns.max_loop_iterations, branches=ns.branches)
-    print(result)
+    print(result.summary(verbose=ns.verbose or getattr(ns, "debug", False)))
     return 0
 
 
@@ -390,6 +405,8 @@ def cmd_llm(ns) -> int:
         raise InvalidArgumentError(f"{ns.out_dir!r} looks like an archive, but OUT_DIR is the folder fx2nnef llm "
                                    "writes (model.nnef.tgz, fx2nnef.json, config and tokenizer files); give a "
                                    "folder name, e.g. 'out/llama'")
+    if ns.rounding and ns.weights != "q4_0":
+        raise InvalidArgumentError("--rounding chooses the scales of Q4_0 weights: pass it with --weights q4_0")
     # "weights": a stage inside the export's write; "check": the export's, run or not
     with _stage_lines("fx2nnef llm", quiet=("weights", "check") if ns.no_check else ("weights",)):
         from .progress import stage
@@ -403,7 +420,8 @@ def cmd_llm(ns) -> int:
             result = export_causal_lm(ns.model_dir, out, dtype=ns.dtype, weights=ns.weights,
                                       last_logits_only=ns.last_logits_only, batch_symbol=ns.batch_symbol,
                                       generate=generate, check=not ns.no_check, overwrite=ns.overwrite,
-                                      force_f32=ns.force_f32 or (), **({"fused": ns.fused} if ns.fused else {}))
+                                      force_f32=ns.force_f32 or (), rounding=ns.rounding,
+                                      **({"fused": ns.fused} if ns.fused else {}))
     print(result)
     return 0
 

@@ -60,6 +60,7 @@ from .nnef_emit.registry import Registry
 from .progress import stage
 from .targets import CheckReport, InferenceTarget
 from .targets.base import TieRecheck, recheck_ties
+from .targets.drift import stored_weights_drift
 from .targets.result import ExportResult
 from .targets.tolerance import format_diffs
 
@@ -189,7 +190,10 @@ def _after_capture(cap: Capture, path: Path, options: ExportOptions, timings: di
             report, cases = check(cap, staged, target, stored)
         if report is not None and not report.ok:
             raise _mismatch(cap, staged, report, cases, path, options.debug_bundle or str(path) + ".debug")
-        return finish(staged, cap, target, emitted, report, timings, weights)
+        result = finish(staged, cap, target, emitted, report, timings, weights)
+    # what the stored weights change in the model's outputs
+    result.drift = stored_weights_drift(cap.reference, cases, target.weights) if stored and cases else None
+    return result
 
 
 def capture_model(model: torch.nn.Module, args: tuple, kwargs: dict, options: ExportOptions,
@@ -202,10 +206,12 @@ def capture_model(model: torch.nn.Module, args: tuple, kwargs: dict, options: Ex
 
 def graph_passes(graph: Graph, target: InferenceTarget, eligible: Optional[Callable] = None) -> list:
     """Stage 2: the target's passes over the IR (``post_trace``: its float32 regions and fusions),
-    then its weight format (``eligible``: the constants that may be stored otherwise). Returns
+    then its weight format (``eligible``: the constants that may be stored otherwise; Q4_0 scales
+    chosen by the target's ``rounding``). Returns
     what each float parameter became (``WeightChoice``)."""
     target.post_trace(graph)
-    return apply_weight_format(graph, target.weights, eligible=eligible)
+    return apply_weight_format(graph, target.weights, eligible=eligible,
+                               rounding=getattr(target, "rounding", "minmax"))
 
 
 def lower(graph: Graph, target: InferenceTarget, *, registry: Registry = REGISTRY,

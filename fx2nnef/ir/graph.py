@@ -150,12 +150,27 @@ class Guard:
     expected: Any = None
     status: str = "kept"  # kept | checked | violated | bounds | baked (data) | merged (both outcomes exported)
     note: str = ""
+    # the line that took the decision when it is not ``source`` (the user's line): a comparison in
+    # torch.nn's or a library's code called from there
+    decided: Optional[SourceLoc] = None
 
     def __str__(self) -> str:
-        where = f" at {self.source}" if self.source else ""
-        code = f" `{self.source.code}`" if self.source and self.source.code else ""
+        at = self.decided or self.source
+        where = f" at {_short_path(at)}" if at else ""
+        code = f" `{at.code}`" if at and at.code else ""
+        called = f" (called from {_short_path(self.source)})" if at is not self.source and self.source and \
+            (at.file, at.line) != (self.source.file, self.source.line) else ""
         note = f" ({self.note})" if self.note else ""
-        return f"[{self.kind}] {self.what}{where}{code}: {self.status}{note}"
+        return f"[{self.kind}] {self.what}{where}{code}{called}: {self.status}{note}"
+
+
+def _short_path(loc: SourceLoc) -> str:
+    """``file:line``, an installed package's file from its package folder on (``torch/nn/...``)."""
+    for marker in ("site-packages", "dist-packages"):
+        head, sep, tail = loc.file.rpartition(marker)
+        if sep:
+            return f"{tail.lstrip('/').lstrip(chr(92))}:{loc.line}"
+    return str(loc)
 
 
 class Graph:

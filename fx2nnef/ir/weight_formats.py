@@ -23,7 +23,8 @@ from typing import Callable, Optional
 
 from .dtypes import DType
 from .graph import Graph, Node, Value
-from .weight_data import F16_MAX, Q4_0_BLOCK_LEN, Q4_0_MAX_MAGNITUDE, F16Data, Q4_0Data, max_abs, q4_0_size
+from .weight_data import (F16_MAX, Q4_0_BLOCK_LEN, Q4_0_MAX_MAGNITUDE, Q4_0_ROUNDINGS, F16Data, Q4_0Data, max_abs,
+                          q4_0_size)
 
 WEIGHT_FORMATS = ("native", "f16", "q4_0")
 NOT_A_WEIGHT = "not a Linear or Embedding weight"
@@ -55,15 +56,18 @@ class WeightChoice:
         return f"{self.path} {list(self.shape)}: {self.stored}{why}"
 
 
-def apply_weight_format(graph: Graph, fmt: str,
-                        eligible: Optional[Callable[[Value], bool]] = None) -> list[WeightChoice]:
+def apply_weight_format(graph: Graph, fmt: str, eligible: Optional[Callable[[Value], bool]] = None,
+                        rounding: str = "minmax") -> list[WeightChoice]:
     """Store the float parameters of ``graph`` in ``fmt`` where possible (see the module doc).
 
     ``eligible(value)`` may refuse a constant (e.g. one the caller cannot reproduce in its
-    reference run). Returns one :class:`WeightChoice` per float parameter, in graph order.
+    reference run). ``rounding``: how Q4_0 scales are chosen (``"minmax"`` or ``"search"``, see
+    :mod:`.weight_data`). Returns one :class:`WeightChoice` per float parameter, in graph order.
     """
     if fmt not in WEIGHT_FORMATS:
         raise ValueError(f"weight format must be one of {WEIGHT_FORMATS}, got {fmt!r}")
+    if rounding not in Q4_0_ROUNDINGS:
+        raise ValueError(f"Q4_0 rounding must be one of {Q4_0_ROUNDINGS}, got {rounding!r}")
     outputs = {id(v) for v in graph.outputs}
     # a parameter also read through a constant computed from it (``w.T`` folded) keeps its values:
     # that constant is written as computed, from the original values, and the checks' reference
@@ -90,7 +94,7 @@ def apply_weight_format(graph: Graph, fmt: str,
         if reason is not None:
             choice.reason = reason
             continue
-        value.source = F16Data(source) if fmt == "f16" else Q4_0Data(source, _contracted_first(value))
+        value.source = F16Data(source) if fmt == "f16" else Q4_0Data(source, _contracted_first(value), rounding)
         choice.stored = fmt
         choice.transposed = bool(getattr(value.source, "transposed", False))
         choice.stored_bytes = value.source.nbytes if fmt == "f16" else q4_0_size(source.shape)

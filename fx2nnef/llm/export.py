@@ -21,10 +21,12 @@ from ..fx_tracer.stored_values import stored_values
 from ..errors import CheckIOError, InvalidArgumentError, MissingDependencyError, spell
 from .. import progress
 from ..ir.fusions import fused_counts, resolve_fusions
+from ..ir.weight_data import DEFAULT_Q4_0_ROUNDING
 from ..targets import TractNNEF
-from ..targets.result import ExportResult
+from ..targets.result import ExportResult, guard_lines
 from ..targets.tolerance import compare_outputs, format_diffs
 from ..targets.tract_runner import run_tract_many
+from . import drift
 from .generate import greedy_generate
 from .wrapper import CacheLayout, FlatCacheLM, cache_argument, cache_layout, returned_cache
 
@@ -60,6 +62,9 @@ class LLMExportResult:
         lines = [f"fx2nnef llm -> {self.out_dir} ({self.manifest['dtype']}, weights {self.manifest['weights']})",
                  f"  inputs:  {', '.join(self.manifest['inputs'])}",
                  f"  outputs: {', '.join(self.manifest['outputs'])}"]
+        if self.checks:
+            lines.append(f"  correctness: tract against {drift.exported_model(self.manifest)}, "
+                         f"tolerance {self.manifest['check_tolerance']} (an export that differs fails)")
         for name, facts in self.checks.items():
             lines.append(f"  check {name}: " + ", ".join(f"{k}={v}" for k, v in facts.items()))
         skipped = [name for name in ("export", "prompt", "prompt_with_past", "decode", "generate")
@@ -70,7 +75,17 @@ class LLMExportResult:
         elif skipped and any(n != "generate" for n in skipped):
             why = "" if "export" in self.manifest["checks_requested"] else f" ({spell('check', False)})"
             lines.append(f"  not checked: {', '.join(skipped)}{why}")
+        lines += guard_lines(self.export.guards, listed=MANIFEST_NAME) if self.export is not None else []
+        lines += drift.summary_lines(self.manifest)
+        lines.append(f"  run: fx2nnef.llm.TractCausalLM.load({str(self.out_dir)!r}).greedy(prompt_ids, n) "
+                     f"(or fx2nnef run {self.asset} INPUTS.npz)")
         return "\n".join(lines)
+
+    @property
+    def drift(self) -> Optional[dict]:
+        """The drift of the asset from the original model (see :mod:`fx2nnef.llm.drift`); None
+        when the asset computes with the model's own values, or when nothing ran."""
+        return self.manifest.get("drift")
 
 
 def load_causal_lm(source: Union[str, os.PathLike], dtype: Optional[torch.dtype] = None) -> torch.nn.Module:
@@ -133,7 +148,7 @@ def _first_paragraph(exc: BaseException) -> str:
 def export_causal_lm(model_or_dir, out_dir, *, dtype: Optional[str] = None, weights: Optional[str] = None,
                      last_logits_only: bool = False, batch_symbol: bool = False, generate: int = 0,
                      check: bool = True, overwrite: bool = False, seed: int = 0,
-                     timeout: float = 600.0, fused=(), force_f32=()) -> LLMExportResult:
+                     timeout: float = 600.0, fused=(), force_f32=(), rounding: Optional[str] = None) -> LLMExportResult:
     """Export a causal LM to ``out_dir/model.nnef.tgz`` with the KV-cache I/O contract of tract LLM assets.
 
     ``model_or_dir``: a transformers causal LM (``nn.Module``) or a local folder written by
@@ -146,7 +161,12 @@ def export_causal_lm(model_or_dir, out_dir, *, dtype: Optional[str] = None, weig
     against transformers with a ``DynamicCache``. ``fused``: tract fused ops to use where the
     model's pattern matches exactly, as ``TractNNEF(fused=...)`` ("rms_norm", "rope", "sdpa" or "all").
     ``force_f32``: in an f16 export, the parts computed in f32 (``"norms"``, ``"attention"``,
-    ``"linear"`` or ``"all"``; see ``TractNNEF(force_f32=...)``).
+    ``"linear"`` or ``"all"``; see ``TractNNEF(force_f32=...)``). ``rounding``: how Q4_0 weights
+    are rounded (``"minmax"`` or ``"search"``, see ``TractNNEF(rounding=...)``).
+
+    With weights stored in another format or another dtype than the model's, the result's
+    ``drift`` (and ``fx2nnef.json``'s) says how far tract's logits and greedy tokens are from the
+    original model's (see :mod:`fx2nnef.llm.drift`): reported, not checked.
 
     A module given in another float type than ``dtype`` is copied, not converted in place.
     ``out_dir`` is written atomically (a temporary sibling renamed at the end); an existing
@@ -163,16 +183,20 @@ def export_causal_lm(model_or_dir, out_dir, *, dtype: Optional[str] = None, weig
         source_dir = Path(model_or_dir)
         model = load_causal_lm(model_or_dir)
     torch_dtype = _resolve_dtype(dtype, model)
+    # the original model's logits, before its weights are rounded or cast (None: it keeps its values)
+    original = drift.reference_before_rounding(
+        model, torch_dtype, weights, last_logits_only, (lambda w, l, d: mode_cases(w, l, d, seed)) if check else None,
+        (lambda m: greedy_reference(m, generation_prompt(m, seed), generate)) if generate else None)
     if next(model.parameters()).dtype != torch_dtype:
         # the caller's module is left as it was
         model = (copy.deepcopy(model) if source_dir is None else model).to(torch_dtype)
-    target_kwargs = _weights_option(weights)
+    target_kwargs = {**_weights_option(weights), **({"rounding": rounding} if rounding else {})}
     force_f32 = _force_f32_option(force_f32, torch_dtype)
     if force_f32:
         target_kwargs["force_f32"] = force_f32
     if fused:
         target_kwargs["fused"] = fused
-    timings = {}
+    timings = {"reference": original.seconds} if original is not None else {}
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     stage = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
     stage.chmod(0o755)
@@ -189,25 +213,24 @@ def export_causal_lm(model_or_dir, out_dir, *, dtype: Optional[str] = None, weig
                                out_dir.with_name(out_dir.name + ".debug"))
         timings["export"] = time.perf_counter() - t0
         _refuse_prompt_only(model, result)
-        if fused:
-            manifest["fused"] = fused_counts(result.graph, fused)
-        weights_written = getattr(result, "weights", [])
-        manifest["weight_bytes"] = {"native": sum(w.native_bytes for w in weights_written),
-                                    "stored": sum(w.stored_bytes for w in weights_written)}
-        checks = manifest["checks"]
+        _record_export(manifest, result, fused, rounding)
+        checks, tract_logits = manifest["checks"], {}
         if result.check is not None:
             checks["export"] = {"cases": len(result.check.cases), "max_abs": _fmt(result.max_abs_diff)}
         with stored_weights(wrapper, result):
             if check:
                 progress.stage("check modes", "prompt, prompt with past, decode in tract against transformers")
                 t0 = time.perf_counter()
-                checks.update(check_modes(wrapper, layout, stage / ASSET_NAME, torch_dtype, seed, timeout))
+                checks.update(check_modes(wrapper, layout, stage / ASSET_NAME, torch_dtype, seed, timeout,
+                                          tract_logits))
                 timings["modes"] = time.perf_counter() - t0
             if generate:
                 progress.stage("generate", f"{generate} greedy tokens in tract against transformers")
                 t0 = time.perf_counter()
                 checks["generate"] = check_generation(model, stage / ASSET_NAME, generate, seed, timeout)
                 timings["generate"] = time.perf_counter() - t0
+        if original is not None:
+            manifest["drift"] = original.manifest_entry(tract_logits, checks.get("generate", {}).get("tokens"))
         manifest["timings_s"] = {k: round(v, 3) for k, v in timings.items()}
         progress.stage("save", str(out_dir))
         _copy_companions(model, source_dir, stage)
@@ -299,6 +322,18 @@ def _manifest(model, layout: CacheLayout, dtype: str, weights, last_logits_only:
         + ([f"generate:{generate}"] if generate else []),
         "checks": {},
     }
+
+
+def _record_export(manifest: dict, result: ExportResult, fused: tuple, rounding: Optional[str]) -> None:
+    """The export's facts in the manifest: fused ops, guards, weight bytes, Q4_0 rounding."""
+    if fused:
+        manifest["fused"] = fused_counts(result.graph, fused)
+    manifest["guards"] = [str(g) for g in result.guards]
+    weights_written = getattr(result, "weights", [])
+    manifest["weight_bytes"] = {"native": sum(w.native_bytes for w in weights_written),
+                                "stored": sum(w.stored_bytes for w in weights_written)}
+    if manifest["weights"] == "q4_0":
+        manifest["q4_0_rounding"] = rounding or DEFAULT_Q4_0_ROUNDING
 
 
 def _properties(manifest: dict) -> dict:
@@ -450,13 +485,16 @@ def _check_zero_states(wrapper: FlatCacheLM, layout: CacheLayout, ids: torch.Ten
 
 
 def check_modes(wrapper: FlatCacheLM, layout: CacheLayout, asset: Path, dtype: torch.dtype, seed: int = 0,
-                timeout: float = 600.0) -> dict:
-    """Run the three modes in tract (one child) and compare; CheckIOError when one differs."""
+                timeout: float = 600.0, tract_logits: Optional[dict] = None) -> dict:
+    """Run the three modes in tract (one child) and compare; CheckIOError when one differs.
+    ``tract_logits``, when given, receives tract's logits per mode."""
     cases = mode_cases(wrapper, layout, dtype, seed)
     got = run_tract_many(asset, [inputs for inputs, _, _ in cases.values()], timeout=timeout)
     facts, failed = {}, []
     for (mode, (_, expected, sizes)), outputs in zip(cases.items(), got):
         diffs = compare_outputs(layout.output_names(), expected, outputs, tolerance_for(dtype))
+        if tract_logits is not None:
+            tract_logits[mode] = outputs[0]
         facts[mode] = {**sizes, "max_abs_logits": _fmt(diffs[0].max_abs),
                        "max_abs_cache": _fmt(max((d.max_abs for d in diffs[1:]), default=0.0))}
         if not all(d.ok for d in diffs):
@@ -471,14 +509,19 @@ def check_generation(model: torch.nn.Module, asset: Path, steps: int, seed: int 
     """Greedy tokens from the asset in tract must equal transformers' greedy decoding
     (:func:`greedy_reference`). End-of-sequence is ignored on both sides so that all ``steps``
     tokens are compared."""
-    g = torch.Generator().manual_seed(seed + 2)
-    prompt = torch.randint(0, vocab_size(model), (1, 5), generator=g)
+    prompt = generation_prompt(model, seed)
     expected = greedy_reference(model, prompt, steps)
     got = greedy_generate(asset, prompt.numpy(), steps, timeout=timeout)
     if got != expected:
         raise CheckIOError(f"greedy generation differs: tract gave {got}, transformers' greedy decoding gave {expected} "
                            f"after the prompt {prompt[0].tolist()}. Nothing was written.", [], "")
     return {"steps": steps, "prompt": prompt[0].tolist(), "tokens": got, "equal": True}
+
+
+def generation_prompt(model: torch.nn.Module, seed: int = 0) -> torch.Tensor:
+    """The 5 random tokens the generation check starts from."""
+    g = torch.Generator().manual_seed(seed + 2)
+    return torch.randint(0, vocab_size(model), (1, 5), generator=g)
 
 
 def greedy_reference(model: torch.nn.Module, prompt: torch.Tensor, steps: int) -> list[int]:

@@ -25,7 +25,8 @@ are ``null``::
          "reason": "",                        # exception type and message of the failure
          "location": null | {"file": "...", "line": 12, "code": "return torch.fft.rfft(x)"},
          "guards": [{"what": "...", "kind": "shape" | "data", "status": "...", "note": "...",
-                     "location": null | {"file": ..., "line": ..., "code": ...}}],
+                     "location": null | {"file": ..., "line": ..., "code": ...},
+                     "decided": null | {...}}],      # the line that decided, when not "location"
          "max_abs": 0.0, "max_rel": 0.0,      # worst output difference over all checked calls
          "time_s": 0.4,
          "calls": 2,                          # recorded calls over all input sets
@@ -300,7 +301,8 @@ def _loc_dict(loc: Optional[SourceLoc]):
 
 
 def _guard_dict(g: Guard) -> dict:
-    return {"what": g.what, "kind": g.kind, "status": g.status, "note": g.note, "location": _loc_dict(g.source)}
+    return {"what": g.what, "kind": g.kind, "status": g.status, "note": g.note, "location": _loc_dict(g.source),
+            "decided": _loc_dict(g.decided)}
 
 
 def _num(x: Optional[float]):

@@ -11,7 +11,7 @@ from typing import Optional
 
 import numpy as np
 
-from ..errors import spell
+from ..errors import phrase, spell
 from ..ir import Graph
 from .base import CheckReport
 from .tolerance import format_diffs
@@ -35,6 +35,8 @@ class ExportResult:
     nnef_text: str = dataclasses.field(default="", repr=False)
     notes: list = dataclasses.field(default_factory=list)
     weights: list = dataclasses.field(default_factory=list)  # WeightChoice per float parameter
+    # the drift of the stored weights (f16, Q4_0) from the model's own (fx2nnef.targets.drift.Drift)
+    drift: Optional[object] = None
 
     @property
     def weight_formats(self) -> dict:
@@ -64,6 +66,10 @@ class ExportResult:
         return float(np.nanmax(values)) if values and not all(np.isnan(values)) else float("nan")
 
     def __str__(self) -> str:
+        return self.summary()
+
+    def summary(self, verbose: bool = False) -> str:
+        """What was written, checked and skipped, and how to run it; ``verbose`` lists every guard."""
         lines = [f"fx2nnef export -> {self.path} (target {self.target})"]
         lines.append(f"  inputs:  {', '.join(self.input_names)}" + (f"   symbols: {', '.join(self.symbols)}" if self.symbols else ""))
         lines.append(f"  outputs: {', '.join(self.output_names)}")
@@ -73,7 +79,8 @@ class ExportResult:
         lines.append("    " + ", ".join(f"{k} x{v}" for k, v in list(self.source_op_counts.items())[:12])
                      + (" ..." if len(self.source_op_counts) > 12 else ""))
         if self.check:
-            lines.append(f"  check in {self.check.engine}: {'OK' if self.check.ok else 'FAILED'}")
+            against = " (against the model holding the stored weights)" if self.drift is not None else ""
+            lines.append(f"  check in {self.check.engine}: {'OK' if self.check.ok else 'FAILED'}{against}")
             for label, diffs in self.check.cases:
                 lines.append(f"    [{label}]")
                 lines += ["      " + l for l in format_diffs(diffs).splitlines()]
@@ -82,22 +89,59 @@ class ExportResult:
             lines.append(f"  check: not run ({spell('check_io', False)})")
         if self.ranges:
             lines.append("  valid for: " + "; ".join(str(r) for r in self.ranges.values()))
-        if self.guards:
-            lines.append(f"  guards ({len(self.guards)}):")
-            lines += [f"    {g}" for g in self.guards[:10]]
-            if len(self.guards) > 10:
-                lines.append(f"    ... {len(self.guards) - 10} more")
+        lines += guard_lines(self.guards, verbose)
         lines += _weight_lines(self.weights)
+        if self.drift is not None:
+            lines.append("  drift from the original weights (informative, not a check): " + self.drift.summary())
+            lines.append(f"    {self.drift.what}")
+        elif not self.check and any(w.stored_bytes != w.native_bytes for w in self.weights):
+            lines.append("  drift from the original weights: not measured (the check did not run)")
         for n in self.notes:
             lines.append(f"  note: {n}")
         lines.append("  time: " + ", ".join(f"{k} {v:.2f}s" if isinstance(v, float) else f"{k} {v}"
                                             for k, v in self.timings.items()))
+        if self.target == "TractNNEF":
+            lines.append(f"  run: fx2nnef.run({str(self.path)!r}, inputs) (or fx2nnef run {self.path} INPUTS.npz)")
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
         import html
 
         return "<pre>" + html.escape(str(self)) + "</pre>"
+
+
+# statuses a summary always lists one by one: the export is narrower than the model there
+_NOTABLE = ("violated", "bounds", "baked")
+_STATUS_WORDS = {"checked": "checked at other sizes", "kept": "kept (the sizes are fixed)",
+                 "merged": "merged (both outcomes exported)", "bounds": "bounding the range",
+                 "baked": "on data (one branch exported)", "violated": "violated"}
+
+
+def guard_lines(guards: list, verbose: bool = False, listed: str = "") -> list:
+    """The summary's guard lines: one count line, then the guards that narrow the export (a
+    bound, a violation, a decision on data); every guard with ``verbose``. ``listed``: where
+    the guards not shown are listed (default: the verbose summary)."""
+    if not guards:
+        return []
+    counts: dict = {}
+    for g in guards:
+        counts[g.status] = counts.get(g.status, 0) + 1
+    shape = sum(1 for g in guards if g.kind == "shape")
+    kinds = f"{shape} shape decision{'s' if shape != 1 else ''}" + \
+        (f" and {len(guards) - shape} on data" if len(guards) > shape else "")
+    if len(counts) == 1:
+        status = next(iter(counts))
+        head = f"  guards: {kinds}, all {_STATUS_WORDS.get(status, status)}"
+    else:
+        head = f"  guards: {kinds}: " + ", ".join(f"{n} {_STATUS_WORDS.get(s, s)}" for s, n in counts.items())
+    shown = guards if verbose else [g for g in guards if g.status in _NOTABLE]
+    hidden = len(guards) - len(shown)
+    listed = listed or phrase("verbose", "summary(verbose=True)")
+    lines = [head + (f" ({listed} lists them)" if hidden else "")]
+    lines += [f"    {g}" for g in shown[:40 if verbose else 10]]
+    if len(shown) > (40 if verbose else 10):
+        lines.append(f"    ... {len(shown) - (40 if verbose else 10)} more")
+    return lines
 
 
 def _weight_lines(weights: list) -> list:

@@ -11,7 +11,7 @@ layout is contiguous where the output's depends on it, bounds are constants on c
 output then has torch's shape, dtype and strides at every size. Anything else is torch's call.
 
 The replay's shapes are still checked against real runs at the example sizes and at the check
-sizes (see probe._check_base_shapes and probe._shape_mismatch): a rule gone wrong is a refused
+sizes (see fitting._check_base_shapes and fitting._shape_mismatch): a rule gone wrong is a refused
 replay (the probes take over), not a wrong export.
 """
 from __future__ import annotations

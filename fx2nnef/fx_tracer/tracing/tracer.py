@@ -34,7 +34,7 @@ from .grouped import check_grouped, grouped_cat, grouped_split
 from .padded import mark_padded, masked_index_add, padded_call, padded_failure, padded_nonzero, wrapped_indices
 from .size_casts import size_casts
 from .slice_bounds import from_the_start
-from .source import _SKIP_PREFIXES, user_frame_location
+from .source import _SKIP_PREFIXES, deciding_frame_location, user_frame_location
 from .strided import is_as_strided, record_as_strided
 from .threads import in_tracing_thread, tracing_in_this_thread
 from .written_constants import WrittenMemory, flat_memory, grid_of, same_view, tensor_versions, view_steps, whole_memory
@@ -69,6 +69,9 @@ class GuardRecord:
     # the node of the call that took the number (as_strided's sizes, strides and offset): once that
     # call's result is used by nothing, the number decides nothing (see drop_unread_numbers)
     reader: Optional[fx.Node] = None
+    # the line that took the decision (torch.nn's code counts; see source.deciding_frame_location):
+    # shown to the user. ``source`` (the user's line) is what branches and loops key decisions on
+    decided: Optional[SourceLoc] = None
 
 
 _EAGER_FAILURES: dict = {}
@@ -461,7 +464,7 @@ class CustomTracer(fx.Tracer):
     def _record_guard(self, proxy, op, result, text):
         src = user_frame_location()
         text = text or f"{op}(%{proxy.node.name}) -> {result!r}"
-        self.guards.append(GuardRecord(proxy.node, op, result, src, text))
+        self.guards.append(GuardRecord(proxy.node, op, result, src, text, decided=deciding_frame_location()))
 
     # modules --------------------------------------------------------------------------
     def is_leaf_module(self, m, module_qualified_name):

@@ -6,8 +6,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Optional
 
-from ...errors import InvalidArgumentError
+from ...errors import InvalidArgumentError, spell
 from ...ir import WEIGHT_FORMATS, Graph
+from ...ir.weight_data import DEFAULT_Q4_0_ROUNDING, Q4_0_ROUNDINGS
 from ...ir.fusions import fuse, fused_counts, resolve_fusions
 from ...ir.precision import F32_REGIONS, apply_f32_regions, resolve_regions
 from ...nnef_emit.emitter import properties_fragment
@@ -39,9 +40,14 @@ class TractNNEF(InferenceTarget):
             float32), ``"f16"`` (float32 parameters as float16: matmuls read them as stored, at
             float32 speed, embedding rows and other uses are cast to float32 where read) or ``"q4_0"`` (Linear and
             Embedding weights, and right operands of mm/addmm/matmul, in tract's Q4_0 blocks,
-            min-max per block of 32; other parameters stay native). The check then compares with the model holding the
+            per block of 32, scales chosen by ``rounding``; other parameters stay native). The check then compares with the model holding the
             stored (rounded or dequantized) weights; ``result.weights`` says what each
             parameter became and why.
+        rounding: how ``"q4_0"`` picks each block's scale: ``"search"`` (the default: the scale
+            of least squared error among a few around min-max's; same size and speed, lower
+            error in every block, see ``fx2nnef.ir.weight_data``) or ``"minmax"`` (GGML's and
+            tract's own quantizer: the largest magnitude is exact). Given, it needs
+            ``weights="q4_0"``.
         asserts: extra assertions on the symbols, e.g. ``["S+P < 128", "tg: S==1"]``, written as
             ``extension tract_assert`` (tract checks them at load, not at run time).
         fused: tract fused ops to rewrite exact patterns into: names among ``"rms_norm"``
@@ -59,7 +65,8 @@ class TractNNEF(InferenceTarget):
                  dynamic_axes: Optional[dict] = None, check_io_tolerance="approximate",
                  specific_properties: Optional[dict] = None, dump_identity_properties: bool = False,
                  with_transformers: Optional[bool] = None, timeout: float = 600.0, weights: str = "native",
-                 asserts: Sequence[str] = (), fused=(), force_f32: Sequence[str] = ()):
+                 asserts: Sequence[str] = (), fused=(), force_f32: Sequence[str] = (),
+                 rounding: Optional[str] = None):
         try:
             self.force_f32 = resolve_regions(force_f32)
         except ValueError as exc:
@@ -69,6 +76,13 @@ class TractNNEF(InferenceTarget):
             raise InvalidArgumentError(f"weights must be one of {', '.join(map(repr, WEIGHT_FORMATS))}, got {weights!r} "
                                        "(see TractNNEF's docstring)")
         self.weights = weights
+        if rounding is not None and rounding not in Q4_0_ROUNDINGS:
+            raise InvalidArgumentError(f"rounding must be one of {', '.join(map(repr, Q4_0_ROUNDINGS))}, got "
+                                       f"{rounding!r} (see TractNNEF's docstring)")
+        if rounding is not None and weights != "q4_0":
+            raise InvalidArgumentError(f"{spell('rounding', rounding)} chooses the scales of Q4_0 weights: pass it "
+                                       f"with {spell('weights', 'q4_0')}, or leave it out")
+        self.rounding = rounding or DEFAULT_Q4_0_ROUNDING
         self.version = str(version)
         self.check_io = bool(check_io)
         self.dynamic_axes = dict(dynamic_axes or {})
@@ -120,7 +134,7 @@ class TractNNEF(InferenceTarget):
     def specific_fragments(self, graph: Graph) -> dict:
         """The ``tract_core_properties`` fragment, as tract itself writes it."""
         props = self.properties()
-        props.update(_weight_properties(graph, self.weights))
+        props.update(_weight_properties(graph, self.weights, self.rounding))
         if self.fused:
             props["fx2nnef_fused"] = ",".join(f"{k}:{n}" for k, n in fused_counts(graph, self.fused).items())
         if self.f32_regions_found:
@@ -134,11 +148,11 @@ class TractNNEF(InferenceTarget):
         return run_tract_many(asset, input_sets, with_transformers=transformers, timeout=self.timeout)
 
 
-def _weight_properties(graph: Graph, weights: str) -> dict:
+def _weight_properties(graph: Graph, weights: str, rounding: str) -> dict:
     """``fx2nnef_weights`` (the option) and, per stored format, the parameters written in it."""
     if weights == "native":
         return {}
-    props = {"fx2nnef_weights": weights}
+    props = {"fx2nnef_weights": weights, **({"fx2nnef_q4_0_rounding": rounding} if weights == "q4_0" else {})}
     for fmt in ("q4_0", "f16"):
         paths = [v.source.parameter_path or v.name for v in graph.constants() if v.source.stored_format == fmt]
         if paths:

@@ -1,0 +1,201 @@
+"""Shapes as forms of the symbols: the replay's forms checked against a run's records, or forms
+fitted to the records of many probe runs (polynomials, floor divisions, clamps, remainders), and
+the nodes whose value is a constant."""
+from __future__ import annotations
+
+from typing import Optional
+
+from ...ir import SymDim, fit_polynomial
+from ...ir.dims import clamp_bends, fit_clamped, fit_floor_division, fit_remainder
+from ..tracing.data_dep import is_shape_query
+from .fake_replay import Replay, ReplayUnavailable, VARIES
+from .probe_sizes import _env_key
+
+
+def _form_at(form, env):
+    if isinstance(form, SymDim):
+        return form.evaluate(env)
+    if isinstance(form, tuple):
+        return tuple(_form_at(f, env) for f in form)
+    return form
+
+
+def _agrees(form, record, env) -> bool:
+    """Whether a node's :func:`_record` at ``env`` is what its symbolic form gives there."""
+    if form is VARIES or form is None:
+        return True
+    kind = record[0]
+    if kind == "tensor":
+        return isinstance(form, tuple) and record[1] == _form_at(form, env)
+    if kind in ("bool", "int", "float"):
+        return not isinstance(form, tuple) and record[1] == _form_at(form, env)
+    if kind == "seq":
+        # a sequence of pieces may be shorter or longer here (chunk(2) of S=1 has one piece):
+        # the pieces the graph reads are checked at their own getitem nodes
+        # (split(S // 2) of S=5 has a third piece of 1 the graph never reads)
+        pieces = any(r[0] == "tensor" for r in record[1])
+        if pieces:
+            return isinstance(form, tuple)
+        return (isinstance(form, tuple) and len(form) == len(record[1])
+                and all(_agrees(f, r, env) for f, r in zip(form, record[1])))
+    return True
+
+
+def _shape_mismatch(rep: Replay, records: dict, env: dict) -> Optional[str]:
+    """None when every node's shape (and size value) recorded at ``env`` is what the fake
+    replay's expressions give there, else the first node that differs."""
+    for n, record in records.items():
+        form = rep.dims.get(n)
+        if not _agrees(form, record, env):
+            return f"'{n.name}' is {_record_text(record)} where the symbolic shapes give {_form_at(form, env)}"
+    return None
+
+
+def _record_text(record):
+    if record[0] == "seq":
+        return tuple(_record_text(r) for r in record[1])
+    return record[1]
+
+
+def _check_base_shapes(rep: Replay, records: dict, base_env: dict) -> None:
+    wrong = _shape_mismatch(rep, records, base_env)
+    if wrong is not None:
+        raise ReplayUnavailable(f"at the example sizes, {wrong}")
+
+
+def _unfit_varying(form):
+    if form is VARIES:
+        return Unfit([])
+    if isinstance(form, tuple):
+        return tuple(_unfit_varying(f) for f in form)
+    return form
+
+
+def _fit_good(good: list, symbols: list):
+    envs = [e for e, _ in good]
+    records: dict = {}
+    for _, recorded in good:
+        for n, r in recorded.items():
+            records.setdefault(n, []).append(r)
+    sym = _fit_all(records, envs, symbols) if symbols else {n: _static(r[0]) for n, r in records.items()}
+    return envs, records, sym
+
+
+def _has_division(sym: dict) -> bool:
+    """Whether a fitted size of ``sym`` holds a floor division (an atom that is no input size)."""
+    def has(x):
+        if isinstance(x, tuple):
+            return any(has(i) for i in x)
+        return isinstance(x, SymDim) and bool(x.symbols - x.input_symbols)
+    return any(has(v) for v in sym.values())
+
+
+def _division_check_envs(base: dict, seen: list) -> list:
+    """Sizes past the probed ones, one symbol moved at a time, at uneven steps, no farther than
+    the far probes (3x: a run of a large model costs), that no probe ran at."""
+    keys = {_env_key(e) for e in seen}
+    envs = []
+    for s, v in base.items():
+        for n in (v + 9, v + 21, 2 * v + 7):
+            env = {**base, s: n}
+            if _env_key(env) not in keys:
+                keys.add(_env_key(env))
+                envs.append(env)
+    return envs
+
+
+def _bend_check_envs(sym: dict, base: dict, seen: list) -> list:
+    """The sizes next to where a fitted ``min(p, c)`` or ``max(p, c)`` bends (:func:`clamp_bends`)
+    that no probe ran at, the other symbols at the example's sizes."""
+    keys = {_env_key(e) for e in seen}
+    envs = []
+    for form in sym.values():
+        for s, n in clamp_bends(form):
+            for m in (n - 1, n, n + 1):
+                env = {**base, s: m}
+                if s in base and m >= 1 and _env_key(env) not in keys:
+                    keys.add(_env_key(env))
+                    envs.append(env)
+    return envs
+
+
+def _count_unfit(sym: dict) -> int:
+    def count(x):
+        if isinstance(x, Unfit):  # sizes only: a decision (bool) may flip where the graph still holds
+            return int(all(isinstance(v, int) and not isinstance(v, bool) for _, v in x.samples))
+        if isinstance(x, tuple):
+            return sum(count(i) for i in x)
+        return 0
+    return sum(count(v) for v in sym.values())
+
+
+def _static(rec):
+    kind = rec[0]
+    if kind == "tensor":
+        return rec[1]
+    if kind in ("int", "bool", "float"):
+        return rec[1]
+    if kind == "seq":
+        return tuple(_static(r) for r in rec[1])
+    return None
+
+
+class Unfit:
+    """A dynamic value that no polynomial of the symbols explains."""
+
+    def __init__(self, samples):
+        self.samples = samples
+
+    def __repr__(self):
+        return "Unfit(" + ", ".join(f"{e}->{v}" for e, v in self.samples) + ")"
+
+
+def _fit_int(samples, symbols):
+    if all(v == samples[0][1] for _, v in samples):
+        return samples[0][1]
+    fitted = fit_polynomial(samples, symbols)
+    if fitted is None:
+        fitted = fit_floor_division(samples, symbols)
+    if fitted is None:
+        fitted = fit_clamped(samples, symbols)
+    if fitted is None:
+        fitted = fit_remainder(samples, symbols)
+    return Unfit(samples) if fitted is None else fitted
+
+
+def _fit_rec(recs, envs, symbols):
+    kind = recs[0][0]
+    if any(r[0] != kind for r in recs):
+        return None
+    if kind == "tensor":
+        ranks = {len(r[1]) for r in recs}
+        if len(ranks) != 1:
+            return None
+        return tuple(_fit_int([(e, r[1][d]) for e, r in zip(envs, recs)], symbols) for d in range(len(recs[0][1])))
+    if kind == "int":
+        return _fit_int([(e, r[1]) for e, r in zip(envs, recs)], symbols)
+    if kind in ("bool", "float"):
+        return recs[0][1] if all(r == recs[0] for r in recs) else Unfit([(e, r[1]) for e, r in zip(envs, recs)])
+    if kind == "seq":
+        lengths = {len(r[1]) for r in recs}
+        if len(lengths) != 1:
+            return None
+        return tuple(_fit_rec([r[1][i] for r in recs], envs, symbols) for i in range(len(recs[0][1])))
+    return None
+
+
+def _fit_all(records, envs, symbols):
+    return {n: _fit_rec(recs, envs[: len(recs)], symbols) for n, recs in records.items()}
+
+
+def _constants(gm, data_dep, varies) -> set:
+    """Nodes whose value is the same for any input: no input data, no dynamic size."""
+    const = set()
+    for n in gm.graph.nodes:
+        if n.op in ("placeholder", "output") or n in data_dep or n in varies:
+            continue
+        # new_full(x, (2,), s) reads x's dtype only, but its sizes and fill must be constant too
+        rest = n.all_input_nodes[1:] if is_shape_query(n) else n.all_input_nodes
+        if all(a in const for a in rest):
+            const.add(n)
+    return const
