@@ -292,7 +292,7 @@ def _weights_option(weights: Optional[str]) -> dict:
     if "weights" not in inspect.signature(TractNNEF).parameters:
         if weights in ("native", "f32"):
             return {}
-        raise InvalidArgumentError(f"weights={weights!r} needs a TractNNEF with weight formats, which this "
+        raise InvalidArgumentError(f"{spell('weights', weights)} needs a TractNNEF with weight formats, which this "
                                    "fx2nnef build lacks; export with the default weights")
     return {"weights": weights}
 

@@ -14,7 +14,7 @@ from typing import Callable, Optional, Sequence
 
 import torch
 
-from ..errors import EmitError, UnsupportedOpError, spell
+from ..errors import EmitError, UnsupportedOpError, phrase, spell
 from ..ir import Graph, SymDim, Value, flat_values, op_key, sanitize
 from ..ir.dims import substitute
 from . import dat
@@ -169,9 +169,11 @@ _QUANTIZED = ("torch.ops.quantized.", "torch.ops._quantized.", "torch.quantize_p
 def _why_missing(kind: str) -> str:
     """What to do about an op of a known family that has no lowering."""
     if kind.startswith(_QUANTIZED):
+        formats = phrase("weights.f16_or_q4_0", "TractNNEF(weights='f16' or 'q4_0')")
         return (": a torch.ao quantized module or tensor (quantize_dynamic, a converted or prepared quantized model); "
                 "its integer kernels and run-time activation quantization have no NNEF form here. Export the float "
-                "model, and for smaller weights write them as float16 or Q4_0 (TractNNEF(weights='f16' or 'q4_0'))")
+                "model, and for smaller weights write them as float16 or Q4_0 "
+                f"({formats})")
     return ""
 
 
