@@ -412,6 +412,8 @@ def _render(ctx: EmitContext, graph: Graph, out_names: list, extra_fragments: di
         ext.append("extension tract_registry tract_core;")
     if any(op.startswith("tract_transformers_") for op in ops):
         ext.append("extension tract_registry tract_transformers;")
+    if any(op.startswith("tract_onnx_") for op in ops):
+        ext.append("extension tract_registry tract_onnx;")
     for s in graph.symbols:
         ext.append(f"extension tract_symbol {stepped[s][0] if s in stepped else s};")
     for r in getattr(graph, "ranges", {}).values():
