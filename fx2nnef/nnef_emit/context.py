@@ -159,6 +159,7 @@ class EmitContext:
         self.zero_sources: Optional[list] = None
         self.memo: dict = {}  # values built once per graph by helpers (key -> Value)
         self.ranges: dict = {}  # symbol -> SymRange: the sizes the export is valid for (Graph.ranges)
+        self.data_counts: set = set()  # symbols of counts read from data (Graph.data_counts): may be 0
         self.domain: list = []  # env -> bool: assertions across symbols (S+P < 2048) the sizes also meet
         self.loop_body = 0  # how many tract_core_scan bodies deep this lowering is (see ops.reduce.divide_by_count)
 

@@ -153,6 +153,7 @@ def _context_for(graph: Graph, target: TargetProfile | str, registry: Registry) 
     _check_lowerings(graph, profile, registry)
     ctx = EmitContext(profile, registry, graph.symbols)
     ctx.ranges = dict(getattr(graph, "ranges", {}))
+    ctx.data_counts = set(getattr(graph, "data_counts", ()))
     ctx.graph_outputs = {id(v) for v in graph.outputs}
     ctx.graph_inputs = list(graph.inputs)
     for name in list(graph.output_names) + [v.name for v in graph.inputs]:

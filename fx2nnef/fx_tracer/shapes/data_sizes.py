@@ -26,17 +26,17 @@ from ...ir import SymDim
 _SELECTING_METHODS = ("masked_select",)
 
 
-def data_sized(n: fx.Node) -> bool:
-    """Whether ``n`` gives as many items as its data selects (a mask's true items)."""
-    if n.op == "call_method" and n.target in _SELECTING_METHODS:
-        return True
-    if n.op == "call_function" and n.target is torch.masked_select:
-        return True
+def data_masks(n: fx.Node) -> list:
+    """The boolean masks ``n`` selects items with (their true items make its size), else []."""
+    if n.op == "call_method" and n.target in _SELECTING_METHODS or \
+            n.op == "call_function" and n.target is torch.masked_select:
+        mask = n.args[1] if len(n.args) > 1 else n.kwargs.get("mask")
+        return [mask] if isinstance(mask, fx.Node) else []
     if n.op == "call_function" and n.target is operator.getitem and isinstance(n.args[0], fx.Node):
         index = n.args[1]
         items = index if isinstance(index, (tuple, list)) else (index,)
-        return any(_is_mask(i) for i in items)
-    return False
+        return [i for i in items if _is_mask(i)]
+    return []
 
 
 def _is_mask(item) -> bool:
@@ -49,7 +49,8 @@ def _is_mask(item) -> bool:
 def settle_data_sizes(gm: fx.GraphModule, analysis) -> list:
     """Give the nodes after a data-sized op the shapes of a replay where its count is a symbol;
     return the new symbols (empty when the graph has no data-sized op with a mask from the data)."""
-    starts = [n for n in gm.graph.nodes if data_sized(n) and n in analysis.data_dep and n not in analysis.constant]
+    starts = [n for n in gm.graph.nodes
+              if any(m in analysis.data_dep and m not in analysis.constant for m in data_masks(n))]
     if not starts:
         return []
     runner, shape_env, inputs = _replayer(gm, analysis)

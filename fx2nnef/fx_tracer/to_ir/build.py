@@ -413,6 +413,7 @@ def build_ir(gm: fx.GraphModule, analysis: Analysis, input_names: list, output_n
     counts = settle_data_sizes(gm, analysis)
     graph = _Builder(gm, analysis, input_names, output_names, upcast_bfloat16).build()
     graph.symbols += counts
+    graph.data_counts = list(counts)
     graph.guards = list(analysis.guards)
     graph.ranges = dict(analysis.ranges)
     return graph
