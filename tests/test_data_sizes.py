@@ -24,6 +24,11 @@ CASES = {
     "sum_of_selected": (lambda x: x.masked_select(x > 0).sum(), [(3, 4)], {}, True),
     "regrouped": (lambda x: x[x[:, 0] > 0].reshape(-1, 2, 2).sum(1), [(5, 4)], {}, True),
     "two_counts": (lambda x, y: torch.cat([x[x > 0], 2 * y[y > 0]]), [(5,), (3,)], {}, True),
+    # the count read as a number: its value, computed from the mask (never the example's)
+    "mean_by_numel": (lambda x: (lambda p: p.sum() / p.numel())(x[x > 0]), [(3, 4)], {}, False),
+    "times_its_count": (lambda x: (lambda p: p * p.shape[0])(x[x > 0]), [(3, 4)], {}, True),
+    "viewed_by_count": (lambda x: (lambda p: p.view(p.shape[0], 1) * x[0])(x[x[:, 0] > 0][:, 0]), [(4, 3)], {},
+                        True),
     "dynamic_rows": (lambda x: x[x[:, 0] > 0] * 3 + 1, [(5, 4)], {"x0": {0: "B"}}, True),
     "dynamic_select": (lambda x: torch.masked_select(x, x > 0).exp(), [(5, 4)], {"x0": {0: "B", 1: "S"}}, True),
 }
@@ -53,6 +58,15 @@ def test_counts_from_data_run_in_tract_at_other_counts(name, check_io, tmp_path)
     counts = {tuple(fn(*ins).shape) for ins in sets}
     assert len(counts) > 1 or counts == {()}  # the counts differ (a reduction over them: a scalar)
     tract_matches_eager(out, model, sets)
+
+
+def test_a_count_tract_would_read_as_a_number_is_one_clear_error(tmp_path):
+    """``torch.arange(n)`` of a count from data: tract's range cannot read it (it knows it as a size
+    only); refused naming the line, whether the check runs or not."""
+    for check_io in (True, False):
+        with pytest.raises(fx2nnef.errors.UnsupportedOpError, match=r"torch.arange at .*test_data_sizes.py:\d+: .*count"):
+            fx2nnef.export(FnModule(lambda x: (lambda p: torch.arange(p.shape[0]) + p)(x[x > 0])), (randn(3, 4),),
+                           tmp_path / "m.nnef.tgz", target=fx2nnef.TractNNEF(check_io=check_io))
 
 
 def test_a_data_mask_for_khronos_is_one_clear_error(tmp_path):

@@ -22,6 +22,7 @@ import torch.fx as fx
 
 from ...errors import TraceError
 from ...ir import SymDim
+from .fake_replay import _Converter, _Runner, _SymbolSource
 
 _SELECTING_METHODS = ("masked_select",)
 
@@ -70,7 +71,6 @@ def settle_data_sizes(gm: fx.GraphModule, analysis) -> list:
 def _replayer(gm, analysis):
     from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv
 
-    from .fake_replay import _Runner, _SymbolSource
 
     shape_env = ShapeEnv(specialize_zero_one=False, duck_shape=False, allow_scalar_outputs=False,
                          allow_dynamic_output_shape_ops=True)
@@ -87,12 +87,19 @@ def _replayer(gm, analysis):
         value = analysis.values[n]
         dims = analysis.sym.get(n) or tuple(value.shape)
         inputs.append(([sizes[str(d)] if isinstance(d, SymDim) else int(d) for d in dims], value.dtype))
-    return _Runner(gm, shape_env, symbols), shape_env, inputs
+    return _CountRunner(gm, shape_env, symbols), shape_env, inputs
+
+
+class _CountRunner(_Runner):
+    """The replay's runner, where a number read from a count (``int(n)``, ``if n > 3``) is not
+    taken at the example: that would hold for the example's data only."""
+
+    def _read_at_example(self, n, exc):
+        raise exc
 
 
 def _name_counts(gm, analysis, runner, shape_env) -> list:
     """Name each unbacked size after the node that made it and set the shapes that read one."""
-    from .fake_replay import _Converter
 
     base = {sym: name for sym, name in runner.symbols.items()}
     counts: dict = {}
@@ -108,19 +115,37 @@ def _name_counts(gm, analysis, runner, shape_env) -> list:
     if not counts:
         return []
     conv = _Converter(shape_env, {**base, **counts}, {})
+    settled = set()
     for n in gm.graph.nodes:
         value = runner.env.get(n)
-        if isinstance(value, torch.Tensor) and _reads(value, counts, shape_env):
-            try:
-                analysis.sym[n] = conv.value(value, n)
-            except Exception as exc:  # noqa: BLE001 - a size of the count with no IR form
-                raise _refusal(n, exc, []) from None
+        if not _reads(value, counts, shape_env):
+            continue
+        if _holds(value, (torch.SymFloat, torch.SymBool)):
+            raise _refusal(n, ValueError("a float or a decision computed from the count"), [])
+        try:
+            analysis.sym[n] = conv.value(value, n)
+        except Exception as exc:  # noqa: BLE001 - a size of the count with no IR form
+            raise _refusal(n, exc, []) from None
+        settled.add(n)
+    analysis.constant = set(analysis.constant) - settled
     return list(counts.values())
 
 
-def _reads(value: torch.Tensor, counts: dict, shape_env) -> bool:
-    return any(isinstance(d, torch.SymInt) and shape_env.replace(d.node.expr).free_symbols & set(counts)
-               for d in value.shape)
+def _reads(value, counts: dict, shape_env) -> bool:
+    """Whether ``value`` (a tensor, a size, a sequence of them) holds one of the ``counts``."""
+    if isinstance(value, torch.Tensor):
+        return _reads(tuple(value.shape), counts, shape_env)
+    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return bool(shape_env.replace(value.node.expr).free_symbols & set(counts))
+    if isinstance(value, (list, tuple)):
+        return any(_reads(v, counts, shape_env) for v in value)
+    return False
+
+
+def _holds(value, kinds) -> bool:
+    if isinstance(value, kinds):
+        return True
+    return isinstance(value, (list, tuple)) and any(_holds(v, kinds) for v in value)
 
 
 def _fresh_name(n: fx.Node, taken: set) -> str:

@@ -313,6 +313,10 @@ def _selected(ctx: EmitContext, x: Value, mask: Value, ax: int) -> Value:
                         "keep the shape with torch.where(mask, x, 0) / masked_fill")
     name = next(iter(count.symbols))
     rows = ctx.op("tract_onnx_non_zero", mask, count_symbol=name, out_shape=(1, count), out_dtype=DType.I64)
+    if name not in ctx.count_values:  # the count's value, from the mask (tract folds a shape_of of it
+        # into its symbol, whose value it does not know at run time)
+        ones = ctx.op("tract_core_cast", mask, to="i64", out_dtype=DType.I64, out_shape=mask.shape)
+        ctx.count_values[name] = ctx.op("sum_reduce", ones, axes=[0], out_dtype=DType.I64, out_shape=(1,))
     rows = ctx.op("squeeze", rows, axes=[0], out_shape=(count,), out_dtype=DType.I64)
     return gather(ctx, x, rows, ax)
 
