@@ -11,7 +11,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import fx2nnef
-from fx2nnef.errors import TraceError, UnsupportedOpError
+from fx2nnef.errors import UnsupportedOpError
 from harness import FnModule, randn, tract_matches_eager, export_checked
 
 

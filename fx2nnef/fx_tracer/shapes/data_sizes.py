@@ -22,6 +22,7 @@ import torch.fx as fx
 
 from ...errors import TraceError
 from ...ir import SymDim
+from ..tracing.padded import data_nonzero
 from .fake_replay import _Converter, _Runner, _SymbolSource
 
 _SELECTING_METHODS = ("masked_select",)
@@ -33,6 +34,8 @@ def data_masks(n: fx.Node) -> list:
             n.op == "call_function" and n.target is torch.masked_select:
         mask = n.args[1] if len(n.args) > 1 else n.kwargs.get("mask")
         return [mask] if isinstance(mask, fx.Node) else []
+    if n.op == "call_function" and n.target is data_nonzero:
+        return [n.args[0]]
     if n.op == "call_function" and n.target is operator.getitem and isinstance(n.args[0], fx.Node):
         index = n.args[1]
         items = index if isinstance(index, (tuple, list)) else (index,)

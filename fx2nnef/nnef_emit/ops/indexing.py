@@ -305,20 +305,51 @@ def _selected(ctx: EmitContext, x: Value, mask: Value, ax: int) -> Value:
         raise EmitError("masked_select with a mask computed from the data gives as many items as the mask has "
                         "True items, which this target cannot carry; keep the shape with torch.where(mask, x, 0) "
                         "/ masked_fill, or reduce with (x * mask).sum() and mask.sum()")
+    rows = _true_coordinates(ctx, mask, _count_at(ctx, ax))
+    rows = ctx.op("squeeze", rows, axes=[0], out_shape=rows.shape[1:], out_dtype=DType.I64)
+    return gather(ctx, x, rows, ax)
+
+
+def _count_at(ctx: EmitContext, ax: int) -> SymDim:
+    """The symbol the traced shapes gave the op's (first) output along ``ax``: the count of true items."""
     node = ctx.node
     want = node.outputs[0].shape if node is not None and node.outputs and node.outputs[0].shape else None
     count = want[ax] if want is not None and len(want) > ax else None
     if not (isinstance(count, SymDim) and len(count.symbols) == 1 and count == SymDim.symbol(next(iter(count.symbols)))):
         raise EmitError(f"the number of items selected by the mask has no symbol of its own here ({count!r}); "
                         "keep the shape with torch.where(mask, x, 0) / masked_fill")
+    return count
+
+
+def _true_coordinates(ctx: EmitContext, cond: Value, count: SymDim) -> Value:
+    """``[rank, count]``: the coordinates of the true items of ``cond``, their number named ``count``
+    (``tract_onnx_non_zero``); the count's value is noted for the sizes that read it."""
     name = next(iter(count.symbols))
-    rows = ctx.op("tract_onnx_non_zero", mask, count_symbol=name, out_shape=(1, count), out_dtype=DType.I64)
-    if name not in ctx.count_values:  # the count's value, from the mask (tract folds a shape_of of it
-        # into its symbol, whose value it does not know at run time)
-        ones = ctx.op("tract_core_cast", mask, to="i64", out_dtype=DType.I64, out_shape=mask.shape)
+    rows = ctx.op("tract_onnx_non_zero", cond, count_symbol=name, out_shape=(rank(cond), count), out_dtype=DType.I64)
+    if name not in ctx.count_values:  # its value from the mask: tract folds a shape_of of the coordinates
+        # into the symbol, whose value it does not know at run time
+        ones = ctx.op("tract_core_cast", reshape_to(ctx, cond, [-1]), to="i64", out_dtype=DType.I64)
         ctx.count_values[name] = ctx.op("sum_reduce", ones, axes=[0], out_dtype=DType.I64, out_shape=(1,))
-    rows = ctx.op("squeeze", rows, axes=[0], out_shape=(count,), out_dtype=DType.I64)
-    return gather(ctx, x, rows, ax)
+    return rows
+
+
+DATA_NONZERO = "fx2nnef.fx_tracer.tracing.padded.data_nonzero"  # the true coordinates (not imported here)
+
+
+@register(DATA_NONZERO)
+def data_nonzero(ctx: EmitContext, cond: Value, as_tuple: bool = False):
+    """The coordinates of the true items of ``cond``: ``[count, rank]``, or ``rank`` vectors of ``count``."""
+    if not rank(cond):
+        ctx.fail("nonzero of a 0-d tensor is not supported")
+    if not ctx.profile.data_sized_counts:
+        ctx.fail("nonzero of a tensor computed from the data gives as many items as the data has, which this "
+                 "target cannot carry; use a mask (torch.where(cond, x, y)) or a fixed-size topk")
+    count = _count_at(ctx, 0)
+    rows = _true_coordinates(ctx, cond, count)
+    if as_tuple:
+        return tuple(ctx.op("squeeze", slice_axis(ctx, rows, 0, a, a + 1), axes=[0], out_shape=(count,),
+                            out_dtype=DType.I64) for a in range(rank(cond)))
+    return ctx.op("transpose", rows, axes=[1, 0], out_shape=(count, rank(cond)), out_dtype=DType.I64)
 
 
 def _gather_nd(ctx: EmitContext, x: Value, tensors: list) -> Value:
