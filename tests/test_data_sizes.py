@@ -76,6 +76,27 @@ def test_a_count_tract_would_read_as_a_number_is_one_clear_error(tmp_path):
                            tmp_path / "m.nnef.tgz", target=fx2nnef.TractNNEF(check_io=check_io))
 
 
+def _branch_on_count(x):
+    p = x[x > 0]
+    return p * 2 if p.shape[0] > 3 else p
+
+
+def _loop_over_count(x):
+    p = x[x > 0]
+    return torch.stack([p[i] for i in range(p.shape[0])])
+
+
+@pytest.mark.parametrize("fn", [_branch_on_count, _loop_over_count], ids=["branch", "loop"])
+def test_a_decision_on_a_count_is_refused_naming_both_lines(fn, tmp_path):
+    """A branch or a loop taken in Python on the count holds for the example's data only (the
+    asset would silently give the example's branch, or as many items as the example had)."""
+    for check_io in (True, False):
+        with pytest.raises(fx2nnef.TraceError, match=r"at .*test_data_sizes.py:\d+ after the data-sized 'getitem' "
+                                                     r"at .*test_data_sizes.py:\d+ .*decided on the count"):
+            fx2nnef.export(FnModule(fn), (randn(3, 4),), tmp_path / "m.nnef.tgz",
+                           target=fx2nnef.TractNNEF(check_io=check_io))
+
+
 def test_a_data_mask_for_khronos_is_one_clear_error(tmp_path):
     """Standard NNEF has no op that names a count at run time: one line naming the op."""
     with pytest.raises(fx2nnef.errors.UnsupportedOpError, match="masked_select .*cannot carry"):

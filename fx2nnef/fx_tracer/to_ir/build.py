@@ -20,7 +20,7 @@ from torch.utils._pytree import tree_leaves, tree_map
 from ...errors import TraceError
 from ...ir import DType, Graph, Node, SymDim, Value, flat_values, method_key, op_key
 from ...ir.dims import settle_extrema
-from ..shapes.data_sizes import settle_data_sizes
+from ..shapes.data_counts import settle_data_sizes
 from ..shapes.probe import Analysis, Unfit
 from ..tracing.control_flow import SLOT_FUNCTIONS
 from ..tracing.scan import ScanCall

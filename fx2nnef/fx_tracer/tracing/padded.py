@@ -32,7 +32,7 @@ def padded_nonzero(cond: torch.Tensor, as_tuple: bool = False):
 
 def data_nonzero(cond: torch.Tensor, as_tuple: bool = False):
     """``cond.nonzero(as_tuple=as_tuple)``: the true coordinates, as many as the data has (the
-    exported graph names their count with a symbol of its own, see ``shapes/data_sizes.py``)."""
+    exported graph names their count with a symbol of its own, see ``shapes/data_counts.py``)."""
     return torch.nonzero(cond, as_tuple=as_tuple)
 
 

@@ -1,4 +1,5 @@
-"""Sizes that come from data: ``x.masked_select(m)``, ``x[mask]``, a count known only at run time.
+"""Sizes that come from data: ``x.masked_select(m)``, ``x[mask]``, ``cond.nonzero()`` (when the tracer
+keeps its true coordinates, see ``tracing/padded.py``): a count known only at run time.
 
 Such an op gives as many items as its data selects. tract carries that count as a symbol of its
 own (``tract_onnx_non_zero(mask, count_symbol = 'K')`` makes one at run time), and every op after
@@ -57,6 +58,9 @@ def settle_data_sizes(gm: fx.GraphModule, analysis) -> list:
               if any(m in analysis.data_dep and m not in analysis.constant for m in data_masks(n))]
     if not starts:
         return []
+    for node, start in analysis.decided:
+        raise _refusal(node, ValueError("the trace decided on the count there (a loop, a branch, a number "
+                                        "kept), which holds for the example's data only"), [start])
     runner, shape_env, inputs = _replayer(gm, analysis)
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -71,9 +75,26 @@ def settle_data_sizes(gm: fx.GraphModule, analysis) -> list:
     return _name_counts(gm, analysis, runner, shape_env)
 
 
+def decided_on_counts(gm: fx.GraphModule, decided: list, data_dep: set) -> list:
+    """``(node, data-sized node)`` for each of the nodes ``decided`` (those the tracer's decisions
+    read: ``for i in range(len(p))``, ``if p.shape[0] > 3``) computed from a data-sized op with a
+    mask from the data: such a decision holds for the example's data only. Taken while the
+    analysis still holds those nodes (the graph drops them later)."""
+    if not decided:
+        return []
+    origin: dict = {}
+    for n in gm.graph.nodes:
+        if any(m in data_dep for m in data_masks(n)):
+            origin[n] = n
+        else:
+            found = next((origin[a] for a in n.all_input_nodes if a in origin), None)
+            if found is not None:
+                origin[n] = found
+    return [(n, origin[n]) for n in decided if n in origin]
+
+
 def _replayer(gm, analysis):
     from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv
-
 
     shape_env = ShapeEnv(specialize_zero_one=False, duck_shape=False, allow_scalar_outputs=False,
                          allow_dynamic_output_shape_ops=True)
@@ -161,6 +182,7 @@ def _fresh_name(n: fx.Node, taken: set) -> str:
 
 
 def _refusal(n: Optional[fx.Node], exc: Exception, starts: list) -> TraceError:
+    """The error for ``n``, which the replay with counts from data could not run or write."""
     where = f"'{n.name}'" + (f" at {n.meta['source']}" if n is not None and n.meta.get("source") else "") \
         if n is not None else "an op"
     first = str(exc).strip().split("\n")[0][:200]
