@@ -31,6 +31,7 @@ CASES = {
                         True),
     # nonzero and its spellings (onnx-diagnostic's AtenNonZero): the coordinates themselves
     "nonzero": (lambda x: torch.nonzero(x > 0), [(3, 4)], {}, True),
+    "nonzero_of_numbers": (lambda x: torch.nonzero(torch.relu(x - 0.5) * 3), [(3, 4)], {}, True),
     "where_one_argument": (lambda x: torch.where(x > 0)[1] + 1, [(3, 4)], {}, True),
     "index_by_coordinates": (lambda x: x[(x > 0).nonzero(as_tuple=True)] * 3, [(3, 4)], {}, True),
     "rows_by_coordinates": (lambda x: x[(x[:, 0] > 0).nonzero()[:, 0]].exp(), [(4, 3)], {}, True),

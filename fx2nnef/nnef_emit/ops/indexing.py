@@ -325,6 +325,8 @@ def _true_coordinates(ctx: EmitContext, cond: Value, count: SymDim) -> Value:
     """``[rank, count]``: the coordinates of the true items of ``cond``, their number named ``count``
     (``tract_onnx_non_zero``); the count's value is noted for the sizes that read it."""
     name = next(iter(count.symbols))
+    if not cond.dtype.is_bool:  # torch.nonzero(x) of numbers: the items that are not 0
+        cond = compare(ctx, "ne", cond, 0)
     rows = ctx.op("tract_onnx_non_zero", cond, count_symbol=name, out_shape=(rank(cond), count), out_dtype=DType.I64)
     if name not in ctx.count_values:  # its value from the mask: tract folds a shape_of of the coordinates
         # into the symbol, whose value it does not know at run time
