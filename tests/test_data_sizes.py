@@ -98,6 +98,17 @@ def test_a_decision_on_a_count_is_refused_naming_both_lines(fn, tmp_path):
                            target=fx2nnef.TractNNEF(check_io=check_io))
 
 
+def test_nonzero_whose_count_is_read_stays_refused(tmp_path):
+    """The tracer lists every coordinate of a nonzero while it records; a size of them read on the
+    way was that list's, so the true coordinates are not exported there: one clear error."""
+    def f(x):
+        idx = torch.nonzero(x > 0)
+        return idx.float() * idx.shape[0]
+
+    with pytest.raises(fx2nnef.TraceError, match=r"nonzero/where\(cond\) at .*test_data_sizes.py:\d+ .*reads how many"):
+        fx2nnef.export(FnModule(f), (randn(3, 4),), tmp_path / "m.nnef.tgz", target=fx2nnef.TractNNEF(check_io=False))
+
+
 def test_a_data_mask_for_khronos_is_one_clear_error(tmp_path):
     """Standard NNEF has no op that names a count at run time: one line naming the op."""
     with pytest.raises(fx2nnef.errors.UnsupportedOpError, match="masked_select .*cannot carry"):
