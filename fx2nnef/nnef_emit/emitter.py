@@ -153,6 +153,7 @@ def _context_for(graph: Graph, target: TargetProfile | str, registry: Registry) 
     _check_lowerings(graph, profile, registry)
     ctx = EmitContext(profile, registry, graph.symbols)
     ctx.ranges = dict(getattr(graph, "ranges", {}))
+    ctx.data_counts = set(getattr(graph, "data_counts", ()))
     ctx.graph_outputs = {id(v) for v in graph.outputs}
     ctx.graph_inputs = list(graph.inputs)
     for name in list(graph.output_names) + [v.name for v in graph.inputs]:
@@ -414,6 +415,8 @@ def _render(ctx: EmitContext, graph: Graph, out_names: list, extra_fragments: di
         ext.append("extension tract_registry tract_core;")
     if any(op.startswith("tract_transformers_") for op in ops):
         ext.append("extension tract_registry tract_transformers;")
+    if any(op.startswith("tract_onnx_") for op in ops):
+        ext.append("extension tract_registry tract_onnx;")
     for s in graph.symbols:
         ext.append(f"extension tract_symbol {stepped[s][0] if s in stepped else s};")
     for r in getattr(graph, "ranges", {}).values():

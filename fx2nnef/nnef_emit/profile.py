@@ -52,6 +52,8 @@ class TargetProfile:
     loop_products_summed: bool = False
     # a select's uniform condition computed from the sizes alone is made opaque (the engine folds it wrongly)
     opaque_size_conditions: bool = False
+    # a count read from data (a mask's true items) is a symbol the engine makes at run time (tract_onnx_non_zero)
+    data_sized_counts: bool = False
 
     def __repr__(self) -> str:
         return f"TargetProfile({self.name!r})"
