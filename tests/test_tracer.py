@@ -1,5 +1,6 @@
 """The custom tracer captures what plain symbolic_trace cannot, and the numbers stay right in tract."""
 import functools
+import operator
 
 import pytest
 import torch
@@ -198,3 +199,21 @@ def test_the_builtins_replaced_while_tracing_act_in_the_tracing_thread_only():
     trace_model(model, (randn(3, 4),), {}, ["x"], roll_loops=True)
     assert model.seen["tracing"] == (True, False, "CustomProxy", "_TracedRange")
     assert model.seen["other"] == (False, True, "int", "range")
+
+
+class _IndexesAPlainTensor(torch.nn.Module):
+    def forward(self, x):
+        return x + torch.arange(100.0)[:x.shape[0]]  # a plain tensor sliced by a traced size
+
+
+def test_tracing_leaves_tensors_what_they_were():
+    """Slicing a plain tensor by a traced size is recorded without giving torch.Tensor a
+    __getitem__ of its own: once set on the class, even deleted, it leaves every tensor a Python
+    sequence, and torch.tensor([a 0-d tensor]) (transformers' Qwen-VL positions) fails in the
+    process from then on."""
+    from fx2nnef.fx_tracer.tracing.tracer import trace_model
+
+    trace = trace_model(_IndexesAPlainTensor(), (randn(7),), {}, ["x"], roll_loops=True)
+    assert any(n.target is operator.getitem for n in trace.gm.graph.nodes), trace.gm.graph
+    assert not {"__getitem__", "view", "reshape", "expand"} & set(vars(torch.Tensor))
+    assert torch.tensor([torch.tensor(3), torch.tensor(4)]).tolist() == [3, 4]

@@ -20,7 +20,7 @@ from typing import Callable, Optional
 import torch
 import torch.fx as fx
 
-from ..errors import TraceError
+from ..errors import TraceError, spell
 from .tracing.control_flow import _SCALAR_TENSOR, size_comparison
 from .tracing.scan import ScanCall
 from .tracing.structures import has_tensor, same_value
@@ -67,10 +67,11 @@ def _too_many(paths: list, limit: int) -> str:
     for p in paths:
         for g in p.trace.decisions:
             seen.setdefault(str(g.source) if g.source else g.text, g)
-    lines = [f"branches='select' exports at most {limit} paths through the decisions on tensor data, and this "
+    select = spell("branches", "select")
+    lines = [f"{select} exports at most {limit} paths through the decisions on tensor data, and this "
              f"forward has more ({len(seen)} decisions met):"]
     lines += [f"  - {g.text} at {g.source}: {g.source.code if g.source else ''}" for g in list(seen.values())[:10]]
-    lines.append("Write the inner ones as torch.where(...) or torch.cond(...), or export without branches='select' "
+    lines.append(f"Write the inner ones as torch.where(...) or torch.cond(...), or export without {select} "
                  "(each decision then keeps the example's outcome).")
     return "\n".join(lines)
 
@@ -183,7 +184,7 @@ class _Merger:
         if _on_sizes(decision):
             note = f"the decision on dynamic sizes at {src or decision.text}{code}: {what}"
         else:
-            note = f"branches='select': the decision on tensor data at {src or decision.text}{code}: {what}"
+            note = f"{spell('branches', 'select')}: the decision on tensor data at {src or decision.text}{code}: {what}"
         if note not in self.notes:
             self.notes.append(note)
 

@@ -37,6 +37,9 @@ COMPANION_FILES = ("config.json", "generation_config.json", "tokenizer.json", "t
                    "tokenizer.model", "special_tokens_map.json", "added_tokens.json", "vocab.json",
                    "merges.txt", "chat_template.jinja", "chat_template.json")
 DTYPES = {"f32": torch.float32, "f16": torch.float16}
+# (claims(model_or_dir) -> bool, export(model_or_dir, out_dir, options) -> LLMExportResult): sources
+# export_causal_lm hands over, with its keyword arguments as ``options`` (multimodal.py adds its own)
+SOURCE_EXPORTERS: list = []
 # Sizes of the three check modes: the prompt, then a chunk after a past, then one token.
 MODE_PROMPT, MODE_CHUNK = 8, 4
 
@@ -77,8 +80,12 @@ class LLMExportResult:
             lines.append(f"  not checked: {', '.join(skipped)}{why}")
         lines += guard_lines(self.export.guards, listed=MANIFEST_NAME) if self.export is not None else []
         lines += drift.summary_lines(self.manifest)
-        lines.append(f"  run: fx2nnef.llm.TractCausalLM.load({str(self.out_dir)!r}).greedy(prompt_ids, n) "
-                     f"(or fx2nnef run {self.asset} INPUTS.npz)")
+        if "multimodal" in self.manifest:  # encoders beside the decoder
+            lines.append(f"  run: fx2nnef.llm.generate_multimodal({str(self.out_dir)!r}, prompt_ids, "
+                         "{encoder input: array}, n)")
+        else:
+            lines.append(f"  run: fx2nnef.llm.TractCausalLM.load({str(self.out_dir)!r}).greedy(prompt_ids, n) "
+                         f"(or fx2nnef run {self.asset} INPUTS.npz)")
         return "\n".join(lines)
 
     @property
@@ -174,6 +181,12 @@ def export_causal_lm(model_or_dir, out_dir, *, dtype: Optional[str] = None, weig
     """
     out_dir = Path(out_dir)
     fused = resolve_fusions(fused)
+    for claims, export_source in SOURCE_EXPORTERS:  # a source with more than a text LM (multimodal.py)
+        if claims(model_or_dir):
+            return export_source(model_or_dir, out_dir, dict(
+                dtype=dtype, weights=weights, last_logits_only=last_logits_only, batch_symbol=batch_symbol,
+                generate=generate, check=check, overwrite=overwrite, seed=seed, timeout=timeout, fused=fused,
+                force_f32=force_f32, rounding=rounding))
     if out_dir.exists() and not overwrite:
         raise InvalidArgumentError(f"{str(out_dir)!r} exists: remove it or pass {spell('overwrite', True)}")
     source_dir = None
@@ -279,7 +292,7 @@ def _weights_option(weights: Optional[str]) -> dict:
     if "weights" not in inspect.signature(TractNNEF).parameters:
         if weights in ("native", "f32"):
             return {}
-        raise InvalidArgumentError(f"weights={weights!r} needs a TractNNEF with weight formats, which this "
+        raise InvalidArgumentError(f"{spell('weights', weights)} needs a TractNNEF with weight formats, which this "
                                    "fx2nnef build lacks; export with the default weights")
     return {"weights": weights}
 

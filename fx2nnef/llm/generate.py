@@ -35,6 +35,7 @@ def greedy_generate(asset, prompt: Sequence[int] | np.ndarray, max_new_tokens: i
     runs, when the first or the last call does not fit the asset's declared sizes.
     """
     signature = AssetSignature.read(asset)
+    refuse_multimodal(signature)
     path = signature.path
     check_generation(signature, np.asarray(prompt).size, max_new_tokens)
     with tempfile.TemporaryDirectory(prefix="fx2nnef_generate_") as temp:
@@ -80,6 +81,7 @@ class TractCausalLM(_Driver):
     def load(cls, path, with_transformers: bool = True) -> "TractCausalLM":
         """Load the asset (``model.nnef.tgz``, or the folder holding it) in tract."""
         signature = AssetSignature.read(path)
+        refuse_multimodal(signature)
         lm = super().load(signature.path, with_transformers)
         lm.signature = signature
         return lm
@@ -102,6 +104,16 @@ class TractCausalLM(_Driver):
         return super().greedy(prompt, max_new_tokens, eos_token_id)
 
     greedy.__doc__ = _Driver.greedy.__doc__
+
+
+def refuse_multimodal(signature: AssetSignature) -> None:
+    """AssetInputError for the decoder of a multimodal export, whose embedding inputs this
+    text driver would take for caches."""
+    extra = [d.name for d in signature.inputs[1:] if d.name.endswith("_embeddings") or d.name == "in_rope_delta"]
+    if extra:
+        raise AssetInputError(f"{str(signature.path)!r} is the decoder of a multimodal export (inputs "
+                              f"{', '.join(extra)}): run it with fx2nnef.llm.generate_multimodal(folder, prompt, "
+                              "inputs, n), which runs its encoders too")
 
 
 def call_shapes(signature: AssetSignature, length: int, past: int) -> list[tuple]:

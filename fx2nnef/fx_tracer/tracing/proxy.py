@@ -59,7 +59,12 @@ def rounding(fn):
 
 
 class SizeTuple(tuple):
-    """What ``proxy.shape`` / ``proxy.size()`` returns: a tuple of size proxies."""
+    """What ``proxy.shape`` / ``proxy.size()`` returns: a tuple of size proxies (a slice of it
+    is one too, as a slice of ``torch.Size`` is a ``torch.Size``)."""
+
+    def __getitem__(self, index):
+        item = tuple.__getitem__(self, index)
+        return SizeTuple(item) if isinstance(index, slice) else item
 
     def numel(self):
         out = 1

@@ -16,10 +16,11 @@ import sys
 from typing import Any, Callable, Optional
 
 import torch
+from torch.overrides import TorchFunctionMode
 import torch.fx as fx
 from torch.fx._symbolic_trace import _maybe_revert_all_patches, is_fx_symbolic_tracing
 
-from ...errors import TraceError
+from ...errors import TraceError, phrase, spell
 from ...ir import SourceLoc
 from . import structures
 from .proxy import _DATA_TENSOR_METHODS, _STATIC_TENSOR_METHODS, CustomAttribute, CustomProxy, SizeTuple
@@ -185,6 +186,9 @@ def _unwrap(obj):
     if isinstance(obj, slice):
         return slice(_unwrap(obj.start), _unwrap(obj.stop), _unwrap(obj.step))
     return obj
+
+
+_TENSOR_GETITEM = torch.Tensor.__getitem__
 
 
 def _contains_proxy(obj) -> bool:
@@ -905,13 +909,15 @@ def tracing_patches(tracer: CustomTracer):
         wrapper.__wrapped_factory__ = fn
         return wrapper
 
-    orig_getitem = torch.Tensor.__getitem__
+    class PlainIndexing(TorchFunctionMode):
+        """A plain tensor (e.g. created in forward) indexed with a traced size: x[:, :s]. A mode,
+        not a ``torch.Tensor.__getitem__`` of its own, which would make every tensor a Python
+        sequence for good (``torch.tensor([a 0-d tensor])`` then fails in the process)."""
 
-    def getitem(self, index):
-        # a plain tensor (e.g. created in forward) indexed with a traced size: x[:, :s]
-        if _contains_proxy(index):
-            return tracer.create_proxy("call_function", operator.getitem, (self, index), {})
-        return orig_getitem(self, index)
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if func is _TENSOR_GETITEM and type(args[0]) is not CustomProxy and _contains_proxy(args[1]):
+                return tracer.create_proxy("call_function", operator.getitem, tuple(args), {})
+            return func(*args, **(kwargs or {}))
 
     def wrap_method(name, fn):
         def method(self, *args, **kwargs):
@@ -922,12 +928,12 @@ def tracing_patches(tracer: CustomTracer):
         return method
 
     methods = {name: getattr(torch.Tensor, name) for name in _SIZED_METHODS}
+    own_methods = {name for name in methods if name in vars(torch.Tensor)}
     checks = {name: getattr(torch, name) for name in _CHECK_FUNCTIONS if hasattr(torch, name)}
     builtins.isinstance = _traced_isinstance
     builtins.callable = _traced_callable
     builtins.len = _traced_len
     builtins.range = _TracedRangeType
-    torch.Tensor.__getitem__ = getitem
     script_call = torch.jit.ScriptFunction.__call__
     torch.jit.ScriptFunction.__call__ = _script_function_call(script_call)
     try:
@@ -938,7 +944,7 @@ def tracing_patches(tracer: CustomTracer):
         for name, fn in checks.items():
             setattr(torch, name, _concrete_check(fn, _CHECK_FUNCTIONS[name]))
         # the builtins replaced above act in this thread only (see .threads)
-        with tracing_in_this_thread(), control_flow_patches(tracer), _transformers_number_casts(), \
+        with PlainIndexing(), tracing_in_this_thread(), control_flow_patches(tracer), _transformers_number_casts(), \
                 _compiled_functions_run_plain(), \
                 (loop_range_patch(tracer) if tracer.roll_loops else contextlib.nullcontext()):
             yield
@@ -947,10 +953,12 @@ def tracing_patches(tracer: CustomTracer):
         builtins.callable = _orig_callable
         builtins.len = _orig_len
         builtins.range = _orig_range
-        torch.Tensor.__getitem__ = orig_getitem
         torch.jit.ScriptFunction.__call__ = script_call
-        for name, fn in methods.items():
-            setattr(torch.Tensor, name, fn)
+        for name, fn in methods.items():  # what torch.Tensor inherits is deleted again, not set on it
+            if name in own_methods:
+                setattr(torch.Tensor, name, fn)
+            else:
+                delattr(torch.Tensor, name)
         for name, fn in saved.items():
             setattr(torch, name, fn)
         for name, fn in checks.items():
@@ -1152,7 +1160,8 @@ def _untraceable_message(exc: Exception) -> str:
     where = f" at {frames[-1].filename}:{frames[-1].lineno}: {frames[-1].line}" if frames else ""
     return (f"tracing failed{where}: {type(exc).__name__}: {exc}. The code there cannot run on traced "
             "values (e.g. numpy or Python arithmetic on tensors); keep that module as a leaf with "
-            "leaf_modules=(ItsClass,) and register a ModuleInfoExtractor for it, or use fallback='piece_by_piece'.")
+            f"{phrase('leaf_modules', 'leaf_modules=(ItsClass,)')} and register a ModuleInfoExtractor for it, or use "
+            f"{spell('fallback', 'piece_by_piece')}.")
 
 
 def _output_nodes(graph: fx.Graph) -> list:
