@@ -284,9 +284,6 @@ def _mismatch(yes: list, no: list) -> str:
 
 # a branch traced at one size ---------------------------------------------------------------------
 
-AT_SIZE = " is exported alongside and selected where"  # in the note of a graph merged by merge_at_size
-
-
 def merge_at_size(main: TraceResult, point: TraceResult, dynamic_axes: dict, sym: str, size: int,
                   sites: frozenset) -> TraceResult:
     """One graph holding ``main`` and ``point``, the forward traced where ``sym`` is ``size``
@@ -347,7 +344,7 @@ def merge_at_size(main: TraceResult, point: TraceResult, dynamic_axes: dict, sym
     gm = fx.GraphModule(root, graph, class_name=type(root).__name__)
     where = ", ".join(sorted(f"{os.path.basename(file)}:{line}" for file, line in sites))
     note = (f"{sym}={size} takes other code" + (f" ({where})" if where else "") + f": the forward traced at "
-            f"{sym}={size}{AT_SIZE} {sym} == {size}")
+            f"{sym}={size} is exported alongside and selected where {sym} == {size}")
     guards = []
     for g in main.guards:
         g = dataclasses.replace(g, node=env_m[g.node])
@@ -357,7 +354,8 @@ def merge_at_size(main: TraceResult, point: TraceResult, dynamic_axes: dict, sym
     guards += [dataclasses.replace(g, node=env_p[g.node]) for g in point.guards]
     control_flow = list(main.control_flow) + [c for c in point.control_flow if c not in main.control_flow] + [note]
     return TraceResult(gm, main.input_names, main.output_names, guards, main.example_inputs, control_flow,
-                       [g for g in guards if g.decision is not None], list(main.loops) + list(point.loops))
+                       [g for g in guards if g.decision is not None], list(main.loops) + list(point.loops),
+                       at_size=(sym, size))
 
 
 def _merged_outputs(add, outs_m, outs_p, cond, sym: str, size: int) -> list:

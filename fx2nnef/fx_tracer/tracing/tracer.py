@@ -1009,6 +1009,7 @@ class TraceResult:
     control_flow: list = dataclasses.field(default_factory=list)  # how cond/scan/while_loop were converted
     decisions: list = dataclasses.field(default_factory=list)  # numbered data decisions (branches="select")
     loops: list = dataclasses.field(default_factory=list)  # Python loops over traced sizes (roll_loops)
+    at_size: Optional[tuple] = None  # (symbol, size): the forward traced there too, selected there (merge_at_size)
 
 
 class _TraceRoot(torch.nn.Module):
