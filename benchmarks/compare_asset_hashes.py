@@ -6,6 +6,10 @@ A refactor keeps every asset byte-identical:
     ./dev test --asset-hashes=/tmp/after.tsv         # on the refactor
     python benchmarks/compare_asset_hashes.py /tmp/before.tsv /tmp/after.tsv
 
+Both runs need the same PYTHONHASHSEED (``./dev test`` sets 0; the option refuses to record
+without one): a model that iterates over a set of strings traces in the order of the string
+hashing, which Python draws anew for each process.
+
 Prints how many assets were compared, and every one that differs or is written in one run only;
 exits 1 when any differs.
 """

@@ -49,6 +49,8 @@ CLI_SPELLINGS = {
     "tract_weights": "--target tract --weights ...",
     "tolerance.object": "",
     "verbose": "--verbose", "rounding": "--rounding",
+    "leaf_modules": "fx2nnef.export(..., leaf_modules=(ItsClass,)) from Python (the command line has no leaf modules)",
+    "weights.f16_or_q4_0": "--weights f16 or --weights q4_0",
 }
 
 

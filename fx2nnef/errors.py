@@ -79,6 +79,15 @@ def spell(keyword: str, value=_UNSET) -> str:
     return keyword if value is _UNSET else f"{keyword}={value!r}"
 
 
+class Placeholder(str):
+    """A value a message leaves for the user to choose (``N``): ``spell("max_loop_iterations",
+    Placeholder("N"))`` is ``max_loop_iterations=N`` from Python, ``--max-loop-iterations N`` on the
+    command line."""
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
 def phrase(key: str, python_text: str) -> str:
     """A phrase that differs between the Python API and the command line (``"this error's
     .report"``): ``python_text`` unless the command line gave its own for ``key``."""

@@ -59,7 +59,7 @@ def _run_here(signature: AssetSignature, arrays: list[np.ndarray]) -> list[np.nd
     from .targets.child import clean_engine_message
 
     try:
-        model = tract.nnef().with_tract_transformers().load(str(signature.path))
+        model = tract.nnef().with_tract_transformers().with_onnx().load(str(signature.path))
         return to_numpy_outputs(model.into_runnable().run(arrays))
     except OutputUnreadable as error:
         raise TractError(f"{str(signature.path)!r}: {error}") from None

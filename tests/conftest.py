@@ -70,3 +70,12 @@ def pytest_addoption(parser):
                          "write to FILE (compare two runs with benchmarks/compare_asset_hashes.py)")
     group.addoption("--fuzz-seed", type=int, default=int(os.environ.get("FX2NNEF_FUZZ_SEED", "0")),
                     help="first seed of tests/test_fuzz.py (env FX2NNEF_FUZZ_SEED, default 0)")
+
+
+def pytest_configure(config):
+    """``--asset-hashes`` needs a fixed PYTHONHASHSEED: a model that iterates over a set of strings
+    (Gemma's ``set(layer_types)``) traces its independent branches in the order of the process's
+    string hashing, so two runs with random seeds record different bytes for the same code."""
+    if config.getoption("--asset-hashes") and not os.environ.get("PYTHONHASHSEED", "").isdigit():
+        raise pytest.UsageError("--asset-hashes: set PYTHONHASHSEED to a number (e.g. PYTHONHASHSEED=0 ./dev test ...; "
+                                "./dev test sets 0), or assets of models that iterate over sets differ between runs")

@@ -38,6 +38,34 @@ MODELS = textwrap.dedent("""
 
     def bessel():
         return torch.nn.Sequential(torch.nn.Linear(4, 4), Bessel()), (torch.rand(2, 4),)
+
+    class DataIf(torch.nn.Module):
+        def forward(self, x):
+            return x * 2 if x.sum() > 0 else x - 1
+
+    class DataWhile(torch.nn.Module):
+        def forward(self, x):
+            from torch._higher_order_ops.while_loop import while_loop
+
+            n = torch.zeros((), dtype=torch.int64)
+            return while_loop(lambda x, n: x.abs().amax() >= 1.0, lambda x, n: (x / 2, n + 1), (x, n))
+
+    class ThroughNumpy(torch.nn.Module):
+        def forward(self, x):
+            return torch.from_numpy(x.numpy() * 2)
+
+    def data_if():
+        return DataIf(), (torch.rand(2, 4),)
+
+    def data_while():
+        return DataWhile(), (torch.randn(3, 4) * 20,)
+
+    def through_numpy():
+        return ThroughNumpy(), (torch.rand(2, 4),)
+
+    def quantized():
+        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)).eval()
+        return torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8), (torch.rand(3, 8),)
 """)
 
 
@@ -286,3 +314,41 @@ def test_llm_generate_with_no_check_still_generates(work, tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "check generate: steps=2" in printed and "equal=True" in printed
     assert "not checked: export, prompt, prompt_with_past, decode (--no-check)" in printed
+
+
+@pytest.mark.parametrize("factory, cli_words, python_words", [
+    ("data_while", ["--max-loop-iterations N"], ["max_loop_iterations=N", "export(..., max_loop_iterations"]),
+    ("through_numpy", ["fx2nnef.export(..., leaf_modules=(ItsClass,)) from Python", "--fallback"],
+     ["leaf_modules=(ItsClass,) and", "fallback='piece_by_piece'"]),
+    ("quantized", ["--weights f16 or --weights q4_0"], ["weights='f16'", "TractNNEF("]),
+])
+def test_trace_and_lowering_hints_use_cli_spellings(work, tmp_path, factory, cli_words, python_words):
+    """The tracer's and the emitter's hints name the command line's flags when it runs them."""
+    proc = run("export", f"clifactories:{factory}", tmp_path / "m.nnef.tgz", cwd=work)
+    assert proc.returncode == 1, proc.stderr
+    for word in cli_words:
+        assert word in proc.stderr, (word, proc.stderr)
+    for word in python_words:
+        assert word not in proc.stderr, (word, proc.stderr)
+    assert "Traceback" not in proc.stderr and listing(tmp_path) == set()
+
+
+def test_select_branches_note_uses_the_cli_flag(work, tmp_path):
+    proc = run("export", "clifactories:data_if", tmp_path / "m.nnef.tgz", "--branches", "select", cwd=work)
+    assert proc.returncode == 0, proc.stderr
+    assert "note: --branches select: the decision on tensor data" in proc.stdout, proc.stdout
+    assert "branches='select'" not in proc.stdout
+
+
+def test_trace_hints_keep_python_spellings_from_python(tmp_path):
+    """The same hints from fx2nnef.export() keep the keyword arguments."""
+    import torch
+
+    class ThroughNumpy(torch.nn.Module):
+        def forward(self, x):
+            return torch.from_numpy(x.numpy() * 2)
+
+    with pytest.raises(fx2nnef.errors.TraceError) as err:
+        fx2nnef.export(ThroughNumpy(), (torch.rand(2, 4),), tmp_path / "m.nnef.tgz")
+    assert "leaf_modules=(ItsClass,) and" in str(err.value) and "fallback='piece_by_piece'" in str(err.value)
+    assert "--fallback" not in str(err.value)

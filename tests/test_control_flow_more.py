@@ -357,7 +357,7 @@ def test_cli_takes_max_loop_iterations_and_branches(tmp_path, capsys, monkeypatc
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "m.nnef.tgz"
     assert main(["export", "loopmodels:make", str(out)]) == 1
-    assert "max_loop_iterations" in capsys.readouterr().err
+    assert "--max-loop-iterations N" in capsys.readouterr().err  # the command line's spelling
     assert main(["export", "loopmodels:make", str(out), "--max-loop-iterations", "12", "--branches", "select"]) == 0
     printed = capsys.readouterr().out
     assert out.exists() and "check in tract: OK" in printed

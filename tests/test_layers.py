@@ -21,6 +21,7 @@ LAYERS = [
     {"ir"},
     {"fx_tracer", "nnef_emit"},
     {"targets"},
+    {"pipeline"},
     {"piece_by_piece"},
     {"api", "runtime"},
     {"llm", "examples", "compat"},

@@ -11,7 +11,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import fx2nnef
-from fx2nnef.errors import TraceError, UnsupportedOpError
+from fx2nnef.errors import UnsupportedOpError
 from harness import FnModule, randn, tract_matches_eager, export_checked
 
 
@@ -94,21 +94,16 @@ def test_masked_select_with_a_constant_mask(tmp_path):
     tract_matches_eager(out, model, [[randn(b, 6, seed=b), randn(b, 4, 3, seed=b + 1)] for b in (1, 5)])
 
 
-def test_masked_select_with_a_data_mask_is_refused(tmp_path):
-    with pytest.raises(UnsupportedOpError, match="count known only from the data"):
-        fx2nnef.export(FnModule(lambda x: x.masked_select(x > 0).sum()), (randn(3, 4),), tmp_path / "m.nnef.tgz")
-
-
-def test_count_following_the_data_under_dynamic_axes_is_named(tmp_path):
-    """``x[x > 0]`` then ``.numel()`` with a dynamic axis: the error names the mask index and says
-    the count follows the data (it advised other example sizes, which cannot help)."""
+def test_count_following_the_data_under_dynamic_axes(tmp_path):
+    """``x[x > 0]`` then ``.numel()`` with a dynamic axis: the count is a symbol of its own, its
+    value read from the mask (it was refused; see tests/test_data_sizes.py)."""
     def f(x):
         pos = x[x > 0]
         return pos.sum() / pos.numel()
 
-    with pytest.raises(TraceError, match=r"follows the data.*getitem.*torch\.where"):
-        fx2nnef.export(FnModule(f), (randn(3, 7),), tmp_path / "m.nnef.tgz", input_names=["x"],
-                       target=fx2nnef.TractNNEF(dynamic_axes={"x": {1: "S"}}))
+    model = FnModule(f)
+    out = _export(model, [randn(3, 7)], tmp_path, {"x": {1: "S"}}, ["x"])
+    tract_matches_eager(out, model, [[randn(3, s, seed=s)] for s in (2, 9, 20)])
 
 
 def test_interpolate_with_scale_factors_that_round_as_fractions(tmp_path):
@@ -304,13 +299,14 @@ def test_reductions_of_a_mask_selection(tmp_path):
     """``x[m].sum()``, ``x[m].exp().mean()``, a max, a min of a row selection, a product, any and
     all: a whole boolean-mask selection (its length read from data) reduced to one value is the
     reduction of the whole tensor with the reduction's identity where the mask is false (fuzz
-    25191 reduced ``v6[v6 > 0.2]``); the selection alone stays refused."""
+    25191 reduced ``v6[v6 > 0.2]``); the selection itself is exported with its count a symbol
+    (tests/test_data_sizes.py), here beside a reduction of it."""
     model = FnModule(_mask_reductions)
     out = _export(model, [randn(3, 6)], tmp_path, {"x": {1: "S"}}, ["x"])
     tract_matches_eager(out, model, [[randn(3, s, seed=s)] for s in (3, 9, 20)])
-    with pytest.raises(UnsupportedOpError, match="boolean mask"):
-        fx2nnef.export(FnModule(lambda x: x[x > 0].sum() + x[x > 0]), (randn(3, 6),), tmp_path / "r.nnef.tgz",
-                       input_names=["x"], target=fx2nnef.TractNNEF(dynamic_axes={"x": {1: "S"}}))
+    both = FnModule(lambda x: x[x > 0].sum() + x[x > 0])
+    out = _export(both, [randn(3, 6)], tmp_path, {"x": {1: "S"}}, ["x"])
+    tract_matches_eager(out, both, [[randn(3, s, seed=s)] for s in (3, 9, 20)])
 
 
 def _reversed_positions(x):

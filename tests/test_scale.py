@@ -360,13 +360,13 @@ def test_collector_freeze_is_undone_and_a_callers_own_is_kept(tmp_path, monkeypa
     import gc
 
     seen = []
-    real_capture = fx2nnef.api.capture
+    real_capture = fx2nnef.pipeline.capture
 
     def spy(*args, **kwargs):
         seen.append(gc.get_freeze_count())
         return real_capture(*args, **kwargs)
 
-    monkeypatch.setattr(fx2nnef.api, "capture", spy)
+    monkeypatch.setattr(fx2nnef.pipeline, "capture", spy)
     assert gc.get_freeze_count() == 0
     fx2nnef.export(mlp(), (randn(3, 16),), tmp_path / "a.nnef.tgz")
     assert seen[-1] > 0 and gc.get_freeze_count() == 0

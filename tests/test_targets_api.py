@@ -104,3 +104,51 @@ def test_tract_fold_workaround_stays_out_of_khronos(tmp_path):
     r = check_op(lambda x, y: ((x > 0) & (y > 0)).float(), [randn(3, 1), randn(1, 4, seed=1)], tmp_path,
                  target="khronos")
     assert r.check.ok
+
+
+_EMIT_SILU_ALONE = """
+import sys
+from fx2nnef.ir import DType, Graph, Node
+from fx2nnef.nnef_emit.emitter import emit_graph
+
+g = Graph("g")
+x = g.add_input("x", DType.F32, (2, 3))
+y = g.new_value("y", DType.F32, (2, 3))
+g.add_node(Node("F.silu", (x,), {}, [y]))
+g.outputs, g.output_names = [y], ["y"]
+assert "fx2nnef.targets.tract" not in sys.modules, "this check needs a process that did not load the target"
+print(emit_graph(g, sys.argv[1]).text)
+"""
+
+
+@pytest.mark.parametrize("target", ["tract", "khronos"])
+def test_emitting_for_a_target_by_name_loads_its_overrides_in_a_fresh_process(target):
+    """emit_graph(graph, "tract") in a process that never imported fx2nnef.targets lowers with the
+    target's own rules (its package is loaded when its profile is asked for), as export() does."""
+    import subprocess
+    import sys
+
+    from fx2nnef.nnef_emit.emitter import emit_graph
+    from fx2nnef.ir import DType, Graph, Node
+
+    fresh = subprocess.run([sys.executable, "-c", _EMIT_SILU_ALONE, target], capture_output=True, text=True,
+                           timeout=120)
+    assert fresh.returncode == 0, fresh.stderr
+    g = Graph("g")
+    x = g.add_input("x", DType.F32, (2, 3))
+    y = g.new_value("y", DType.F32, (2, 3))
+    g.add_node(Node("F.silu", (x,), {}, [y]))
+    g.outputs, g.output_names = [y], ["y"]
+    assert fresh.stdout.strip() == emit_graph(g, target).text.strip()
+    assert ("tract_core_silu" in fresh.stdout) == (target == "tract")
+
+
+def test_an_unknown_target_name_is_an_error_not_the_common_rules():
+    from fx2nnef.ir import DType, Graph
+    from fx2nnef.nnef_emit.emitter import emit_graph
+
+    g = Graph("g")
+    x = g.add_input("x", DType.F32, (2,))
+    g.outputs, g.output_names = [x], ["y"]
+    with pytest.raises(RegistryError, match="unknown target 'trakt'"):
+        emit_graph(g, "trakt")

@@ -20,7 +20,7 @@ from typing import Callable, Optional
 import torch
 import torch.fx as fx
 
-from ..errors import TraceError
+from ..errors import TraceError, spell
 from .tracing.control_flow import _SCALAR_TENSOR, size_comparison
 from .tracing.scan import ScanCall
 from .tracing.structures import has_tensor, same_value
@@ -67,10 +67,11 @@ def _too_many(paths: list, limit: int) -> str:
     for p in paths:
         for g in p.trace.decisions:
             seen.setdefault(str(g.source) if g.source else g.text, g)
-    lines = [f"branches='select' exports at most {limit} paths through the decisions on tensor data, and this "
+    select = spell("branches", "select")
+    lines = [f"{select} exports at most {limit} paths through the decisions on tensor data, and this "
              f"forward has more ({len(seen)} decisions met):"]
     lines += [f"  - {g.text} at {g.source}: {g.source.code if g.source else ''}" for g in list(seen.values())[:10]]
-    lines.append("Write the inner ones as torch.where(...) or torch.cond(...), or export without branches='select' "
+    lines.append(f"Write the inner ones as torch.where(...) or torch.cond(...), or export without {select} "
                  "(each decision then keeps the example's outcome).")
     return "\n".join(lines)
 
@@ -183,7 +184,7 @@ class _Merger:
         if _on_sizes(decision):
             note = f"the decision on dynamic sizes at {src or decision.text}{code}: {what}"
         else:
-            note = f"branches='select': the decision on tensor data at {src or decision.text}{code}: {what}"
+            note = f"{spell('branches', 'select')}: the decision on tensor data at {src or decision.text}{code}: {what}"
         if note not in self.notes:
             self.notes.append(note)
 
@@ -283,9 +284,6 @@ def _mismatch(yes: list, no: list) -> str:
 
 # a branch traced at one size ---------------------------------------------------------------------
 
-AT_SIZE = " is exported alongside and selected where"  # in the note of a graph merged by merge_at_size
-
-
 def merge_at_size(main: TraceResult, point: TraceResult, dynamic_axes: dict, sym: str, size: int,
                   sites: frozenset) -> TraceResult:
     """One graph holding ``main`` and ``point``, the forward traced where ``sym`` is ``size``
@@ -346,7 +344,7 @@ def merge_at_size(main: TraceResult, point: TraceResult, dynamic_axes: dict, sym
     gm = fx.GraphModule(root, graph, class_name=type(root).__name__)
     where = ", ".join(sorted(f"{os.path.basename(file)}:{line}" for file, line in sites))
     note = (f"{sym}={size} takes other code" + (f" ({where})" if where else "") + f": the forward traced at "
-            f"{sym}={size}{AT_SIZE} {sym} == {size}")
+            f"{sym}={size} is exported alongside and selected where {sym} == {size}")
     guards = []
     for g in main.guards:
         g = dataclasses.replace(g, node=env_m[g.node])
@@ -356,7 +354,8 @@ def merge_at_size(main: TraceResult, point: TraceResult, dynamic_axes: dict, sym
     guards += [dataclasses.replace(g, node=env_p[g.node]) for g in point.guards]
     control_flow = list(main.control_flow) + [c for c in point.control_flow if c not in main.control_flow] + [note]
     return TraceResult(gm, main.input_names, main.output_names, guards, main.example_inputs, control_flow,
-                       [g for g in guards if g.decision is not None], list(main.loops) + list(point.loops))
+                       [g for g in guards if g.decision is not None], list(main.loops) + list(point.loops),
+                       at_size=(sym, size))
 
 
 def _merged_outputs(add, outs_m, outs_p, cond, sym: str, size: int) -> list:

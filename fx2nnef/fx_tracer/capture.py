@@ -1,13 +1,16 @@
 """From a model and example inputs to a checked IR graph: validate, trace, clean, probe, build.
 
-This is the tracer's public entry point. It validates names and dynamic axes before any
-tracing, traces, runs the graph passes, probes the dynamic sizes (and traces once more at
-other sizes when a decision was baked on a dynamic dim), and builds the IR.
+This is the tracer's public entry point, :func:`capture`, asked what to do by one
+:class:`CaptureOptions`. It validates names and dynamic axes before any tracing, runs the model
+for its reference outputs, traces, runs the graph passes (:data:`TRACE_PASSES`, the one place a
+pass over the fx graph is added), probes the dynamic sizes (and traces once more at other sizes
+when a decision was baked on a dynamic dim), and builds the IR.
 """
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import inspect
 import itertools
 import keyword
@@ -59,6 +62,9 @@ class Capture:
     runs: dict = dataclasses.field(default_factory=dict)  # graph_runs, eager_runs: real forward passes of the capture
     random_draws: list = dataclasses.field(default_factory=list)  # RandomDraw: the forward's random draws
     dynamic_axes: dict = dataclasses.field(default_factory=dict)  # input name -> {axis: symbol}, validated
+    # a decision on the sizes was exported both ways (merged with select, or traced at one size
+    # beside the example's): the asset holds on both sides, where the engine may fail on it
+    sizes_both_ways: bool = False
     _reference: Optional[list] = None
     # the real runs left to do (capture's ``rerun_beside``): () -> what they found wrong or None
     # (the graph's run at the example: its error ``(node, message)``; the checks left: why one did
@@ -295,164 +301,65 @@ def validate_dynamic_axes(dynamic_axes: dict, names: list, tensors: list, output
     return out
 
 
-def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_names: Optional[list] = None,
-            output_names: Optional[list] = None, leaf_modules: tuple = (), leaf_names: tuple = (),
-            max_loop_iterations: Optional[int] = None, branches: Optional[str] = None,
-            scalars_as_inputs: bool = False, rerun_beside: bool = False) -> Capture:
+@dataclasses.dataclass(frozen=True)
+class CaptureOptions:
+    """What a capture is asked, in one value (see :func:`capture`).
+
+    ``dynamic_axes`` as the caller gave them (``{input name: {axis: symbol}}``, checked here);
+    ``check_io``: the asset will be checked against the model's outputs, so the model runs
+    first on the example (they are the check's reference); ``unroll_while``: the target has no
+    loop op, a ``while_loop`` is traced step by step; ``leaf_modules`` (classes) and
+    ``leaf_names`` (submodule paths) are kept as one call each; ``max_loop_iterations``,
+    ``branches`` and ``scalars_as_inputs`` are :func:`fx2nnef.export`'s; ``rerun_beside``: the
+    real runs that only check the graph are left to the caller (:meth:`Capture.rerun_beside`)."""
+
+    input_names: Optional[list] = None
+    output_names: Optional[list] = None
+    dynamic_axes: Optional[dict] = None
+    check_io: bool = True
+    unroll_while: bool = False
+    leaf_modules: tuple = ()
+    leaf_names: tuple = ()
+    max_loop_iterations: Optional[int] = None
+    branches: Optional[str] = None
+    scalars_as_inputs: bool = False
+    rerun_beside: bool = False
+
+
+def capture_options(options: Optional[CaptureOptions] = None, *, target=None, **fields) -> CaptureOptions:
+    """``options`` (default: all defaults) with ``fields`` replaced. ``target``, for a caller of
+    the capture alone: an inference target whose ``check_io``, ``dynamic_axes`` and profile's
+    ``unroll_while`` are taken (the export pipeline gives them as options)."""
+    options = options if options is not None else CaptureOptions()
+    if target is not None:
+        options = dataclasses.replace(options, dynamic_axes=target.dynamic_axes,
+                                      check_io=bool(getattr(target, "check_io", True)),
+                                      unroll_while=target.profile.unroll_while)
+    return dataclasses.replace(options, **fields)
+
+
+def capture(model: torch.nn.Module, args, kwargs: dict, options: Optional[CaptureOptions] = None,
+            **fields) -> Capture:
     """Validate, trace, clean, probe and build the IR of ``model(*args, **kwargs)``.
 
-    ``max_loop_iterations`` bounds every ``while_loop`` (see :mod:`.control_flow`);
-    ``branches``: None merges both outcomes of a Python decision on sizes that bounds the range,
-    ``"select"`` also those of decisions on tensor data (see :mod:`.branches`), ``"example"`` none;
-    ``scalars_as_inputs`` makes int/float arguments rank-0 inputs (see :mod:`.scalars`);
-    ``rerun_beside``: the real runs that only check the graph are left to the caller, who starts
-    and waits for them (:meth:`Capture.rerun_beside`) beside its own work: without dynamic sizes,
-    the graph's run at the example; with them, the check's runs at sizes where every decision is
-    the example's, which the analysis took for passed (see :func:`.probe.real_run_later`). Where
-    one does not pass, waiting for it raises :class:`.probe.DeferredCheckFailed` (so may the
-    capture, when it fails or when a forward changed the model's tensors in place, where it runs
-    them at once): the caller then captures again without ``rerun_beside``."""
-    if branches not in BRANCHES:
-        raise InvalidArgumentError(f"branches must be None, 'select' or 'example', got {branches!r}")
-    if not isinstance(model, torch.nn.Module):
-        raise InvalidArgumentError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    if isinstance(args, torch.Tensor) or not isinstance(args, (tuple, list)):
-        args = (args,)
-    args = tuple(args)
-    if not isinstance(kwargs, dict):
-        raise InvalidArgumentError("kwargs must be a dict")
-    named_model = model
-    if scalars_as_inputs:
-        model, args, kwargs = scalars_to_inputs(model, args, kwargs)
-    flat = structures.flatten((args, kwargs), "")
-    if not flat:
-        raise InvalidArgumentError("the example inputs contain no tensor")
-    tensors = [t for _, t in flat]
-    RUNS.reset()
-    names = _check_names("input", input_names, len(flat)) if input_names else default_input_names(named_model, args,
-                                                                                                  kwargs)
-    checks = bool(getattr(target, "check_io", True))
-    asked_axes = (target.dynamic_axes if target is not None else {}) or {}
-    # The model's outputs at the example are the reference of check_io. Without check_io they are
-    # not run first: the trace runs the forward and tells the outputs' names, a static export
-    # compares nothing with them, and a dynamic one compares the graph with the model at the
-    # example only when a probe finds them apart (see analyze's ``defer_base``). Output names that
-    # dynamic_axes may use are known from the model's run only
-    eager_first = checks or (not output_names and isinstance(asked_axes, dict)
-                             and any(k not in names for k in asked_axes))
-    out_names = None
-    if eager_first:
-        ref_flat = _eager_outputs(model, args, kwargs, tensors)
-        out_names = _output_names(output_names, [k for k, _ in ref_flat])
-    elif output_names:
-        out_names = _check_names("output", output_names, len(output_names))  # the count is checked after the trace
-    dyn = validate_dynamic_axes(asked_axes, names, tensors, out_names or [])
-    base_env = example_sizes(tensors, names, dyn)
-    # the model's outputs at the probed sizes are kept for check_io only
-    ref = None
-    if dyn:
-        known = (base_env, [t for _, t in ref_flat]) if eager_first else None
-        ref = _reference(model, args, kwargs, names, dyn, tensors, known, keep=checks, defer_base=not eager_first)
-    example_outputs = [t for _, t in ref_flat] if checks else None
-    ref_flat = None  # not held through the trace (an LLM's logits)
-    if target is not None:
-        target.pre_trace(model, args, kwargs)
-    leaf_types = tuple(leaf_modules)
-    notes: list = []
-    later = real_run_later() if rerun_beside and can_overlap() else contextlib.nullcontext()
-    versions = _tensor_versions(model)
-    with loop_options(max_loop_iterations, unroll_while=target is not None and target.profile.unroll_while), \
-            watch_random_draws() as draws, later as left:
-        failed = None
-        try:
-            job = _Tracing(model, names, out_names, dyn, leaf_types, leaf_names, branches)
-            gm, analysis, trace = _trace_merging_sizes(job, args, kwargs, notes, ref)
-        except Exception as error:  # noqa: BLE001 - re-raised below
-            failed = error
-    def raise_failed(failed: Exception):
-        if not eager_first:
-            # the model's own error on the example, as when it ran before the trace
-            _eager_outputs(model, args, kwargs, tensors, output_names)
-        if not draws or type(failed) not in (TraceError, GuardError):
-            raise failed
-        # the graph fails to reproduce a model that draws again on each run: say so
-        raise type(failed)(f"{failed}\n{random_draws_advice(draws)}") from failed
-
-    if left and (failed is not None or versions is None or _tensor_versions(model) != versions):
-        # the checks the analysis left run now: before an error (which they may change), and before
-        # the model's runs may go on beside the write of tensors it changes in place
-        run_left_checks(left)
-    if failed is not None:
-        raise_failed(failed)
-    rerun = rerun_failed = None
-    left_runs = 0
-    if analysis.rerun:  # the IR's values came from a light run: the graph's real run is left to do
-        def rerun():
-            return rerun_error(gm, trace.example_inputs)
-
-        def rerun_failed(err: tuple):
-            try:
-                check_reran(err)
-            except RuntimeError as error:
-                raise_failed(error)
-    elif left:  # the analysis took its check for passed: it is left to do (see real_run_later)
-        jobs = list(left)
-        left_runs = sum(job.runs for job in jobs)
-
-        def rerun():
-            # the model's draws are watched as within the capture: a model that draws (its
-            # run here may be the capture's only one) is exported again with them noted
-            with watch_random_draws() as drawn:
-                for job in jobs:
-                    why = job()
-                    if why is not None:
-                        return why
-            return f"the model draws random numbers ({random_draws_text(drawn)})" if drawn else None
-
-        def rerun_failed(why: str):
-            raise DeferredCheckFailed(why)
+    ``options`` (:class:`CaptureOptions`), with ``fields`` replacing some of them by name (see
+    :func:`capture_options`, which also takes ``target=``). ``branches``: None merges both
+    outcomes of a Python decision on sizes that bounds the range, ``"select"`` also those of
+    decisions on tensor data (see :mod:`.branches`), ``"example"`` none. ``rerun_beside``: the
+    real runs that only check the graph are left to the caller, who starts and waits for them
+    (:meth:`Capture.rerun_beside`) beside its own work: without dynamic sizes, the graph's run at
+    the example; with them, the check's runs at sizes where every decision is the example's,
+    which the analysis took for passed (see :func:`.probe.real_run_later`). Where one does not
+    pass, waiting for it raises :class:`.probe.DeferredCheckFailed` (so may the capture, when it
+    fails or when a forward changed the model's tensors in place, where it runs them at once):
+    the caller then captures again without ``rerun_beside``."""
+    opts = capture_options(options, **fields)
+    session = _Session.start(model, args, kwargs, opts)
+    session.run_reference()
+    gm, analysis, trace = session.trace()
+    rerun, rerun_failed, left_runs = session.runs_left(gm, analysis, trace)
     try:
-        if not eager_first:
-            traced_outputs = len(_output_args(gm))
-            if not traced_outputs or (output_names and len(output_names) != traced_outputs):
-                # what is wrong, as the model's run before the trace said it
-                ran = _eager_outputs(model, args, kwargs, tensors, output_names)
-                raise TraceError(f"the traced graph has {traced_outputs} outputs, the model {len(ran)}")
-            if out_names is None:
-                out_names = _output_names(None, trace.output_names)
-        if draws:
-            notes.append(f"the forward draws random numbers ({random_draws_text(draws)}): a draw that reaches the "
-                         "outputs is kept in the graph as the example's values, which the asset gives on every run")
-        fold_constant_selects(gm, analysis.constant, analysis.values, analysis.sym)
-        remove_dead_code(gm)
-        if dyn:
-            def accepts(env) -> bool:
-                try:
-                    ref.outputs_at(env)
-                except Exception:  # noqa: BLE001 - a refusal is the answer
-                    return False
-                return True
-            bound_by_tables(gm, analysis, accepts, notes)
-        runner = ModelRunner(model, args, kwargs, tensors)
-        graph = build_ir(gm, analysis, names, out_names, upcast_bfloat16=runner.upcasts)
-
-        def cases():
-            expected = example_outputs
-            if expected is None:  # not kept: run the model again
-                expected = _flat(_run_model(model, args, kwargs, tensors))
-            out = [("example", [to_numpy(t) for t in tensors], [to_numpy(t) for t in expected])]
-            for env in _check_envs(analysis) if analysis.symbols else []:
-                case = _case(ref, names, tensors, dyn, env)
-                if case is not None:
-                    out.append(case)
-            if runner.upcasts:  # expected outputs of the float32 run
-                out = [(label, ins, runner.run(ins)) for label, ins, _ in out]
-            return out
-        if runner.upcasts:
-            notes.append("bfloat16 model: written and checked in float32 (the reference reads its bfloat16 tensors "
-                         "as float32)")
-        if analysis.shapes_from.startswith("probes ("):
-            notes.append("dynamic shapes were fitted from probe runs: " + analysis.shapes_from[len("probes ("):-1])
+        graph, cases, out_names = session.build(gm, analysis, trace)
     except Exception:
         if rerun is not None:  # that run came first before: its error first
             err = rerun()
@@ -466,9 +373,213 @@ def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_na
         runs["fake_runs"] = RUNS.fake
     if RUNS.shapes:
         runs["shapes"] = RUNS.shapes  # seconds of the trace spent on symbolic shapes
-    return Capture(graph, names, tensors, cases, list(trace.control_flow) + notes, list(trace.control_flow),
-                   runner, runs, random_draws=list(draws), dynamic_axes=dyn, _rerun=rerun,
-                   _rerun_failed=rerun_failed)
+    control_flow = list(trace.control_flow)
+    return Capture(graph, session.names, session.tensors, cases, control_flow + session.notes, control_flow,
+                   session.runner, runs, random_draws=list(session.draws), dynamic_axes=session.dyn,
+                   sizes_both_ways=_sizes_both_ways(graph, trace), _rerun=rerun, _rerun_failed=rerun_failed)
+
+
+def _sizes_both_ways(graph: Graph, trace) -> bool:
+    """Whether a decision on the sizes was exported both ways: merged with select, or the forward
+    traced at one size beside the example's (see :func:`.branches.merge_at_size`)."""
+    return trace.at_size is not None or any(g.kind == "shape" and g.status == "merged" for g in graph.guards)
+
+
+@dataclasses.dataclass
+class _Session:
+    """One capture's state, stage by stage: the checked inputs and names, then the model's
+    reference outputs and the dynamic axes, then what the trace left (its random draws, the
+    checks left to run)."""
+
+    model: torch.nn.Module  # the model traced (its scalar arguments made inputs)
+    named_model: torch.nn.Module  # the caller's, whose forward names the inputs
+    args: tuple
+    kwargs: dict
+    opts: CaptureOptions
+    tensors: list
+    names: list
+    eager_first: bool = False
+    out_names: Optional[list] = None
+    dyn: dict = dataclasses.field(default_factory=dict)
+    ref: Optional[Callable] = None
+    example_outputs: Optional[list] = None
+    notes: list = dataclasses.field(default_factory=list)
+    draws: list = dataclasses.field(default_factory=list)
+    left: Optional[list] = None
+    runner: Optional["ModelRunner"] = None
+    job: Optional["_Tracing"] = None  # what every trace of the capture shares
+
+    @classmethod
+    def start(cls, model, args, kwargs, opts: CaptureOptions) -> "_Session":
+        """The arguments checked, the scalars made inputs if asked, the inputs named."""
+        if opts.branches not in BRANCHES:
+            raise InvalidArgumentError(f"branches must be None, 'select' or 'example', got {opts.branches!r}")
+        if not isinstance(model, torch.nn.Module):
+            raise InvalidArgumentError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+        if isinstance(args, torch.Tensor) or not isinstance(args, (tuple, list)):
+            args = (args,)
+        args = tuple(args)
+        if not isinstance(kwargs, dict):
+            raise InvalidArgumentError("kwargs must be a dict")
+        named_model = model
+        if opts.scalars_as_inputs:
+            model, args, kwargs = scalars_to_inputs(model, args, kwargs)
+        flat = structures.flatten((args, kwargs), "")
+        if not flat:
+            raise InvalidArgumentError("the example inputs contain no tensor")
+        tensors = [t for _, t in flat]
+        RUNS.reset()
+        names = (_check_names("input", opts.input_names, len(flat)) if opts.input_names
+                 else default_input_names(named_model, args, kwargs))
+        return cls(model, named_model, args, kwargs, opts, tensors, names)
+
+    def run_reference(self) -> None:
+        """The model's outputs at the example and the output names, the dynamic axes checked, and
+        the model's outputs at other sizes on demand (``ref``).
+
+        The model's outputs at the example are the reference of check_io. Without check_io they
+        are not run first: the trace runs the forward and tells the outputs' names, a static
+        export compares nothing with them, and a dynamic one compares the graph with the model at
+        the example only when a probe finds them apart (see analyze's ``defer_base``). Output
+        names that dynamic_axes may use are known from the model's run only."""
+        model, args, kwargs, tensors, opts = self.model, self.args, self.kwargs, self.tensors, self.opts
+        checks, output_names = opts.check_io, opts.output_names
+        asked_axes = opts.dynamic_axes or {}
+        self.eager_first = checks or (not output_names and isinstance(asked_axes, dict)
+                                      and any(k not in self.names for k in asked_axes))
+        ref_flat = None
+        if self.eager_first:
+            ref_flat = _eager_outputs(model, args, kwargs, tensors)
+            self.out_names = _output_names(output_names, [k for k, _ in ref_flat])
+        elif output_names:
+            # the count is checked after the trace
+            self.out_names = _check_names("output", output_names, len(output_names))
+        self.dyn = validate_dynamic_axes(asked_axes, self.names, tensors, self.out_names or [])
+        self.job = _Tracing(model, self.names, self.out_names, self.dyn, tuple(opts.leaf_modules), opts.leaf_names,
+                            opts.branches)
+        base_env = example_sizes(tensors, self.names, self.dyn)
+        # the model's outputs at the probed sizes are kept for check_io only
+        if self.dyn:
+            known = (base_env, [t for _, t in ref_flat]) if self.eager_first else None
+            self.ref = _reference(self.job, args, kwargs, tensors, known, keep=checks, defer_base=not self.eager_first)
+        self.example_outputs = [t for _, t in ref_flat] if checks else None
+
+    def trace(self) -> tuple:
+        """``(gm, analysis, trace)``: the forward traced, cleaned and probed. The checks the
+        analysis took for passed are left in ``left`` when asked to run beside the caller."""
+        opts = self.opts
+        later = real_run_later() if opts.rerun_beside and can_overlap() else contextlib.nullcontext()
+        versions = _tensor_versions(self.model)
+        failed = None
+        with loop_options(opts.max_loop_iterations, unroll_while=opts.unroll_while), \
+                watch_random_draws() as draws, later as left:
+            self.draws = draws
+            try:
+                result = _trace_merging_sizes(self.job, self.args, self.kwargs, self.notes, self.ref)
+            except Exception as error:  # noqa: BLE001 - re-raised below
+                failed = error
+        self.left = left
+        if left and (failed is not None or versions is None or _tensor_versions(self.model) != versions):
+            # the checks the analysis left run now: before an error (which they may change), and before
+            # the model's runs may go on beside the write of tensors it changes in place
+            run_left_checks(left)
+        if failed is not None:
+            self.raise_failed(failed)
+        return result
+
+    def raise_failed(self, failed: Exception):
+        """Raise what made the trace fail: the model's own error on the example first, as when it
+        ran before the trace; a model that draws again on each run is named."""
+        if not self.eager_first:
+            _eager_outputs(self.model, self.args, self.kwargs, self.tensors, self.opts.output_names)
+        if not self.draws or type(failed) not in (TraceError, GuardError):
+            raise failed
+        # the graph fails to reproduce a model that draws again on each run: say so
+        raise type(failed)(f"{failed}\n{random_draws_advice(self.draws)}") from failed
+
+    def runs_left(self, gm, analysis, trace) -> tuple:
+        """``(rerun, rerun_failed, runs)``: the real runs left to the caller (see
+        :class:`Capture`'s ``_rerun``), or Nones, and how many model runs they hold."""
+        left, self.left = self.left, None  # held by the runs left only
+        if analysis.rerun:  # the IR's values came from a light run: the graph's real run is left to do
+            def rerun():
+                return rerun_error(gm, trace.example_inputs)
+
+            def rerun_failed(err: tuple):
+                try:
+                    check_reran(err)
+                except RuntimeError as error:
+                    self.raise_failed(error)
+            return rerun, rerun_failed, 0
+        if not left:
+            return None, None, 0
+        jobs = list(left)  # the analysis took its check for passed: it is left to do
+
+        def rerun_checks():
+            # the model's draws are watched as within the capture: a model that draws (its
+            # run here may be the capture's only one) is exported again with them noted
+            with watch_random_draws() as drawn:
+                for job in jobs:
+                    why = job()
+                    if why is not None:
+                        return why
+            return f"the model draws random numbers ({random_draws_text(drawn)})" if drawn else None
+
+        def checks_failed(why: str):
+            raise DeferredCheckFailed(why)
+        return rerun_checks, checks_failed, sum(job.runs for job in jobs)
+
+    def build(self, gm, analysis, trace) -> tuple:
+        """``(graph, cases, output names)``: the graph's last passes, its IR, and the check cases
+        on demand."""
+        model, args, kwargs, tensors, opts = self.model, self.args, self.kwargs, self.tensors, self.opts
+        if not self.eager_first:
+            traced_outputs = len(_output_args(gm))
+            if not traced_outputs or (opts.output_names and len(opts.output_names) != traced_outputs):
+                # what is wrong, as the model's run before the trace said it
+                ran = _eager_outputs(model, args, kwargs, tensors, opts.output_names)
+                raise TraceError(f"the traced graph has {traced_outputs} outputs, the model {len(ran)}")
+            if self.out_names is None:
+                self.out_names = _output_names(None, trace.output_names)
+        if self.draws:
+            self.notes.append(f"the forward draws random numbers ({random_draws_text(self.draws)}): a draw that "
+                              "reaches the outputs is kept in the graph as the example's values, which the asset "
+                              "gives on every run")
+        fold_constant_selects(gm, analysis.constant, analysis.values, analysis.sym)
+        remove_dead_code(gm)
+        if self.dyn:
+            bound_by_tables(gm, analysis, self._accepts, self.notes)
+        self.runner = ModelRunner(model, args, kwargs, tensors)
+        graph = build_ir(gm, analysis, self.names, self.out_names, upcast_bfloat16=self.runner.upcasts)
+        if self.runner.upcasts:
+            self.notes.append("bfloat16 model: written and checked in float32 (the reference reads its bfloat16 "
+                              "tensors as float32)")
+        if analysis.shapes_from.startswith("probes ("):
+            self.notes.append("dynamic shapes were fitted from probe runs: " + analysis.shapes_from[len("probes ("):-1])
+        return graph, functools.partial(self.cases, analysis), self.out_names
+
+    def _accepts(self, env) -> bool:
+        """Whether the model runs at the sizes ``env``."""
+        try:
+            self.ref.outputs_at(env)
+        except Exception:  # noqa: BLE001 - a refusal is the answer
+            return False
+        return True
+
+    def cases(self, analysis) -> list:
+        """``(label, inputs, expected outputs)`` at the example and at the check sizes."""
+        model, args, kwargs, tensors = self.model, self.args, self.kwargs, self.tensors
+        expected = self.example_outputs
+        if expected is None:  # not kept: run the model again
+            expected = _flat(_run_model(model, args, kwargs, tensors))
+        out = [("example", [to_numpy(t) for t in tensors], [to_numpy(t) for t in expected])]
+        for env in _check_envs(analysis) if analysis.symbols else []:
+            case = _case(self.ref, self.names, tensors, self.dyn, env)
+            if case is not None:
+                out.append(case)
+        if self.runner.upcasts:  # expected outputs of the float32 run
+            out = [(label, ins, self.runner.run(ins)) for label, ins, _ in out]
+        return out
 
 
 def _tensor_versions(model: torch.nn.Module) -> Optional[list]:
@@ -532,7 +643,7 @@ def _run_model(model, args, kwargs, flat_inputs: list):
         return apart(run_eagerly(lambda: model(*a, **k)))
 
 
-def _reference(model, args, kwargs, names, dyn, example, known: Optional[tuple] = None, keep: bool = True,
+def _reference(job: "_Tracing", args, kwargs, example, known: Optional[tuple] = None, keep: bool = True,
                defer_base: bool = False):
     """``env -> flat eager outputs`` of the model at the sizes ``env`` (on ``inputs`` when given).
 
@@ -540,6 +651,7 @@ def _reference(model, args, kwargs, names, dyn, example, known: Optional[tuple] 
     by check_io); ``known`` is ``(env, outputs)`` already computed. ``defer_base``: the analysis
     compares the graph with the model at the example only when a probe finds something wrong
     (see :func:`.probe.analyze`)."""
+    model, names, dyn = job.model, job.names, job.dyn
     cache = {} if known is None else {tuple(sorted(known[0].items())): known[1]}
     edge_envs: set = set()  # sizes where the model took the inputs grown by their last item only
 
@@ -635,7 +747,7 @@ def _trace_once(job: _Tracing, args, kwargs, ref=None, roll=False, size_sites=fr
         point = _traced(job, a1, k1, roll, size_sites, unify)
         trace = merge_at_size(trace, point, dyn, sym, size, sites)
     if ref is None and dyn:
-        ref = _reference(model, args, kwargs, names, dyn, trace.example_inputs)
+        ref = _reference(job, args, kwargs, trace.example_inputs)
     # values no output needs are not analysed: their shapes at other sizes, and the replay's and
     # probes' time on them, are nothing to the export (an unused pooling whose ceil_mode
     # rounding has no symbolic form refused the whole model); the nodes the tracer's decisions
@@ -687,16 +799,8 @@ def _traced(job: _Tracing, args, kwargs, roll, size_sites, unify):
         if roll:
             lines = None if roll is True else roll
             trace.control_flow.extend(roll_loops(trace.gm, trace.loops, trace.guards, lines))
-        pieces_as_slices(trace.gm, trace.guards)
-        remove_inplace(trace.gm)
-        masked_updates(trace.gm)
-        masked_reductions(trace.gm)
-        cleanup_slices(trace.gm)
-        complex_note = complex_values_note(trace.gm)
-        if complex_to_real(trace.gm) and complex_note:
-            trace.control_flow.append(complex_note)
-        check_padded(trace.gm)
-        check_grouped_outputs(trace.gm)
+        for graph_pass in TRACE_PASSES:
+            graph_pass(trace)
         return trace
 
     with number_reads() as reads:
@@ -707,6 +811,27 @@ def _traced(job: _Tracing, args, kwargs, roll, size_sites, unify):
     elif read:
         check_number_reads(lambda: one_path(None), trace.gm, read)
     return trace
+
+
+def _complex_as_real(trace) -> None:
+    """Complex values as pairs of real ones, with a note of what was complex."""
+    note = complex_values_note(trace.gm)
+    if complex_to_real(trace.gm) and note:
+        trace.control_flow.append(note)
+
+
+# The passes over every traced fx graph (``TraceResult`` in, changed in place), in the order they
+# run: the one place a pass is added. A check that refuses what no pass could clean comes last.
+TRACE_PASSES = (
+    lambda trace: pieces_as_slices(trace.gm, trace.guards),
+    lambda trace: remove_inplace(trace.gm),
+    lambda trace: masked_updates(trace.gm),
+    lambda trace: masked_reductions(trace.gm),
+    lambda trace: cleanup_slices(trace.gm),
+    _complex_as_real,
+    lambda trace: check_padded(trace.gm),
+    lambda trace: check_grouped_outputs(trace.gm),
+)
 
 
 def _drop_traced_data(gm: fx.GraphModule) -> None:

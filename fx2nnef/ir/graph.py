@@ -183,6 +183,7 @@ class Graph:
         self.output_names: list[str] = []
         self.nodes: list[Node] = []
         self.symbols: list[str] = []
+        self.data_counts: list[str] = []  # those of the symbols that are counts read from data (may be 0)
         self.guards: list[Guard] = []
         self.ranges: dict = {}  # symbol -> dims.SymRange, only for symbols whose sizes are restricted
         self._names: set[str] = set()

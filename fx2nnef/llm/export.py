@@ -292,7 +292,7 @@ def _weights_option(weights: Optional[str]) -> dict:
     if "weights" not in inspect.signature(TractNNEF).parameters:
         if weights in ("native", "f32"):
             return {}
-        raise InvalidArgumentError(f"weights={weights!r} needs a TractNNEF with weight formats, which this "
+        raise InvalidArgumentError(f"{spell('weights', weights)} needs a TractNNEF with weight formats, which this "
                                    "fx2nnef build lacks; export with the default weights")
     return {"weights": weights}
 
@@ -374,11 +374,11 @@ def _export_asset(wrapper: FlatCacheLM, layout: CacheLayout, path: Path, dtype: 
     for name, slot in zip(names[1:], layout.slots):
         dyn[name] = {**({2: "P"} if slot.grows else {}), **({0: "B"} if batch_symbol else {})}
     dyn = {k: v for k, v in dyn.items() if v}
-    target = TractNNEF(check_io=check, dynamic_axes=dyn, specific_properties=properties, asserts=contract_asserts(wrapper.model, layout.has_length),
+    target = TractNNEF(check_io=check, specific_properties=properties, asserts=contract_asserts(wrapper.model, layout.has_length),
                        dump_identity_properties=True, timeout=timeout, check_io_tolerance=tolerance_for(dtype),
                        **target_kwargs)
     with torch.no_grad():
-        return export(wrapper, (ids, *cache), path, target=target, input_names=names,
+        return export(wrapper, (ids, *cache), path, target=target, input_names=names, dynamic_axes=dyn,
                       output_names=layout.output_names(), debug_bundle=str(debug_bundle))
 
 

@@ -159,6 +159,8 @@ class EmitContext:
         self.zero_sources: Optional[list] = None
         self.memo: dict = {}  # values built once per graph by helpers (key -> Value)
         self.ranges: dict = {}  # symbol -> SymRange: the sizes the export is valid for (Graph.ranges)
+        self.data_counts: set = set()  # symbols of counts read from data (Graph.data_counts): may be 0
+        self.count_values: dict = {}  # such a symbol -> the [1] i64 tensor of its value, once made
         self.domain: list = []  # env -> bool: assertions across symbols (S+P < 2048) the sizes also meet
         self.loop_body = 0  # how many tract_core_scan bodies deep this lowering is (see ops.reduce.divide_by_count)
 
@@ -202,6 +204,8 @@ class EmitContext:
             op, args = "lt", (args[1], args[0])
         for a in _values(args) + _values(list(attrs.values())):
             self.name_of(a)
+        if self.data_counts:
+            self._no_count_as_number(op, args, attrs)
         first = next(iter(_values(args)), None)
         dtype = dtype or (first.dtype if first is not None else DType.F32)
         base = name or (self.node.name if self.node is not None else op)
@@ -214,6 +218,21 @@ class EmitContext:
         self.statements.append(Statement(outs, op, list(args), attrs))
         self.used_ops[op] = self.used_ops.get(op, 0) + 1
         return outs[0] if n_out == 1 else tuple(outs)
+
+    def _no_count_as_number(self, op: str, args: tuple, attrs: dict) -> None:
+        """tract knows a count made from data (``tract_onnx_non_zero``) as the size of the tensors that
+        have it, never as a number: an argument reading it fails at run time ("Undetermined symbol"
+        in a range). A reshape's shape is matched with its input's, where the count is known."""
+        todo = list(args) + ([] if op == "reshape" else list(attrs.values()))
+        while todo:
+            a = todo.pop()
+            if isinstance(a, (list, tuple)):
+                todo.extend(a)
+            elif isinstance(a, SymDim) and a.symbols & self.data_counts:
+                raise EmitError(f"{op} would take the count of items selected from data ({a}) as a number, which "
+                                "tract cannot: compute with the selected tensor itself (a reduction over it, "
+                                "torch.ones_like(t).cumsum(0) - 1 for its positions) or keep the shape with a mask "
+                                "(torch.where(mask, x, 0))")
 
     def call(self, kind: str, *args, **kwargs):
         """Run the registered converter for ``kind`` (with this target's override)."""

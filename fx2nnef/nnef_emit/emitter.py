@@ -14,7 +14,7 @@ from typing import Callable, Optional, Sequence
 
 import torch
 
-from ..errors import EmitError, UnsupportedOpError, spell
+from ..errors import EmitError, UnsupportedOpError, phrase, spell
 from ..ir import Graph, SymDim, Value, flat_values, op_key, sanitize
 from ..ir.dims import substitute
 from . import dat
@@ -153,6 +153,7 @@ def _context_for(graph: Graph, target: TargetProfile | str, registry: Registry) 
     _check_lowerings(graph, profile, registry)
     ctx = EmitContext(profile, registry, graph.symbols)
     ctx.ranges = dict(getattr(graph, "ranges", {}))
+    ctx.data_counts = set(getattr(graph, "data_counts", ()))
     ctx.graph_outputs = {id(v) for v in graph.outputs}
     ctx.graph_inputs = list(graph.inputs)
     for name in list(graph.output_names) + [v.name for v in graph.inputs]:
@@ -169,9 +170,11 @@ _QUANTIZED = ("torch.ops.quantized.", "torch.ops._quantized.", "torch.quantize_p
 def _why_missing(kind: str) -> str:
     """What to do about an op of a known family that has no lowering."""
     if kind.startswith(_QUANTIZED):
+        formats = phrase("weights.f16_or_q4_0", "TractNNEF(weights='f16' or 'q4_0')")
         return (": a torch.ao quantized module or tensor (quantize_dynamic, a converted or prepared quantized model); "
                 "its integer kernels and run-time activation quantization have no NNEF form here. Export the float "
-                "model, and for smaller weights write them as float16 or Q4_0 (TractNNEF(weights='f16' or 'q4_0'))")
+                "model, and for smaller weights write them as float16 or Q4_0 "
+                f"({formats})")
     return ""
 
 
@@ -412,6 +415,8 @@ def _render(ctx: EmitContext, graph: Graph, out_names: list, extra_fragments: di
         ext.append("extension tract_registry tract_core;")
     if any(op.startswith("tract_transformers_") for op in ops):
         ext.append("extension tract_registry tract_transformers;")
+    if any(op.startswith("tract_onnx_") for op in ops):
+        ext.append("extension tract_registry tract_onnx;")
     for s in graph.symbols:
         ext.append(f"extension tract_symbol {stepped[s][0] if s in stepped else s};")
     for r in getattr(graph, "ranges", {}).values():

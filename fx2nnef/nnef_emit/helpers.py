@@ -90,6 +90,8 @@ def dim_value(ctx: EmitContext, d, dtype: DType) -> Value:
     instead hung tract's load (after a ceil-mode pooling and a resize by 1.5)."""
     if not isinstance(d, SymDim):
         return ctx.const([d], dtype)
+    if d.symbols & ctx.data_counts:
+        return _counted_value(ctx, d, dtype)
     from ..ir.dims import _DIV_ATOMS
 
     if ctx.profile.sizes_as_range_shapes and any(s in _DIV_ATOMS for s in d.symbols) and negative_at(ctx, d) is None:
@@ -98,6 +100,29 @@ def dim_value(ctx: EmitContext, d, dtype: DType) -> Value:
         # the shape is of tract's size type: cast, also to int64
         return ctx.op("tract_core_cast", shape, to=TRACT_DATUM[dtype], out_dtype=dtype, out_shape=(1,))
     return ctx.call("nnef.range", d, d + 1, 1, dtype, (1,))
+
+
+def _counted_value(ctx: EmitContext, d: SymDim, dtype: DType) -> Value:
+    """``[d]`` for a size reading counts made from data: tract knows such a count's value only from
+    the tensor that has it as a size (a range of it is refused at run time, "Undetermined symbol"),
+    so each monomial is a product of those sizes (``ctx.count_values``) and of the input sizes."""
+    total = None
+    for monomial, coef in d.terms.items():
+        term = ctx.const([coef], dtype)
+        for s in monomial:
+            if s in ctx.data_counts:
+                if s not in ctx.count_values:
+                    raise EmitError(f"the count {s} is read before the op that makes it")
+                factor = ctx.count_values[s]
+                if factor.dtype != dtype:
+                    factor = ctx.op("tract_core_cast", factor, to=TRACT_DATUM[dtype], out_dtype=dtype, out_shape=(1,))
+            elif any(c in s for c in "(/"):
+                raise EmitError(f"a size combining the count read from data with a division ({d}) is not supported")
+            else:
+                factor = dim_value(ctx, SymDim.symbol(s), dtype)
+            term = ctx.op("mul", term, factor, out_dtype=dtype, out_shape=(1,))
+        total = term if total is None else ctx.op("add", total, term, out_dtype=dtype, out_shape=(1,))
+    return total
 
 
 def broadcast_operands(ctx: EmitContext, a, b, dtype: Optional[DType] = None):

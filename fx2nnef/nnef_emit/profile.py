@@ -13,6 +13,8 @@ parent's, then the common ones.
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import importlib.util
 from typing import Optional, Union
 
 
@@ -50,6 +52,8 @@ class TargetProfile:
     loop_products_summed: bool = False
     # a select's uniform condition computed from the sizes alone is made opaque (the engine folds it wrongly)
     opaque_size_conditions: bool = False
+    # a count read from data (a mask's true items) is a symbol the engine makes at run time (tract_onnx_non_zero)
+    data_sized_counts: bool = False
 
     def __repr__(self) -> str:
         return f"TargetProfile({self.name!r})"
@@ -79,6 +83,7 @@ def add_target(name: str, parent: str, fragment_extensions: Optional[tuple] = No
     """Declare a target variant of ``parent``: its capabilities, and its rules as the fallback of the variant's."""
     if name in TARGETS:
         raise RegistryError(f"target {name!r} is already declared")
+    load_target_package(parent)
     if parent not in TARGETS:
         raise RegistryError(f"unknown parent target {parent!r}; known: {tuple(TARGETS)}")
     base = TARGETS[parent]
@@ -86,11 +91,39 @@ def add_target(name: str, parent: str, fragment_extensions: Optional[tuple] = No
     return declare_target(dataclasses.replace(base, name=name, parent=base, fragment_extensions=ext))
 
 
+COMMON = TargetProfile("common")
+"""The profile of no particular target: standard NNEF's capabilities and the common rules only."""
+
+_LOADED: set = set()  # names whose built-in target package was looked for (and imported if there)
+
+
+def load_target_package(name: str) -> None:
+    """Import the built-in target package ``fx2nnef.targets.<name>`` when there is one: it declares
+    the target's profile and registers its lowering overrides, so that no caller can get a target's
+    profile or rules without them (importing it twice is free)."""
+    if name in _LOADED:
+        return
+    package = f"{__name__.split('.')[0]}.targets.{name}"
+    if name.isidentifier() and importlib.util.find_spec(package) is not None:
+        importlib.import_module(package)
+    _LOADED.add(name)
+
+
 def profile_of(target: Union[TargetProfile, str]) -> TargetProfile:
-    """The profile of ``target`` (a profile, or a name: an undeclared name has no capability)."""
+    """The profile of ``target`` (a profile, or a declared name), its rules loaded: asking for a
+    built-in target imports its package first. An unknown name is an error (a wrong lowering
+    would be silent); ``"common"`` is no particular target."""
+    name = target.name if isinstance(target, TargetProfile) else target
+    if name == COMMON.name and not isinstance(target, TargetProfile):
+        return COMMON
+    lineage = target.lineage() if isinstance(target, TargetProfile) else [name]
+    for each in lineage:
+        load_target_package(each)
     if isinstance(target, TargetProfile):
         return target
-    return TARGETS.get(target) or TargetProfile(target)
+    if name not in TARGETS:
+        raise RegistryError(f"unknown target {name!r}; known: {tuple(TARGETS)} (declare a variant with add_target)")
+    return TARGETS[name]
 
 
 def target_lineage(name: str) -> list:

@@ -20,7 +20,8 @@ import torch
 import torch.nn.functional as F
 
 from ..ir import op_key
-from .profile import TARGETS, RegistryError, TargetProfile, add_target, base_targets, profile_of, target_lineage
+from .profile import (COMMON, TARGETS, RegistryError, TargetProfile, add_target, base_targets, load_target_package,
+                      profile_of, target_lineage)
 
 __all__ = ["REGISTRY", "TARGETS", "Registry", "RegistryError", "TargetProfile", "add_target", "base_targets",
            "register", "sources", "target_lineage"]
@@ -48,6 +49,8 @@ class Registry:
         """Decorator: ``@register(torch.add, operator.add, "Tensor.add")``; ``target=PROFILE``
         for an override."""
         name = _rule_set(target)
+        if isinstance(target, str) and target != COMMON.name:
+            load_target_package(target)  # a built-in target's package declares it (and registers its own rules)
         if name is not None and (name not in TARGETS or isinstance(target, TargetProfile) and TARGETS[name] is not target):
             raise RegistryError(f"unknown target {name!r}; known: {tuple(TARGETS)}")
 

@@ -9,7 +9,6 @@ extractor.
 """
 from __future__ import annotations
 
-import copy
 import dataclasses
 import os
 import re
@@ -23,14 +22,15 @@ import numpy as np
 import torch
 
 from ..errors import Fx2NnefError, TractError, UnsupportedOpError
-from ..fx_tracer.capture import capture
+from ..fx_tracer.capture import CaptureOptions, capture
 from ..fx_tracer.to_ir.build import to_numpy
 from ..fx_tracer.tracing.tracer import is_tracing, trace_model
 from ..ir import SourceLoc, SymDim, flat_values
-from ..nnef_emit import emit_graph, write_asset
+from ..nnef_emit import write_asset
 from ..nnef_emit.extractors import registered_module_classes
 from ..nnef_emit.custom_op import FragmentLibrary, ModulePlan
 from ..nnef_emit.registry import Registry
+from ..pipeline import graph_passes, lower, run_in_engine
 from ..targets.tolerance import compare_outputs
 from .record import Call, copy_value, flat_input_names
 from .report import Outcome, Status
@@ -86,6 +86,20 @@ class Attempt(Outcome):
         return self.status == Status.OK
 
 
+@dataclasses.dataclass(frozen=True)
+class Piece:
+    """A module to export on its own: its class name, the names of its flat inputs, their dynamic
+    axes, the descendants kept whole (``spec``: relative path -> :class:`Replacement`) and,
+    for the model itself, the names of its outputs."""
+
+    module: torch.nn.Module
+    class_name: str
+    names: list
+    dyn: dict
+    spec: dict
+    output_names: Optional[list] = None
+
+
 @dataclasses.dataclass
 class Exporter:
     """What every attempt of one diagnosis shares: target, registry, tolerance."""
@@ -95,56 +109,57 @@ class Exporter:
     branches: Optional[str] = None  # export option: None, "select" (decisions on data merged too) or "example"
     max_loop_iterations: Optional[int] = None  # export option: the steps of a while_loop no size bounds
 
-    def attempt(self, module: torch.nn.Module, class_name: str, calls: list, names: list, dyn: dict,
-                spec: dict, output_names: Optional[list] = None) -> Attempt:
-        """Export ``module`` from ``calls[0]``, run the asset on every call and compare."""
+    def attempt(self, piece: Piece, calls: list) -> Attempt:
+        """Export ``piece`` from ``calls[0]``, run the asset on every call and compare."""
         t0 = time.perf_counter()
         result = Attempt(status=Status.FAIL)
         try:
-            self._run_steps(result, module, class_name, calls, names, dyn, spec, output_names)
+            self._run_steps(result, piece, calls)
         except StepFailure as exc:
             result.status, result.step, result.reason, result.location = Status.FAIL, exc.step, exc.reason, exc.location
         result.time = time.perf_counter() - t0
         return result
 
-    def _run_steps(self, result: Attempt, module, class_name, calls, names, dyn, spec, output_names) -> None:
-        plan, cap = self.build_plan(module, class_name, calls[0], names, dyn, spec, output_names)
+    def _run_steps(self, result: Attempt, piece: Piece, calls: list) -> None:
+        plan, cap = self.build_plan(piece, calls[0])
         result.guards, result.plan = list(cap.graph.guards), plan
         result.notes += cap.control_flow
         library = FragmentLibrary(self.target.name, self.registry)
         try:
-            self.target.post_trace(plan.graph)
+            graph_passes(plan.graph, self.target, eligible=cap.owns_parameter)
             registry = library.registry_for(plan)
-            extra = {**self.target.specific_fragments(plan.graph), **library.texts}
-            emitted = emit_graph(plan.graph, self.target.name, registry=registry, extra_fragments=extra)
+            emitted = lower(plan.graph, self.target, registry=registry, fragments=library.texts,
+                            asserts=_asserts_on(self.target.specific_asserts(plan.graph), plan.graph))
         except Fx2NnefError as exc:
             raise StepFailure("lower", _reason(exc), _emit_location(exc, plan)) from exc
         result.library, result.files, result.text = library, emitted.files, emitted.text
         result.source_op_counts, result.nnef_op_counts = emitted.source_op_counts, emitted.nnef_op_counts
-        got = self._run_engine(emitted.files, [[to_numpy(t) for t in c.flat_inputs()] for c in calls])
-        self._compare(result, calls, plan.graph.output_names, got)
-        self._check_data_guards(result, module, calls, names, spec)
+        inputs = [[to_numpy(t) for t in c.flat_inputs()] for c in calls]
+        got = self._run_engine(emitted.files, inputs)
+        self._compare(result, calls, plan.graph.output_names, _expected(cap, plan.graph, calls, inputs), got)
+        self._check_data_guards(result, piece, calls)
 
     # trace -----------------------------------------------------------------------------
-    def build_plan(self, module, class_name, call: Call, names, dyn, spec: dict, output_names=None, where=""):
-        """Trace ``module`` on ``call`` with the descendants of ``spec`` kept whole; recurse into fragments."""
+    def build_plan(self, piece: Piece, call: Call, where: str = ""):
+        """Trace ``piece`` on ``call`` with the descendants of its ``spec`` kept whole; recurse into fragments."""
+        module, spec = piece.module, piece.spec
         fragments = {rel: rep for rel, rep in spec.items() if rep.kind == "fragment"}
         seen: dict = {}
         handles = [_record_traced_call(module.get_submodule(rel), rel, seen) for rel in fragments]
-        target = copy.copy(self.target)
-        target.dynamic_axes = dyn
+        options = CaptureOptions(input_names=piece.names, output_names=piece.output_names, dynamic_axes=piece.dyn,
+                                 check_io=bool(self.target.check_io), unroll_while=self.target.profile.unroll_while,
+                                 leaf_modules=registered_module_classes(builtin_only=True), leaf_names=tuple(spec),
+                                 max_loop_iterations=self.max_loop_iterations, branches=self.branches)
         try:
-            cap = capture(module, call.args, call.kwargs, target=target, input_names=names,
-                          output_names=output_names, leaf_modules=registered_module_classes(builtin_only=True),
-                          leaf_names=tuple(spec), branches=self.branches,
-                          max_loop_iterations=self.max_loop_iterations)
+            self.target.pre_trace(module, call.args, call.kwargs)
+            cap = capture(module, call.args, call.kwargs, options)
         except Exception as exc:  # noqa: BLE001 - any failure of the user's code or the tracer
             prefix = f"custom op '{where}': " if where else ""
             raise StepFailure("trace", prefix + _reason(exc), user_location(exc)) from exc
         finally:
             for h in handles:
                 h.remove()
-        plan = ModulePlan(class_name, cap.graph)
+        plan = ModulePlan(piece.class_name, cap.graph)
         for node in cap.graph.nodes:
             info = node.kwargs.get("module")
             rel = info.get("path") if isinstance(info, dict) else None
@@ -157,8 +172,8 @@ class Exporter:
             sub_names = flat_input_names(sub, args, kwargs)
             values = flat_values((node.args, {k: v for k, v in node.kwargs.items() if k != "module"}))
             sub_dyn = _axes_from_values(values, sub_names, rel, node)
-            child, _ = self.build_plan(sub, type(sub).__name__, Call(0, args, kwargs), sub_names, sub_dyn,
-                                       fragments[rel].spec_dict, where=f"{where}.{rel}" if where else rel)
+            child, _ = self.build_plan(Piece(sub, type(sub).__name__, sub_names, sub_dyn, fragments[rel].spec_dict),
+                                       Call(0, args, kwargs), where=f"{where}.{rel}" if where else rel)
             plan.children[rel] = child
         return plan, cap
 
@@ -171,17 +186,16 @@ class Exporter:
             except Fx2NnefError as exc:
                 raise StepFailure("emit", _reason(exc)) from exc
             try:
-                return run_engine(self.target, asset, input_sets)
+                return run_in_engine(self.target, asset, input_sets)
             except Fx2NnefError as exc:
                 text = str(exc).replace(f" on '{asset}'", "").replace(str(asset), "<asset>")
                 raise StepFailure(_engine_step(exc), f"{type(exc).__name__}: {text}") from exc
 
-    def _compare(self, result: Attempt, calls: list, output_names: list, got: list) -> None:
+    def _compare(self, result: Attempt, calls: list, output_names: list, expected_sets: list, got: list) -> None:
         tolerance = getattr(self.target, "check_io_tolerance", "approximate")
         worst_abs, worst_rel, bad = 0.0, 0.0, []
         per_set: dict = {}
-        for call, outputs in zip(calls, got):
-            expected = [to_numpy(t) for t in call.flat_outputs()]
+        for call, expected, outputs in zip(calls, expected_sets, got):
             diffs = compare_outputs(output_names, expected, outputs, tolerance)
             per_set[call.input_set] = per_set.get(call.input_set, 0) + 1
             label = f"input set {call.input_set}" + (f", call {per_set[call.input_set]}" if per_set[call.input_set] > 1 else "")
@@ -199,14 +213,15 @@ class Exporter:
         else:
             result.status = Status.OK
 
-    def _check_data_guards(self, result: Attempt, module, calls: list, names: list, spec: dict) -> None:
+    def _check_data_guards(self, result: Attempt, piece: Piece, calls: list) -> None:
         """A guard on tensor data that takes another branch on another call is a DISC."""
         data_guards = [g for g in result.guards if g.kind == "data" and g.source is not None and g.status != "merged"]
         if not data_guards or len(calls) < 2:
             return
         for call in calls[1:]:
             try:
-                trace = trace_model(module, call.args, call.kwargs, names, None, registered_module_classes(builtin_only=True), tuple(spec))
+                trace = trace_model(piece.module, call.args, call.kwargs, piece.names, None,
+                                    registered_module_classes(builtin_only=True), tuple(piece.spec))
             except Exception:  # noqa: BLE001 - this call cannot even be traced: the compare step says more
                 continue
             for guard in data_guards:
@@ -220,10 +235,23 @@ class Exporter:
                     return
 
 
-def run_engine(target, asset: Path, input_sets: list) -> list:
-    """Outputs of the asset for each input set, in the target's engine."""
-    target.validate(asset)
-    return target.run(asset, input_sets)
+def _expected(cap, graph, calls: list, inputs: list) -> list:
+    """What the asset's outputs are compared with: each call's recorded outputs or, where the
+    target's weight format stores parameters otherwise (Q4_0, float16), the module's outputs on
+    the call's inputs with the stored values (as the export's check does)."""
+    stored = [v for v in graph.constants() if v.source.stored_format is not None]
+    if not stored:
+        return [[to_numpy(t) for t in c.flat_outputs()] for c in calls]
+    overrides = cap.runner.overrides(stored)
+    return [cap.runner.run(ins, overrides) for ins in inputs]
+
+
+def _asserts_on(asserts: list, graph) -> list:
+    """The target's assertions on the symbols that name only symbols of ``graph``: those of the
+    model say nothing of a module without some of its symbols (``S+P < 128`` of one that has no
+    ``P``)."""
+    symbols = set(graph.symbols)
+    return [a for a in asserts if set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", a.split(":")[-1])) <= symbols]
 
 
 def _record_traced_call(module: torch.nn.Module, rel: str, seen: dict):

@@ -20,14 +20,15 @@ import torch
 from ..errors import InvalidArgumentError
 from ..fx_tracer.tracing import structures
 from ..fx_tracer.capture import default_input_names
+from ..fx_tracer.model_mode import eval_mode
 from ..fx_tracer.tracing.control_flow import check_max_loop_iterations
 from ..fx_tracer.shapes.probe import inputs_at
 from ..ir import op_key
 from ..nnef_emit import REGISTRY
 from ..nnef_emit.registry import Registry
 from ..targets import InferenceTarget, TractNNEF
-from .attempt import Attempt, Exporter, Replacement
-from .record import ModuleRecord, Recording, SymbolTable, eval_mode, flat_input_names, record
+from .attempt import Attempt, Exporter, Piece, Replacement
+from .record import ModuleRecord, Recording, SymbolTable, flat_input_names, record
 from .report import Divergence, Report, Row, Status
 from .strategies import Strategy, check_strategies, resolve_strategy
 
@@ -67,14 +68,11 @@ class Diagnoser:
     parent fails or when they must be encapsulated (a fallback export).
     """
 
-    def __init__(self, recording: Recording, target: InferenceTarget, strategies: Optional[dict] = None,
-                 registry: Optional[Registry] = None, eager: bool = True,
-                 root_names: Optional[list] = None, root_output_names: Optional[list] = None,
-                 branches: Optional[str] = None, max_loop_iterations: Optional[int] = None):
+    def __init__(self, recording: Recording, exporter: Exporter, strategies: Optional[dict] = None,
+                 eager: bool = True, root_names: Optional[list] = None, root_output_names: Optional[list] = None):
         self.recording = recording
-        self.target = target
-        self.registry = registry or REGISTRY
-        self.exporter = Exporter(target, self.registry, branches, max_loop_iterations)
+        self.exporter = exporter
+        self.target, self.registry = exporter.target, exporter.registry
         self.eager = eager
         self.root_names, self.root_output_names = root_names, root_output_names
         strategies = check_strategies(strategies)
@@ -161,7 +159,7 @@ class Diagnoser:
     def _attempt(self, rec: ModuleRecord, spec: dict) -> Attempt:
         calls, names, dyn = self._inputs(rec)
         out_names = self.root_output_names if rec.parent is None else None
-        attempt = self.exporter.attempt(rec.module, rec.class_name, calls, names, dyn, spec, out_names)
+        attempt = self.exporter.attempt(Piece(rec.module, rec.class_name, names, dyn, spec, out_names), calls)
         if len(calls) < len(rec.calls):
             attempt.notes.append(f"{len(rec.calls) - len(calls)} call(s) with other argument types were not checked")
         return attempt
@@ -172,8 +170,8 @@ class Diagnoser:
         rule = self.registry.lookup(op_key(type(rec.module)), self.target.name)
         if rule is not None and (not st.exports or st.strategy is Strategy.ALWAYS):
             calls, names, dyn = self._inputs(rec)
-            check = self.exporter.attempt(_Holder(rec.module), rec.class_name, calls, names, dyn,
-                                          {"inner": Replacement("extractor")})
+            holder = Piece(_Holder(rec.module), rec.class_name, names, dyn, {"inner": Replacement("extractor")})
+            check = self.exporter.attempt(holder, calls)
             st.row.time += check.time
             name = rule.__qualname__.split(".")[0]
             if check.ok:
@@ -314,8 +312,8 @@ def diagnose(model: torch.nn.Module, inputs, target: Optional[InferenceTarget] =
         raise InvalidArgumentError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     with eval_mode(model):
         names, recording = prepare(model, normalize_inputs(inputs), target, input_names)
-        diag = Diagnoser(recording, target, strategies, registry, eager=True, root_names=names,
-                         root_output_names=output_names, branches=branches,
-                         max_loop_iterations=max_loop_iterations)
+        exporter = Exporter(target, registry or REGISTRY, branches, max_loop_iterations)
+        diag = Diagnoser(recording, exporter, strategies, eager=True, root_names=names,
+                         root_output_names=output_names)
         diag.visit(recording.root)
     return diag.report(time.perf_counter() - t0)

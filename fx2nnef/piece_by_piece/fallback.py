@@ -17,12 +17,13 @@ from typing import Optional
 import torch
 
 from ..errors import Fx2NnefError, InvalidArgumentError, phrase
-from ..nnef_emit import write_asset
+from ..fx_tracer.model_mode import eval_mode
+from ..nnef_emit import REGISTRY, write_asset
 from ..nnef_emit.registry import Registry
 from ..targets import CheckReport, InferenceTarget, TractNNEF
 from ..targets.result import ExportResult
+from .attempt import Exporter
 from .diagnose import Diagnoser, prepare
-from .record import eval_mode
 from .report import Report
 
 
@@ -53,9 +54,9 @@ def export_with_fallback(model: torch.nn.Module, args=(), path=None, *, kwargs: 
         args = (args,)
     with eval_mode(model):
         names, recording = prepare(model, [(tuple(args), dict(kwargs or {}))], target, input_names)
-        diag = Diagnoser(recording, target, strategies, registry, eager=False, root_names=names,
-                         root_output_names=output_names, branches=branches,
-                         max_loop_iterations=max_loop_iterations)
+        exporter = Exporter(target, registry or REGISTRY, branches, max_loop_iterations)
+        diag = Diagnoser(recording, exporter, strategies, eager=False, root_names=names,
+                         root_output_names=output_names)
         root = diag.visit(recording.root)
     report = diag.report(time.perf_counter() - t0)
     attempt = root.attempt

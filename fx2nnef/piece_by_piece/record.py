@@ -13,7 +13,6 @@ the ``S`` of every hidden state), so that a submodule's export uses its parent's
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import inspect
 from typing import Any, Optional
@@ -22,6 +21,7 @@ import torch
 
 from ..errors import InvalidArgumentError
 from ..fx_tracer.tracing import structures
+from ..fx_tracer.model_mode import eval_mode
 from ..fx_tracer.tracing.control_flow import eager_control_flow
 from ..ir import sanitize
 
@@ -165,32 +165,6 @@ def _build_tree(model: torch.nn.Module) -> ModuleRecord:
         records[parent_path].children.append(rec)
         records[path] = rec
     return root
-
-
-@contextlib.contextmanager
-def eval_mode(model: torch.nn.Module):
-    """``model.eval()`` for the duration, then each module's own mode back; ``torch.autocast``
-    regions run in the types of their inputs (no engine here runs bfloat16, and the export is
-    checked against what it computes). Yields the list of (device, dtype) the autocast regions
-    that ran asked for."""
-    modes = {m: m.training for m in model.modules()}
-    model.eval()
-    autocast = torch.amp.autocast_mode.autocast
-    init = autocast.__init__
-    asked: list = []
-
-    def no_autocast(self, device_type, dtype=None, enabled=True, cache_enabled=None):
-        if enabled and (device_type, dtype) not in asked:
-            asked.append((device_type, dtype))
-        init(self, device_type, dtype=dtype, enabled=False, cache_enabled=cache_enabled)
-
-    autocast.__init__ = no_autocast
-    try:
-        yield asked
-    finally:
-        autocast.__init__ = init
-        for m, training in modes.items():
-            m.training = training
 
 
 def _skeleton(obj):

@@ -30,6 +30,7 @@ from ..tracing.data_dep import data_dependence
 from ..tracing.scan import ScanCall
 from ..tracing.structures import data_less
 from ..tracing.tracer import GuardRecord
+from .data_counts import decided_on_counts
 from .decisions import _baked_number, _decide, _holds_in, _signature
 from .fake_replay import Replay, ReplayUnavailable, _in_place, replay, shapes_at
 from .fitting import (_agrees, _bend_check_envs, _check_base_shapes, _constants, _count_unfit,
@@ -95,6 +96,8 @@ class Analysis:
     rerun: bool = False
     # checks left to the caller, within :func:`real_run_later` (each a run of the graph and the model)
     left_checks: int = 0
+    # (decision's node, data-sized node): the tracer's decisions on a count from data (data_counts.py)
+    decided: list = dataclasses.field(default_factory=list)
 
 
 def _emptied(gm: fx.GraphModule, base: dict) -> Optional[str]:
@@ -945,6 +948,7 @@ class Prober:
                                                                   for r in kept.values())),
                             [e for e in self.plan.io_envs if self._in_ranges(e)], same_path)
         analysis.left_checks = len(self.left or ())
+        analysis.decided = decided_on_counts(self.gm, [g.node for g in self.guards], self.data_dep)
         return analysis
 
     def check_left(self) -> Optional[str]:

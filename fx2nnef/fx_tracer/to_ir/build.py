@@ -20,6 +20,7 @@ from torch.utils._pytree import tree_leaves, tree_map
 from ...errors import TraceError
 from ...ir import DType, Graph, Node, SymDim, Value, flat_values, method_key, op_key
 from ...ir.dims import SymRange, settle_extrema
+from ..shapes.data_counts import settle_data_sizes
 from ..shapes.probe import Analysis, Unfit
 from ..tracing.control_flow import SLOT_FUNCTIONS
 from ..tracing.scan import ScanCall
@@ -408,7 +409,11 @@ def build_ir(gm: fx.GraphModule, analysis: Analysis, input_names: list, output_n
         # min(7, S) is 7 where the export holds for S >= 7 only: written as the emitter's bounds are
         analysis = dataclasses.replace(analysis, sym={n: settle_extrema(d, analysis.ranges)
                                                       for n, d in analysis.sym.items()})
+    analysis = dataclasses.replace(analysis, sym=dict(analysis.sym))
+    counts = settle_data_sizes(gm, analysis)
     graph = _Builder(gm, analysis, input_names, output_names, upcast_bfloat16).build()
+    graph.symbols += counts
+    graph.data_counts = list(counts)
     graph.guards = list(analysis.guards)
     graph.ranges = dict(analysis.ranges)
     for s, v in analysis.base_env.items():

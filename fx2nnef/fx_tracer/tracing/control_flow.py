@@ -42,7 +42,7 @@ import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
 
-from ...errors import InvalidArgumentError, TraceError
+from ...errors import InvalidArgumentError, Placeholder, TraceError, spell
 from .data_dep import depends_on_data
 from .proxy import CustomProxy
 from .scan import ScanCall
@@ -311,7 +311,7 @@ class Recorder:
                               "output(s): tract_core_scan for tract, unrolled for Khronos")
         else:
             steps = xs[0].value.shape[0] if isinstance(xs[0], fx.Proxy) else xs[0].shape[0]
-            bound = (f"max_loop_iterations={_MAX_LOOP.get()}" if _MAX_LOOP.get() is not None
+            bound = (spell("max_loop_iterations", _MAX_LOOP.get()) if _MAX_LOOP.get() is not None
                      else f"its constant trip count ({steps})" if self._constant_trips is not None
                      else f"a size the loop reads ({steps} at the example)")
             self._constant_trips = None
@@ -354,7 +354,7 @@ class Recorder:
         merged = self._merge_body(paths, failed, (), kind, where)
         self.notes.append(f"{kind} at {where}: {sum(len(m) for _, m, _ in paths[:1])} Python decision(s) on tensor "
                           f"data in its body traced both ways ({len(paths)} paths), results merged with select "
-                          "(branches='select')")
+                          f"({spell('branches', 'select')})")
         return merged
 
     def _merge_body(self, paths: list, failed: dict, prefix: tuple, kind: str, where: str) -> list:
@@ -442,7 +442,7 @@ class Recorder:
         if limit is not None:
             if trips > limit:
                 raise TraceError(f"the while_loop at {where} runs {trips} iterations on the example inputs, more "
-                                 f"than max_loop_iterations={limit}; raise it")
+                                 f"than {spell('max_loop_iterations', limit)}; raise it")
             return torch.ones(limit, dtype=torch.bool)
         if trips > _RUNAWAY:
             raise TraceError(f"the while_loop at {where} did not end within {_RUNAWAY} iterations on the example inputs")
@@ -454,7 +454,8 @@ class Recorder:
         if size is None:
             raise TraceError(
                 f"the while_loop at {where} runs {trips} iterations on the example inputs, a number no size that the "
-                "loop reads bounds; NNEF has no while loop, so give export(..., max_loop_iterations=N): the "
+                "loop reads bounds; NNEF has no while loop, so give "
+                f"{spell('max_loop_iterations', Placeholder('N'))}: the "
                 "loop then runs N steps whose extra steps leave the carries unchanged (N must bound the trip count)")
         ones = getattr(torch.ones, "__wrapped_factory__", torch.ones)  # torch.ones is patched while tracing
         return self.tracer.create_proxy("call_function", ones, (size,), {"dtype": torch.bool})
@@ -575,7 +576,8 @@ def decide_in_body(tracer, proxy, op: str, result):
         return outcome
     what = "a Python decision (`if`, `and`, `while`)" if op == "bool" else f"{op}() (a Python number)"
     fix = ("write it as torch.where(cond, a, b) or torch.cond(cond, f, g, operands), or export with "
-           "branches='select' (both outcomes traced and merged with select in the body)") if op == "bool" else \
+           f"{spell('branches', 'select')} (both outcomes traced and merged with select in the body)") \
+        if op == "bool" else \
         "keep the value a tensor (compute with it, or mask with torch.where) instead of a Python number"
     raise TraceError(
         f"{what} on tensor data{at} inside a loop body (scan, while_loop or vmap): the body is traced once "
@@ -613,7 +615,8 @@ def _while_unrolled(self, cond_fn, body_fn, carried_inputs, extra: tuple, where:
     if limit is None:
         raise TraceError(
             f"the while_loop at {where} ends on a condition computed from tensor data; standard NNEF has no loop, "
-            "so it is unrolled: give export(..., max_loop_iterations=N) (N steps, the extra ones leave the carries "
+            f"so it is unrolled: give {spell('max_loop_iterations', Placeholder('N'))} (N steps, the extra ones "
+            "leave the carries "
             "unchanged; N must bound the trip count), or export for tract")
     for _ in range(limit):
         go = self._predicate(pred)
@@ -624,7 +627,8 @@ def _while_unrolled(self, cond_fn, body_fn, carried_inputs, extra: tuple, where:
                  for b, a in zip(new, carry)]
         pred = cond_fn(*carry, *extra)
     if bool(_value(pred)):
-        raise TraceError(f"the while_loop at {where} needs more than max_loop_iterations={limit} iterations on "
+        raise TraceError(f"the while_loop at {where} needs more than {spell('max_loop_iterations', limit)} "
+                         "iterations on "
                          "these inputs; raise it")
     for i, c in enumerate(carry):
         v = _value(c)
@@ -634,7 +638,8 @@ def _while_unrolled(self, cond_fn, body_fn, carried_inputs, extra: tuple, where:
                 f"the while_loop at {where} carries an integer tensor (carry {i}, {v.dtype}) that follows the data: "
                 "standard NNEF has no integer arithmetic. Carry it as a float tensor (e.g. a counter made with "
                 "torch.zeros(()) and compared as a float), or export for tract (tract_core_scan)")
-    self.notes.append(f"while_loop at {where}: unrolled, max_loop_iterations={limit} steps whose extra steps keep "
+    self.notes.append(f"while_loop at {where}: unrolled, {spell('max_loop_iterations', limit)} steps whose extra "
+                      "steps keep "
                       "the carries (select on the condition; standard NNEF has no loop)")
     return tuple(carry)
 

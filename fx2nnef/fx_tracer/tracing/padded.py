@@ -30,6 +30,12 @@ def padded_nonzero(cond: torch.Tensor, as_tuple: bool = False):
     return torch.nonzero(torch.ones(cond.shape, dtype=torch.bool, device=cond.device), as_tuple=as_tuple)
 
 
+def data_nonzero(cond: torch.Tensor, as_tuple: bool = False):
+    """``cond.nonzero(as_tuple=as_tuple)``: the true coordinates, as many as the data has (the
+    exported graph names their count with a symbol of its own, see ``shapes/data_counts.py``)."""
+    return torch.nonzero(cond, as_tuple=as_tuple)
+
+
 def _is_index_add(kind: str, target) -> bool:
     return (kind == "call_method" and target in ("index_add", "index_add_")) or \
         (kind == "call_function" and target is torch.index_add)
@@ -161,11 +167,61 @@ def padded_failure(args, kwargs, what: str, where: str):
 
 
 def check_padded(gm: fx.GraphModule) -> None:
-    """Refuse a graph where padded coordinates reach an output other than through a masked index_add."""
+    """Padded coordinates that reach an output other than through a masked index_add become the true
+    ones (:func:`data_nonzero`, their count a symbol of the export) when nothing reads their sizes
+    in Python on the way (the trace took those at every coordinate); the graph is refused otherwise."""
     padded = [n for n in gm.graph.nodes if n.target is padded_nonzero]
     if not padded:
         return
+    reaching = _reaching_outputs(gm)
+    if not reaching:
+        return
+    for n in reaching:
+        if _sizes_read_after(n) or _after(n, lambda u: _is_index_add(u.op, u.target)):
+            where = n.meta.get("source") or n.name
+            raise TraceError(
+                f"nonzero/where(cond) at {where} gives as many items as the data has, and the code reads "
+                "how many (a size of them, or an index_add of every coordinate) in Python: an export needs "
+                "that number as a tensor. fx2nnef exports the coordinates themselves with their count a "
+                "symbol (x[cond], cond.nonzero() then tensor ops), and keeps every coordinate where the list "
+                "indexes an index_add (the mixture-of-experts pattern). Rewrite that code with a mask "
+                "(torch.where(cond, x, y)) or a fixed-size topk.")
+    for n in reaching:
+        n.target = data_nonzero
+    for n in gm.graph.nodes:
+        n.meta.pop("padded", None)
+        mark_padded(n)
+    gm.recompile()
+
+
+_SIZE_READS = ("size", "numel", "dim", "__len__")
+
+
+def _sizes_read_after(start: fx.Node) -> bool:
+    """Whether a size of ``start`` or of a tensor computed from it is read (a number the trace took
+    at every coordinate, and may have decided on)."""
+    return _after(start, lambda n: n.op == "call_method" and n.target in _SIZE_READS or
+                  n.op == "call_function" and (n.target is getattr or n.target is len))
+
+
+def _after(start: fx.Node, test) -> bool:
+    """Whether a node computed from ``start`` (not ``start``) passes ``test``."""
+    todo, seen = list(start.users), set()
+    while todo:
+        n = todo.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if test(n):
+            return True
+        todo.extend(n.users)
+    return False
+
+
+def _reaching_outputs(gm: fx.GraphModule) -> list:
+    """The padded coordinates that reach an output other than through a masked index_add."""
     tainted: dict = {}
+    reaching: list = []
     for n in gm.graph.nodes:
         if n.target is padded_nonzero:
             tainted[n] = n
@@ -178,10 +234,6 @@ def check_padded(gm: fx.GraphModule) -> None:
         if origin is None:
             continue
         if n.op == "output":
-            where = origin.meta.get("source") or origin.name
-            raise TraceError(
-                f"nonzero/where(cond) at {where} gives as many items as the data has: an export needs a "
-                "static size. fx2nnef lists every coordinate and keeps the real ones where the list indexes "
-                "an index_add (the mixture-of-experts pattern); here the coordinates reach an output another "
-                "way. Rewrite that code with a mask (torch.where(cond, x, y)) or a fixed-size topk.")
+            reaching += [tainted[a] for a in n.all_input_nodes if a in tainted and tainted[a] not in reaching]
         tainted[n] = origin
+    return reaching

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 import torch.fx as fx
 
-from ...errors import TraceError
+from ...errors import TraceError, spell
 
 
 class ScanCall:
@@ -51,7 +51,7 @@ class ScanCall:
             if bool(still):
                 raise TraceError(
                     f"the while_loop at {self.label} needs more than {steps} iterations on these inputs; "
-                    "raise max_loop_iterations= of export()")
+                    f"raise {spell('max_loop_iterations')}")
         if not ys or ys[0] is None:
             return tuple(carry)
         stacked = [torch.stack([y[j] for y in ys], self.dim) for j in range(len(ys[0]))]

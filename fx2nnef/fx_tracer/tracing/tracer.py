@@ -20,7 +20,7 @@ from torch.overrides import TorchFunctionMode
 import torch.fx as fx
 from torch.fx._symbolic_trace import _maybe_revert_all_patches, is_fx_symbolic_tracing
 
-from ...errors import TraceError
+from ...errors import TraceError, phrase, spell
 from ...ir import SourceLoc
 from . import structures
 from .proxy import _DATA_TENSOR_METHODS, _STATIC_TENSOR_METHODS, CustomAttribute, CustomProxy, SizeTuple
@@ -1016,6 +1016,7 @@ class TraceResult:
     control_flow: list = dataclasses.field(default_factory=list)  # how cond/scan/while_loop were converted
     decisions: list = dataclasses.field(default_factory=list)  # numbered data decisions (branches="select")
     loops: list = dataclasses.field(default_factory=list)  # Python loops over traced sizes (roll_loops)
+    at_size: Optional[tuple] = None  # (symbol, size): the forward traced there too, selected there (merge_at_size)
 
 
 class _TraceRoot(torch.nn.Module):
@@ -1170,7 +1171,8 @@ def _untraceable_message(exc: Exception) -> str:
     where = f" at {frames[-1].filename}:{frames[-1].lineno}: {frames[-1].line}" if frames else ""
     return (f"tracing failed{where}: {type(exc).__name__}: {exc}. The code there cannot run on traced "
             "values (e.g. numpy or Python arithmetic on tensors); keep that module as a leaf with "
-            "leaf_modules=(ItsClass,) and register a ModuleInfoExtractor for it, or use fallback='piece_by_piece'.")
+            f"{phrase('leaf_modules', 'leaf_modules=(ItsClass,)')} and register a ModuleInfoExtractor for it, or use "
+            f"{spell('fallback', 'piece_by_piece')}.")
 
 
 def _output_nodes(graph: fx.Graph) -> list:

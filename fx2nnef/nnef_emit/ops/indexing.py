@@ -255,7 +255,7 @@ def getitem(ctx: EmitContext, input: Value, index):
     if any(i is False for i in items):
         raise EmitError("x[False] selects nothing: empty tensors cannot be exported")
     if any(_is_mask(i) for i in items):
-        raise EmitError("a boolean mask index gives a data-dependent shape; use torch.where or masked_fill instead")
+        return _by_data_mask(ctx, input, items)
     plain = not any(isinstance(i, (Value, list)) for i in items)
     node = ctx.node
     want = node.outputs[0].shape if plain and node is not None and node.kind == "operator.getitem" \
@@ -274,6 +274,88 @@ def getitem(ctx: EmitContext, input: Value, index):
         shape = tuple(d for a, d in enumerate(x.shape) if a not in ints)
         x = ctx.op("squeeze", x, axes=ints, out_shape=shape, out_dtype=x.dtype)
     return _new_axes(ctx, x, items)
+
+
+def _by_data_mask(ctx: EmitContext, input: Value, items: list) -> Value:
+    """``x[..., mask, ...]`` with a mask computed from the data: the mask's axes flattened into one,
+    the positions of its true items listed by tract (a count it names at run time), then gathered."""
+    masks = [k for k, i in enumerate(items) if _is_mask(i)]
+    others = [i for i in items if not _is_mask(i)]
+    if len(masks) > 1 or any(not (isinstance(i, slice) and i == slice(None)) for i in others):
+        raise EmitError("x[mask] with a mask computed from the data is exported alone only (x[mask], x[:, mask]); "
+                        "index the result in a second step")
+    if not ctx.profile.data_sized_counts:
+        raise EmitError("a boolean mask index computed from the data gives as many items as the mask has True "
+                        "items, which this target cannot carry; use torch.where or masked_fill instead")
+    at = masks[0]
+    mask = items[at]
+    covered = input.shape[at:at + rank(mask)]
+    x = reshape_to(ctx, input, list(input.shape[:at]) + [simplify(_product(covered))] +
+                   list(input.shape[at + rank(mask):]))
+    return _selected(ctx, x, reshape_to(ctx, mask, [-1]), at)
+
+
+def _product(dims) -> object:
+    out = 1
+    for d in dims:
+        out = out * d
+    return out
+
+
+def _selected(ctx: EmitContext, x: Value, mask: Value, ax: int) -> Value:
+    """The items of ``x`` along ``ax`` where the flat ``mask`` is true: ``tract_onnx_non_zero`` names
+    their count with the symbol that the traced shapes gave this op's output there."""
+    if not ctx.profile.data_sized_counts:
+        raise EmitError("masked_select with a mask computed from the data gives as many items as the mask has "
+                        "True items, which this target cannot carry; keep the shape with torch.where(mask, x, 0) "
+                        "/ masked_fill, or reduce with (x * mask).sum() and mask.sum()")
+    rows = _true_coordinates(ctx, mask, _count_at(ctx, ax))
+    rows = ctx.op("squeeze", rows, axes=[0], out_shape=rows.shape[1:], out_dtype=DType.I64)
+    return gather(ctx, x, rows, ax)
+
+
+def _count_at(ctx: EmitContext, ax: int) -> SymDim:
+    """The symbol the traced shapes gave the op's (first) output along ``ax``: the count of true items."""
+    node = ctx.node
+    want = node.outputs[0].shape if node is not None and node.outputs and node.outputs[0].shape else None
+    count = want[ax] if want is not None and len(want) > ax else None
+    if not (isinstance(count, SymDim) and len(count.symbols) == 1 and count == SymDim.symbol(next(iter(count.symbols)))):
+        raise EmitError(f"the number of items selected by the mask has no symbol of its own here ({count!r}); "
+                        "keep the shape with torch.where(mask, x, 0) / masked_fill")
+    return count
+
+
+def _true_coordinates(ctx: EmitContext, cond: Value, count: SymDim) -> Value:
+    """``[rank, count]``: the coordinates of the true items of ``cond``, their number named ``count``
+    (``tract_onnx_non_zero``); the count's value is noted for the sizes that read it."""
+    name = next(iter(count.symbols))
+    if not cond.dtype.is_bool:  # torch.nonzero(x) of numbers: the items that are not 0
+        cond = compare(ctx, "ne", cond, 0)
+    rows = ctx.op("tract_onnx_non_zero", cond, count_symbol=name, out_shape=(rank(cond), count), out_dtype=DType.I64)
+    if name not in ctx.count_values:  # its value from the mask: tract folds a shape_of of the coordinates
+        # into the symbol, whose value it does not know at run time
+        ones = ctx.op("tract_core_cast", reshape_to(ctx, cond, [-1]), to="i64", out_dtype=DType.I64)
+        ctx.count_values[name] = ctx.op("sum_reduce", ones, axes=[0], out_dtype=DType.I64, out_shape=(1,))
+    return rows
+
+
+DATA_NONZERO = "fx2nnef.fx_tracer.tracing.padded.data_nonzero"  # the true coordinates (not imported here)
+
+
+@register(DATA_NONZERO)
+def data_nonzero(ctx: EmitContext, cond: Value, as_tuple: bool = False):
+    """The coordinates of the true items of ``cond``: ``[count, rank]``, or ``rank`` vectors of ``count``."""
+    if not rank(cond):
+        ctx.fail("nonzero of a 0-d tensor is not supported")
+    if not ctx.profile.data_sized_counts:
+        ctx.fail("nonzero of a tensor computed from the data gives as many items as the data has, which this "
+                 "target cannot carry; use a mask (torch.where(cond, x, y)) or a fixed-size topk")
+    count = _count_at(ctx, 0)
+    rows = _true_coordinates(ctx, cond, count)
+    if as_tuple:
+        return tuple(ctx.op("squeeze", slice_axis(ctx, rows, 0, a, a + 1), axes=[0], out_shape=(count,),
+                            out_dtype=DType.I64) for a in range(rank(cond)))
+    return ctx.op("transpose", rows, axes=[1, 0], out_shape=(count, rank(cond)), out_dtype=DType.I64)
 
 
 def _gather_nd(ctx: EmitContext, x: Value, tensors: list) -> Value:
@@ -900,9 +982,11 @@ def masked_select(ctx: EmitContext, input: Value, mask: Value):
     (leading unit or missing axes, which may be dynamic). A mask computed from the inputs gives a
     count known only from the data."""
     if not mask.is_constant:
-        raise EmitError("masked_select returns as many items as the mask has True items, a count known only from "
-                        "the data; keep the shape with torch.where(mask, x, 0) / masked_fill, or reduce with "
-                        "(x * mask).sum() and mask.sum()")
+        r = max(rank(input), rank(mask))
+        x, m = unsqueeze_to(ctx, input, r), unsqueeze_to(ctx, mask, r)
+        shape = tuple(_broadcast_dim([a, b]) for a, b in zip(x.shape, m.shape))
+        x, m = expand_to(ctx, x, shape), expand_to(ctx, m, shape)
+        return _selected(ctx, reshape_to(ctx, x, [-1]), reshape_to(ctx, m, [-1]), 0)
     r = max(rank(input), rank(mask))
     x = unsqueeze_to(ctx, input, r)
     data = np.asarray(mask.data, dtype=bool).reshape((1,) * (r - rank(mask)) + tuple(np.shape(mask.data)))

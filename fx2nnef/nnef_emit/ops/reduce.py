@@ -77,7 +77,7 @@ def may_be_empty(ctx: EmitContext, x: Value, axes_: list) -> list:
     if x.shape is None:
         return []
     return [a for a in axes_ if (x.shape[a] == 0 if isinstance(x.shape[a], int)
-                                 else negative_at(ctx, x.shape[a] - 1) is not None)]
+                                 else x.shape[a].symbols & ctx.data_counts or negative_at(ctx, x.shape[a] - 1) is not None)]
 
 
 def pad_neutral(ctx: EmitContext, x: Value, axes_: list, value: float) -> Value:

@@ -131,7 +131,7 @@ def load_model(request: dict):
     import tract
 
     stage("load")
-    loader = tract.nnef()
+    loader = tract.nnef().with_onnx()  # tract_onnx_non_zero: a count read from data
     if request["with_transformers"]:
         loader = loader.with_tract_transformers()
     return loader.load(request["asset"])

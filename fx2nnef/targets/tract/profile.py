@@ -15,5 +15,6 @@ TRACT = declare_target(TargetProfile(
     opaque_tiles_in_products=True,
     loop_products_summed=True,
     opaque_size_conditions=True,
+    data_sized_counts=True,
 ))
 """tract: its own ops (``tract_core_*``, ``tract_transformers_*``), loops, symbolic sizes."""

@@ -9,7 +9,7 @@ import torch
 
 from fx2nnef.ir import DType, SymDim, Value, product, simplify
 from fx2nnef.nnef_emit.context import EmitContext, TRACT_DATUM
-from fx2nnef.nnef_emit.helpers import axes, cast, compare, ew, rank, select, to_float, un
+from fx2nnef.nnef_emit.helpers import axes, cast, compare, dim_value, ew, rank, select, to_float, un
 from fx2nnef.nnef_emit.ops.reduce import (_accumulate_dtype, _earlier, _numeric, _scan_axis, _scan_steps, cumprod,
                                           logcumsumexp, reduce, reduce_axes, squeeze_unless)
 from fx2nnef.nnef_emit.ops.shape import expand_to, full_like_value, reshape_to, slice_axis
@@ -19,7 +19,10 @@ from ..profile import TRACT
 
 @register("nnef.size", target=TRACT)
 def size_tensor_tract(ctx: EmitContext, size: SymDim, dtype: DType):
-    """A size that depends on dynamic input dims, as a scalar tensor of ``dtype``."""
+    """A size that depends on dynamic input dims, as a scalar tensor of ``dtype``; one reading a count
+    made from data is computed from the data (see ``helpers.dim_value``)."""
+    if isinstance(size, SymDim) and size.symbols & ctx.data_counts:
+        return ctx.op("squeeze", dim_value(ctx, size, dtype), axes=[0], out_dtype=dtype, out_shape=())
     return ctx.op("tract_core_cast", size, to=TRACT_DATUM[dtype], out_dtype=dtype, out_shape=())
 
 

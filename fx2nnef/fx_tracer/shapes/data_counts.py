@@ -1,0 +1,195 @@
+"""Sizes that come from data: ``x.masked_select(m)``, ``x[mask]``, ``cond.nonzero()`` (when the tracer
+keeps its true coordinates, see ``tracing/padded.py``): a count known only at run time.
+
+Such an op gives as many items as its data selects. tract carries that count as a symbol of its
+own (``tract_onnx_non_zero(mask, count_symbol = 'K')`` makes one at run time), and every op after
+it sees that symbol in its shapes. Here the graph is replayed once more on fake tensors with
+torch's unbacked sizes allowed: the data-sized op gives a fresh size ``u0``, torch's kernels carry
+it through the ops after it (a product, a reshape, a sum over it), and each becomes an IR symbol
+named after the op that made it (``N_masked_select``). The nodes whose shapes hold such a symbol
+take those shapes in place of the ones fitted at the example; the symbol is declared in the graph.
+
+Only the shapes after a data-sized op change; the analysis of the dynamic sizes before it stands.
+Where torch's kernels must decide on such a count (``if n > 3``, a broadcast against it) the
+replay fails and the export is refused, naming the op.
+"""
+from __future__ import annotations
+
+import operator
+from typing import Optional
+
+import torch
+import torch.fx as fx
+
+from ...errors import TraceError
+from ...ir import SymDim
+from ..tracing.padded import data_nonzero
+from .fake_replay import _Converter, _Runner, _SymbolSource
+
+_SELECTING_METHODS = ("masked_select",)
+
+
+def data_masks(n: fx.Node) -> list:
+    """The boolean masks ``n`` selects items with (their true items make its size), else []."""
+    if n.op == "call_method" and n.target in _SELECTING_METHODS or \
+            n.op == "call_function" and n.target is torch.masked_select:
+        mask = n.args[1] if len(n.args) > 1 else n.kwargs.get("mask")
+        return [mask] if isinstance(mask, fx.Node) else []
+    if n.op == "call_function" and n.target is data_nonzero:
+        return [n.args[0]]
+    if n.op == "call_function" and n.target is operator.getitem and isinstance(n.args[0], fx.Node):
+        index = n.args[1]
+        items = index if isinstance(index, (tuple, list)) else (index,)
+        return [i for i in items if _is_mask(i)]
+    return []
+
+
+def _is_mask(item) -> bool:
+    if not isinstance(item, fx.Node):
+        return False
+    value = item.meta.get("value")
+    return isinstance(value, torch.Tensor) and value.dtype in (torch.bool, torch.uint8) and value.dim() > 0
+
+
+def settle_data_sizes(gm: fx.GraphModule, analysis) -> list:
+    """Give the nodes after a data-sized op the shapes of a replay where its count is a symbol;
+    return the new symbols (empty when the graph has no data-sized op with a mask from the data)."""
+    starts = [n for n in gm.graph.nodes
+              if any(m in analysis.data_dep and m not in analysis.constant for m in data_masks(n))]
+    if not starts:
+        return []
+    for node, start in analysis.decided:
+        raise _refusal(node, ValueError("the trace decided on the count there (a loop, a branch, a number "
+                                        "kept), which holds for the example's data only"), [start])
+    runner, shape_env, inputs = _replayer(gm, analysis)
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    mode = FakeTensorMode(shape_env=shape_env, allow_non_fake_inputs=True)
+    mode.cache_enabled = False
+    with mode, torch.no_grad():
+        fakes = [torch.empty(shape, dtype=dtype) for shape, dtype in inputs]
+        try:
+            runner.run(*fakes)
+        except Exception as exc:  # noqa: BLE001 - any failure past a data-sized op is the answer
+            raise _refusal(runner.current, exc, starts) from None
+    return _name_counts(gm, analysis, runner, shape_env)
+
+
+def decided_on_counts(gm: fx.GraphModule, decided: list, data_dep: set) -> list:
+    """``(node, data-sized node)`` for each of the nodes ``decided`` (those the tracer's decisions
+    read: ``for i in range(len(p))``, ``if p.shape[0] > 3``) computed from a data-sized op with a
+    mask from the data: such a decision holds for the example's data only. Taken while the
+    analysis still holds those nodes (the graph drops them later)."""
+    if not decided:
+        return []
+    origin: dict = {}
+    for n in gm.graph.nodes:
+        if any(m in data_dep for m in data_masks(n)):
+            origin[n] = n
+        else:
+            found = next((origin[a] for a in n.all_input_nodes if a in origin), None)
+            if found is not None:
+                origin[n] = found
+    return [(n, origin[n]) for n in decided if n in origin]
+
+
+def _replayer(gm, analysis):
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv
+
+    shape_env = ShapeEnv(specialize_zero_one=False, duck_shape=False, allow_scalar_outputs=False,
+                         allow_dynamic_output_shape_ops=True)
+    symbols, sizes = {}, {}
+    for name, hint in analysis.base_env.items():
+        sym = shape_env.create_symbol(max(hint, 2), _SymbolSource(name), dynamic_dim=DimDynamic.DYNAMIC,
+                                      do_not_specialize_zero_one=True)
+        symbols[sym] = name
+        sizes[name] = shape_env.create_symintnode(sym, hint=max(hint, 2))
+    inputs = []
+    for n in gm.graph.nodes:
+        if n.op != "placeholder":
+            continue
+        value = analysis.values[n]
+        dims = analysis.sym.get(n) or tuple(value.shape)
+        inputs.append(([sizes[str(d)] if isinstance(d, SymDim) else int(d) for d in dims], value.dtype))
+    return _CountRunner(gm, shape_env, symbols), shape_env, inputs
+
+
+class _CountRunner(_Runner):
+    """The replay's runner, where a number read from a count (``int(n)``, ``if n > 3``) is not
+    taken at the example: that would hold for the example's data only."""
+
+    def _read_at_example(self, n, exc):
+        raise exc
+
+
+def _name_counts(gm, analysis, runner, shape_env) -> list:
+    """Name each unbacked size after the node that made it and set the shapes that read one."""
+
+    base = {sym: name for sym, name in runner.symbols.items()}
+    counts: dict = {}
+    for n in gm.graph.nodes:
+        value = runner.env.get(n)
+        if not isinstance(value, torch.Tensor):
+            continue
+        for d in value.shape:
+            if isinstance(d, torch.SymInt):
+                for s in shape_env.replace(d.node.expr).free_symbols:
+                    if s not in base and s not in counts:
+                        counts[s] = _fresh_name(n, set(base.values()) | set(counts.values()))
+    if not counts:
+        return []
+    conv = _Converter(shape_env, {**base, **counts}, {})
+    settled = set()
+    for n in gm.graph.nodes:
+        value = runner.env.get(n)
+        if not _reads(value, counts, shape_env):
+            continue
+        if _holds(value, (torch.SymFloat, torch.SymBool)):
+            raise _refusal(n, ValueError("a float or a decision computed from the count"), [])
+        try:
+            analysis.sym[n] = conv.value(value, n)
+        except Exception as exc:  # noqa: BLE001 - a size of the count with no IR form
+            raise _refusal(n, exc, []) from None
+        settled.add(n)
+    analysis.constant = set(analysis.constant) - settled
+    return list(counts.values())
+
+
+def _reads(value, counts: dict, shape_env) -> bool:
+    """Whether ``value`` (a tensor, a size, a sequence of them) holds one of the ``counts``."""
+    if isinstance(value, torch.Tensor):
+        return _reads(tuple(value.shape), counts, shape_env)
+    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return bool(shape_env.replace(value.node.expr).free_symbols & set(counts))
+    if isinstance(value, (list, tuple)):
+        return any(_reads(v, counts, shape_env) for v in value)
+    return False
+
+
+def _holds(value, kinds) -> bool:
+    if isinstance(value, kinds):
+        return True
+    return isinstance(value, (list, tuple)) and any(_holds(v, kinds) for v in value)
+
+
+def _fresh_name(n: fx.Node, taken: set) -> str:
+    stem = "N_" + "".join(c if c.isalnum() else "_" for c in n.name)
+    name, k = stem, 1
+    while name in taken:
+        k += 1
+        name = f"{stem}_{k}"
+    return name
+
+
+def _refusal(n: Optional[fx.Node], exc: Exception, starts: list) -> TraceError:
+    """The error for ``n``, which the replay with counts from data could not run or write."""
+    where = f"'{n.name}'" + (f" at {n.meta['source']}" if n is not None and n.meta.get("source") else "") \
+        if n is not None else "an op"
+    first = str(exc).strip().split("\n")[0][:200]
+    origin = ", ".join(f"'{s.name}'" + (f" at {s.meta['source']}" if s.meta.get("source") else "") for s in starts)
+    after = f" after the data-sized {origin}" if origin else ""
+    return TraceError(
+        f"{where}{after} needs a size that follows the data in a way the exported graph cannot carry "
+        f"({type(exc).__name__}: {first}). Keep the shape (torch.where(mask, x, 0), masked_fill) or reduce "
+        "over the mask ((x * mask).sum() / mask.sum())")
+
