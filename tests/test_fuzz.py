@@ -31,20 +31,7 @@ PROGRAMS_PER_BATCH = 25
 _SHOWN = 4
 # Known silent mismatches of the default seeds, each an open bug with its class. They must
 # still fail (strict): a fixed one fails the test until it is taken off this list.
-KNOWN: dict = {
-    # an empty example (S=0) exports now, but tract fails on some empty tensors (a slice of an empty axis,
-    # a mean over one) at S=0: issue 39, point 4
-    131: "empty_example: tract slices an empty axis at S=0",
-    263: "empty_example: tract divides by zero reducing an empty axis (panic)",
-    298: "empty_example: tract slices an empty axis",
-    # a plain attribute written without clone at positions from a size (y = self.t; y[..., arange(S) % 4] = 0.375):
-    # the export holds the positions of its own example, wrong at the sizes where fewer are written
-    242: "advwrite plain attribute written itself at traced positions: wrong at other sizes",
-    # a loop whose steps index nothing (for _ in range(S - 1): v = f(v)) is rolled into a scan without
-    # scan input: tract rejects it at load ("No scan input")
-    270: "loop_small count: scan without scan input",
-    198: "loop_small count: scan without scan input",
-}
+KNOWN: dict = {}
 
 
 def pytest_generate_tests(metafunc):

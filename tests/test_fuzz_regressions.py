@@ -1,5 +1,7 @@
 """Bugs found by the differential fuzzer (tests/fuzz), each as a small module exported with
 dynamic axes, checked by the export and then run in tract at other sizes against PyTorch."""
+import copy
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -246,3 +248,220 @@ def test_merged_decisions_repeating_their_selects_run_in_tract(tmp_path):
                        target=fx2nnef.TractNNEF(check_io=False, dynamic_axes={"x": {0: "S"}}))
     assert not r.ranges and sum(g.status == "merged" for g in r.graph.guards) == 2, r
     tract_matches_eager(r.path, model, [inputs(n) for n in (1, 2, 3, 4, 5, 6, 9)])
+
+
+# fuzz campaign of issue 39 (seeds 100000..100399, --focus advwrite,size_branch,loop_small,...) ------------------
+
+def _raw_in_tract(model, inputs_at, example: int, sizes, dynamic_axes: dict, names: list, tmp_path, valid=None):
+    """Export ``model`` raw (``check_io=False``) on ``inputs_at(example)``; run the asset in tract
+    at each of ``sizes`` the export claims valid and compare with eager PyTorch (the model run on
+    copies). ``valid``: the sizes that must be claimed (default: all). Returns the result."""
+    import fx2nnef
+    from harness import tract_matches_eager
+
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    r = fx2nnef.export(model, tuple(inputs_at(example)), tmp_path / "m.nnef.tgz", input_names=names,
+                       target=fx2nnef.TractNNEF(check_io=False, dynamic_axes=dynamic_axes))
+    symbol = next(iter(next(iter(dynamic_axes.values())).values()))
+    rng = r.ranges.get(symbol)
+    claimed = [n for n in sizes if rng is None or rng.contains(n)]
+    assert claimed == list(valid if valid is not None else sizes), (r.ranges, claimed)
+
+    class _OnCopies(torch.nn.Module):  # each run on the module as the export found it
+        def forward(self, *xs):
+            return copy.deepcopy(model)(*[x.clone() for x in xs])
+    tract_matches_eager(r.path, _OnCopies(), [inputs_at(n) for n in claimed])
+    return r
+
+
+def _rand(n, seed, *shape_of_n):
+    g = torch.Generator().manual_seed(seed)
+    return torch.rand(tuple(n if d is None else d for d in shape_of_n), generator=g) * 4 - 2
+
+
+class _StepsWithoutIndex(torch.nn.Module):
+    """``for _ in range(S - 1)``: the steps read no index and no piece of a tensor."""
+
+    def forward(self, z):
+        v = z * 1
+        for _ in range(z.shape[1] - 1):
+            v = torch.tanh(v) + 0.5
+        return v
+
+
+class _StepsWithoutIndexTwoCarries(torch.nn.Module):
+    def forward(self, z):
+        a, b = z[:, 0], z.sum(1)
+        for _ in range(1, z.shape[1]):
+            a, b = a * 0.5 + b, torch.tanh(b) - a
+        return a, b
+
+
+@pytest.mark.parametrize("model", [_StepsWithoutIndex(), _StepsWithoutIndexTwoCarries()], ids=["one_carry", "two"])
+def test_rolled_loop_reading_no_index_loads_in_tract(model, tmp_path):
+    """Fuzz seeds 198, 270 and 100013, 100087, ...: a Python loop over a dynamic count whose steps
+    read neither the index nor a piece of a tensor rolls into a scan over the indices it visits,
+    which the body does not read; tract 0.23.9 drops the unread scanned input and fails to load
+    the scan ("No scan input"). A counter carry now reads it."""
+    r = _raw_in_tract(model, lambda n: [_rand(n, n, 2, None, 3)], 5, [5, 1, 2, 4, 8, 11], {"z": {1: "S"}}, ["z"],
+                      tmp_path)
+    assert r.nnef_op_counts.get("tract_core_scan") == 1
+
+
+def test_scan_whose_step_reads_no_scanned_item(tmp_path):
+    """The same for torch's scan whose combine function ignores the scanned item."""
+    from torch._higher_order_ops.scan import scan
+
+    class M(torch.nn.Module):
+        def forward(self, x):
+            def step(c, _xt):
+                c = torch.tanh(c) + 0.5
+                return c, c.clone()
+            return scan(step, x[0], x)
+
+    _raw_in_tract(M(), lambda n: [_rand(n, n, None, 3)], 4, [4, 1, 2, 7], {"x": {0: "S"}}, ["x"], tmp_path)
+
+
+class _WrittenAttribute(torch.nn.Module):
+    """An attribute written in place without a clone, at positions from a dynamic size."""
+
+    def __init__(self, origin: str, form: str):
+        super().__init__()
+        table = torch.linspace(-1.0, 1.0, 16).reshape(4, 4)
+        if origin == "buffer":
+            self.register_buffer("t", table)
+        else:
+            self.t = table  # neither parameter nor buffer
+        self.form = form
+
+    def forward(self, x):
+        y = self.t
+        where = torch.arange(x.shape[0]) % 4
+        if self.form == "view":
+            y.unsqueeze(0)[0, ..., where] = 0.375
+        else:
+            y[..., where] += 0.375
+        return x + 1, y
+
+
+@pytest.mark.parametrize("origin", ["plain", "buffer"])
+@pytest.mark.parametrize("form", ["direct", "view"])
+def test_attribute_written_without_clone_at_traced_positions(origin, form, tmp_path):
+    """Fuzz seeds 242, 100205, 100214: ``y = self.t; y.unsqueeze(0)[0, ..., arange(S) % 4] = v``.
+    The trace's and the probes' runs wrote the module's tensor, and a later trace took the
+    written values as its data: wrong at the sizes that write fewer columns. The export now
+    puts back what each run writes, and leaves the module as it found it."""
+    model = _WrittenAttribute(origin, form)
+    before = model.t.clone()
+    _raw_in_tract(model, lambda n: [_rand(n, n, None, 3)], 6, [6, 1, 2, 3, 9], {"x": {0: "S"}}, ["x"], tmp_path)
+    assert torch.equal(model.t, before)
+
+
+def _write_empty_and_short_slices(y):
+    y1 = y.clone()
+    y1[0] = 0.2
+    y1[2:1] = 0.1  # empty at every size
+    y2 = y1 * 2
+    y2[3:5] = -1.0  # past the end at small sizes
+    return y1, y2, y1[2:5] + 1
+
+
+def test_slice_bounds_clamped_alike_at_small_sizes(tmp_path):
+    """Fuzz seeds 100159, 100256: an empty slice written (``y[2:1] = v``) and constant bounds past a
+    dynamic axis at small sizes: the begin was left unclamped while the end was ``min(2,S)``, and
+    tract failed at run time ("Invalid range 0..2") at S = 1."""
+    from harness import FnModule
+
+    sizes = [5, 1, 2, 3, 4, 8]
+    model = FnModule(_write_empty_and_short_slices)
+    _raw_in_tract(model, lambda n: [_rand(n, n, None)], 5, sizes, {"x0": {0: "S"}}, ["x0"], tmp_path,
+                  valid=[n for n in sizes if n >= 2])  # y1[2:5] is empty at S = 1: the shapes fitted end there
+    # both sides of the clamps at once: an example below them
+    _raw_in_tract(model, lambda n: [_rand(n, n, None)], 2, [2, 3, 4, 5, 8], {"x0": {0: "S"}}, ["x0"],
+                  tmp_path / "at2")
+
+
+def _aliased_then_negated(x, y):
+    v1 = y.reshape(-1)
+    y.neg_()
+    return torch.square(v1), v1, y, x.sum(1)
+
+
+def _written_then_reduced(x, y):
+    y[...] = -1.75
+    v = x.clone()
+    v[0:1] = 3.0
+    return v, torch.tanh(y.sum() * 0.1) * x.mean(1), y
+
+
+@pytest.mark.parametrize("fn", [_aliased_then_negated, _written_then_reduced], ids=["aliased", "reduced"])
+def test_empty_example(fn, tmp_path):
+    """Fuzz seeds 131, 263, 298, 100207, 100225: an example whose dynamic axis is empty (S = 0).
+    The zero that hides values from tract's folding was sliced from an empty input (tract fails
+    at run time); the views of an empty tensor had no memory to tell them apart (a write to one
+    missed the other at S > 0)."""
+    from harness import FnModule
+
+    def inputs(n):
+        return [_rand(n, n, 4, None), _rand(n, n + 1, None)]
+    _raw_in_tract(FnModule(fn), inputs, 0, [0, 1, 2, 3, 5], {"x0": {1: "S"}, "x1": {0: "S"}}, ["x0", "x1"],
+                  tmp_path)
+
+
+def _narrow_below_threshold(x):
+    if not (x.shape[1] > 2):
+        return x.narrow(1, 0, 1)
+    return -x
+
+
+def _last_column_below_threshold(x):
+    if x.shape[1] >= 3:
+        return x.flip(1)
+    return x[:, -1:]
+
+
+@pytest.mark.parametrize("fn", [_narrow_below_threshold, _last_column_below_threshold], ids=["narrow", "last"])
+def test_size_branch_at_an_example_of_one(fn, tmp_path):
+    """Fuzz seeds 100370, 100385: a decision on a size exported at S = 1, whose outcome there
+    narrows the axis to 1: the outcomes merged with select agree in shape at S = 1 only, and the
+    sizes next to the example, where only torch's kernels were thought to decide, were not run.
+    The merged graph broadcast the narrowed outcome at S = 2 (wrong shape). Such sizes are run
+    for real now: the merge is dropped, the range ends before the decision flips."""
+    from harness import FnModule
+
+    _raw_in_tract(FnModule(fn), lambda n: [_rand(n, n, 2, None, 4)], 1, [1, 2, 3, 5], {"x0": {1: "S"}}, ["x0"],
+                  tmp_path, valid=[1, 2])
+
+
+def _numel_branch_narrowing(x):
+    if x.numel() > 6:
+        return x.cumsum(2)
+    return x.narrow(2, 0, 1) + 1
+
+
+def _numel_branch(x):
+    if x.numel() > 6:
+        return x.cumsum(2)
+    return x + 1
+
+
+def test_decision_flipping_with_two_symbols_moved_together(tmp_path):
+    """Fuzz seed 200152: ``x.numel() > 6`` of ``2 * S * T`` items, exported at S=9, T=4, flips only
+    where both are small (S = T = 1); each symbol moved alone kept it, the probes never ran there
+    and the export claimed every size. The crossed small sizes are probed now: outcomes of one
+    shape are merged with select, others are refused with the sizes where the graph is wrong."""
+    import fx2nnef
+    from fx2nnef.errors import GuardError
+    from harness import FnModule, tract_matches_eager
+
+    def inputs(s, t):
+        return [_rand(s, s + t, 1, 2, s, t)]
+    target = fx2nnef.TractNNEF(check_io=False, dynamic_axes={"x0": {2: "S", 3: "T"}})
+    r = fx2nnef.export(FnModule(_numel_branch), tuple(inputs(9, 4)), tmp_path / "m.nnef.tgz", input_names=["x0"],
+                       target=target)
+    assert not r.ranges and any(g.status == "merged" for g in r.graph.guards), r.graph.guards
+    tract_matches_eager(r.path, FnModule(_numel_branch), [inputs(s, t) for s, t in ((1, 1), (1, 3), (2, 1), (9, 4),
+                                                                                    (2, 2), (1, 7))])
+    with pytest.raises(GuardError, match="S=1, T=1"):
+        fx2nnef.export(FnModule(_numel_branch_narrowing), tuple(inputs(9, 4)), tmp_path / "n.nnef.tgz",
+                       input_names=["x0"], target=target)

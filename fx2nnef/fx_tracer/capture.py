@@ -43,6 +43,7 @@ from .tracing.data_dep import check_number_reads, complex_values_note, number_re
 from .tracing.grouped import check_grouped_outputs
 from .tracing.padded import check_padded
 from .tracing.scalars import scalars_to_inputs
+from .tracing.kept_tensors import apart_from
 from .tracing.tracer import _module_state, _restore_module_state, trace_model
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -194,8 +195,8 @@ class ModelRunner:
         tensors = [torch.from_numpy(np.array(x)).to(f32 if e.dtype == torch.bfloat16 and f32 else e.dtype)
                    for x, e in zip(inputs, self.examples)]
         a, k = _with_flat(self.args, self.kwargs, tensors)
-        with torch.no_grad(), (overrides or contextlib.nullcontext()), module_state_kept(self.model):
-            out = run_eagerly(lambda: self.model(*a, **k))
+        with torch.no_grad(), (overrides or contextlib.nullcontext()), module_state_kept(self.model) as apart:
+            out = apart(run_eagerly(lambda: self.model(*a, **k)))
         return [to_numpy(t) for _, t in structures.flatten(out, "")]
 
 
@@ -625,7 +626,8 @@ def module_state_kept(model: torch.nn.Module):
     leave the export changed."""
     saved = _module_state(model)
     try:
-        yield
+        # a run's outputs that live in a tensor it wrote in place, as the run left them
+        yield lambda out: apart_from(out, saved[-1])
     finally:
         _restore_module_state(saved)
 
@@ -637,8 +639,8 @@ def _run_model(model, args, kwargs, flat_inputs: list):
     RUNS.eager += 1
     # a forward that changes its modules' attributes (Swin narrows its window on a small input,
     # for every later run) would make each probe depend on the sizes probed before it
-    with torch.no_grad(), module_state_kept(model):
-        return run_eagerly(lambda: model(*a, **k))
+    with torch.no_grad(), module_state_kept(model) as apart:
+        return apart(run_eagerly(lambda: model(*a, **k)))
 
 
 def _reference(job: "_Tracing", args, kwargs, example, known: Optional[tuple] = None, keep: bool = True,

@@ -267,7 +267,8 @@ def _atom_bounds(name: str, ranges: dict) -> tuple:
             hi = hi_a if hi_b is None else hi_b if hi_a is None else min(hi_a, hi_b)
         return lo, hi
     r = ranges.get(name)
-    return max(1, r.lo if r is not None and r.lo is not None else 1), (r.hi if r is not None else None)
+    # a size is at least 1, or 0 where the range says so (an export from an empty example)
+    return max(0, r.lo if r is not None and r.lo is not None else 1), (r.hi if r is not None else None)
 
 
 def exact_quotient(total: Dim, known: Dim):

@@ -254,13 +254,24 @@ def runtime_zero(ctx: EmitContext, dtype: DType, r: int) -> Optional[Value]:
     key = ("runtime_zero", dtype, r)
     if key in ctx.memo:
         return ctx.memo[key]
-    source = next((v for v in (ctx.zero_sources or ctx.graph_inputs) if v.shape is not None
-                   and all(not isinstance(d, int) or d > 0 for d in v.shape)), None)
+    sources = [v for v in (ctx.zero_sources or ctx.graph_inputs) if v.shape is not None
+               and all(not isinstance(d, int) or d > 0 for d in v.shape)]
+    # one never empty in the export's range: its first item; else (an axis of size 0 at some sizes
+    # of the range: a slice of its first item fails there) a sum of its items, 0 when empty
+    source = next((v for v in sources if all(negative_at(ctx, d - 1) is None for d in v.shape)), None)
+    empty_at_times = source is None
+    source = source or next(iter(sources), None)
     if source is None:
         return None
     k = len(source.shape)
-    item = source if k == 0 else ctx.op("slice", source, axes=list(range(k)), begin=[0] * k, end=[1] * k,
-                                        out_shape=(1,) * k, out_dtype=source.dtype)
+    if empty_at_times:
+        item = cast(ctx, source, DType.I64)
+        item = ctx.op("add", item, ctx.op("neg", item, out_shape=item.shape, out_dtype=DType.I64),
+                      out_shape=item.shape, out_dtype=DType.I64)
+        item = ctx.op("sum_reduce", item, axes=list(range(k)), out_shape=(1,) * k, out_dtype=DType.I64)
+    else:
+        item = source if k == 0 else ctx.op("slice", source, axes=list(range(k)), begin=[0] * k, end=[1] * k,
+                                            out_shape=(1,) * k, out_dtype=source.dtype)
     if k != r and r == 0:
         # NOTE: tract 0.23.9 fails to load a reshape to shape [] ("Concat: inputs.len() > 0")
         item = ctx.op("squeeze", item, axes=list(range(k)), out_shape=(), out_dtype=source.dtype)
@@ -422,7 +433,7 @@ def _sizes_to_try(ctx, symbol: str) -> list:
     smallest ones, the largest, and powers of two in between (a polynomial of the sizes keeps
     its sign past a few of them)."""
     r = ctx.ranges.get(symbol)
-    lo = max(1, r.lo) if r is not None and r.lo is not None else 1
+    lo = max(0, r.lo) if r is not None and r.lo is not None else 1  # 0 where the range says so (an empty example)
     hi = r.hi if r is not None and r.hi is not None else 1 << 30
     sizes = set(range(lo, min(hi, lo + 64) + 1)) | {hi} | {1 << k for k in range(31) if lo <= 1 << k <= hi}
     if r is not None:

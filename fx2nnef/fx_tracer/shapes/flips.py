@@ -3,6 +3,7 @@ at a time, scanned size by size near the example and by doubling far above it.""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from typing import Optional
 
 import torch
@@ -162,13 +163,19 @@ def _symbolic_envs(signature, base_env: dict, max_flips: int = 4) -> _ProbePlan:
     ``lazy`` maps the size before a flip to the flip: it is probed only if the flip is not good.
     ``kernel_only`` holds the keys of flip sizes where the tracer's decisions are the example's: only
     torch's kernels decide otherwise there, and they run in the graph as in the model, so the graph
-    gives the model's values; what needs checking there is the shapes, which a fake run tells.
+    gives the model's values; what needs checking there is the shapes, which a fake run tells. Not
+    from an example size of 0 or 1 of the symbol moved, which is weak evidence: an axis of 1
+    broadcasts, and outcomes of a decision merged with select may agree in shape there only
+    (fuzz 100370: ``narrow(1, 0, 1)`` or ``-x``, merged at S = 1, broadcast the narrowed one at 2).
+    ``multi`` also holds sizes where a decision flips with several symbols moved together only
+    (:meth:`_PlanBuilder.add_joint_flips`).
     ``io_envs``: sizes for check_io, where no decision differs, below and above the example.
     ``checks``: the keys of the check sizes. ``far``: symbol -> a size far above the example
     where a decision changes (:func:`_far_flip`); it is not run, it bounds the range."""
     plan = _PlanBuilder(signature, base_env, max_flips)
     for s in base_env:
         plan.add_symbol(s)
+    plan.add_joint_flips()
     plan.add_checks()
     plan.add_io_envs()
     return plan.plan
@@ -193,8 +200,27 @@ class _PlanBuilder:
     def add_flip(self, env: dict) -> None:
         if env not in self.plan.single:
             self.plan.single.append(env)
-            if self.signature.traced(self.signature(env)) == self.traced:
+            if self.signature.traced(self.signature(env)) == self.traced and \
+                    all(self.base_env[s] > 1 for s in _moved(env, self.base_env)):
                 self.plan.kernel_only.add(_env_key(env))
+
+    def add_joint_flips(self) -> None:
+        """Sizes where a decision flips only with several symbols moved together (``x.numel() > 6``
+        of ``2 * S * T`` items at S = T = 1, while each alone keeps it from the example): the small
+        sizes of each symbol and the example's, crossed, one for each outcome neither the example
+        nor one symbol moved gives, at most ``max_flips`` (fuzz 200152)."""
+        if len(self.base_env) < 2:
+            return
+        seen = {self.signature(e) for e in self.plan.single} | {self.base}
+        grid = [sorted({1, 2, v}) for v in self.base_env.values()]
+        for values in itertools.product(*grid):
+            env = dict(zip(self.base_env, values))
+            if len(_moved(env, self.base_env)) < 2 or len(self.plan.multi) >= self.max_flips:
+                continue
+            outcome = self.signature(env)
+            if outcome not in seen:
+                seen.add(outcome)
+                self.plan.multi.append(env)
 
     def add_symbol(self, s: str) -> None:
         """The flips of ``s``, its far change, its smallest size, and its sizes for the checks."""

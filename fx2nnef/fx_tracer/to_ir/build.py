@@ -19,7 +19,7 @@ from torch.utils._pytree import tree_leaves, tree_map
 
 from ...errors import TraceError
 from ...ir import DType, Graph, Node, SymDim, Value, flat_values, method_key, op_key
-from ...ir.dims import settle_extrema
+from ...ir.dims import SymRange, settle_extrema
 from ..shapes.data_counts import settle_data_sizes
 from ..shapes.probe import Analysis, Unfit
 from ..tracing.control_flow import SLOT_FUNCTIONS
@@ -416,6 +416,10 @@ def build_ir(gm: fx.GraphModule, analysis: Analysis, input_names: list, output_n
     graph.data_counts = list(counts)
     graph.guards = list(analysis.guards)
     graph.ranges = dict(analysis.ranges)
+    for s, v in analysis.base_env.items():
+        if v == 0:  # an empty example: the range holds 0, which the lowering must then keep valid
+            r = graph.ranges.get(s) or SymRange(s)
+            graph.ranges[s] = SymRange(s, 0, r.hi, r.step, r.rest, r.why)
     return graph
 
 

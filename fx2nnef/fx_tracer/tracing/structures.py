@@ -10,6 +10,7 @@ from typing import Any, Callable
 
 import torch
 import torch.fx as fx
+from torch._subclasses.fake_tensor import FakeTensor
 
 
 def is_proxy(x) -> bool:
@@ -189,9 +190,15 @@ def storage_keys(value) -> tuple:
     """Identities of the memory blocks that the tensors in ``value`` live in (torch's aliasing)."""
     if isinstance(value, torch.Tensor):
         try:
-            ptr = value.untyped_storage().data_ptr()
+            storage = value.untyped_storage()
+            ptr = storage.data_ptr()
         except Exception:  # noqa: BLE001 - storage-less tensors
             return ()
+        if not ptr and value.numel() == 0 and value.device.type != "meta" and not isinstance(value, FakeTensor):
+            # memory of no bytes (an empty example: x of shape (0, 3)) has no address; the storage
+            # object tells its views (x.reshape(-1), x[None]) from other empty tensors, so that a
+            # write to one reaches the others at the sizes where they are not empty
+            return (("empty", storage._cdata),)
         return (ptr,) if ptr and value.numel() > 0 else ()
     if isinstance(value, (list, tuple)) and not isinstance(value, torch.Size):
         return tuple(dict.fromkeys(k for v in value for k in storage_keys(v)))

@@ -32,6 +32,7 @@ from .loops import iterate_pieces, loop_range_patch, note_sized_range
 from .packed import RECURRENT_TYPES as PACKED_RNN_TYPES
 from .packed import is_packed_call, packed_rnn_call, packed_sequence_patches, refuse_packed_sequences
 from .grouped import check_grouped, grouped_cat, grouped_split
+from .kept_tensors import put_back, tensor_contents
 from .padded import mark_padded, masked_index_add, padded_call, padded_failure, padded_nonzero, wrapped_indices
 from .size_casts import size_casts
 from .slice_bounds import from_the_start
@@ -917,6 +918,8 @@ def tracing_patches(tracer: CustomTracer):
         def __torch_function__(self, func, types, args=(), kwargs=None):
             if func is _TENSOR_GETITEM and type(args[0]) is not CustomProxy and _contains_proxy(args[1]):
                 return tracer.create_proxy("call_function", operator.getitem, tuple(args), {})
+            if tracer.written.keys:  # plain tensors traced calls wrote: read as traced (.written_constants)
+                return tracer.written.torch_function(func, args, kwargs or {}, sys._getframe(1))
             return func(*args, **(kwargs or {}))
 
     def wrap_method(name, fn):
@@ -947,7 +950,11 @@ def tracing_patches(tracer: CustomTracer):
         with PlainIndexing(), tracing_in_this_thread(), control_flow_patches(tracer), _transformers_number_casts(), \
                 _compiled_functions_run_plain(), \
                 (loop_range_patch(tracer) if tracer.roll_loops else contextlib.nullcontext()):
-            yield
+            tracer.written.dispatched = True  # PlainIndexing hands it the calls (see WrittenMemory)
+            try:
+                yield
+            finally:
+                tracer.written.dispatched = False
     finally:
         builtins.isinstance = _orig_isinstance
         builtins.callable = _orig_callable
@@ -1105,11 +1112,13 @@ def _module_state(model: torch.nn.Module) -> list:
     hooks on the first call and marks the model (``_output_capturing_hooks_installed``); restoring
     the mark alone left the hooks in place, and the next run installed them again, each stage's
     output then collected twice (SegFormer's decode head paired its projections with the wrong
-    stages)."""
+    stages). And the contents of the tensors they hold other than parameters (see
+    :mod:`.kept_tensors`): a forward that writes a buffer or a plain tensor attribute in place
+    must not change the next run's model."""
     return [(m, dict(m.__dict__), {k: dict(v) for k, v in m.__dict__.items()
                                    if (k in ("_parameters", "_buffers", "_modules") or "_hooks" in k)
                                    and isinstance(v, dict)})
-            for m in model.modules()]
+            for m in model.modules()] + [tensor_contents(model)]
 
 
 def _restore_module_state(saved: list) -> None:
@@ -1117,7 +1126,9 @@ def _restore_module_state(saved: list) -> None:
     itself (``self.pos_encoding = self.pos_encoding.to(x.dtype)``, a rotary table built on first
     use) stored a traced value there, which broke every later run of the model (the reference
     runs, the user's own) and the graph's reads of the original."""
-    for m, attrs, tables in saved:
+    *modules, contents = saved
+    put_back(contents)
+    for m, attrs, tables in modules:
         for name, table in tables.items():
             _restore_dict(attrs[name], table)
         _restore_dict(m.__dict__, attrs)

@@ -129,12 +129,7 @@ class _ReadAsTraced(TorchFunctionMode):
         self.memory = memory
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if not _called_by_user(sys._getframe(1)):
-            return func(*args, **kwargs)  # the tracer's own work on example values
-
-        args, kwargs = self.memory.read_as_traced((tuple(args), kwargs))
-        return _call_traced(func, args, kwargs)
+        return self.memory.torch_function(func, args, kwargs or {}, sys._getframe(1))
 
 
 def _call_traced(func, args: tuple, kwargs: dict):
@@ -174,6 +169,18 @@ class WrittenMemory:
         self.keys: set = set()
         self.as_traced = as_traced
         self._mode = None
+        # set while a torch function mode of the tracer's own hands every call to
+        # :meth:`torch_function` once memory is written: no mode is entered here then (one entered
+        # from within another mode's handler is lost when that handler returns)
+        self.dispatched = False
+
+    def torch_function(self, func, args, kwargs: dict, frame):
+        """A torch call made from ``frame``: the model's receive the traced reading of each plain
+        tensor of written memory."""
+        if not _called_by_user(frame):
+            return func(*args, **kwargs)  # the tracer's own work on example values
+        args, kwargs = self.read_as_traced((tuple(args), kwargs))
+        return _call_traced(func, args, kwargs)
 
     def holds(self, t: torch.Tensor) -> bool:
         return bool(self.keys) and any(k in self.keys for k in storage_keys(t))
@@ -186,7 +193,7 @@ class WrittenMemory:
             if t._version != version:
                 wrote = True
                 self.keys.update(storage_keys(t))
-                if self._mode is None:
+                if self._mode is None and not self.dispatched:
                     self._mode = _ReadAsTraced(self)
                     self._mode.__enter__()
         return wrote

@@ -122,7 +122,11 @@ def _bounds(item: slice, n, ctx: EmitContext) -> tuple:
         begin = min(max(begin, 0), n) if isinstance(begin, int) else begin
         end = min(max(end, 0), n) if isinstance(end, int) else end
     if isinstance(begin, int) and isinstance(end, int):
-        end = max(begin, end)
+        # both clamped alike to a dynamic size (``x[2:1]``, ``x[2:5]`` of S items: ``min(2,S)``), so
+        # that an empty slice stays empty and no bound passes the axis at small sizes
+        end = _clamped_end(ctx, max(begin, end), n)
+        begin = _clamped_end(ctx, begin, n)
+        return begin, simplify(end) if isinstance(end, SymDim) else end, step
     else:
         begin = _clamped_end(ctx, begin, n)  # torch clamps the begin to the size too (``x[:, 4:]`` of S < 4)
         length = simplify(end - begin)

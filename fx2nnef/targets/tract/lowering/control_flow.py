@@ -2,9 +2,14 @@
 from __future__ import annotations
 
 import hashlib
+import operator
+
+import numpy as np
+import torch
 
 from fx2nnef.errors import EmitError
 from fx2nnef.ir import DType, Graph, Node, SymDim, Value
+from fx2nnef.ir.opkey import op_key
 from fx2nnef.nnef_emit.context import EmitContext
 from fx2nnef.nnef_emit.helpers import dim_value, negative_at
 from fx2nnef.nnef_emit.registry import register
@@ -72,18 +77,23 @@ def loop_tract(ctx: EmitContext, init: list, xs: list, full: list, body: Graph, 
     stacked = [i for i in range(n_carry) if body.outputs[i].dtype is not DType.F32] if may_not_run else []
     if stacked:
         body = _stacking(body, stacked)
-    name, frag = _body_fragment(ctx, body, kind, n_carry)
+    n_x = len(xs)
+    counted = not any(_read(x, body) for x in body.inputs[n_carry:n_carry + n_x])
+    if counted:  # nothing scanned is read: a counter carry reads the first scanned piece
+        body = _counting(body, n_carry)
+        init = list(init) + [ctx.const(np.zeros(body.inputs[n_carry].shape, np.float32), DType.F32)]
+    n_state = n_carry + counted
+    name, frag = _body_fragment(ctx, body, kind, n_state)
     params, results = frag.inputs, frag.results
     chunk = -1 if reverse else 1
-    n_x = len(xs)
     xs = _live(ctx, xs, list(init) + list(full) + list(ctx.graph_inputs))
-    scan = [(params[n_carry + j], x, dim, chunk) for j, x in enumerate(xs)]
-    full_args = [(params[n_carry + n_x + k], v) for k, v in enumerate(full)]
+    scan = [(params[n_state + j], x, dim, chunk) for j, x in enumerate(xs)]
+    full_args = [(params[n_state + n_x + k], v) for k, v in enumerate(full)]
     full_args += [(label, w) for label, w in frag.weights]
-    state = [(params[i], init[i], results[i]) for i in range(n_carry)]
-    output = [(results[i], "last", 0, 1) for i in range(n_carry)]
+    state = [(params[i], init[i], results[i]) for i in range(n_state)]
+    output = [(results[i], "last", 0, 1) for i in range(n_carry)]  # the counter's is not an output
     extra_from = len(results) - len(stacked)  # the stacked carries: the last results
-    output += [(r, "full", dim if j < extra_from else 0, chunk) for j, r in enumerate(results[n_carry:], n_carry)]
+    output += [(r, "full", dim if j < extra_from else 0, chunk) for j, r in enumerate(results[n_state:], n_state)]
     outs = ctx.op("tract_core_scan", body=name, scan=scan, full=full_args, state=state, output=output,
                   reset_every_turn=1, n_out=len(output))
     outs = _set_outputs(ctx, outs)
@@ -111,6 +121,44 @@ def loop_tract(ctx: EmitContext, init: list, xs: list, full: list, body: Graph, 
                           out_dtype=o.dtype)
             outs[k] = ctx.op("squeeze", last, axes=[0], out_shape=o.shape, out_dtype=o.dtype)
     return outs
+
+
+def _read(value: Value, body: Graph) -> bool:
+    """Whether ``body``'s outputs depend on ``value`` (a use in dead code is no read for tract)."""
+    live = {id(o) for o in body.outputs}
+    for node in reversed(body.nodes):
+        if any(id(o) in live for o in node.outputs):
+            live.update(id(v) for v in node.inputs())
+    return id(value) in live
+
+
+def _counting(body: Graph, n_carry: int) -> Graph:
+    """``body`` with one more carry after its own (input and output ``n_carry``): a float32 sum of
+    the first scanned piece's items, added up over the steps and read by no one.
+
+    NOTE: tract 0.23.9 drops a scan input its body does not read, and fails to load a scan left
+    with no scanned input ("No scan input": it counts the steps from the scanned inputs only). A
+    loop whose steps read no piece (``for _ in range(x.shape[1] - 1): v = f(v)``, rolled over the
+    indices it visits) keeps one read this way; the sum of all axes keeps empty pieces valid.
+    """
+    piece = body.inputs[n_carry]
+    rank = len(piece.shape)
+    total = Value("scan_count_step", DType.F32, (1,) * rank)
+    count = Value("scan_count", DType.F32, (1,) * rank)
+    nxt = Value("scan_count_next", DType.F32, (1,) * rank)
+    nodes = [Node(op_key(torch.sum), (piece, list(range(rank)), True), {"dtype": DType.F32}, [total], name=total.name),
+             Node(op_key(operator.add), (count, total), {}, [nxt], name=nxt.name)]
+    for node in nodes:
+        node.outputs[0].producer = node
+        for v in node.inputs():
+            v.uses.append(node)
+    out = Graph(body.name)
+    out.inputs = body.inputs[:n_carry] + [count] + body.inputs[n_carry:]
+    out.symbols, out.nodes = list(body.symbols), list(body.nodes) + nodes
+    out.outputs = body.outputs[:n_carry] + [nxt] + body.outputs[n_carry:]
+    out.output_names = body.output_names[:n_carry] + [nxt.name] + body.output_names[n_carry:] if body.output_names \
+        else []
+    return out
 
 
 def _stacking(body: Graph, carries: list) -> Graph:
