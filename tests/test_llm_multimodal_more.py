@@ -65,3 +65,28 @@ def test_qwen_vl_encoder_and_generation_over_other_grids(tmp_path):
     from fx2nnef.errors import AssetInputError
     with pytest.raises(AssetInputError, match="image_grid_thw"):
         fx2nnef.llm.generate_multimodal(out, ids[0].tolist(), {"pixel_values": pixel_values.numpy()}, 1)
+
+
+def test_gemma3_two_images_in_one_prompt(tmp_path):
+    """Two images (two blocks of placeholders, text between) in one prompt: the encoder on both,
+    the decoder splicing their rows in order, each image's tokens attending each other both ways
+    and not the other image's; tokens and logits at every step as transformers'."""
+    from fx2nnef.llm.multimodal import load_multimodal
+    from test_llm_multimodal import _gemma3
+
+    folder = _folder(tmp_path, _gemma3)
+    out = tmp_path / "out"
+    fx2nnef.llm.export_causal_lm(folder, out, check=False)
+    model = load_multimodal(folder)
+    images = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(7))
+    prompt = torch.tensor([[2, 297, 299, 299, 299, 299, 298, 17, 40, 297, 299, 299, 299, 299, 298, 23]])
+    tokens, logits = fx2nnef.llm.generate_multimodal(out, prompt[0].tolist(), {"pixel_values": images.numpy()}, 3)
+    expected, ids, past = [], prompt, None
+    with torch.no_grad():
+        for step in range(3):
+            extra = {"pixel_values": images, "token_type_ids": (ids == 299).long()} if step == 0 else {}
+            o = model(input_ids=ids, past_key_values=past, use_cache=True, **extra)
+            expected.append(o.logits[0, -1])
+            past, ids = o.past_key_values, o.logits[:, -1:].argmax(-1)
+    diff = compare_outputs(["logits"], [torch.stack(expected).numpy()], [logits], "approximate")[0]
+    assert tokens == [int(e.argmax()) for e in expected] and diff.ok, format_diffs([diff])
