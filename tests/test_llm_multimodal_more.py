@@ -65,6 +65,9 @@ def test_qwen_vl_encoder_and_generation_over_other_grids(tmp_path):
     from fx2nnef.errors import AssetInputError
     with pytest.raises(AssetInputError, match="image_grid_thw"):
         fx2nnef.llm.generate_multimodal(out, ids[0].tolist(), {"pixel_values": pixel_values.numpy()}, 1)
+    with pytest.raises(AssetInputError, match="holds 60 patches, pixel_values 92"):
+        fx2nnef.llm.generate_multimodal(out, ids[0].tolist(), {"pixel_values": pixel_values.numpy(),
+                                                               "image_grid_thw": grid[:1].numpy()}, 1)
 
 
 def test_gemma3_two_images_in_one_prompt(tmp_path):

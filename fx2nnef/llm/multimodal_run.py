@@ -64,6 +64,10 @@ def _tables(encoder: dict, inputs: dict) -> list:
 
     grid = torch.as_tensor(np.asarray(inputs["image_grid_thw"], np.int64)).reshape(-1, 3)
     patches = int((grid[:, 0] * grid[:, 1] * grid[:, 2]).sum())
+    given = int(np.asarray(inputs[encoder["input"]["name"]]).shape[0])
+    if patches != given:
+        raise AssetInputError(f"image_grid_thw {grid.tolist()} holds {patches} patches, {encoder['input']['name']} "
+                              f"{given}: give the processor's two tensors of the same images")
     return [t.numpy() for t in patch_layout(grid, patches, tables["merge_size"], tables["window_tokens"])]
 
 
