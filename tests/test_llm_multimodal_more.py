@@ -93,3 +93,27 @@ def test_gemma3_two_images_in_one_prompt(tmp_path):
             past, ids = o.past_key_values, o.logits[:, -1:].argmax(-1)
     diff = compare_outputs(["logits"], [torch.stack(expected).numpy()], [logits], "approximate")[0]
     assert tokens == [int(e.argmax()) for e in expected] and diff.ok, format_diffs([diff])
+
+
+def _qwen2_vl():
+    cfg = T.Qwen2VLConfig(text_config=dict(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                           num_attention_heads=2, num_key_value_heads=1,
+                                           rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]}),
+                          vision_config=dict(depth=2, embed_dim=32, hidden_size=32, mlp_ratio=2, num_heads=2,
+                                             patch_size=4),
+                          image_token_id=299, video_token_id=298, vision_start_token_id=297)
+    image = {"image_processor_type": "Qwen2VLImageProcessor", "patch_size": 4, "merge_size": 2,
+             "temporal_patch_size": 2, "image_mean": [0.5] * 3, "image_std": [0.5] * 3}
+    special = {"<|vision_start|>": 297, "<|video_pad|>": 298, "<|image_pad|>": 299}
+    return T.Qwen2VLForConditionalGeneration(cfg), special, image
+
+
+def test_qwen2_vl_without_windows(tmp_path):
+    """Qwen2-VL's tower (full attention per frame, no windows): the encoder checked against
+    transformers' tower on one and three images of other grids, the decoder's modes and greedy
+    generation from the raw input, all in tract."""
+    folder = _folder(tmp_path, _qwen2_vl)
+    result = fx2nnef.llm.export_causal_lm(folder, tmp_path / "out", generate=2)
+    checks = result.checks
+    assert len(set(checks["encoder_vision"]["tokens"])) == 2 and checks["generate"]["equal"], checks
+    assert result.manifest["multimodal"]["encoders"][0]["tables"]["window_tokens"] == 0
