@@ -43,6 +43,14 @@ def save_random_vlm(family: str, image_size: int, folder: Path) -> int:
                                 vision_config=T.SiglipVisionConfig(**vision), mm_tokens_per_image=(side // 2) ** 2,
                                 image_token_index=31999, boi_token_index=31997, eoi_token_index=31998)
         model = T.Gemma3ForConditionalGeneration(config)
+    elif family == "qwen2_5_vl":  # patch 14, merge 2, windows of 112 px, the last of 4 blocks full attention
+        qtext = {**text, "rope_scaling": {"type": "mrope", "mrope_section": [8, 12, 12]}}
+        config = T.Qwen2_5_VLConfig(text_config=qtext, image_token_id=31999, video_token_id=31998,
+                                    vision_start_token_id=31997,
+                                    vision_config=dict(depth=4, hidden_size=256, intermediate_size=1024, num_heads=4,
+                                                       out_hidden_size=256, patch_size=14, window_size=112,
+                                                       fullatt_block_indexes=[3]))
+        model = T.Qwen2_5_VLForConditionalGeneration(config)
     else:
         config = T.LlavaConfig(vision_config=T.CLIPVisionConfig(**vision), text_config=T.LlamaConfig(**text),
                                image_token_id=31999)
@@ -54,6 +62,22 @@ def save_random_vlm(family: str, image_size: int, folder: Path) -> int:
                 p.add_(torch.randn_like(p) * 0.1)
     model.eval().save_pretrained(folder)
     return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+def image_inputs(config, image_size: int) -> list:
+    """One image's encoder inputs as numpy arrays: pixels, or Qwen-VL's patches and tables."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    vision = config.vision_config
+    if getattr(vision, "temporal_patch_size", None):
+        from fx2nnef.llm.qwen_vision import vision_tables
+
+        side = image_size // vision.patch_size
+        dim = vision.in_channels * vision.temporal_patch_size * vision.patch_size ** 2
+        tables = vision_tables(config, [[1, side, side]])
+        return [rng.standard_normal((side * side, dim)).astype(np.float32), *[t.numpy() for t in tables]]
+    return [rng.standard_normal((1, 3, image_size, image_size)).astype(np.float32)]
 
 
 def torch_encoding(folder: Path, image_size: int, runs: int) -> list:
@@ -68,21 +92,30 @@ def torch_encoding(folder: Path, image_size: int, runs: int) -> list:
     config = T.AutoConfig.from_pretrained(folder)
     model = getattr(T, config.architectures[0]).from_pretrained(folder, local_files_only=True).eval()
     encoder = EncoderGraph(model, family_of(model.config).modalities[0])
-    image = torch.randn(1, 3, image_size, image_size, generator=torch.Generator().manual_seed(0))
+    inputs = [torch.from_numpy(a) for a in image_inputs(model.config, image_size)]
+    if len(inputs) > 1:  # Qwen-VL: the model's own tower with its own tables, as transformers runs it
+        side = image_size // model.config.vision_config.patch_size
+        grid = torch.tensor([[1, side, side]])
+        with torch.no_grad():
+            return _times_ms(lambda: model.model.visual(inputs[0], grid_thw=grid), runs)
     with torch.no_grad():
-        return _times_ms(lambda: encoder(image), runs)
+        return _times_ms(lambda: encoder(*inputs), runs)
 
 
-def tract_encoding(asset: Path, image_size: int, runs: int) -> list:
-    """The encoder graph on one image in tract, in a child process on one thread."""
+def tract_encoding(asset: Path, inputs: list, runs: int) -> list:
+    """The encoder graph on one image's inputs in tract, in a child process on one thread."""
+    import numpy as np
+
+    np.savez(asset.with_suffix(".inputs.npz"), *inputs)
     code = textwrap.dedent(f"""
         import json, time, numpy as np, tract
         model = tract.nnef().with_tract_transformers().load({str(asset)!r}).into_runnable()
-        image = np.random.default_rng(0).standard_normal((1, 3, {image_size}, {image_size})).astype(np.float32)
-        model.run([image])
+        saved = np.load({str(asset.with_suffix(".inputs.npz"))!r})
+        image = [saved[f"arr_{{k}}"] for k in range(len(saved.files))]
+        model.run(image)
         ts = []
         for _ in range({runs}):
-            t = time.perf_counter(); model.run([image]); ts.append(time.perf_counter() - t)
+            t = time.perf_counter(); model.run(image); ts.append(time.perf_counter() - t)
         print(json.dumps([round(1000 * t, 3) for t in ts]))
     """)
     env = {**os.environ, "RAYON_NUM_THREADS": "1"}
@@ -92,11 +125,13 @@ def tract_encoding(asset: Path, image_size: int, runs: int) -> list:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--family", choices=["gemma3", "llava"], default="gemma3")
+    parser.add_argument("--family", choices=["gemma3", "llava", "qwen2_5_vl"], default="gemma3")
     parser.add_argument("--image-size", type=int, default=224)
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=2)
     ns = parser.parse_args()
+    import transformers
+
     from fx2nnef.llm import export_causal_lm
 
     with tempfile.TemporaryDirectory(prefix="bench_multimodal_") as temp:
@@ -119,8 +154,9 @@ def main() -> None:
                "image_tokens": result.manifest["multimodal"]["encoders"][0]["tokens_per_input"],
                "generate_equal": result.checks["generate"]["equal"]}
         times = {"tract": [], "torch": []}
+        config = transformers.AutoConfig.from_pretrained(src)
         for _ in range(ns.rounds):
-            times["tract"] += tract_encoding(encoder, ns.image_size, ns.runs)
+            times["tract"] += tract_encoding(encoder, image_inputs(config, ns.image_size), ns.runs)
             times["torch"] += torch_encoding(src, ns.image_size, ns.runs)
         for engine, values in times.items():
             row[f"encode_{engine}_ms"] = {"median": _median(values), "min": min(values)}

@@ -1,7 +1,7 @@
 """Greedy generation over a multimodal fx2nnef LLM asset in tract: the encoder graphs, then the decoder.
 
 As a child (``python _multimodal_child.py WORKDIR``, run by ``fx2nnef.llm.multimodal``), it
-reads ``request.json`` (``decoder``, ``encoders`` as ``[asset, input .npy]`` pairs in the
+reads ``request.json`` (``decoder``, ``encoders`` as ``[asset, [input .npy, ...]]`` pairs in the
 decoder's order of embedding inputs, ``extras``: the inputs after them as ``[first call .npy,
 later calls .npy or null]``, null for a state fed back from the outputs after the caches,
 ``steps``, ``with_transformers``) and ``prompt.npy``; it
@@ -43,7 +43,7 @@ def generate(request: dict, prompt: np.ndarray, workdir: Path) -> dict:
     embeddings = []
     for asset, raw in request["encoders"]:
         runnable = _load(asset, with_transformers).into_runnable()
-        embeddings.append(runnable.run([np.load(workdir / raw)])[0].to_numpy())
+        embeddings.append(runnable.run([np.load(workdir / name) for name in raw])[0].to_numpy())
     for token, rows in zip(request.get("placeholders", []), embeddings):
         count = int((np.asarray(prompt) == token).sum())
         if count != rows.shape[0]:

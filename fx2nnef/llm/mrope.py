@@ -48,24 +48,8 @@ def mrope_positions(mask: torch.Tensor, past: torch.Tensor, grid_thw: torch.Tens
 
 
 def fixed_grid(config) -> list:
-    """The patch grid ``[t, h, w]`` of the Qwen-VL encoder graph: two by three attention windows
-    (a 2-D, non-square grid with window and full attention both at work)."""
+    """The patch grid ``[t, h, w]`` of the image of the decoder checks: two by three attention
+    windows (a 2-D, non-square grid with window and full attention both at work)."""
     vision = config.vision_config
     window = max(getattr(vision, "window_size", 0) // vision.patch_size, vision.spatial_merge_size)
     return [1, 2 * window, 3 * window]
-
-
-def qwen_image_features(model, pixel_values: torch.Tensor) -> torch.Tensor:
-    """The vision tower and merger on the patches of one image of the fixed grid."""
-    grid = torch.tensor([fixed_grid(model.config)])
-    out = model.model.visual(pixel_values, grid_thw=grid, return_dict=True)
-    feats = out.pooler_output
-    return feats.reshape(-1, feats.shape[-1])
-
-
-def qwen_patches(config, count: int, generator: torch.Generator) -> torch.Tensor:
-    """Random patches ``[t*h*w, C * temporal_patch * patch²]`` of one image of the fixed grid."""
-    vision = config.vision_config
-    t, h, w = fixed_grid(config)
-    dim = vision.in_channels * vision.temporal_patch_size * vision.patch_size ** 2
-    return torch.randn(t * h * w, dim, generator=generator)

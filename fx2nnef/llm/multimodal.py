@@ -11,7 +11,8 @@ decoder graph with the KV-cache contract plus the embeddings spliced at the plac
   order (``[0, hidden]`` for a call without any). The text embeddings of the placeholders are
   replaced by those rows in the graph; the model's own mask and positions do the rest.
   Qwen2-VL / Qwen2.5-VL also take the images' grids and a position shift carried between calls
-  (``mrope.py``), and their encoder a fixed grid.
+  (``mrope.py``), and their encoder per-patch tables computed from the grids on the host
+  (``qwen_vision.py``).
 """
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ from ..targets.tract_runner import run_tract_many
 from .export import (MANIFEST_NAME, SOURCE_EXPORTERS, LLMExportResult, _copy_companions, _fmt, _force_f32_option,
                      _manifest, _properties, _replace_dir, _resolve_dtype, _weights_option, contract_asserts,
                      stored_weights, tolerance_for, vocab_size)
-from .mrope import fixed_grid, mrope_positions
+from .mrope import mrope_positions
 from .multimodal_families import Family, Modality, family_of, is_multimodal_config
 from .multimodal_run import tract_generate
 from .wrapper import CacheLayout, build_layers, cache_layout, flat_cache_of, returned_cache
@@ -90,8 +91,15 @@ class EncoderGraph(torch.nn.Module):
         self.model = model
         self.modality = modality
 
-    def forward(self, raw: torch.Tensor) -> torch.Tensor:
-        return self.modality.features(self.model, raw)
+    def forward(self, *raw: torch.Tensor) -> torch.Tensor:
+        return self.modality.features(self.model, *raw)
+
+
+def example_inputs(m: Modality, config, count: int, generator: torch.Generator, dtype) -> tuple:
+    """The encoder's inputs for ``count`` examples: the raw input in ``dtype``, then its tables."""
+    raw = m.example(config, count, generator)
+    raw = raw if isinstance(raw, tuple) else (raw,)
+    return (raw[0].to(dtype), *raw[1:])
 
 
 def splice(embeds: torch.Tensor, mask: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
@@ -171,8 +179,8 @@ def scenario(model, family: Family, seed: int, count: int = 1) -> Scenario:
     raws, feats = [], []
     with torch.no_grad():
         for m in family.modalities:
-            raws.append(m.example(model.config, count, g).to(next(model.parameters()).dtype))
-            feats.append(EncoderGraph(model, m)(raws[-1]))
+            raws.append(example_inputs(m, model.config, count, g, next(model.parameters()).dtype))
+            feats.append(EncoderGraph(model, m)(*raws[-1]))
     text = _text_tokens(model, TEXT_BEFORE + TEXT_AFTER + PAST, g)
     parts = [text[:PAST + TEXT_BEFORE]]
     for m, f in zip(family.modalities, feats):
@@ -304,36 +312,39 @@ class _Job:
         path.parent.mkdir()
         encoder = EncoderGraph(self.model, m)
         g = torch.Generator().manual_seed(self.seed + 11)
-        raw = m.example(self.model.config, 2 if m.count_symbol else 1, g).to(self.dtype)
-        target = TractNNEF(check_io=self.check, dynamic_axes={m.input_name: {0: m.count_symbol}} if m.count_symbol else {},
+        raw = example_inputs(m, self.model.config, 2 if m.count_symbol else 1, g, self.dtype)
+        names = [m.input_name, *m.extra_inputs]
+        target = TractNNEF(check_io=self.check, dynamic_axes={n: {0: m.count_symbol} for n in names} if m.count_symbol else {},
                            specific_properties={"llm_format": "fx2nnef-llm-encoder/1", "llm_modality": m.name},
                            timeout=self.timeout, check_io_tolerance=self.tolerance)
         with torch.no_grad():
-            export(encoder, (raw,), path, target=target, input_names=[m.input_name],
+            export(encoder, raw, path, target=target, input_names=names,
                    output_names=[f"out_{m.name}_embeddings"])
         if self.check:
             checks[f"encoder_{m.tower}"] = self.check_encoder(encoder, m, path)
-        shape = [m.count_symbol or 1, *raw.shape[1:]]
+        shape = [m.count_symbol or 1, *raw[0].shape[1:]]
         return {"modality": m.name, "path": f"{m.tower}/model.nnef.tgz", "placeholder_token_id":
                 m.placeholder(self.model.config), "input": {"name": m.input_name, "shape": shape, "dtype": dtype_name},
                 "output": {"name": f"out_{m.name}_embeddings", "feeds": f"in_{m.name}_embeddings",
                            "shape": [m.symbol, self.hidden], "dtype": dtype_name},
-                "tokens_per_input": count, **({"grid_thw": fixed_grid(self.model.config)} if self.family.mrope else {})}
+                "tokens_per_input": count,
+                **({"tables": m.tables(self.model.config)} if m.extra_inputs else {})}
 
     def check_encoder(self, encoder: EncoderGraph, m: Modality, path: Path) -> dict:
         """The encoder in tract against the model's own tower on 1 and 3 inputs (two inputs of
         one for a tower taking one a call)."""
         g = torch.Generator().manual_seed(self.seed + 12)
-        raws = [m.example(self.model.config, n if m.count_symbol else 1, g).to(self.dtype) for n in (1, 3)]
-        with torch.no_grad():
-            expected = [encoder(r).numpy() for r in raws]
-        got = run_tract_many(path, [[r.numpy()] for r in raws], timeout=self.timeout)
+        raws = [example_inputs(m, self.model.config, n if m.count_symbol else 1, g, self.dtype) for n in (1, 3)]
+        with torch.no_grad():  # the model's own tower as transformers runs it (its own tables, when it has some)
+            expected = [(m.own_features(self.model, r, n) if m.own_features else encoder(*r)).numpy()
+                        for r, n in zip(raws, (1, 3))]
+        got = run_tract_many(path, [[t.numpy() for t in r] for r in raws], timeout=self.timeout)
         diffs = [compare_outputs([f"out_{m.name}_embeddings"], [e], outs, self.tolerance)[0]
                  for e, outs in zip(expected, got)]
         if not all(d.ok for d in diffs):
             raise CheckIOError(f"the {m.tower} encoder (tower, projector) differs from the model's own in tract:\n"
                                + format_diffs(diffs) + "\nNothing was written.", [], "")
-        return {"inputs": [int(r.shape[0]) if m.count_symbol else 1 for r in raws], "tokens": [int(e.shape[0]) for e in expected],
+        return {"inputs": [int(r[0].shape[0]) if m.count_symbol else 1 for r in raws], "tokens": [int(e.shape[0]) for e in expected],
                 "max_abs": _fmt(max(d.max_abs for d in diffs))}
 
     def export_decoder(self, properties: dict, options: dict):
@@ -373,7 +384,7 @@ class _Job:
         kwargs = {}
         if with_raw:
             for m, raw in zip(self.family.modalities, self.scenario.raws):
-                kwargs[m.forward_name or m.input_name] = m.to_forward(raw)
+                kwargs[m.forward_name or m.input_name] = m.to_forward(raw[0])
             kwargs.update(self.family.decoder_kwargs(ids == self.decoder.placeholders[0], 0))
             kwargs.update(self.family.reference_kwargs(self.model, ids))
             if self.family.mrope:
@@ -448,7 +459,7 @@ class _Job:
         if self.family.mrope:  # the grid on the prompt, none after; the shift fed back from the outputs
             first = self.state(self.scenario.ids, 0)
             extras = [(first[0].numpy(), np.zeros((0, 3), np.int64)), (first[1].numpy(), None)]
-        encoders = [(self.stage / m.tower / "model.nnef.tgz", raw.numpy())
+        encoders = [(self.stage / m.tower / "model.nnef.tgz", [t.numpy() for t in raw])
                     for m, raw in zip(self.family.modalities, self.scenario.raws)]
         tokens, logits = tract_generate(self.stage / "model.nnef.tgz", encoders, self.scenario.ids.numpy(), steps,
                                         self.timeout, extras, self.decoder.placeholders)

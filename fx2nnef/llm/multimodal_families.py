@@ -47,6 +47,14 @@ class Modality:
     forward_name: Optional[str] = None
     # the raw input as the model's forward takes it (Idefics3's [1, tiles, C, H, W])
     to_forward: Callable = staticmethod(lambda raw: raw)
+    # more encoder inputs after input_name, on the same first axis (Qwen-VL's per-patch tables):
+    # then ``example`` gives a tuple, the raw input first
+    extra_inputs: tuple = ()
+    # config -> what the manifest says of the extra inputs and the host-side step computing them
+    tables: Optional[Callable] = None
+    # (model, inputs, count) -> the model's own tower on the inputs of ``example(config, count)``
+    # when the encoder graph does not run it as transformers does (Qwen-VL: its tables given)
+    own_features: Optional[Callable] = None
 
     def placeholder(self, config) -> int:
         for attr in self.token_attrs:
@@ -139,9 +147,11 @@ def _qwen_reference(model, ids: torch.Tensor) -> dict:
 
 
 def _qwen_image():
-    from .mrope import qwen_image_features, qwen_patches
+    from .qwen_vision import own_tower, qwen_image_features, qwen_patches, tables_manifest
 
-    return dataclasses.replace(IMAGE, features=qwen_image_features, example=qwen_patches, count_symbol=None)
+    return dataclasses.replace(IMAGE, features=qwen_image_features, example=qwen_patches, count_symbol="PATCHES",
+                               extra_inputs=("position_ids", "frames", "windows"), tables=tables_manifest,
+                               own_features=own_tower)
 
 
 FAMILIES = (

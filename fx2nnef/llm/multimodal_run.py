@@ -40,20 +40,41 @@ def generate_multimodal(out_dir, prompt: Sequence[int] | np.ndarray, inputs: dic
                                                          for d, n in zip(enc["input"]["shape"], raw.shape)):
             raise AssetInputError(f"{enc['input']['name']} has shape {list(raw.shape)}, the encoder takes "
                                   f"{enc['input']['shape']} (sizes {fixed} fixed)")
-        pairs.append((out_dir / enc["path"], raw))
+        pairs.append((out_dir / enc["path"], [raw, *_tables(enc, inputs)]))
     extras = []
     if "in_rope_delta" in manifest.get("inputs", {}):
-        grid = np.array([encoders[0]["grid_thw"]], np.int64)
+        grid = np.asarray(inputs["image_grid_thw"], np.int64).reshape(-1, 3)
         extras = [(grid, np.zeros((0, 3), np.int64)), (np.zeros(1, np.int64), None)]
     ids = np.asarray(prompt, np.int64).reshape(1, -1)
     return tract_generate(out_dir / "model.nnef.tgz", pairs, ids, max_new_tokens, timeout, extras,
                           [e["placeholder_token_id"] for e in encoders])
 
 
+def _tables(encoder: dict, inputs: dict) -> list:
+    """The host-side tables of an encoder that takes some (Qwen-VL: from ``image_grid_thw``)."""
+    tables = encoder.get("tables")
+    if not tables:
+        return []
+    if "image_grid_thw" not in inputs:
+        raise AssetInputError(f"the {encoder['modality']} encoder takes its patch grids: give image_grid_thw [K, 3] "
+                              "with pixel_values (the processor's tensors)")
+    import torch
+
+    from .qwen_vision import patch_layout
+
+    grid = torch.as_tensor(np.asarray(inputs["image_grid_thw"], np.int64)).reshape(-1, 3)
+    patches = int((grid[:, 0] * grid[:, 1] * grid[:, 2]).sum())
+    given = int(np.asarray(inputs[encoder["input"]["name"]]).shape[0])
+    if patches != given:
+        raise AssetInputError(f"image_grid_thw {grid.tolist()} holds {patches} patches, {encoder['input']['name']} "
+                              f"{given}: give the processor's two tensors of the same images")
+    return [t.numpy() for t in patch_layout(grid, patches, tables["merge_size"], tables["window_tokens"])]
+
+
 def tract_generate(decoder: Path, encoders: list, prompt: np.ndarray, steps: int, timeout: float,
                    extras: list = (), placeholders: Optional[list] = None) -> tuple[list, np.ndarray]:
     """Greedy generation in a tract child: each encoder graph on its raw input (``encoders`` as
-    ``(asset, array)`` in the decoder's order of embedding inputs), then the decoder. ``extras``:
+    ``(asset, array or list of arrays)`` in the decoder's order of embedding inputs), then the decoder. ``extras``:
     the decoder's inputs after the embeddings, as ``(first call, later calls)`` arrays, later None
     for a state fed back from the outputs after the caches."""
     from ..targets.tract.target import _uses_transformers
@@ -63,8 +84,11 @@ def tract_generate(decoder: Path, encoders: list, prompt: np.ndarray, steps: int
         np.save(workdir / "prompt.npy", prompt)
         listed = []
         for k, (asset, raw) in enumerate(encoders):
-            np.save(workdir / f"raw_{k}.npy", raw)
-            listed.append([str(asset), f"raw_{k}.npy"])
+            names = []
+            for j, array in enumerate(raw if isinstance(raw, (list, tuple)) else [raw]):
+                np.save(workdir / f"raw_{k}_{j}.npy", array)
+                names.append(f"raw_{k}_{j}.npy")
+            listed.append([str(asset), names])
         pairs = []
         for k, (first, later) in enumerate(extras):
             np.save(workdir / f"extra_{k}.npy", first)
