@@ -37,7 +37,7 @@ KWARGS = {
     "vit_l_32": dict(image_size=64), "vit_h_14": dict(image_size=56),
     "inception_v3": dict(aux_logits=False, init_weights=True), "googlenet": dict(aux_logits=False, init_weights=True),
 }
-FIXED_SIZE = {"vit_b_16", "vit_b_32", "vit_l_16", "vit_l_32", "vit_h_14", "maxvit_t", "swin_t"}
+FIXED_SIZE = {"vit_b_16", "vit_b_32", "vit_l_16", "vit_l_32", "vit_h_14", "maxvit_t"}
 SIZE = {"inception_v3": 96, "maxvit_t": 224, "alexnet": 80, "mvit_v1_b": 224, "mvit_v2_s": 224,
         "raft_small": 128, "raft_large": 128, "vit_h_14": 56}
 
@@ -62,16 +62,28 @@ def _catalogue() -> dict:
 
 
 def _family(name: str, fn) -> tuple:
-    stem = re.sub(r"(_(x?\d[\w]*|[tsbmlh]|small|large|tiny|base))+$", "", name)
+    stem = re.sub(r"(_(x?\d[\w]*|[tsbmlh]|small|large|tiny|base|bn))+$", "", name)
     stem = re.sub(r"\d+$", "", stem)
     return fn.__module__, stem
+
+
+def _make(fn, **kwargs):
+    """The model ``fn`` builds with no weights (nor a pretrained backbone: nothing is downloaded)."""
+    import inspect
+
+    names = inspect.signature(fn).parameters
+    kwargs.update({k: None for k in ("weights", "weights_backbone") if k in names})
+    return fn(**kwargs)
 
 
 def _params_on_meta(fn) -> int:
     import torch
 
-    with torch.device("meta"):
-        return sum(p.numel() for p in fn().parameters())
+    try:
+        with torch.device("meta"):
+            return sum(p.numel() for p in _make(fn).parameters())
+    except Exception:  # noqa: BLE001 - an init that copies data (RegNet's, ViT's): count for real
+        return sum(p.numel() for p in _make(fn).parameters())
 
 
 def models() -> list:
@@ -93,8 +105,7 @@ def build(name: str):
 
     kind, fn = _catalogue()[name]
     torch.manual_seed(0)
-    model = fn(weights=None, **KWARGS.get(name, {})).eval() if "weights" in fn.__code__.co_varnames \
-        else fn(**KWARGS.get(name, {})).eval()
+    model = _make(fn, **KWARGS.get(name, {})).eval()
     size = SIZE.get(name, SPATIAL)
     spatial = {} if name in FIXED_SIZE else {2: "H", 3: "W"}
     if kind == "video":
