@@ -26,6 +26,7 @@ from ..tracing.data_dep import data_dependence, is_shape_query
 from ..tracing.scan import ScanCall
 from ..tracing.structures import data_less
 from ..tracing.tracer import GuardRecord
+from .budget import BUDGET
 from .fake_replay import (VARIES, Replay, ReplayUnavailable, _in_place, _memo_key, _meta_args, _to_meta, replay,
                           shapes_at)
 from .overlap import Worker, can_overlap
@@ -355,6 +356,7 @@ def _run(gm, inputs, keep: Optional[set] = None, light: Optional[set] = None) ->
     all, those of ``light`` outside ``keep`` as data-less stand-ins), the first error as
     ``(node, message)`` or None, and each node's shape record."""
     RUNS.graph += 1
+    BUDGET.charge("graph")
     rec = _Recorder(gm, keep if light is None else (keep or set()), light)
     err = None
     try:
@@ -1527,6 +1529,7 @@ def _fake_records(gm, example, names, dynamic_axes, env: dict) -> Optional[dict]
     finally:
         RUNS.shapes += time.perf_counter() - started
     RUNS.fake += 1
+    BUDGET.charge("fake")
     return records
 
 
