@@ -295,6 +295,12 @@ def validate_dynamic_axes(dynamic_axes: dict, names: list, tensors: list, output
     return out
 
 
+def _start_counting(model) -> None:
+    """Zero the run counts (timings) and start the analysis budget of a capture of ``model``."""
+    RUNS.reset()
+    BUDGET.begin(parameter_count(model))
+
+
 @budgeted
 def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_names: Optional[list] = None,
             output_names: Optional[list] = None, leaf_modules: tuple = (), leaf_names: tuple = (),
@@ -329,8 +335,7 @@ def capture(model: torch.nn.Module, args, kwargs: dict, *, target=None, input_na
     if not flat:
         raise InvalidArgumentError("the example inputs contain no tensor")
     tensors = [t for _, t in flat]
-    RUNS.reset()
-    BUDGET.begin(parameter_count(model))
+    _start_counting(model)
     names = _check_names("input", input_names, len(flat)) if input_names else default_input_names(named_model, args,
                                                                                                   kwargs)
     checks = bool(getattr(target, "check_io", True))
