@@ -51,6 +51,8 @@ def export_row(row: dict, model, inputs: tuple, names: list, dynamic_axes: dict,
     except Exception as e:  # the survey reports every failure as a row, with its seconds
         row.update(status="error", seconds=round(time.time() - t0, 1),
                    error=f"{type(e).__name__}: {str(e)[:600]}")
+        if isinstance(e, fx2nnef.CheckIOError):
+            row["eager_float64"] = rounding(model, inputs)
         return row
     checked = [label for label, _ in r.check.cases] if r.check else []
     row.update(status="ok" if r.check and r.check.ok else "mismatch", seconds=round(time.time() - t0, 1),
@@ -59,12 +61,31 @@ def export_row(row: dict, model, inputs: tuple, names: list, dynamic_axes: dict,
     return row
 
 
+def rounding(model, inputs: tuple) -> float:
+    """How far the eager model in float32 is from itself in float64 (the largest difference over
+    its outputs): where it is as large as the check's, the model amplifies rounding (random
+    weights, deep stacks), and the mismatch is not the export's."""
+    import copy
+
+    import torch
+
+    with torch.no_grad():
+        single = model(*inputs)
+        double = copy.deepcopy(model).double()(*[t.double() if t.is_floating_point() else t for t in inputs])
+    single = single if isinstance(single, (tuple, list)) else (single,)
+    double = double if isinstance(double, (tuple, list)) else (double,)
+    return max(float((a.double() - b).abs().max()) for a, b in zip(single, double))
+
+
 def reason(row: dict) -> str:
     """One short line: why a row did not export and check."""
     if row.get("status") == "ok":
         return ""
     text = row.get("error") or row.get("status", "")
-    return text.splitlines()[0][:150] if text else row.get("status", "")
+    text = text.splitlines()[0][:150] if text else row.get("status", "")
+    if "eager_float64" in row:
+        text += f" (eager float32 vs float64: {row['eager_float64']:.2g})"
+    return text
 
 
 def print_table(rows: list, file=sys.stdout) -> None:
