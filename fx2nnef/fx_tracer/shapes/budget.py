@@ -8,8 +8,8 @@ be made. The capture starts a budget (``begin``); every real, fake or traced run
 saying what it was doing and how much it ran.
 
 Seconds are the process's CPU time (the machine's load from other processes does not count):
-``FX2NNEF_ANALYSIS_SECONDS`` (default 60) plus one per million parameters of the model, so that
-a large model's slower runs have room; runs: ``FX2NNEF_ANALYSIS_RUNS`` (default 1500).
+``FX2NNEF_ANALYSIS_SECONDS`` (default 180) plus one per million parameters of the model, so that
+a large model's slower runs have room; runs: ``FX2NNEF_ANALYSIS_RUNS`` (default 5000).
 """
 from __future__ import annotations
 
@@ -20,9 +20,9 @@ from typing import Optional
 
 from ...errors import AnalysisBudgetError
 
-BASE_SECONDS = 60.0
+BASE_SECONDS = 180.0
 SECONDS_PER_MILLION_PARAMETERS = 1.0
-MAX_RUNS = 1500
+MAX_RUNS = 5000
 
 
 class BudgetSpent(BaseException):
