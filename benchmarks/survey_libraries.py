@@ -96,7 +96,7 @@ def print_table(rows: list, file=sys.stdout) -> None:
 
     print(f"{'model':40s} {'exported':8s} {'2 sizes':7s} {'s':>6s}  reason", file=file)
     for r in rows:
-        exported = r.get("status") in ("ok", "mismatch")
+        exported = r.get("status") in ("ok", "mismatch") or str(r.get("error", "")).startswith("CheckIOError")
         print(f"{r['family'][:40]:40s} {'yes' if exported else 'no':8s} {'yes' if two_sizes(r) else 'no':7s} "
               f"{r.get('seconds', float('nan')):6.1f}  {reason(r)}", file=file)
     good = sum(two_sizes(r) for r in rows)
