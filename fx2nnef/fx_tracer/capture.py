@@ -650,7 +650,7 @@ def _trace_once(job: _Tracing, args, kwargs, ref=None, roll=False, size_sites=fr
     drop_unread_numbers(trace.gm, trace.guards)
     remove_dead_code(trace.gm, keep=_decision_nodes(trace.guards))
     _drop_traced_data(trace.gm)
-    with BUDGET.step(f"replaying and probing the shapes of {BUDGET.doing} at other sizes"):
+    with BUDGET.step(f"{BUDGET.doing}, its shapes replayed and probed at other sizes"):
         analysis = analyze(trace.gm, trace.example_inputs, names, dyn, trace.guards, ref)
     return trace, analysis
 

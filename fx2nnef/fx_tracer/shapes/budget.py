@@ -68,7 +68,7 @@ class Budget:
     def message(self) -> str:
         runs = ", ".join(f"{n} {k}" for k, n in sorted(self.counts.items()))
         return (f"the analysis of the dynamic sizes stopped after {self.spent():.1f} s of CPU and {self.runs} runs "
-                f"({runs}) while {self.doing}: its budget is {self.seconds:.0f} s and {self.max_runs} runs. "
+                f"({runs}), working on {self.doing}: its budget is {self.seconds:.0f} s and {self.max_runs} runs. "
                 "Export with fewer dynamic axes or other example sizes (a size of 1, or sizes equal to each other, "
                 "hide what the model does), or raise FX2NNEF_ANALYSIS_SECONDS / FX2NNEF_ANALYSIS_RUNS")
 
