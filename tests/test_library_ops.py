@@ -6,6 +6,7 @@ alone and checked in tract at the example and at other sizes: ConvNeXt-v2's glob
 import pytest
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 import fx2nnef
 from harness import randn, tract_matches_eager
@@ -36,6 +37,15 @@ class SpectrumSizes(nn.Module):
         return mag / mean + z.size(-1) / frames + z.dim() + z.size()[1] / bins
 
 
+class PaddedSpectrum(nn.Module):
+    """HDemucs pads its complex spectrum with zeros (one more bin, two frames each side)."""
+
+    def forward(self, x):
+        z = torch.stft(x, 32, 8, window=torch.hann_window(32), return_complex=True)
+        z = F.pad(F.pad(z, [0, 0, 0, 1]), [2, 2])
+        return z.abs() + (z * 2).real
+
+
 @pytest.mark.parametrize("check_io", [True, False])
 def test_global_response_norm(tmp_path, check_io):
     model = GlobalResponseNorm().eval()
@@ -47,6 +57,14 @@ def test_global_response_norm(tmp_path, check_io):
 @pytest.mark.parametrize("check_io", [True, False])
 def test_complex_spectrum_metadata(tmp_path, check_io):
     model = SpectrumSizes().eval()
+    r = fx2nnef.export(model, (randn(1, 256),), tmp_path / "m.nnef.tgz", input_names=["x"],
+                       target=fx2nnef.TractNNEF(dynamic_axes={"x": {0: "B", 1: "T"}}, check_io=check_io))
+    tract_matches_eager(r.path, model, [[randn(b, t, seed=t)] for b, t in [(1, 256), (2, 200), (3, 97)]])
+
+
+@pytest.mark.parametrize("check_io", [True, False])
+def test_complex_zero_pad(tmp_path, check_io):
+    model = PaddedSpectrum().eval()
     r = fx2nnef.export(model, (randn(1, 256),), tmp_path / "m.nnef.tgz", input_names=["x"],
                        target=fx2nnef.TractNNEF(dynamic_axes={"x": {0: "B", 1: "T"}}, check_io=check_io))
     tract_matches_eager(r.path, model, [[randn(b, t, seed=t)] for b, t in [(1, 256), (2, 200), (3, 97)]])

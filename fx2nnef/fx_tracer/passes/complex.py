@@ -244,6 +244,10 @@ class _Rewriter:
                 return shaped, True
         if t in _ISTFT:
             return self.istft(node), False
+        if t is F.pad and cplx[0]:
+            b = _bind(node, ("input", "pad", "mode", "value"), {"mode": "constant", "value": None})
+            if b["mode"] == "constant" and not b["value"]:  # zeros: both parts padded with zeros
+                return self.call(F.pad, p[0], (0, 0) + tuple(b["pad"])), True
         if cplx[0] and ndim is not None:
             meta = self.metadata(node, t, p[0], ndim)
             if meta is not None:
