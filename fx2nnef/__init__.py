@@ -12,7 +12,7 @@ _EXPORTS = {
     "export": "api", "ExportResult": "api",
     "CheckIOError": "errors", "EmitError": "errors", "Fx2NnefError": "errors", "GuardError": "errors",
     "InvalidArgumentError": "errors", "TargetError": "errors", "TraceError": "errors", "TractError": "errors",
-    "UnsupportedOpError": "errors", "AssetInputError": "errors",
+    "UnsupportedOpError": "errors", "AssetInputError": "errors", "AnalysisBudgetError": "errors",
     "InferenceTarget": "targets", "KhronosNNEF": "targets", "Tolerance": "targets", "TractNNEF": "targets",
     "Strategy": "piece_by_piece", "diagnose": "piece_by_piece",
     "run": "runtime",

@@ -22,6 +22,10 @@ class GuardError(TraceError):
     """The trace took a decision on a value declared dynamic that cannot be kept general."""
 
 
+class AnalysisBudgetError(TraceError):
+    """The analysis of the dynamic sizes spent its budget of time or runs (see ``FX2NNEF_ANALYSIS_SECONDS``)."""
+
+
 class UnsupportedOpError(Fx2NnefError):
     """Some ops have no lowering for the chosen target; ``problems`` lists each of them."""
 

@@ -29,6 +29,7 @@ from .passes import (cleanup_slices, complex_to_real, fold_constant_selects, mas
                      pieces_as_slices, remove_dead_code, remove_inplace)
 from .passes.loops import roll_loops
 from .random_draws import random_draws_advice, random_draws_text, watch_random_draws
+from .shapes.budget import BUDGET, budgeted, parameter_count
 from .shapes.overlap import Worker, can_overlap
 from .shapes.probe import (AT_EXAMPLE, OFF_STEP, RUNS, DeferredCheckFailed, _output_args, analyze, check_reran,
                            example_sizes, inputs_at, real_run_later, rerun_error, run_left_checks)
@@ -338,6 +339,7 @@ def capture_options(options: Optional[CaptureOptions] = None, *, target=None, **
     return dataclasses.replace(options, **fields)
 
 
+@budgeted
 def capture(model: torch.nn.Module, args, kwargs: dict, options: Optional[CaptureOptions] = None,
             **fields) -> Capture:
     """Validate, trace, clean, probe and build the IR of ``model(*args, **kwargs)``.
@@ -429,6 +431,7 @@ class _Session:
             raise InvalidArgumentError("the example inputs contain no tensor")
         tensors = [t for _, t in flat]
         RUNS.reset()
+        BUDGET.begin(parameter_count(model))
         names = (_check_names("input", opts.input_names, len(flat)) if opts.input_names
                  else default_input_names(named_model, args, kwargs))
         return cls(model, named_model, args, kwargs, opts, tensors, names)
@@ -637,6 +640,7 @@ def _run_model(model, args, kwargs, flat_inputs: list):
     (a model may update its inputs in place; the inputs recorded for checks must stay as given)."""
     a, k = _with_flat(args, kwargs, [t.clone() for t in flat_inputs])
     RUNS.eager += 1
+    BUDGET.charge("model")
     # a forward that changes its modules' attributes (Swin narrows its window on a small input,
     # for every later run) would make each probe depend on the sizes probed before it
     with torch.no_grad(), module_state_kept(model) as apart:
@@ -755,7 +759,8 @@ def _trace_once(job: _Tracing, args, kwargs, ref=None, roll=False, size_sites=fr
     drop_unread_numbers(trace.gm, trace.guards)
     remove_dead_code(trace.gm, keep=_decision_nodes(trace.guards))
     _drop_traced_data(trace.gm)
-    analysis = analyze(trace.gm, trace.example_inputs, names, dyn, trace.guards, ref)
+    with BUDGET.step(f"{BUDGET.doing}, its shapes replayed and probed at other sizes"):
+        analysis = analyze(trace.gm, trace.example_inputs, names, dyn, trace.guards, ref)
     return trace, analysis
 
 
@@ -794,6 +799,7 @@ def _traced(job: _Tracing, args, kwargs, roll, size_sites, unify):
     forcing = branches == "select" or bool(size_sites)
 
     def one_path(forced):
+        BUDGET.charge("trace")
         trace = trace_model(model, args, kwargs, names, out_names, leaf_types, leaf_names, forced, roll_loops=roll,
                             size_sites=size_sites, data_decisions=branches == "select", unify_sizes=unify)
         if roll:
@@ -894,8 +900,9 @@ def _trace_rolling(job: _Tracing, args, kwargs, ref=None, size_sites=frozenset()
         bounding = [g for g in loop_guards if g.status in ("bounds", "violated")]
         roll = {(g.source.file, g.source.line) for g in bounding} if bounding else True
         try:
-            rolled = _trace_once(job, args, kwargs, ref, roll=roll, size_sites=size_sites, unify=unify,
-                                 at_size=at_size)
+            with BUDGET.step("the trace with the Python loops over dynamic sizes rolled into scans"):
+                rolled = _trace_once(job, args, kwargs, ref, roll=roll, size_sites=size_sites, unify=unify,
+                                     at_size=at_size)
         except Exception:  # noqa: BLE001 - a loop that cannot be rolled: the unrolled trace reports it
             rolled = None
         if rolled is not None and not rolled[1].failures and any(rec.rolled for rec in rolled[0].loops) and (
@@ -928,7 +935,9 @@ def _trace_merging_sizes(job: _Tracing, args, kwargs, notes, ref):
             break
         merged_notes: list = []
         try:
-            merged = _trace_and_probe(job, args, kwargs, merged_notes, ref, size_sites=sites, unify=unify)
+            lines = ", ".join(sorted(f"{f.rsplit('/', 1)[-1]}:{n}" for f, n in sites))
+            with BUDGET.step(f"the trace with the decisions on sizes at {lines} exported both ways"):
+                merged = _trace_and_probe(job, args, kwargs, merged_notes, ref, size_sites=sites, unify=unify)
         except Exception:  # noqa: BLE001 - the best trace so far stands, with its bounds or error
             break
         met, unmerged = _site_outcomes(merged[2], sites)
@@ -1039,7 +1048,9 @@ def _trace_and_probe(job: _Tracing, args, kwargs, notes, ref, size_sites=frozens
             continue
         try:
             a2, k2 = _with_flat(args, kwargs, inputs_at(trace.example_inputs, names, dyn, bigger))
-            trace2, analysis2 = _trace_rolling(job, a2, k2, size_sites=size_sites, unify=unify, at_size=at_size)
+            with BUDGET.step(f"the trace again at larger sizes ({', '.join(f'{k}={v}' for k, v in bigger.items())}) "
+                             "since a decision on the sizes bounds the range"):
+                trace2, analysis2 = _trace_rolling(job, a2, k2, size_sites=size_sites, unify=unify, at_size=at_size)
             if not analysis2.failures:
                 # the graph must also reproduce the example sizes: analyze at the user's inputs
                 analysis_back = analyze(trace2.gm, trace.example_inputs, names, dyn, trace2.guards, ref,

@@ -438,6 +438,45 @@ def fit_remainder(samples: list, symbols: list, max_divisor: int = 64):
     return simplify(b + a * s + c * SymDim.floordiv(s + r, d))
 
 
+def _divisors_of(x: "SymDim") -> list:
+    """The divisors of the floor-division atoms of ``x`` (nested ones too)."""
+    out = []
+    for name in x.symbols:
+        if name in _DIV_ATOMS:
+            numerator, d = _DIV_ATOMS[name]
+            out += [d] + _divisors_of(numerator)
+    return out
+
+
+def with_fewer_divisions(x: Dim, lo: int = 1) -> Dim:
+    """An equal form of the one-symbol size ``x`` with fewer floor-division atoms, or ``x``.
+
+    tract proves sizes equal by their terms: it cannot tell that ``(3*H+1)/4 + H/2 + (H+2)/4 - H``
+    (a centred crop's ``end - begin`` as torch's sympy writes it) is ``H/2``. A sum of floor
+    divisions of one symbol is a line plus a function of period ``lcm`` of the divisors, so a form
+    equal to it over two periods from ``lo`` on, and with the same slope, is equal from ``lo`` on."""
+    import math
+
+    if not isinstance(x, SymDim) or len(x.input_symbols) != 1 or x.symbols <= x.input_symbols:
+        return x
+    (sym,) = x.input_symbols
+    if any(name not in _DIV_ATOMS and name != sym for name in x.symbols):
+        return x  # min/max atoms: not a line plus a periodic part
+    period = math.lcm(*_divisors_of(x))
+    if period > 64:
+        return x
+    samples = [({sym: n}, x.evaluate({sym: n})) for n in range(lo, lo + 2 * period + 2)]
+    for fit in (lambda: fit_polynomial(samples, [sym], max_degree=1), lambda: fit_remainder(samples, [sym], 64)):
+        form = fit()
+        if form is None or (isinstance(form, SymDim) and len(form.symbols) >= len(x.symbols)):
+            continue
+        far = lo + 7 * period
+        if all((form if isinstance(form, int) else form.evaluate({sym: n})) == x.evaluate({sym: n})
+               for n in range(far, far + period)):
+            return form
+    return x
+
+
 def _three_exact(rows: list):
     """Integers ``(x, y, z)`` with ``x*p + y*q + z*t == v`` on three independent rows ``(p, q, t,
     v)`` of ``rows`` (Cramer's rule), or None: no three independent rows, or no integer solution

@@ -63,6 +63,9 @@ _PERMUTE = {torch.permute, "permute"}
 _MOVEDIM = {torch.movedim, "movedim", torch.moveaxis, "moveaxis"}
 _FLATTEN = {torch.flatten, "flatten"}
 _SQUEEZE = {torch.squeeze, "squeeze"}
+_SIZE = {"size"}
+_RANK = {"dim", "ndimension"}
+_NUMEL = {"numel", torch.numel}
 _REDUCE = {torch.sum: torch.sum, "sum": torch.sum, torch.mean: torch.mean, "mean": torch.mean}
 
 # one-dimensional transforms: sign of the exponent, output kind, whether it is an inverse
@@ -241,7 +244,29 @@ class _Rewriter:
                 return shaped, True
         if t in _ISTFT:
             return self.istft(node), False
+        if t is F.pad and cplx[0]:
+            b = _bind(node, ("input", "pad", "mode", "value"), {"mode": "constant", "value": None})
+            if b["mode"] == "constant" and not b["value"]:  # zeros: both parts padded with zeros
+                return self.call(F.pad, p[0], (0, 0) + tuple(b["pad"])), True
+        if cplx[0] and ndim is not None:
+            meta = self.metadata(node, t, p[0], ndim)
+            if meta is not None:
+                return meta, False
         self.fail(node, "this op is not supported on complex values")
+
+    def metadata(self, node, t, z, ndim):
+        """Sizes and rank of a complex value read from its pair ``[..., 2]``, or None."""
+        args = node.args
+        if t in _SIZE and len(args) + len(node.kwargs) == 1 or (t is builtins.getattr and args[1] == "shape"):
+            return self.call(operator.getitem, self.call("size", z), slice(0, ndim))
+        if t in _SIZE:
+            d = args[1] if len(args) > 1 else node.kwargs["dim"]
+            return self.call("size", z, self.pair_dim(d, ndim))
+        if t in _RANK or (t is builtins.getattr and args[1] == "ndim"):
+            return self.call(operator.sub, self.call("dim", z), 1)
+        if t in _NUMEL:
+            return self.call(operator.floordiv, self.call("numel", z), 2)
+        return None
 
     def part(self, z, i):
         if z in self.split:

@@ -11,6 +11,7 @@ import torch.fx as fx
 from ..tracing.data_dep import data_dependence
 from ..tracing.structures import data_less
 from .fake_replay import _in_place, _memo_key, _meta_args, _to_meta
+from .budget import BUDGET
 
 
 class _Recorder(fx.Interpreter):
@@ -161,6 +162,7 @@ def _run(gm, inputs, keep: Optional[set] = None, light: Optional[set] = None) ->
     all, those of ``light`` outside ``keep`` as data-less stand-ins), the first error as
     ``(node, message)`` or None, and each node's shape record."""
     RUNS.graph += 1
+    BUDGET.charge("graph")
     rec = _Recorder(gm, keep if light is None else (keep or set()), light)
     err = None
     try:

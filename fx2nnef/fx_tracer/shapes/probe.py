@@ -30,6 +30,7 @@ from ..tracing.data_dep import data_dependence
 from ..tracing.scan import ScanCall
 from ..tracing.structures import data_less
 from ..tracing.tracer import GuardRecord
+from .budget import BUDGET
 from .data_counts import decided_on_counts
 from .decisions import _baked_number, _decide, _holds_in, _signature
 from .fake_replay import Replay, ReplayUnavailable, _in_place, replay, shapes_at
@@ -405,6 +406,7 @@ def _fake_records(traced: Traced, env: dict) -> Optional[dict]:
     finally:
         RUNS.shapes += time.perf_counter() - started
     RUNS.fake += 1
+    BUDGET.charge("fake")
     return records
 
 

@@ -31,6 +31,7 @@ from .fast_paths import reproduce_fast_path
 from .loops import iterate_pieces, loop_range_patch, note_sized_range
 from .packed import RECURRENT_TYPES as PACKED_RNN_TYPES
 from .packed import is_packed_call, packed_rnn_call, packed_sequence_patches, refuse_packed_sequences
+from .hidden_functions import trace_through_wrapped_functions
 from .grouped import check_grouped, grouped_cat, grouped_split
 from .kept_tensors import put_back, tensor_contents
 from .padded import mark_padded, masked_index_add, padded_call, padded_failure, padded_nonzero, wrapped_indices
@@ -1066,6 +1067,7 @@ def trace_model(model: torch.nn.Module, args: tuple, kwargs: dict, flat_names: l
     holder: dict = {}
 
     def call(proxies):
+        trace_through_wrapped_functions()  # torch.fx.wrap-ed functions: their code is traced
         by_key = dict(zip(keys, proxies))
         a, k = structures.rebuild((args, kwargs), lambda key, _t: by_key[key])
         # no autograd, as in the reference runs: a forward that checkpoints its blocks

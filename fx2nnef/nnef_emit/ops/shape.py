@@ -13,7 +13,7 @@ import torch
 
 from ...errors import EmitError
 from ...ir import DType, SymDim, Value, product, simplify
-from ...ir.dims import exact_quotient, substitute
+from ...ir.dims import exact_quotient, substitute, with_fewer_divisions
 from ..context import EmitContext
 from ..helpers import (axes, axis, cast, dim_value, dims_list, ew, opaque, producer, rank, result_dtype, tiled_from,
                        unsqueeze_to)
@@ -173,6 +173,7 @@ def slice_axes(ctx: EmitContext, x: Value, ranges: list) -> Value:
                 for ax, b, e, step in gathered:
                     x = _gather_every_kth(ctx, x, ax, b, e, step)
                 return x
+    x, ranges = _crops_from_zero(ctx, x, list(ranges))
     shape = list(x.shape)
     for ax, b, e, s in ranges:
         shape[ax] = slice_length(b, e, s)
@@ -235,6 +236,42 @@ def _slice_before_tile(ctx: EmitContext, x: Value, ranges: list) -> Optional[Val
         else:
             return None
     return _tile(ctx, slice_axes(ctx, src, inner), reps)
+
+
+def _crops_from_zero(ctx: EmitContext, x: Value, ranges: list) -> tuple:
+    """``(x, ranges)`` where each step-1 range whose begin is a floor division of a size and whose
+    length ``end - begin`` has fewer divisions than its end (after :func:`with_fewer_divisions`)
+    is cut in two: ``x[begin:]`` first, then ``[0:length]``.
+
+    NOTE: tract computes a slice's length as end - begin and proves sizes equal by their terms; the
+    writer rewrites a subtracted division next to another one (``H/2 + 8 - (H+2)/4`` becomes
+    ``(3*H+1)/4 + H/2 + 8 - H``, see ``dim_text``), so a centred crop (SD3's position table:
+    ``top = (16 - h) // 2``, then ``top:top + h``) gets a length tract cannot match with ``h``
+    elsewhere ("16*B*broadcast(...)" at a later reshape: the asset does not load)."""
+    whole = []
+    for i, (ax, b, e, s) in enumerate(ranges):  # the whole-axis slices made here are not cut again
+        if s != 1 or not _subtracts_division(b) or e == x.shape[ax]:
+            continue
+        length = slice_length(b, e)
+        if isinstance(length, SymDim) and len(length.input_symbols) == 1:
+            (sym,) = length.input_symbols
+            r = getattr(ctx, "ranges", {}).get(sym)
+            length = with_fewer_divisions(length, max(1, r.lo) if r is not None and r.lo is not None else 1)
+        if _divisions(length) < _divisions(e):
+            whole.append((ax, b, x.shape[ax], 1))
+            ranges[i] = (ax, 0, length, 1)
+    if whole:
+        x = slice_axes(ctx, x, whole)
+    return x, ranges
+
+
+def _subtracts_division(d) -> bool:
+    """Whether the size ``d`` subtracts a floor division (``8 - (H+2)/4``)."""
+    return isinstance(d, SymDim) and any(c < 0 and any(a not in d.input_symbols for a in m) for m, c in d.terms.items())
+
+
+def _divisions(d) -> int:
+    return len(d.symbols - d.input_symbols) if isinstance(d, SymDim) else 0
 
 
 def slice_length(begin, end, step: int = 1):
