@@ -12,10 +12,14 @@ decoder graph with the KV-cache contract plus the embeddings spliced at the plac
   replaced by those rows in the graph; the model's own mask and positions do the rest.
   Qwen2-VL / Qwen2.5-VL also take the images' grids and a position shift carried between calls
   (``mrope.py``), and their encoder per-patch tables computed from the grids on the host
-  (``qwen_vision.py``).
+  (``qwen_vision.py``). Qwen3-VL's encoder also outputs its DeepStack streams
+  ``out_image_deepstack_<k> [N, hidden]``, which the decoder takes as ``in_image_deepstack_<k>``
+  (after the embeddings) and adds at the placeholders to the output of its layer k, as
+  transformers does.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import shutil
@@ -91,8 +95,13 @@ class EncoderGraph(torch.nn.Module):
         self.model = model
         self.modality = modality
 
-    def forward(self, *raw: torch.Tensor) -> torch.Tensor:
+    def forward(self, *raw: torch.Tensor):
         return self.modality.features(self.model, *raw)
+
+
+def as_outputs(features) -> tuple:
+    """An encoder's outputs as a tuple: the embeddings, then its DeepStack streams if any."""
+    return tuple(features) if isinstance(features, (tuple, list)) else (features,)
 
 
 def example_inputs(m: Modality, config, count: int, generator: torch.Generator, dtype) -> tuple:
@@ -111,6 +120,30 @@ def splice(embeds: torch.Tensor, mask: torch.Tensor, features: torch.Tensor) -> 
     return torch.where(mask.unsqueeze(-1), table[index], embeds)
 
 
+@contextlib.contextmanager
+def deepstack_added(model: torch.nn.Module, mask: torch.Tensor, streams: tuple):
+    """Within the block, decoder layer k's output gets stream k's rows added at the ``mask``
+    positions (what transformers' ``_deepstack_process`` does with the tower's DeepStack
+    features): forward hooks on the model's first ``len(streams)`` text layers."""
+    if not streams:
+        yield
+        return
+    layers = model.model.language_model.layers
+
+    def adder(rows):
+        def hook(module, args, output):
+            zero = torch.zeros_like(output)
+            return output + splice(zero, mask, rows)
+        return hook
+
+    handles = [layers[k].register_forward_hook(adder(rows)) for k, rows in enumerate(streams)]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
 class SplicedDecoder(torch.nn.Module):
     """``forward(input_ids, *flat_cache, *embeddings) -> (logits, *flat_new_cache)``: the text
     embeddings of the call with each modality's rows spliced at its placeholders, run through the
@@ -122,15 +155,17 @@ class SplicedDecoder(torch.nn.Module):
         self.layout = layout
         self.family = family
         self.placeholders = [m.placeholder(model.config) for m in family.modalities]
+        self.streams = [m.streams(model.config) for m in family.modalities]
         self.last_logits_only = last_logits_only
 
     def forward(self, input_ids: torch.Tensor, *rest: torch.Tensor):
         from transformers import DynamicCache
 
-        n = len(self.placeholders)
+        n = len(self.placeholders) + sum(self.streams)
         state = rest[len(rest) - 2:] if self.family.mrope else ()  # the image grids, the position shift
         rest = rest[:len(rest) - len(state)]
         flat, features = rest[:len(rest) - n], rest[len(rest) - n:]
+        features, streams = features[:len(self.placeholders)], features[len(self.placeholders):]
         masks = [input_ids == token for token in self.placeholders]
         text_ids = input_ids
         for mask in masks:  # a placeholder id may lie outside the text vocabulary (Gemma 3)
@@ -148,12 +183,14 @@ class SplicedDecoder(torch.nn.Module):
             merge = self.model.config.vision_config.spatial_merge_size
             kwargs["position_ids"], shift = mrope_positions(masks[0], past, state[0], state[1], merge)
             shifted = (shift,)
-        out = self.model(inputs_embeds=embeds, past_key_values=cache, use_cache=True,
-                         **self.family.decoder_kwargs(masks[0], past), **kwargs)
+        with deepstack_added(self.model, masks[0], streams):  # DeepStack: of the first modality (the image)
+            out = self.model(inputs_embeds=embeds, past_key_values=cache, use_cache=True,
+                             **self.family.decoder_kwargs(masks[0], past), **kwargs)
         return (out.logits, *flat_cache_of(self.layout, returned_cache(out).layers), *shifted)
 
     def input_names(self) -> list[str]:
         return self.layout.input_names() + [f"in_{m.name}_embeddings" for m in self.family.modalities] \
+            + [f"in_{m.name}_deepstack_{k}" for m, n in zip(self.family.modalities, self.streams) for k in range(n)] \
             + (["in_image_grid_thw", "in_rope_delta"] if self.family.mrope else [])
 
     def output_names(self) -> list[str]:
@@ -168,6 +205,7 @@ class Scenario:
     raws: list
     features: list
     ids: torch.Tensor
+    streams: list = dataclasses.field(default_factory=list)  # the DeepStack streams of all modalities, flat
 
     def counts(self) -> list[int]:
         return [int(f.shape[0]) for f in self.features]
@@ -176,17 +214,19 @@ class Scenario:
 def scenario(model, family: Family, seed: int, count: int = 1) -> Scenario:
     """Random text around ``count`` inputs of each modality (their placeholders in a row)."""
     g = torch.Generator().manual_seed(seed)
-    raws, feats = [], []
+    raws, feats, streams = [], [], []
     with torch.no_grad():
         for m in family.modalities:
             raws.append(example_inputs(m, model.config, count, g, next(model.parameters()).dtype))
-            feats.append(EncoderGraph(model, m)(*raws[-1]))
+            outputs = as_outputs(EncoderGraph(model, m)(*raws[-1]))
+            feats.append(outputs[0])
+            streams.extend(outputs[1:])
     text = _text_tokens(model, TEXT_BEFORE + TEXT_AFTER + PAST, g)
     parts = [text[:PAST + TEXT_BEFORE]]
     for m, f in zip(family.modalities, feats):
         parts.append(torch.full((f.shape[0],), m.placeholder(model.config), dtype=torch.long))
     parts.append(text[PAST + TEXT_BEFORE:])
-    return Scenario(raws, feats, torch.cat(parts).unsqueeze(0))
+    return Scenario(raws, feats, torch.cat(parts).unsqueeze(0), streams)
 
 
 def _text_tokens(model, count: int, g: torch.Generator) -> torch.Tensor:
@@ -274,6 +314,10 @@ class _Job:
         for m in self.family.modalities:
             manifest["inputs"][f"in_{m.name}_embeddings"] = {"shape": [m.symbol, self.hidden], "dtype": dtype_name}
             manifest["symbols"].append(m.symbol)
+        for m in self.family.modalities:
+            for k in range(m.streams(self.model.config)):
+                manifest["inputs"][f"in_{m.name}_deepstack_{k}"] = {
+                    "shape": [m.symbol, self.hidden], "dtype": dtype_name, "added_after_layer": k}
         if self.family.mrope:
             manifest["inputs"]["in_image_grid_thw"] = {"shape": ["K", 3], "dtype": "i64"}
             manifest["inputs"]["in_rope_delta"] = {"shape": [1], "dtype": "i64", "initial": [0]}
@@ -319,7 +363,7 @@ class _Job:
                            timeout=self.timeout, check_io_tolerance=self.tolerance)
         with torch.no_grad():
             export(encoder, raw, path, target=target, input_names=names,
-                   output_names=[f"out_{m.name}_embeddings"])
+                   output_names=m.output_names(self.model.config))
         if self.check:
             checks[f"encoder_{m.tower}"] = self.check_encoder(encoder, m, path)
         shape = [m.count_symbol or 1, *raw[0].shape[1:]]
@@ -327,6 +371,9 @@ class _Job:
                 m.placeholder(self.model.config), "input": {"name": m.input_name, "shape": shape, "dtype": dtype_name},
                 "output": {"name": f"out_{m.name}_embeddings", "feeds": f"in_{m.name}_embeddings",
                            "shape": [m.symbol, self.hidden], "dtype": dtype_name},
+                **({"streams": [{"name": name, "feeds": name.replace("out_", "in_", 1), "shape": [m.symbol, self.hidden],
+                                 "dtype": dtype_name} for name in m.output_names(self.model.config)[1:]]}
+                   if m.streams(self.model.config) else {}),
                 "tokens_per_input": count,
                 **({"tables": m.tables(self.model.config)} if m.extra_inputs else {})}
 
@@ -336,15 +383,15 @@ class _Job:
         g = torch.Generator().manual_seed(self.seed + 12)
         raws = [example_inputs(m, self.model.config, n if m.count_symbol else 1, g, self.dtype) for n in (1, 3)]
         with torch.no_grad():  # the model's own tower as transformers runs it (its own tables, when it has some)
-            expected = [(m.own_features(self.model, r, n) if m.own_features else encoder(*r)).numpy()
-                        for r, n in zip(raws, (1, 3))]
+            expected = [[t.numpy() for t in as_outputs(m.own_features(self.model, r, n) if m.own_features
+                                                       else encoder(*r))] for r, n in zip(raws, (1, 3))]
         got = run_tract_many(path, [[t.numpy() for t in r] for r in raws], timeout=self.timeout)
-        diffs = [compare_outputs([f"out_{m.name}_embeddings"], [e], outs, self.tolerance)[0]
-                 for e, outs in zip(expected, got)]
+        diffs = [d for e, outs in zip(expected, got)
+                 for d in compare_outputs(m.output_names(self.model.config), e, outs, self.tolerance)]
         if not all(d.ok for d in diffs):
             raise CheckIOError(f"the {m.tower} encoder (tower, projector) differs from the model's own in tract:\n"
                                + format_diffs(diffs) + "\nNothing was written.", [], "")
-        return {"inputs": [int(r[0].shape[0]) if m.count_symbol else 1 for r in raws], "tokens": [int(e.shape[0]) for e in expected],
+        return {"inputs": [int(r[0].shape[0]) if m.count_symbol else 1 for r in raws], "tokens": [int(e[0].shape[0]) for e in expected],
                 "max_abs": _fmt(max(d.max_abs for d in diffs))}
 
     def export_decoder(self, properties: dict, options: dict):
@@ -359,13 +406,16 @@ class _Job:
                 dyn[name] = {2: "P"}
         for m in self.family.modalities:
             dyn[f"in_{m.name}_embeddings"] = {0: m.symbol}
+            for k in range(m.streams(self.model.config)):
+                dyn[f"in_{m.name}_deepstack_{k}"] = {0: m.symbol}
         if self.family.mrope:
             dyn["in_image_grid_thw"] = {0: "K"}
         target = TractNNEF(check_io=self.check, dynamic_axes=dyn, specific_properties=properties,
                            asserts=contract_asserts(self.model, self.layout.has_length), dump_identity_properties=True,
                            timeout=self.timeout, check_io_tolerance=self.tolerance, **options)
         with torch.no_grad():
-            return export(self.decoder, (sc.ids[:, PAST:], *cache, *sc.features, *self.state(sc.ids[:, PAST:], 3)),
+            return export(self.decoder, (sc.ids[:, PAST:], *cache, *sc.features, *sc.streams,
+                                         *self.state(sc.ids[:, PAST:], 3)),
                           self.stage / "model.nnef.tgz", target=target, input_names=names,
                           output_names=self.decoder.output_names())
 
@@ -400,7 +450,7 @@ class _Job:
         return [out.logits, *flat_cache_of(self.layout, returned_cache(out).layers), *shift]
 
     def no_features(self) -> list:
-        return [torch.zeros(0, self.hidden, dtype=self.dtype) for _ in self.family.modalities]
+        return [torch.zeros(0, self.hidden, dtype=self.dtype) for _ in (*self.family.modalities, *self.scenario.streams)]
 
     def check_modes(self) -> dict:
         """prompt (P = 0, the placeholders inside), prompt_with_past (the same after a text past),
@@ -416,8 +466,8 @@ class _Job:
         delta = int(whole[-1]) if self.family.mrope else 0
         decode = self.reference(token, [t.contiguous() for t in whole[1:1 + n_cache]], False)
         whole[0] = whole[0][:, -1:] if self.decoder.last_logits_only else whole[0][:, PAST:]
-        cases = {"prompt": ([chunk, *empty, *sc.features, *self.state(chunk, 0)], prompt, 0),
-                 "prompt_with_past": ([chunk, *past, *sc.features, *self.state(chunk, 0)], whole, PAST),
+        cases = {"prompt": ([chunk, *empty, *sc.features, *sc.streams, *self.state(chunk, 0)], prompt, 0),
+                 "prompt_with_past": ([chunk, *past, *sc.features, *sc.streams, *self.state(chunk, 0)], whole, PAST),
                  "decode": ([token, *whole[1:1 + n_cache], *self.no_features(), *self.state(token, delta)], decode,
                             int(sc.ids.shape[1]))}
         got = run_tract_many(self.stage / "model.nnef.tgz", [[t.numpy() for t in inputs] for inputs, _, _ in
@@ -503,7 +553,7 @@ def t2n_manifest(manifest: dict) -> dict:
     for enc in manifest["multimodal"]["encoders"]:
         encoders.append({"modality": enc["modality"], "path": enc["path"],
                          "placeholder_token_id": enc["placeholder_token_id"], "input": enc["input"],
-                         "outputs": [enc["output"]]})
+                         "outputs": [enc["output"], *enc.get("streams", [])]})
     return {"decoder": {"path": "model.nnef.tgz"}, "encoders": encoders}
 
 

@@ -1,0 +1,48 @@
+"""``fx2nnef llm`` on a Qwen3-VL folder (issue 42): the encoder outputs the embeddings and the
+DeepStack streams, the decoder adds the streams at the image positions after its first layers,
+with interleaved M-RoPE positions from the image grid; checked in tract at export (encoder at two
+grids, the three modes, greedy generation with the logits at every step)."""
+import json
+
+import numpy as np
+import pytest
+
+from test_llm_multimodal import VOCAB, _folder
+
+transformers = pytest.importorskip("transformers")
+T = transformers
+
+
+def _qwen3_vl():
+    text = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                num_key_value_heads=1, head_dim=16,
+                rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3],
+                                 "mrope_interleaved": True})
+    vision = dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=32, patch_size=4,
+                  num_position_embeddings=16, deepstack_visual_indexes=[0, 1])
+    cfg = T.Qwen3VLConfig(text_config=text, vision_config=vision, image_token_id=299, video_token_id=298,
+                          vision_start_token_id=297)
+    image = {"image_processor_type": "Qwen2VLImageProcessor", "patch_size": 4, "merge_size": 2,
+             "temporal_patch_size": 2, "image_mean": [0.5] * 3, "image_std": [0.5] * 3}
+    special = {"<|vision_start|>": 297, "<|video_pad|>": 298, "<|image_pad|>": 299}
+    return T.Qwen3VLForConditionalGeneration(cfg), special, image
+
+
+def test_qwen3_vl_deepstack_exports_and_checks(tmp_path):
+    import fx2nnef
+
+    folder = _folder(tmp_path, _qwen3_vl)
+    out = tmp_path / "out"
+    fx2nnef.llm.export_causal_lm(folder, out, generate=3)
+    manifest = json.loads((out / "fx2nnef.json").read_text())
+    checks = manifest["checks"]
+    assert {"encoder_vision", "prompt", "prompt_with_past", "decode", "generate"} <= set(checks), checks
+    assert checks["generate"]["equal"], checks["generate"]
+    (encoder,) = manifest["multimodal"]["encoders"]
+    assert [s["name"] for s in encoder["streams"]] == ["out_image_deepstack_0", "out_image_deepstack_1"]
+    assert encoder["tables"]["position_grid_side"] == 4
+    for k in range(2):
+        assert manifest["inputs"][f"in_image_deepstack_{k}"]["added_after_layer"] == k
+    t2n = json.loads((out / "multimodal.json").read_text())
+    assert [o["feeds"] for o in t2n["encoders"][0]["outputs"]] == [
+        "in_image_embeddings", "in_image_deepstack_0", "in_image_deepstack_1"]
