@@ -43,6 +43,27 @@ def test_qwen3_vl_deepstack_exports_and_checks(tmp_path):
     assert encoder["tables"]["position_grid_side"] == 4
     for k in range(2):
         assert manifest["inputs"][f"in_image_deepstack_{k}"]["added_after_layer"] == k
+    assert "drift" not in manifest  # the asset keeps the model's values
     t2n = json.loads((out / "multimodal.json").read_text())
     assert [o["feeds"] for o in t2n["encoders"][0]["outputs"]] == [
         "in_image_embeddings", "in_image_deepstack_0", "in_image_deepstack_1"]
+
+
+@pytest.mark.parametrize("options", [{"dtype": "f16"}, {"weights": "q4_0"}], ids=["f16", "q4_0"])
+def test_qwen3_vl_drift_from_the_original_model(tmp_path, options):
+    """A rounded multimodal asset reports its drift from the ORIGINAL model (its logits computed
+    before the cast or the rounding), with the text LLM's fields, over the check modes and the
+    greedy tokens; the correctness checks still compare with the model as exported."""
+    import fx2nnef
+
+    folder = _folder(tmp_path, _qwen3_vl)
+    result = fx2nnef.llm.export_causal_lm(folder, tmp_path / "out", generate=2, **options)
+    manifest = json.loads((tmp_path / "out" / "fx2nnef.json").read_text())
+    drift = manifest["drift"]
+    assert drift["original_dtype"] == "f32", drift
+    assert {"max_abs", "max_rel", "top1_agreement", "kl_mean", "kl_max", "greedy", "positions"} <= set(drift), drift
+    assert "original model" in drift["what"] and "prompt with past" in drift["what"], drift["what"]
+    assert 0 < drift["max_abs"] < 1 and drift["positions"] == sum(
+        manifest["checks"][m]["S"] for m in ("prompt", "prompt_with_past", "decode")), drift
+    assert "drift_logits" not in manifest["checks"]["generate"]
+    assert "drift from the original model" in str(result)

@@ -40,6 +40,7 @@ from ..targets.tract_runner import run_tract_many
 from .export import (MANIFEST_NAME, SOURCE_EXPORTERS, LLMExportResult, _copy_companions, _fmt, _force_f32_option,
                      _manifest, _properties, _replace_dir, _resolve_dtype, _weights_option, contract_asserts,
                      stored_weights, tolerance_for, vocab_size)
+from . import drift
 from .mrope import mrope_positions
 from .multimodal_families import Family, Modality, family_of, is_multimodal_config
 from .multimodal_run import tract_generate
@@ -256,6 +257,8 @@ def export_multimodal_lm(model_or_dir, out_dir, options: dict) -> LLMExportResul
     model = model_or_dir.eval() if source_dir is None else load_multimodal(source_dir)
     family = family_of(model.config)
     torch_dtype = _resolve_dtype(options["dtype"], model)
+    # the original model's logits, before its weights are rounded or cast (None: it keeps its values)
+    original = original_reference(model, family, options, torch_dtype)
     if next(model.parameters()).dtype != torch_dtype:
         import copy
         model = (copy.deepcopy(model) if source_dir is None else model).to(torch_dtype)
@@ -267,7 +270,7 @@ def export_multimodal_lm(model_or_dir, out_dir, options: dict) -> LLMExportResul
     stage.chmod(0o755)
     try:
         job = _Job(model, family, stage, {**options, "dtype": torch_dtype})
-        manifest, result = job.run(target_options)
+        manifest, result = job.run(target_options, original)
         progress.stage("save", str(out_dir))
         _copy_companions(model, source_dir, stage)
         if source_dir is not None:
@@ -285,6 +288,24 @@ def export_multimodal_lm(model_or_dir, out_dir, options: dict) -> LLMExportResul
     return LLMExportResult(out_dir, out_dir / "model.nnef.tgz", manifest, result)
 
 
+def original_reference(model, family: Family, options: dict, export_dtype: torch.dtype):
+    """:func:`fx2nnef.llm.drift.reference_with` for the multimodal decoder: the original model's
+    logits on the check modes (its own forward on the raw input) and its greedy tokens, on the
+    same scenario as the checks; None when the asset keeps the model's values."""
+    check, steps = options["check"], options["generate"]
+
+    def run(m, compute):
+        job = _Job(m, family, None, {**options, "dtype": compute})
+        logits, sizes = {}, {}
+        if check:
+            for mode, (inputs, expected, past) in job.mode_cases().items():
+                logits[mode] = expected[0].float().numpy()
+                sizes[mode] = {"P": past, "S": int(inputs[0].shape[1])}
+        return logits, sizes, job.greedy_reference(steps)[0] if steps else None
+
+    return drift.reference_with(model, export_dtype, options["weights"], run if check or steps else None)
+
+
 class _Job:
     """One multimodal export into ``stage``: the encoders, the decoder, their checks."""
 
@@ -297,7 +318,9 @@ class _Job:
         self.decoder = SplicedDecoder(model, self.layout, family, options["last_logits_only"])
         self.scenario = scenario(model, family, self.seed)
 
-    def run(self, options: dict):
+    def run(self, options: dict, original: Optional[drift.OriginalReference] = None):
+        """The encoders and the decoder exported and checked; ``original``: the original model's
+        reference, for the ``drift`` of a rounded or cast asset."""
         generate = self.generate
         dtype_name = {torch.float32: "f32", torch.float16: "f16"}[self.dtype]
         manifest = _manifest(self.model, self.layout, dtype_name, self.weights, self.decoder.last_logits_only, False,
@@ -330,18 +353,21 @@ class _Job:
                                     "stored": sum(w.stored_bytes for w in getattr(result, "weights", []))}
         if result.check is not None:
             manifest["checks"]["export"] = {"cases": len(result.check.cases), "max_abs": _fmt(result.max_abs_diff)}
-        original = self.greedy_reference(generate)[1] if generate else None  # the weights as the model has them
+        tract_logits = {}
         with stored_weights(self.decoder, result):
             if self.check:
                 progress.stage("check modes", "prompt with the embeddings spliced, after a past, decode")
                 t0 = time.perf_counter()
-                manifest["checks"].update(self.check_modes())
+                manifest["checks"].update(self.check_modes(tract_logits))
                 timings["modes"] = time.perf_counter() - t0
             if generate:
                 progress.stage("generate", f"{generate} greedy tokens from the raw input in tract against transformers")
                 t0 = time.perf_counter()
-                manifest["checks"]["generate"] = self.check_generation(generate, original)
+                manifest["checks"]["generate"] = self.check_generation(generate)
                 timings["generate"] = time.perf_counter() - t0
+        if original is not None:
+            timings["reference"] = original.seconds
+            manifest["drift"] = original.manifest_entry(tract_logits, manifest["checks"].get("generate", {}).get("tokens"))
         manifest["timings_s"] = {k: round(v, 3) for k, v in timings.items()}
         return manifest, result
 
@@ -446,18 +472,20 @@ class _Job:
             kwargs["logits_to_keep"] = 1
         with torch.no_grad():
             out = self.model(input_ids=ids, past_key_values=cache, use_cache=True, **kwargs)
-        shift = [self.model.model.rope_deltas.reshape(1).long()] if self.family.mrope else []
+        deltas = getattr(self.model.model, "rope_deltas", None) if self.family.mrope else None  # None: no image yet
+        shift = [torch.zeros(1, dtype=torch.long) if deltas is None else deltas.reshape(1).long()] \
+            if self.family.mrope else []
         return [out.logits, *flat_cache_of(self.layout, returned_cache(out).layers), *shift]
 
     def no_features(self) -> list:
         return [torch.zeros(0, self.hidden, dtype=self.dtype) for _ in (*self.family.modalities, *self.scenario.streams)]
 
-    def check_modes(self) -> dict:
-        """prompt (P = 0, the placeholders inside), prompt_with_past (the same after a text past),
-        decode (one text token after the whole prompt, N = 0): tract with the towers' embeddings
-        against the model's own forward on the raw input. After a past, the expected values are
-        those of the model's one run over the whole prompt (transformers restarts Qwen-VL's
-        positions at 0 for a chunk given with a cache)."""
+    def mode_cases(self) -> dict:
+        """``{mode: (decoder inputs, the model's own outputs, P)}``: prompt (P = 0, the
+        placeholders inside), prompt_with_past (the same after a text past), decode (one text
+        token after the whole prompt, N = 0), the model's own forward on the raw input. After a
+        past, the expected values are those of the model's one run over the whole prompt
+        (transformers restarts Qwen-VL's positions at 0 for a chunk given with a cache)."""
         sc, empty, n_cache = self.scenario, self.layout.empty(0, self.dtype), len(self.layout.slots)
         chunk, head, token = sc.ids[:, PAST:], sc.ids[:, :PAST], sc.ids[:, -1:]
         past = [t.contiguous() for t in self.reference(head, empty, False)[1:1 + n_cache]]
@@ -470,10 +498,18 @@ class _Job:
                  "prompt_with_past": ([chunk, *past, *sc.features, *sc.streams, *self.state(chunk, 0)], whole, PAST),
                  "decode": ([token, *whole[1:1 + n_cache], *self.no_features(), *self.state(token, delta)], decode,
                             int(sc.ids.shape[1]))}
+        return cases
+
+    def check_modes(self, tract_logits: dict) -> dict:
+        """The decoder in tract on :meth:`mode_cases` with the towers' embeddings against the
+        model's own forward on the raw input; ``tract_logits`` receives tract's logits per mode."""
+        sc, n_cache = self.scenario, len(self.layout.slots)
+        cases = self.mode_cases()
         got = run_tract_many(self.stage / "model.nnef.tgz", [[t.numpy() for t in inputs] for inputs, _, _ in
                                                              cases.values()], timeout=self.timeout)
         facts, failed = {}, []
         for (mode, (inputs, expected, p)), outs in zip(cases.items(), got):
+            tract_logits[mode] = outs[0]
             diffs = compare_outputs(self.decoder.output_names(), [t.numpy() for t in expected], outs, self.tolerance)
             facts[mode] = {"P": p, "S": int(inputs[0].shape[1]),
                            "N": [int(inputs[1 + n_cache + k].shape[0]) for k in range(len(sc.features))],
@@ -499,11 +535,10 @@ class _Job:
             ids = torch.tensor([[tokens[-1]]])
         return tokens, np.stack(logits)
 
-    def check_generation(self, steps: int, original: np.ndarray) -> dict:
+    def check_generation(self, steps: int) -> dict:
         """Raw input through the encoder graphs, the prompt and ``steps`` tokens through the
         decoder, in tract: tokens equal to transformers' greedy decoding (with the weights the
-        asset stores) and logits at every step within the tolerance. ``drift_logits``: tract's
-        largest difference from the model's own logits (``original``, its weights as loaded)."""
+        asset stores) and logits at every step within the tolerance."""
         expected_tokens, expected_logits = self.greedy_reference(steps)
         extras = []
         if self.family.mrope:  # the grid on the prompt, none after; the shift fed back from the outputs
@@ -519,7 +554,7 @@ class _Job:
                                f"gave {expected_tokens}; logits at every step:\n{format_diffs([diff])}\n"
                                "Nothing was written.", [], "")
         return {"steps": steps, "prompt_length": int(self.scenario.ids.shape[1]), "tokens": tokens, "equal": True,
-                "max_abs_logits": _fmt(diff.max_abs), "drift_logits": _fmt(np.abs(logits - original).max())}
+                "max_abs_logits": _fmt(diff.max_abs)}
 
 
 # what the encoders expect of the processor, when its config says it
