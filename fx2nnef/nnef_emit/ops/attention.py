@@ -3,8 +3,12 @@
 torch's semantics are kept exactly:
 - a bool mask keeps its True entries; ``is_causal`` aligns TOP-LEFT (query i sees keys 0..i,
   also when there are fewer queries than keys);
-- masked scores take the dtype's lowest finite value, never -inf, and a query row whose keys
-  are all masked gives 0 as in torch (its safe softmax), never NaN;
+- a bool mask becomes an additive one (0 where kept, the dtype's lowest finite value elsewhere,
+  never -inf), built once at the mask's own shape and added to the scores: tract adds it faster
+  than it selects over the scores;
+- a query row whose keys are all masked gives 0 as in torch (its safe softmax), never NaN; that
+  rule costs a reduction and a select, and is left out where the graph proves that no row is
+  empty (a causal mask, with or without a past or a sliding window: ``ir.masks``);
 - ``enable_gqa`` repeats each key/value head for consecutive query heads (repeat_interleave).
 ``tract_transformers_sdpa`` is not used: its ``is_causal`` aligns bottom-right, it adds a bool
 mask as 0/1, and the decomposed form is faster on CPU (reference/tract_llm_kv_cache.md, 3 and 5).
@@ -17,6 +21,7 @@ import numpy as np
 import torch.nn.functional as F
 
 from ...ir import DType, Value
+from ...ir.masks import rows_never_empty
 from ..context import EmitContext
 from ..helpers import broadcast_operands, cast, rank, result_dtype, unsqueeze_to
 from ..registry import register
@@ -61,9 +66,19 @@ def apply_mask(ctx: EmitContext, scores: Value, keep) -> Value:
         return scores
     if not keep.dtype.is_bool:
         return ctx.op("add", *broadcast_operands(ctx, scores, cast(ctx, keep, scores.dtype)), out_shape=scores.shape)
-    floor = ctx.const(lowest(scores.dtype), scores.dtype, name="masked")
-    return ctx.op("select", unsqueeze_to(ctx, keep, rank(scores)), scores, floor, out_dtype=scores.dtype,
+    return ctx.op("add", *broadcast_operands(ctx, scores, additive_mask(ctx, keep, scores.dtype)),
                   out_shape=scores.shape)
+
+
+def additive_mask(ctx: EmitContext, keep: Value, dtype: DType) -> Value:
+    """0 where the bool ``keep`` is True, the lowest finite value of ``dtype`` elsewhere, at
+    ``keep``'s shape; built once per mask and dtype (every layer reads the same mask)."""
+    key = ("additive_mask", id(keep), dtype)
+    if key not in ctx.memo:
+        zero, floor = ctx.const(0, dtype, name="kept"), ctx.const(lowest(dtype), dtype, name="masked")
+        ctx.memo[key] = ctx.op("select", keep, zero, floor, out_dtype=dtype, out_shape=keep.shape,
+                               out_name="additive_mask")
+    return ctx.memo[key]
 
 
 @register(F.scaled_dot_product_attention)
@@ -89,4 +104,4 @@ def scaled_dot_product_attention(ctx: EmitContext, query: Value, key: Value, val
     probs = cast(ctx, probs, query.dtype)
     out = ctx.op("matmul", probs, value, transposeA=False, transposeB=False,
                  out_shape=tuple(query.shape[:-1]) + (value.shape[-1],))
-    return out if attn_mask is None else zero_empty_rows(ctx, out, attn_mask)
+    return out if attn_mask is None or rows_never_empty(attn_mask) else zero_empty_rows(ctx, out, attn_mask)
