@@ -60,6 +60,14 @@ def kv_heads_for(ctx: EmitContext, x: Value, query_heads) -> Value:
     return repeat_axis(ctx, x, rank(x) - 3, query_heads // heads)
 
 
+def softmax_dtype(scores: Value, keep) -> DType:
+    """The dtype of the scale, mask and softmax: f32 for f16 scores (tract's f16 softmax and
+    elementwise ops are many times slower than f32 on x86, and f32 is closer to torch, which
+    accumulates the softmax in f32), else the scores' own, promoted with a float mask."""
+    dtype = result_dtype(scores, keep) if keep is not None and keep.dtype.is_float else scores.dtype
+    return DType.F32 if dtype is DType.F16 else dtype
+
+
 def apply_mask(ctx: EmitContext, scores: Value, keep) -> Value:
     """Scores where a bool ``keep`` is True (the lowest finite value elsewhere), or scores + a float mask."""
     if keep is None:
@@ -95,11 +103,10 @@ def scaled_dot_product_attention(ctx: EmitContext, query: Value, key: Value, val
         ctx.fail("the default scale 1/sqrt(head_dim) needs a static head dim; pass scale=")
     shape = tuple(query.shape[:-1]) + (key.shape[-2],)
     scores = ctx.op("matmul", query, key, transposeA=False, transposeB=True, out_shape=shape)
+    keep = ctx.call("nnef.causal_keep", query.shape[-2], key.shape[-2]) if is_causal else attn_mask
+    scores = cast(ctx, scores, softmax_dtype(scores, keep))
     scale = scale if scale is not None else 1 / math.sqrt(query.shape[-1])
     scores = ctx.op("mul", scores, float(scale), out_shape=shape)
-    keep = ctx.call("nnef.causal_keep", query.shape[-2], key.shape[-2]) if is_causal else attn_mask
-    if keep is not None and keep.dtype.is_float:  # an f32 mask on f16 scores: mask and softmax in f32
-        scores = cast(ctx, scores, result_dtype(scores, keep))
     probs = ctx.op("softmax", apply_mask(ctx, scores, keep), axes=[r - 1], out_shape=shape)
     probs = cast(ctx, probs, query.dtype)
     out = ctx.op("matmul", probs, value, transposeA=False, transposeB=False,
