@@ -162,7 +162,8 @@ def export_causal_lm(model_or_dir, out_dir, *, dtype: Optional[str] = None, weig
         model = model_or_dir.eval()
     else:
         source_dir = Path(model_or_dir)
-        model = load_causal_lm(model_or_dir)
+        # loaded in the asset's dtype: each tensor converted as it is read, no second full copy
+        model = load_causal_lm(model_or_dir, dtype=DTYPES.get(activation_dtype(dtype, weights)))
     torch_dtype = _resolve_dtype(activation_dtype(dtype, weights), model)
     if next(model.parameters()).dtype != torch_dtype:
         # the caller's module is left as it was
