@@ -11,7 +11,7 @@ activations, Q4_0 weights: t2n ``-dt f16 -c min_max_q4_0``). Both assets follow 
 KV-cache contract and the same logits contract (``--logits last``: t2n's default, fx2nnef's
 ``--last-logits-only``; ``all``: logits of every position on both sides).
 
-Printed per variant: export wall time and peak RSS of the exporting process tree (sampled), then
+Printed per variant: export wall time and peak memory of the exporting process tree (PSS, sampled), then
 latency in tract (one child process, one thread, CPU time of the process: the machine is shared,
 wall time is not the asset's cost) for a prompt (S=128, P=0), a prompt after a past (S=32,
 P=128) and decoding (S=1) at P=128 and P=1024, the assets run in alternation over ``--rounds``;
@@ -143,7 +143,7 @@ def write_safetensors(path: Path, metas: dict, draw, dtype) -> int:
 
 
 def run_measured(cmd: list, env: dict, log: Path) -> dict:
-    """Run ``cmd``; its wall time, exit code and the peak RSS of its process tree (sampled 10x a second)."""
+    """Run ``cmd``; its wall time, exit code and the peak PSS of its process tree (sampled 10x a second)."""
     start = time.perf_counter()
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
@@ -163,7 +163,8 @@ def run_measured(cmd: list, env: dict, log: Path) -> dict:
 
 
 def tree_rss(pid: int) -> int:
-    """Resident bytes of ``pid`` and all its descendants (from /proc)."""
+    """Proportional resident bytes (PSS: a page shared by k processes counts 1/k in each, so forked
+    children and the shared libraries are not counted twice) of ``pid`` and all its descendants."""
     children: dict = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -178,9 +179,9 @@ def tree_rss(pid: int) -> int:
         p = todo.pop()
         todo += children.get(p, [])
         try:
-            with open(f"/proc/{p}/statm") as f:
-                total += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-        except OSError:
+            with open(f"/proc/{p}/smaps_rollup") as f:
+                total += next(int(line.split()[1]) for line in f if line.startswith("Pss:")) * 1024
+        except (OSError, StopIteration, ValueError):
             pass
     return total
 
@@ -257,7 +258,7 @@ def _median(values: list) -> float:
 
 
 def print_table(variants: list, facts: dict, times: dict) -> None:
-    print("\nExport (checks on): wall s, peak RSS MiB of the process tree")
+    print("\nExport (checks on): wall s, peak memory MiB of the process tree (PSS)")
     print("| variant | fx2nnef s | t2n s | fx2nnef MiB | t2n MiB |")
     print("|---|---|---|---|---|")
     for v in variants:
