@@ -154,3 +154,22 @@ class GQA(torch.nn.Module):
     def forward(self, q, k_new, v_new, k_past, v_past):
         rep = [t.repeat_interleave(2, dim=1) for t in (k_new, v_new, k_past, v_past)]
         return self.inner(q, *rep)
+
+
+class ConstantMask(torch.nn.Module):
+    def __init__(self, keep):
+        super().__init__()
+        self.register_buffer("keep", keep)
+
+    def forward(self, q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=self.keep)
+
+
+@pytest.mark.parametrize("empty_row", [False, True])
+def test_a_constant_mask_is_read(empty_row, tmp_path):
+    keep = torch.tril(torch.ones(4, 6, dtype=torch.bool), diagonal=2)
+    if empty_row:
+        keep[1] = False
+    q, k, v = randn(1, 2, 4, 8, seed=1), randn(1, 2, 6, 8, seed=2), randn(1, 2, 6, 8, seed=3)
+    r = fx2nnef.export(ConstantMask(keep), (q, k, v), tmp_path / "m.nnef.tgz", target=fx2nnef.TractNNEF())
+    assert r.check.ok and ("any_reduce" in _graph_text(r.path)) is empty_row

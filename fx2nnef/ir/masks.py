@@ -38,6 +38,9 @@ def rows_never_empty(mask) -> bool:
     """Whether every row (last axis) of the bool ``mask`` is proved to hold a True."""
     if not isinstance(mask, Value) or mask.shape is None or len(mask.shape) < 2:
         return False
+    if mask.producer is None:  # a constant (a static causal mask folded by the tracer) is read
+        data = mask.data
+        return data is not None and data.dtype == bool and data.size > 0 and bool(data.any(axis=-1).all())
     rank = len(mask.shape)
     atoms = _atoms(mask, rank)
     if not atoms:
