@@ -259,8 +259,8 @@ def _checks_after_release(wrapper: FlatCacheLM, layout: CacheLayout, result: Exp
     with stored_weights(wrapper, result):
         modes = mode_cases(wrapper, layout, plan.dtype, plan.seed)
         prompt, tokens = generation_reference(wrapper.model, plan.generate, plan.seed) if plan.generate else (None, None)
+    result.graph = None  # first: its constants are the model's tensors, freed by release's collection
     release(wrapper.model)
-    result.graph = None
     report, facts = run_checks(target, plan.asset, modes,
                                lambda cases, got: compare_modes(layout, plan.dtype, cases, got))
     plan.facts["export"] = {"cases": len(report.cases),

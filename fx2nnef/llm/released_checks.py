@@ -11,6 +11,8 @@ from a folder itself (nobody else holds it).
 """
 from __future__ import annotations
 
+import ctypes
+import gc
 from pathlib import Path
 
 import torch
@@ -33,12 +35,28 @@ class DeferredTractNNEF(TractNNEF):
 
 
 def release(model: torch.nn.Module) -> None:
-    """Empty every parameter and buffer of ``model`` (its memory is freed even where the IR or a
-    cache still holds the tensor objects); the model cannot run afterwards."""
+    """Free the memory of every parameter and buffer of ``model``: their storages are resized to
+    nothing, so that views and copies of the tensor objects held elsewhere (the IR's constants,
+    traced modules) do not keep it; freed heap memory is then handed back to the system. The model
+    cannot run afterwards."""
     empty = torch.empty(0)
     with torch.no_grad():
         for tensor in list(model.parameters()) + list(model.buffers()):
+            try:
+                tensor.untyped_storage().resize_(0)
+            except RuntimeError:  # a storage that cannot be resized (memory-mapped): drop the reference
+                pass
             tensor.data = empty
+    gc.collect()
+    _trim_heap()
+
+
+def _trim_heap() -> None:
+    """glibc keeps freed blocks below its mmap threshold in its heap: give them back (elsewhere nothing)."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 def run_checks(target: DeferredTractNNEF, asset: Path, modes: dict, compare_modes) -> tuple:
