@@ -230,8 +230,8 @@ LATENCY_CHILD = textwrap.dedent("""
     feeds = [[inputs(shapes, dt, s, p) for _, s, p in modes] for _, shapes, dt in loaded]
     for (run, _, _), feed in zip(loaded, feeds):
         run.run(feed[0])
-    for _ in range(rounds):
-        for k in range(len(modes)):
+    for k in range(len(modes)):  # one mode at a time: sizes change between modes only
+        for _ in range(rounds):
             for a, ((run, _, _), feed) in enumerate(zip(loaded, feeds)):
                 t = time.process_time(); run.run(feed[k]); out["ms"][a][k].append(1000 * (time.process_time() - t))
     if profile:
