@@ -1,16 +1,37 @@
-"""Cost of ``fx2nnef llm`` on a random Llama saved to a folder, printed as a table (not a test).
+"""fx2nnef's LLM assets against torch_to_nnef's, side by side in one run (a benchmark, not a test).
 
-    python benchmarks/bench_llm.py [--size 20m|160m|1b] [--variants f32,f16,q4_0] [--runs 10] [--profile]
+    python benchmarks/bench_llm.py [--size 160m] [--variants f32,f16,f16_q4_0] [--rounds 7]
+                                   [--t2n-venv /work/venvs/t2n] [--logits last|all] [--profile]
+    python benchmarks/bench_llm.py --size 1b [--t2n-venv ...]      # real size: export cost only
 
-The model is built from a config, saved with ``save_pretrained`` to a temporary folder and
-exported from there once per variant as the CLI does (checks on, ``--generate 4``): ``f32``,
-``f16`` (``--dtype f16``), ``q4_0`` (f32 compute, ``--weights q4_0``), ``f16_q4_0``,
-``f16_f32attn`` / ``f16_f32all`` (f16 with ``force_f32`` attention / all). Per
-variant: export wall time, peak RSS growth of the export call, asset size (and its ratio to
-the f32 asset), and the latency of prompt processing (S=128, P=0) and decoding (S=1 after
-P=128) in tract (one child process, one thread, caches fed back) against torch eager on one
-thread, in ``--rounds`` rounds alternating the two engines (f32 for the f32 and q4_0 variants, f16 for the f16 ones). ``--profile`` also prints
-the ops that take the most time in tract at both sizes (``Runnable.profile_json``).
+A random Llama is built from a config (norm weights not all ones) and saved with a tokenizer made
+offline, then exported by ``fx2nnef llm`` and by torch_to_nnef's ``t2n_export_llm_to_tract``
+(each in its own process, checks on), once per variant: ``f32``; ``f16``; ``f16_q4_0`` (f16
+activations, Q4_0 weights: t2n ``-dt f16 -c min_max_q4_0``). Both assets follow the same
+KV-cache contract and the same logits contract (``--logits last``: t2n's default, fx2nnef's
+``--last-logits-only``; ``all``: logits of every position on both sides).
+
+Printed per variant: export wall time and peak memory of the exporting process tree (PSS, sampled), then
+latency in tract (one child process, one thread, CPU time of the process: the machine is shared,
+wall time is not the asset's cost) for a prompt (S=128, P=0), a prompt after a past (S=32,
+P=128) and decoding (S=1) at P=128 and P=1024, the assets run in alternation over ``--rounds``;
+medians and the ratio fx2nnef / torch_to_nnef. ``--profile`` adds tract's per-op profile
+(``Runnable.profile_json``) of both assets for the prompt.
+
+``--size 1b|3b|8b`` builds a bf16 folder of the Llama-3.2-1B / 3.2-3B / 3.1-8B shape (vocab
+128256; tied embeddings for 1b and 3b) tensor by tensor (the model is made on the meta device and
+each tensor is drawn, written and dropped: the folder is never held in memory), exports it to f16
+with all checks and prints time and peak RSS against the weight bytes (no latency).
+
+torch_to_nnef goes in its own venv (never in fx2nnef's), with the stand-in tract CLI beside it
+(``tract_cli_standin.py``: torch_to_nnef runs its checks through a tract binary it would download):
+
+    python3 -m venv /work/venvs/t2n
+    /work/venvs/t2n/bin/pip install torch==2.13.0
+    /work/venvs/t2n/bin/pip install torch-to-nnef==0.24.12 torch-to-nnef-llm==0.24.12 \\
+        transformers==5.23.0 tract==0.23.9
+
+Without ``--t2n-venv`` (or when it is missing) the torch_to_nnef column is left out.
 """
 from __future__ import annotations
 
@@ -22,210 +43,308 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a script: use this checkout's fx2nnef
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-# hidden, intermediate, layers, heads, kv heads (vocab 32000 for all)
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+# hidden, intermediate, layers, heads, kv heads, vocab, tied embeddings
 SIZES = {
-    "tiny": (64, 128, 2, 4, 2),
-    "20m": (256, 704, 4, 4, 2),
-    "160m": (1024, 2816, 8, 16, 8),
-    "1b": (2048, 8192, 16, 32, 8),
+    "tiny": (64, 128, 2, 4, 2, 256, False),
+    "160m": (1024, 2816, 8, 16, 8, 32000, False),
+    "1b": (2048, 8192, 16, 32, 8, 128256, True),
+    "3b": (3072, 8192, 28, 24, 8, 128256, True),
+    "8b": (4096, 14336, 32, 32, 8, 128256, False),
 }
-PROMPT, PAST = 128, 128
+REAL = ("1b", "3b", "8b")
+# variant -> (fx2nnef llm options, t2n options)
+# (t2n checks f16 at its default "approximate" level, which tract's f16 outputs miss by design:
+# both sides check f16 at "very", as fx2nnef does)
+VARIANTS = {
+    "f32": (["--dtype", "f32"], ["-dt", "f32"]),
+    "f16": (["--dtype", "f16"], ["-dt", "f16", "-tt", "very"]),
+    "f16_q4_0": (["--dtype", "f16", "--weights", "q4_0"], ["-dt", "f16", "-c", "min_max_q4_0", "-tt", "very"]),
+}
+# (label, S, P)
+MODES = [("prompt S=128", 128, 0), ("prompt S=32 P=128", 32, 128), ("decode P=128", 1, 128),
+         ("decode P=1024", 1, 1024)]
 
 
-def save_random_llama(size: str, folder: Path) -> int:
-    """Save a random Llama of ``size`` to ``folder``; return its weight bytes."""
+def llama_config(size: str):
+    from transformers import LlamaConfig
+
+    hidden, inter, layers, heads, kv, vocab, tied = SIZES[size]
+    return LlamaConfig(hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
+                       num_attention_heads=heads, num_key_value_heads=kv, vocab_size=vocab,
+                       tie_word_embeddings=tied, max_position_embeddings=4096, rope_theta=500000.0)
+
+
+def save_tokenizer(folder: Path) -> None:
+    """A small word-level tokenizer made offline (torch_to_nnef's exporter wants one in the folder)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{f"w{i}": i + 3 for i in range(997)}}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>",
+                            eos_token="</s>").save_pretrained(folder)
+
+
+def save_random_llama(size: str, folder: Path, dtype_name: str) -> int:
+    """A random Llama of ``size`` saved to ``folder`` tensor by tensor; returns its weight bytes.
+
+    The model is made on the meta device (no memory); each tensor is drawn (std 0.02, norm weights
+    1 + 0.3 N(0,1)), written to model.safetensors and dropped, so the folder is never held whole."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaForCausalLM
 
-    hidden, inter, layers, heads, kv = SIZES[size]
-    config = LlamaConfig(hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
-                         num_attention_heads=heads, num_key_value_heads=kv, vocab_size=32000 if size != "tiny" else 256,
-                         max_position_embeddings=2048)
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(config).eval()
-    model.save_pretrained(folder)
-    return sum(p.numel() * p.element_size() for p in model.parameters())
+    dtype = {"f32": torch.float32, "bf16": torch.bfloat16}[dtype_name]
+    config = llama_config(size)
+    config.dtype = dtype  # what from_pretrained(dtype="auto") reads
+    with torch.device("meta"):
+        model = LlamaForCausalLM(config)
+    names = {n: p for n, p in model.state_dict().items()}
+    if config.tie_word_embeddings:
+        names.pop("lm_head.weight", None)
+    folder.mkdir(parents=True, exist_ok=True)
+    model.config.save_pretrained(folder)
+    model.generation_config.save_pretrained(folder)
+    save_tokenizer(folder)
+    g = torch.Generator().manual_seed(0)
 
+    def draw(name, meta):
+        if name.endswith("norm.weight"):
+            return (1 + 0.3 * torch.randn(meta.shape, generator=g)).to(dtype)
+        return (0.02 * torch.randn(meta.shape, generator=g)).to(dtype)
 
-def _resident_kib(field: str = "VmRSS") -> int:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    return 0
-
-
-def _reset_peak() -> None:
-    try:
-        with open("/proc/self/clear_refs", "w") as handle:
-            handle.write("5")
-    except OSError:
-        pass
+    return write_safetensors(folder / "model.safetensors", names, draw, dtype)
 
 
-def torch_latency(folder: Path, dtype: str, runs: int) -> dict:
-    """Eager torch on one thread: prompt and decode with a DynamicCache."""
+def write_safetensors(path: Path, metas: dict, draw, dtype) -> int:
+    """Write ``{name: meta tensor}`` as ``dtype`` to a safetensors file, drawing each tensor with
+    ``draw(name, meta)`` when its bytes are due (one tensor in memory at a time); returns the data bytes."""
     import torch
-    from transformers import AutoModelForCausalLM, DynamicCache
 
-    torch.set_num_threads(1)
-    model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True,
-                                                 dtype=torch.float16 if dtype == "f16" else torch.float32).eval()
-    ids = torch.randint(0, model.config.vocab_size, (1, PROMPT + 1), generator=torch.Generator().manual_seed(0))
-    with torch.no_grad():
-        past = model(ids[:, :PAST], past_key_values=DynamicCache(), use_cache=True).past_key_values
+    code, itemsize = {torch.float32: ("F32", 4), torch.bfloat16: ("BF16", 2), torch.float16: ("F16", 2)}[dtype]
+    header, offset = {"__metadata__": {"format": "pt"}}, 0
+    for name, meta in metas.items():
+        size = meta.numel() * itemsize
+        header[name] = {"dtype": code, "shape": list(meta.shape), "data_offsets": [offset, offset + size]}
+        offset += size
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as out:
+        out.write(len(text).to_bytes(8, "little") + text)
+        for name, meta in metas.items():
+            tensor = draw(name, meta).to(dtype).contiguous()
+            out.write(tensor.view(torch.uint8).numpy().tobytes())
+            del tensor
+    return offset
 
-        def prompt():
-            model(ids[:, :PROMPT], past_key_values=DynamicCache(), use_cache=True)
 
-        def decode():
-            cache = DynamicCache(ddp_cache_data=[(l.keys, l.values) for l in past.layers])
-            model(ids[:, PAST:PAST + 1], past_key_values=cache, use_cache=True)
+def run_measured(cmd: list, env: dict, log: Path) -> dict:
+    """Run ``cmd``; its wall time, exit code and the peak PSS of its process tree (sampled 10x a second)."""
+    start = time.perf_counter()
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+        peak = [0]
 
-        return {"prompt_ms": _times_ms(prompt, runs), "decode_ms": _times_ms(decode, runs)}
+        def sample():
+            while proc.poll() is None:
+                peak[0] = max(peak[0], tree_rss(proc.pid))
+                time.sleep(0.1)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        code = proc.wait()
+        sampler.join()
+    return {"export_s": round(time.perf_counter() - start, 1), "peak_rss_mib": round(peak[0] / 2**20),
+            "ok": code == 0, "log": str(log)}
 
 
-def _times_ms(fn, runs: int) -> list:
-    fn()
-    times = []
-    for _ in range(runs):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return [round(1000 * t, 3) for t in times]
+def tree_rss(pid: int) -> int:
+    """Proportional resident bytes (PSS: a page shared by k processes counts 1/k in each, so forked
+    children and the shared libraries are not counted twice) of ``pid`` and all its descendants."""
+    children: dict = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                children.setdefault(ppid, []).append(int(entry))
+            except (OSError, IndexError, ValueError):
+                pass
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        todo += children.get(p, [])
+        try:
+            with open(f"/proc/{p}/smaps_rollup") as f:
+                total += next(int(line.split()[1]) for line in f if line.startswith("Pss:")) * 1024
+        except (OSError, StopIteration, ValueError):
+            pass
+    return total
+
+
+def export_fx2nnef(src: Path, out: Path, options: list, last_logits: bool) -> dict:
+    cmd = [sys.executable, "-m", "fx2nnef", "llm", str(src), str(out), "--overwrite", "--generate", "4", *options]
+    cmd += ["--last-logits-only"] if last_logits else []
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    facts = run_measured(cmd, env, out.with_suffix(".log"))
+    facts["asset"] = str(out / "model.nnef.tgz")
+    return facts
+
+
+def export_t2n(venv: Path, src: Path, out: Path, options: list, last_logits: bool) -> dict:
+    """torch_to_nnef's LLM CLI, checks on, through the stand-in tract CLI installed in its venv."""
+    shutil.rmtree(out, ignore_errors=True)  # its exporter refuses an existing folder
+    cli = venv / "tract-cli"
+    if not cli.exists():
+        cli.write_text(f"#!{venv / 'bin' / 'python'}\n" + (HERE / "tract_cli_standin.py").read_text())
+        cli.chmod(0o755)
+    cmd = [str(venv / "bin" / "t2n_export_llm_to_tract"), "-d", str(src), "-e", str(out), *options,
+           "--tract-specific-path", str(cli), "--no-trust-remote-code", "--num-logits-to-keep", "1" if last_logits else "0"]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    facts = run_measured(cmd, env, out.with_suffix(".log"))
+    facts["asset"] = str(out / "model" / "model.nnef.tgz")
+    return facts
+
+
+LATENCY_CHILD = textwrap.dedent("""
+    import json, sys, time, numpy as np, tract
+    assets, modes, rounds, profile = json.loads(sys.argv[1])
+    loaded = []
+    for path in assets:
+        m = tract.nnef().with_tract_transformers().load(path)
+        facts = [m.input_fact(i) for i in range(1, m.input_count())]
+        dt = np.float16 if str(facts[0]).endswith("f16") else np.float32
+        shapes = [[int(str(d)) for i, d in enumerate(f.dims()) if i != 2] for f in facts]
+        loaded.append((m.into_runnable(), shapes, dt))
+    rng = np.random.default_rng(0)
+    def inputs(shapes, dt, s, p):
+        ids = rng.integers(0, 256, (1, s)).astype(np.int64)
+        return [ids] + [rng.standard_normal((b, h, p, d)).astype(dt) for b, h, d in shapes]
+    out = {"ms": [[[] for _ in modes] for _ in assets], "profile": []}
+    feeds = [[inputs(shapes, dt, s, p) for _, s, p in modes] for _, shapes, dt in loaded]
+    for (run, _, _), feed in zip(loaded, feeds):
+        run.run(feed[0])
+    for k in range(len(modes)):  # one mode at a time: sizes change between modes only
+        for _ in range(rounds):
+            for a, ((run, _, _), feed) in enumerate(zip(loaded, feeds)):
+                t = time.process_time(); run.run(feed[k]); out["ms"][a][k].append(1000 * (time.process_time() - t))
+    if profile:
+        for (run, _, _), feed in zip(loaded, feeds):
+            prof = json.loads(run.profile_json(feed[0]))
+            by = {}
+            for n in prof["nodes"]:
+                by[n["op_name"]] = by.get(n["op_name"], 0.0) + 1000 * n.get("secs_per_iter", 0.0)
+            out["profile"].append(sorted(by.items(), key=lambda kv: -kv[1])[:8])
+    print(json.dumps(out))
+""")
+
+
+def latency(assets: list, rounds: int, profile: bool) -> dict:
+    """Median CPU ms per asset and mode, the assets run in alternation in one child on one thread."""
+    env = {**os.environ, "RAYON_NUM_THREADS": "1"}
+    arg = json.dumps([assets, MODES, rounds, profile])
+    done = subprocess.run([sys.executable, "-c", LATENCY_CHILD, arg], capture_output=True, text=True, env=env)
+    if done.returncode:
+        raise RuntimeError(f"the latency child failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def _median(values: list) -> float:
     return sorted(values)[len(values) // 2]
 
 
-def tract_latency(asset: Path, runs: int) -> dict:
-    """The asset in tract, in a child process on one thread: prompt, and one step after P=128."""
-    code = textwrap.dedent(f"""
-        import json, sys, time, numpy as np
-        sys.path.insert(0, {str(Path(__file__).resolve().parents[1] / 'fx2nnef' / 'llm')!r})
-        from _generate_child import TractCausalLM
-        lm = TractCausalLM.load({str(asset)!r})
-        ids = np.random.default_rng(0).integers(0, 200, (1, {PROMPT + 1}))
-        def med(fn):
-            fn(); ts = []
-            for _ in range({runs}):
-                t = time.perf_counter(); fn(); ts.append(time.perf_counter() - t)
-            return [round(1000 * t, 3) for t in ts]
-        _, past = lm.step(ids[:, :{PAST}], lm.empty_cache())
-        out = {{"prompt_ms": med(lambda: lm.step(ids[:, :{PROMPT}], lm.empty_cache())),
-               "decode_ms": med(lambda: lm.step(ids[:, {PAST}:{PAST + 1}], past))}}
-        print(json.dumps(out))
-    """)
-    env = {**os.environ, "RAYON_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
-    return json.loads(done.stdout.strip().splitlines()[-1])
+def print_table(variants: list, facts: dict, times: dict) -> None:
+    print("\nExport (checks on): wall s, peak memory MiB of the process tree (PSS)")
+    print("| variant | fx2nnef s | t2n s | fx2nnef MiB | t2n MiB |")
+    print("|---|---|---|---|---|")
+    for v in variants:
+        fx, t2 = facts[v].get("fx2nnef", {}), facts[v].get("t2n", {})
+        print(f"| {v} | {fx.get('export_s', '-')} | {t2.get('export_s', '-')} | {fx.get('peak_rss_mib', '-')} | "
+              f"{t2.get('peak_rss_mib', '-')} |")
+    if not times:
+        return
+    print("\nLatency in tract 0.23.9, one thread, median CPU ms: fx2nnef / torch_to_nnef (ratio)")
+    print("| variant | " + " | ".join(label for label, _, _ in MODES) + " |")
+    print("|---|" + "---|" * len(MODES))
+    for v in variants:
+        cells = []
+        for k in range(len(MODES)):
+            fx = times.get((v, "fx2nnef"))
+            t2 = times.get((v, "t2n"))
+            a = _median(fx[k]) if fx else None
+            b = _median(t2[k]) if t2 else None
+            cells.append(f"{a:.1f} / {b:.1f} ({a / b:.2f}x)" if a and b else f"{a or '-'} / {b or '-'}")
+        print(f"| {v} | " + " | ".join(cells) + " |")
 
 
-# variant -> (dtype, weights, force_f32)
-VARIANTS = {"f32": ("f32", None, ()), "f16": ("f16", None, ()), "q4_0": ("f32", "q4_0", ()),
-            "f16_q4_0": ("f16", "q4_0", ()), "f16_f32attn": ("f16", None, ("attention",)),
-            "f16_f32all": ("f16", None, ("all",))}
+def bench_speed(ns, work: Path) -> None:
+    src = work / "src"
+    weight_bytes = save_random_llama(ns.size, src, "f32")
+    print(f"size {ns.size}: {weight_bytes / 2**20:.0f} MiB of f32 weights; logits {ns.logits}; "
+          f"t2n {'at ' + str(ns.t2n_venv) if ns.t2n_venv else 'not run'}", flush=True)
+    variants = [v for v in ns.variants.split(",") if v]
+    facts, assets, owners = {}, [], []
+    for v in variants:
+        fx_opts, t2n_opts = VARIANTS[v]
+        facts[v] = {"fx2nnef": export_fx2nnef(src, work / f"fx_{v}", fx_opts, ns.logits == "last")}
+        if ns.t2n_venv:
+            facts[v]["t2n"] = export_t2n(ns.t2n_venv, src, work / f"t2n_{v}", t2n_opts, ns.logits == "last")
+        for side, f in facts[v].items():
+            print(json.dumps({"variant": v, "exporter": side, **f}), flush=True)
+            if f["ok"]:
+                assets.append(f["asset"])
+                owners.append((v, side))
+    times = {}
+    if assets and not ns.no_latency:
+        got = latency(assets, ns.rounds, ns.profile)
+        times = dict(zip(owners, got["ms"]))
+        for owner, ops in zip(owners, got["profile"]):
+            print(f"profile {owner[0]} {owner[1]} prompt: " + ", ".join(f"{op} {ms:.1f}" for op, ms in ops))
+    print_table(variants, facts, times)
 
 
-def tract_profile(asset: Path, top: int = 8) -> str:
-    """The ops taking the most time in tract (one thread), prompt and decode, as text."""
-    code = textwrap.dedent(f"""
-        import json, sys, numpy as np
-        sys.path.insert(0, {str(Path(__file__).resolve().parents[1] / 'fx2nnef' / 'llm')!r})
-        from _generate_child import TractCausalLM
-        lm = TractCausalLM.load({str(asset)!r})
-        ids = np.random.default_rng(0).integers(0, 200, (1, {PROMPT + 1}))
-        _, past = lm.step(ids[:, :{PAST}], lm.empty_cache())
-        out = {{}}
-        for name, inputs in (("prompt", [ids[:, :{PROMPT}]] + lm.empty_cache()), ("decode", [ids[:, {PAST}:{PAST + 1}]] + past)):
-            prof = json.loads(lm.runnable.profile_json([np.asarray(inputs[0], np.int64)] + list(inputs[1:])))
-            by_op = {{}}
-            for n in prof["nodes"]:
-                by_op[n["op_name"]] = by_op.get(n["op_name"], 0.0) + n.get("secs_per_iter", 0.0)
-            out[name] = [1000 * prof["profiling_info"]["secs_per_iter"],
-                         sorted(((k, 1000 * v) for k, v in by_op.items()), key=lambda kv: -kv[1])[:{top}]]
-        print(json.dumps(out))
-    """)
-    env = {**os.environ, "RAYON_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
-    facts = json.loads(done.stdout.strip().splitlines()[-1])
-    lines = []
-    for name, (total, ops) in facts.items():
-        lines.append(f"  {name}: {total:.2f} ms per run: " + ", ".join(f"{op} {ms:.2f}" for op, ms in ops))
-    return "\n".join(lines)
+def bench_real_size(ns, work: Path) -> None:
+    src = work / "src"
+    t = time.perf_counter()
+    weight_bytes = save_random_llama(ns.size, src, "bf16")
+    print(f"size {ns.size}: {weight_bytes / 2**30:.2f} GiB of bf16 weights written in "
+          f"{time.perf_counter() - t:.0f} s", flush=True)
+    facts = {"f16": {"fx2nnef": export_fx2nnef(src, work / "fx_f16", ["--dtype", "f16"], False)}}
+    if ns.t2n_venv:
+        facts["f16"]["t2n"] = export_t2n(ns.t2n_venv, src, work / "t2n_f16", VARIANTS["f16"][1], False)
+    for side, f in facts["f16"].items():
+        print(json.dumps({"exporter": side, **f, "rss_over_weights": round(f["peak_rss_mib"] * 2**20 / weight_bytes, 2)}),
+              flush=True)
+    print_table(["f16"], facts, {})
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--size", default="20m", choices=list(SIZES))
-    parser.add_argument("--variants", default="f32,f16,q4_0", help=f"comma-separated, from {', '.join(VARIANTS)}")
-    parser.add_argument("--generate", type=int, default=4)
-    parser.add_argument("--runs", type=int, default=10, help="timed runs per round")
-    parser.add_argument("--rounds", type=int, default=2, help="rounds alternating tract and torch")
+    parser.add_argument("--size", default="160m", choices=list(SIZES))
+    parser.add_argument("--variants", default="f32,f16,f16_q4_0", help=f"comma-separated, from {', '.join(VARIANTS)}")
+    parser.add_argument("--rounds", type=int, default=7, help="timed runs of each asset and mode, alternated")
+    parser.add_argument("--t2n-venv", type=Path, default=None, help="the venv holding torch_to_nnef (see above)")
+    parser.add_argument("--logits", choices=["last", "all"], default="last")
     parser.add_argument("--no-latency", action="store_true")
-    parser.add_argument("--profile", action="store_true", help="print the costliest tract ops of each asset")
+    parser.add_argument("--profile", action="store_true", help="tract's costliest ops of each asset (prompt)")
+    parser.add_argument("--keep", type=Path, default=None, help="work in this folder and keep it (default: a temp dir)")
     ns = parser.parse_args()
-    variants = [v for v in ns.variants.split(",") if v]
-    unknown = [v for v in variants if v not in VARIANTS]
+    unknown = [v for v in ns.variants.split(",") if v and v not in VARIANTS]
     if unknown:
         parser.error(f"unknown variants {unknown}; choose from {', '.join(VARIANTS)}")
-    from fx2nnef.llm import export_causal_lm
-
-    rows = []
+    if ns.t2n_venv and not (ns.t2n_venv / "bin" / "t2n_export_llm_to_tract").exists():
+        print(f"no t2n_export_llm_to_tract in {ns.t2n_venv}: the torch_to_nnef column is left out", flush=True)
+        ns.t2n_venv = None
     with tempfile.TemporaryDirectory(prefix="bench_llm_") as temp:
-        src = Path(temp) / "src"
-        weight_bytes = save_random_llama(ns.size, src)
-        print(f"size {ns.size}: {weight_bytes / 2**20:.1f} MiB of f32 weights; {PROMPT=} {PAST=}; 1 thread", flush=True)
-        for variant in variants:
-            dtype, weights, force_f32 = VARIANTS[variant]
-            out = Path(temp) / f"out_{variant}"
-            _reset_peak()
-            before = _resident_kib()
-            t = time.perf_counter()
-            result = export_causal_lm(src, out, dtype=dtype, weights=weights, generate=ns.generate, force_f32=force_f32)
-            wall = time.perf_counter() - t
-            peak = max(_resident_kib("VmHWM") - before, 0)  # VmHWM is reset by _reset_peak
-            asset = out / "model.nnef.tgz"
-            row = {"variant": variant, "export_s": round(wall, 1), "stages_s": result.manifest["timings_s"],
-                   "peak_rss_mib": round(peak / 1024, 1), "asset_mib": round(asset.stat().st_size / 2**20, 1),
-                   "checks": {k: v for k, v in result.checks.items() if k != "generate"},
-                   "generate_equal": result.checks.get("generate", {}).get("equal")}
-            if not ns.no_latency:
-                # alternate the engines over rounds: on a shared machine the load drifts
-                times = {"tract": {"prompt_ms": [], "decode_ms": []}, "torch": {"prompt_ms": [], "decode_ms": []}}
-                for _ in range(ns.rounds):
-                    for engine, got in (("tract", tract_latency(asset, ns.runs)),
-                                        ("torch", torch_latency(src, dtype, ns.runs))):
-                        for key, values in got.items():
-                            times[engine][key] += values
-                for engine in times:
-                    row[engine] = {k: _median(v) for k, v in times[engine].items()}
-                    row[engine + "_min"] = {k: min(v) for k, v in times[engine].items()}
-            if ns.profile:
-                row["profile"] = tract_profile(asset)
-            rows.append(row)
-            print(json.dumps({k: v for k, v in row.items() if k != "profile"}), flush=True)
-            if ns.profile:
-                print(row["profile"], flush=True)
-            shutil.rmtree(out, ignore_errors=True)
-    f32_size = next((r["asset_mib"] for r in rows if r["variant"] == "f32"), None)
-    print()
-    print("Latency: median (min) over all runs, tract / torch eager, ms")
-    print("| variant | export s | asset MiB | x f32 | prompt S=128 tract / torch | decode S=1 P=128 tract / torch | generate |")
-    print("|---|---|---|---|---|---|---|")
-    for r in rows:
-        ratio = f"{r['asset_mib'] / f32_size:.2f}" if f32_size else "-"
-        lat = ("-", "-") if ns.no_latency else tuple(
-            f"{r['tract'][k]:.1f} ({r['tract_min'][k]:.1f}) / {r['torch'][k]:.1f} ({r['torch_min'][k]:.1f})"
-            for k in ("prompt_ms", "decode_ms"))
-        print(f"| {r['variant']} | {r['export_s']} | {r['asset_mib']} | {ratio} | {lat[0]} | {lat[1]} | {r['generate_equal']} |")
+        work = ns.keep or Path(temp)
+        work.mkdir(parents=True, exist_ok=True)
+        (bench_real_size if ns.size in REAL else bench_speed)(ns, work)
 
 
 if __name__ == "__main__":

@@ -62,7 +62,8 @@ def test_a_perturbed_model_shows_drift():
 def test_llm_q4_0_summary_and_manifest_report_drift(tmp_path, capsys):
     src = _folder(tmp_path, _llama())
     out = tmp_path / "out"
-    assert cli_main(["llm", str(src), str(out), "--weights", "q4_0", "--generate", "3"]) == 0
+    # f32 activations (q4_0 alone implies f16 ones): the check against the rounded model is then tight
+    assert cli_main(["llm", str(src), str(out), "--weights", "q4_0", "--dtype", "f32", "--generate", "3"]) == 0
     printed = capsys.readouterr().out
     assert "correctness: tract against the model holding the asset's q4_0 weights" in printed
     assert "drift from the original model (informative, not a check" in printed

@@ -225,9 +225,18 @@ def test_q4_0_weights(tmp_path):
     before = model.model.layers[0].mlp.up_proj.weight.clone()
     r = export_causal_lm(model, tmp_path / "out", weights="q4_0", generate=4)
     assert r.manifest["weights"] == "q4_0" and r.checks["generate"]["equal"]
+    assert r.manifest["dtype"] == "f16"  # Q4_0 implies f16 activations (tract's fast Q4_0 kernels)
     assert r.manifest["weight_bytes"]["stored"] < 0.3 * r.manifest["weight_bytes"]["native"]
     assert "q4_0" in _graph_text(r.asset)
     assert torch.equal(model.model.layers[0].mlp.up_proj.weight, before)  # checks ran on the stored values, then restored
+
+
+def test_q4_0_with_f32_activations_when_asked(tmp_path):
+    if "weights" not in inspect.signature(TractNNEF).parameters:
+        pytest.skip("TractNNEF has no weights= option in this build (branch q4)")
+    r = export_causal_lm(_llama(), tmp_path / "out", weights="q4_0", dtype="f32")
+    assert r.manifest["dtype"] == "f32" and r.manifest["weights"] == "q4_0"
+    assert llm_export.activation_dtype(None, "f16") is None and llm_export.activation_dtype(None, "q4_0") == "f16"
 
 
 def test_refusals(tmp_path):

@@ -45,7 +45,7 @@ from .tracing.grouped import check_grouped_outputs
 from .tracing.padded import check_padded
 from .tracing.scalars import scalars_to_inputs
 from .tracing.kept_tensors import apart_from
-from .tracing.tracer import _module_state, _restore_module_state, trace_model
+from .tracing.tracer import TraceSettings, _module_state, _restore_module_state, trace_model
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 BRANCHES = (None, "select", "example")  # the values of export's branches=
@@ -800,8 +800,9 @@ def _traced(job: _Tracing, args, kwargs, roll, size_sites, unify):
 
     def one_path(forced):
         BUDGET.charge("trace")
-        trace = trace_model(model, args, kwargs, names, out_names, leaf_types, leaf_names, forced, roll_loops=roll,
-                            size_sites=size_sites, data_decisions=branches == "select", unify_sizes=unify)
+        settings = TraceSettings(out_names, leaf_types, leaf_names, forced, roll_loops=roll, size_sites=size_sites,
+                                 data_decisions=branches == "select", unify_sizes=unify)
+        trace = trace_model(model, args, kwargs, names, settings)
         if roll:
             lines = None if roll is True else roll
             trace.control_flow.extend(roll_loops(trace.gm, trace.loops, trace.guards, lines))

@@ -28,6 +28,7 @@ from ..targets.tolerance import compare_outputs, format_diffs
 from ..targets.tract_runner import run_tract_many
 from . import drift
 from .generate import greedy_generate
+from .released_checks import DeferredTractNNEF, release, run_checks
 from .wrapper import CacheLayout, FlatCacheLM, cache_argument, cache_layout, returned_cache
 
 ASSET_NAME = "model.nnef.tgz"
@@ -160,7 +161,8 @@ def export_causal_lm(model_or_dir, out_dir, *, dtype: Optional[str] = None, weig
 
     ``model_or_dir``: a transformers causal LM (``nn.Module``) or a local folder written by
     ``save_pretrained`` (never a hub id). ``dtype``: "f32" or "f16" (None: the model's own,
-    bfloat16 written as f32). ``weights``: passed to ``TractNNEF(weights=...)`` when given.
+    bfloat16 written as f32; "f16" when ``weights`` is "q4_0": see :func:`activation_dtype`).
+    ``weights``: passed to ``TractNNEF(weights=...)`` when given.
     ``last_logits_only``: logits of the last position only (``[1, 1, V]``). ``batch_symbol``:
     a symbol ``B`` for the batch axis instead of 1. ``generate``: the number of greedy tokens
     the asset must produce exactly as transformers' greedy decoding (:func:`greedy_reference`). ``check``: run the
@@ -194,8 +196,10 @@ def export_causal_lm(model_or_dir, out_dir, *, dtype: Optional[str] = None, weig
         model = model_or_dir.eval()
     else:
         source_dir = Path(model_or_dir)
+        # loaded as stored: the drift needs the original's logits before any cast (the cast below
+        # converts tensor by tensor in place, never a second full copy)
         model = load_causal_lm(model_or_dir)
-    torch_dtype = _resolve_dtype(dtype, model)
+    torch_dtype = _resolve_dtype(activation_dtype(dtype, weights), model)
     # the original model's logits, before its weights are rounded or cast (None: it keeps its values)
     original = drift.reference_before_rounding(
         model, torch_dtype, weights, last_logits_only, (lambda w, l, d: mode_cases(w, l, d, seed)) if check else None,
@@ -221,29 +225,24 @@ def export_causal_lm(model_or_dir, out_dir, *, dtype: Optional[str] = None, weig
         manifest = _manifest(model, layout, dtype_name, weights, last_logits_only, batch_symbol, generate, check)
         manifest["force_f32"] = list(force_f32)
         t0 = time.perf_counter()
-        result = _export_asset(wrapper, layout, stage / ASSET_NAME, torch_dtype, batch_symbol, check,
-                               _properties(manifest), target_kwargs, timeout, seed,
-                               out_dir.with_name(out_dir.name + ".debug"))
+        # a model loaded here is released before tract runs: its references are computed first
+        defer = check and source_dir is not None
+        result, target = _export_asset(wrapper, layout, stage / ASSET_NAME, torch_dtype, batch_symbol, check,
+                                       _properties(manifest), target_kwargs, timeout, seed,
+                                       out_dir.with_name(out_dir.name + ".debug"), defer_check=defer)
         timings["export"] = time.perf_counter() - t0
         _refuse_prompt_only(model, result)
         _record_export(manifest, result, fused, rounding)
-        checks, tract_logits = manifest["checks"], {}
+        checks = manifest["checks"]
         if result.check is not None:
             checks["export"] = {"cases": len(result.check.cases), "max_abs": _fmt(result.max_abs_diff)}
-        with stored_weights(wrapper, result):
-            if check:
-                progress.stage("check modes", "prompt, prompt with past, decode in tract against transformers")
-                t0 = time.perf_counter()
-                checks.update(check_modes(wrapper, layout, stage / ASSET_NAME, torch_dtype, seed, timeout,
-                                          tract_logits))
-                timings["modes"] = time.perf_counter() - t0
-            if generate:
-                progress.stage("generate", f"{generate} greedy tokens in tract against transformers")
-                t0 = time.perf_counter()
-                checks["generate"] = check_generation(model, stage / ASSET_NAME, generate, seed, timeout)
-                timings["generate"] = time.perf_counter() - t0
+        plan = CheckPlan(stage / ASSET_NAME, torch_dtype, generate, seed, timeout, checks, timings)
+        if defer:
+            _checks_after_release(wrapper, layout, result, target, plan)
+        else:
+            _checks_with_model(wrapper, layout, result, plan, check)
         if original is not None:
-            manifest["drift"] = original.manifest_entry(tract_logits, checks.get("generate", {}).get("tokens"))
+            manifest["drift"] = original.manifest_entry(plan.tract_logits, checks.get("generate", {}).get("tokens"))
         manifest["timings_s"] = {k: round(v, 3) for k, v in timings.items()}
         progress.stage("save", str(out_dir))
         _copy_companions(model, source_dir, stage)
@@ -254,6 +253,64 @@ def export_causal_lm(model_or_dir, out_dir, *, dtype: Optional[str] = None, weig
         raise
     result.path = out_dir / ASSET_NAME
     return LLMExportResult(out_dir, out_dir / ASSET_NAME, manifest, result)
+
+
+@dataclasses.dataclass
+class CheckPlan:
+    """What the checks after the export need, and where their facts and times go."""
+
+    asset: Path
+    dtype: torch.dtype
+    generate: int
+    seed: int
+    timeout: float
+    facts: dict  # the manifest's checks
+    timings: dict
+    tract_logits: dict = dataclasses.field(default_factory=dict)  # tract's logits per mode (for the drift)
+
+
+def _checks_with_model(wrapper: FlatCacheLM, layout: CacheLayout, result: ExportResult, plan: CheckPlan,
+                       check: bool) -> None:
+    """The modes and the generation, each run in torch then in tract (the model stays loaded)."""
+    with stored_weights(wrapper, result):
+        if check:
+            progress.stage("check modes", "prompt, prompt with past, decode in tract against transformers")
+            t0 = time.perf_counter()
+            plan.facts.update(check_modes(wrapper, layout, plan.asset, plan.dtype, plan.seed, plan.timeout,
+                                          plan.tract_logits))
+            plan.timings["modes"] = time.perf_counter() - t0
+        if plan.generate:
+            progress.stage("generate", f"{plan.generate} greedy tokens in tract against transformers")
+            t0 = time.perf_counter()
+            plan.facts["generate"] = check_generation(wrapper.model, plan.asset, plan.generate, plan.seed,
+                                                      plan.timeout)
+            plan.timings["generate"] = time.perf_counter() - t0
+
+
+def _checks_after_release(wrapper: FlatCacheLM, layout: CacheLayout, result: ExportResult,
+                          target: DeferredTractNNEF, plan: CheckPlan) -> None:
+    """Every torch reference first (the export's cases, kept by ``target``; the modes; the greedy
+    tokens), then the model is released (:func:`released_checks.release`: the IR graph, whose
+    constants are the model's tensors, goes too), then tract runs the asset."""
+    progress.stage("check modes", "torch references, then the model released, then tract")
+    t0 = time.perf_counter()
+    with stored_weights(wrapper, result):
+        modes = mode_cases(wrapper, layout, plan.dtype, plan.seed)
+        prompt = generation_prompt(wrapper.model, plan.seed) if plan.generate else None
+        tokens = greedy_reference(wrapper.model, prompt, plan.generate) if plan.generate else None
+    result.graph = None  # first: its constants are the model's tensors, freed by release's collection
+    release(wrapper.model)
+    report, facts = run_checks(target, plan.asset, modes,
+                               lambda cases, got: compare_modes(layout, plan.dtype, cases, got, plan.tract_logits))
+    plan.facts["export"] = {"cases": len(report.cases),
+                            "max_abs": _fmt(max((d.max_abs for _, ds in report.cases for d in ds), default=0.0))}
+    plan.facts.update(facts)
+    plan.timings["modes"] = time.perf_counter() - t0
+    if plan.generate:
+        progress.stage("generate", f"{plan.generate} greedy tokens in tract against transformers'")
+        t0 = time.perf_counter()
+        plan.facts["generate"] = compare_generation(plan.asset, prompt, tokens, plan.timeout)
+        plan.timings["generate"] = time.perf_counter() - t0
 
 
 @contextlib.contextmanager
@@ -274,6 +331,13 @@ def vocab_size(model: torch.nn.Module) -> int:
     config = model.config
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
     return int(getattr(text, "vocab_size", None) or config.vocab_size)
+
+
+def activation_dtype(dtype: Optional[str], weights: Optional[str]) -> Optional[str]:
+    """``dtype``, or "f16" when it is not given and the weights are Q4_0: tract multiplies Q4_0
+    weights by f16 activations several times faster than by f32 ones from 8 rows up (its own LLM
+    tests run "q40ef16"); ``dtype="f32"`` keeps f32 activations."""
+    return "f16" if dtype is None and weights == "q4_0" else dtype
 
 
 def _resolve_dtype(dtype: Optional[str], model: torch.nn.Module) -> torch.dtype:
@@ -362,8 +426,10 @@ def _properties(manifest: dict) -> dict:
 
 def _export_asset(wrapper: FlatCacheLM, layout: CacheLayout, path: Path, dtype: torch.dtype, batch_symbol: bool,
                   check: bool, properties: dict, target_kwargs: dict, timeout: float, seed: int,
-                  debug_bundle: Path) -> ExportResult:
-    """Trace at S=3, P=5 (distinct sizes above 1, batch 2 with a batch symbol) and write the asset."""
+                  debug_bundle: Path, defer_check: bool = False) -> tuple:
+    """Trace at S=3, P=5 (distinct sizes above 1, batch 2 with a batch symbol) and write the asset;
+    ``(result, target)``. ``defer_check``: the check cases are kept in the target, tract is not run
+    (:mod:`.released_checks`)."""
     batch = 2 if batch_symbol else 1
     vocab = vocab_size(wrapper.model)
     g = torch.Generator().manual_seed(seed)
@@ -374,12 +440,12 @@ def _export_asset(wrapper: FlatCacheLM, layout: CacheLayout, path: Path, dtype: 
     for name, slot in zip(names[1:], layout.slots):
         dyn[name] = {**({2: "P"} if slot.grows else {}), **({0: "B"} if batch_symbol else {})}
     dyn = {k: v for k, v in dyn.items() if v}
-    target = TractNNEF(check_io=check, specific_properties=properties, asserts=contract_asserts(wrapper.model, layout.has_length),
+    target = (DeferredTractNNEF if defer_check else TractNNEF)(check_io=check, specific_properties=properties, asserts=contract_asserts(wrapper.model, layout.has_length),
                        dump_identity_properties=True, timeout=timeout, check_io_tolerance=tolerance_for(dtype),
                        **target_kwargs)
     with torch.no_grad():
         return export(wrapper, (ids, *cache), path, target=target, input_names=names, dynamic_axes=dyn,
-                      output_names=layout.output_names(), debug_bundle=str(debug_bundle))
+                      output_names=layout.output_names(), debug_bundle=str(debug_bundle)), target
 
 
 def contract_asserts(model: torch.nn.Module, has_length: bool = True) -> list[str]:
@@ -503,6 +569,13 @@ def check_modes(wrapper: FlatCacheLM, layout: CacheLayout, asset: Path, dtype: t
     ``tract_logits``, when given, receives tract's logits per mode."""
     cases = mode_cases(wrapper, layout, dtype, seed)
     got = run_tract_many(asset, [inputs for inputs, _, _ in cases.values()], timeout=timeout)
+    return compare_modes(layout, dtype, cases, got, tract_logits)
+
+
+def compare_modes(layout: CacheLayout, dtype: torch.dtype, cases: dict, got: list,
+                  tract_logits: Optional[dict] = None) -> dict:
+    """The facts of each mode (tract's outputs ``got`` against ``cases``); CheckIOError when one differs.
+    ``tract_logits``, when given, receives tract's logits per mode."""
     facts, failed = {}, []
     for (mode, (_, expected, sizes)), outputs in zip(cases.items(), got):
         diffs = compare_outputs(layout.output_names(), expected, outputs, tolerance_for(dtype))
@@ -523,7 +596,12 @@ def check_generation(model: torch.nn.Module, asset: Path, steps: int, seed: int 
     (:func:`greedy_reference`). End-of-sequence is ignored on both sides so that all ``steps``
     tokens are compared."""
     prompt = generation_prompt(model, seed)
-    expected = greedy_reference(model, prompt, steps)
+    return compare_generation(asset, prompt, greedy_reference(model, prompt, steps), timeout)
+
+
+def compare_generation(asset: Path, prompt: torch.Tensor, expected: list, timeout: float = 600.0) -> dict:
+    """The asset's greedy tokens in tract after ``prompt`` must be ``expected``."""
+    steps = len(expected)
     got = greedy_generate(asset, prompt.numpy(), steps, timeout=timeout)
     if got != expected:
         raise CheckIOError(f"greedy generation differs: tract gave {got}, transformers' greedy decoding gave {expected} "

@@ -220,8 +220,9 @@ class Exporter:
             return
         for call in calls[1:]:
             try:
-                trace = trace_model(piece.module, call.args, call.kwargs, piece.names, None,
-                                    registered_module_classes(builtin_only=True), tuple(piece.spec))
+                trace = trace_model(piece.module, call.args, call.kwargs, piece.names,
+                                    leaf_types=registered_module_classes(builtin_only=True),
+                                    leaf_names=tuple(piece.spec))
             except Exception:  # noqa: BLE001 - this call cannot even be traced: the compare step says more
                 continue
             for guard in data_guards:

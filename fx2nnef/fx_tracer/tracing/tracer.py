@@ -1041,14 +1041,29 @@ class _LeafRoot(torch.nn.Module):
         return self.model(*args, **kwargs)
 
 
-def trace_model(model: torch.nn.Module, args: tuple, kwargs: dict, flat_names: list,
-                output_names: Optional[list] = None, leaf_types: tuple = (), leaf_names: tuple = (),
-                forced: Optional[dict] = None, roll_loops: bool = False, size_sites: frozenset = frozenset(),
-                data_decisions: bool = True, unify_sizes: bool = True) -> TraceResult:
-    """Trace ``model(*args, **kwargs)``; tensors inside the inputs become placeholders
-    named ``flat_names`` (in :func:`structures.flatten` order). ``forced``, ``size_sites``,
-    ``data_decisions``, ``unify_sizes``: see :class:`CustomTracer`;
+@dataclasses.dataclass(frozen=True)
+class TraceSettings:
+    """How :func:`trace_model` traces. ``output_names`` name the outputs (else the forward's own
+    structure names them); ``leaf_types``/``leaf_names``: modules kept as one call; ``forced``,
+    ``size_sites``, ``data_decisions``, ``unify_sizes``: see :class:`CustomTracer`;
     ``roll_loops``: note the Python loops over ranges of traced sizes (:mod:`.loops`)."""
+    output_names: Optional[list] = None
+    leaf_types: tuple = ()
+    leaf_names: tuple = ()
+    forced: Optional[dict] = None
+    roll_loops: object = False  # True, or the (file, line) of the loops to roll
+    size_sites: frozenset = frozenset()
+    data_decisions: bool = True
+    unify_sizes: bool = True
+
+
+def trace_model(model: torch.nn.Module, args: tuple, kwargs: dict, flat_names: list,
+                settings: Optional[TraceSettings] = None, **fields) -> TraceResult:
+    """Trace ``model(*args, **kwargs)``; tensors inside the inputs become placeholders
+    named ``flat_names`` (in :func:`structures.flatten` order). ``settings``
+    (:class:`TraceSettings`), with ``fields`` replacing some of them by name."""
+    opts = dataclasses.replace(settings or TraceSettings(), **fields)
+    leaf_types = opts.leaf_types
     while isinstance(model, _compiled_module_types()):
         model = model._orig_mod  # torch.compile(model): the model it wraps
     if isinstance(model, tuple(leaf_types)):
@@ -1056,8 +1071,9 @@ def trace_model(model: torch.nn.Module, args: tuple, kwargs: dict, flat_names: l
     flat = structures.flatten((args, kwargs), "")
     if len(flat) != len(flat_names):
         raise TraceError(f"expected {len(flat_names)} input names for {len(flat)} input tensors")
-    tracer = CustomTracer(leaf_types, leaf_names, forced, size_sites, data_decisions, unify_sizes)
-    tracer.roll_loops = roll_loops
+    tracer = CustomTracer(leaf_types, opts.leaf_names, opts.forced, opts.size_sites, opts.data_decisions,
+                          opts.unify_sizes)
+    tracer.roll_loops = opts.roll_loops
     # the tracer runs the forward on ``values``, which in-place updates of the inputs change; the
     # example inputs handed back are the inputs as given
     originals = {name: t.detach().clone() for name, (_, t) in zip(flat_names, flat)}
@@ -1103,7 +1119,7 @@ def trace_model(model: torch.nn.Module, args: tuple, kwargs: dict, flat_names: l
     if not_traced:
         raise TraceError(f"outputs {not_traced} do not depend on any traced value")
     gm = _graph_module_class()(root, graph, class_name=type(model).__name__)
-    names = list(output_names) if output_names else outs
+    names = list(opts.output_names) if opts.output_names else outs
     return TraceResult(gm, list(flat_names), names, tracer.guards, [originals[n] for n in flat_names],
                        list(tracer.control_flow_notes), list(tracer.decisions), list(tracer.loops))
 

@@ -5,7 +5,8 @@ Two sources:
 - ``F.scaled_dot_product_attention`` without dropout and without ``is_causal`` (tract aligns a
   causal mask bottom-right, torch top-left), with no mask, a float mask or a bool mask (made an
   additive f32 mask when lowered: tract would add a bool mask as 0/1). Rows whose keys are all
-  masked give 0 as in torch (``zero_empty_rows``).
+  masked give 0 as in torch (``zero_empty_rows``), unless the mask is proved to leave no row
+  empty (``ir.masks.rows_never_empty``: causal masks).
 - transformers' eager attention in f32: ``matmul(q, k.transpose(-2, -1))``, times a number (or
   divided by one), plus an optional float mask, ``softmax`` over the last axis (casts to its own
   dtype and ``dropout`` with p=0 or not training allowed after it), ``matmul`` with v. Softcapping
@@ -23,6 +24,7 @@ from typing import Optional
 
 from ..dtypes import DType
 from ..graph import Graph, Node, Value
+from ..masks import rows_never_empty
 from .match import (ADD, CASTS, DIV, MATMUL, MUL, arg, binary_operands, broadcasts_into, dims_equal,
                     drop_unused, fused_node, is_float, made_by, norm_axis, number, only_kwargs, replace, same_dtype,
                     shapes_equal, static, used_once)
@@ -68,7 +70,7 @@ def _match_sdpa(graph: Graph, node: Node) -> Optional[tuple]:
         return None
     if mask is not None and not _mask_ok(mask, q, k, allow_bool=True):
         return None
-    return (q, k, v, mask, scale, mask is not None), [node]
+    return (q, k, v, mask, scale, mask is not None and not rows_never_empty(mask)), [node]
 
 
 def _match_eager(graph: Graph, node: Node) -> Optional[tuple]:

@@ -3,8 +3,12 @@
 torch's semantics are kept exactly:
 - a bool mask keeps its True entries; ``is_causal`` aligns TOP-LEFT (query i sees keys 0..i,
   also when there are fewer queries than keys);
-- masked scores take the dtype's lowest finite value, never -inf, and a query row whose keys
-  are all masked gives 0 as in torch (its safe softmax), never NaN;
+- a bool mask becomes an additive one (0 where kept, the dtype's lowest finite value elsewhere,
+  never -inf), built once at the mask's own shape and added to the scores: tract adds it faster
+  than it selects over the scores;
+- a query row whose keys are all masked gives 0 as in torch (its safe softmax), never NaN; that
+  rule costs a reduction and a select, and is left out where the graph proves that no row is
+  empty (a causal mask, with or without a past or a sliding window: ``ir.masks``);
 - ``enable_gqa`` repeats each key/value head for consecutive query heads (repeat_interleave).
 ``tract_transformers_sdpa`` is not used: its ``is_causal`` aligns bottom-right, it adds a bool
 mask as 0/1, and the decomposed form is faster on CPU (reference/tract_llm_kv_cache.md, 3 and 5).
@@ -17,6 +21,7 @@ import numpy as np
 import torch.nn.functional as F
 
 from ...ir import DType, Value
+from ...ir.masks import rows_never_empty
 from ..context import EmitContext
 from ..helpers import broadcast_operands, cast, rank, result_dtype, unsqueeze_to
 from ..registry import register
@@ -55,15 +60,33 @@ def kv_heads_for(ctx: EmitContext, x: Value, query_heads) -> Value:
     return repeat_axis(ctx, x, rank(x) - 3, query_heads // heads)
 
 
+def softmax_dtype(scores: Value, keep) -> DType:
+    """The dtype of the scale, mask and softmax: f32 for f16 scores (tract's f16 softmax and
+    elementwise ops are many times slower than f32 on x86, and f32 is closer to torch, which
+    accumulates the softmax in f32), else the scores' own, promoted with a float mask."""
+    dtype = result_dtype(scores, keep) if keep is not None and keep.dtype.is_float else scores.dtype
+    return DType.F32 if dtype is DType.F16 else dtype
+
+
 def apply_mask(ctx: EmitContext, scores: Value, keep) -> Value:
     """Scores where a bool ``keep`` is True (the lowest finite value elsewhere), or scores + a float mask."""
     if keep is None:
         return scores
     if not keep.dtype.is_bool:
         return ctx.op("add", *broadcast_operands(ctx, scores, cast(ctx, keep, scores.dtype)), out_shape=scores.shape)
-    floor = ctx.const(lowest(scores.dtype), scores.dtype, name="masked")
-    return ctx.op("select", unsqueeze_to(ctx, keep, rank(scores)), scores, floor, out_dtype=scores.dtype,
+    return ctx.op("add", *broadcast_operands(ctx, scores, additive_mask(ctx, keep, scores.dtype)),
                   out_shape=scores.shape)
+
+
+def additive_mask(ctx: EmitContext, keep: Value, dtype: DType) -> Value:
+    """0 where the bool ``keep`` is True, the lowest finite value of ``dtype`` elsewhere, at
+    ``keep``'s shape; built once per mask and dtype (every layer reads the same mask)."""
+    key = ("additive_mask", id(keep), dtype)
+    if key not in ctx.memo:
+        zero, floor = ctx.const(0, dtype, name="kept"), ctx.const(lowest(dtype), dtype, name="masked")
+        ctx.memo[key] = ctx.op("select", keep, zero, floor, out_dtype=dtype, out_shape=keep.shape,
+                               out_name="additive_mask")
+    return ctx.memo[key]
 
 
 @register(F.scaled_dot_product_attention)
@@ -80,13 +103,12 @@ def scaled_dot_product_attention(ctx: EmitContext, query: Value, key: Value, val
         ctx.fail("the default scale 1/sqrt(head_dim) needs a static head dim; pass scale=")
     shape = tuple(query.shape[:-1]) + (key.shape[-2],)
     scores = ctx.op("matmul", query, key, transposeA=False, transposeB=True, out_shape=shape)
+    keep = ctx.call("nnef.causal_keep", query.shape[-2], key.shape[-2]) if is_causal else attn_mask
+    scores = cast(ctx, scores, softmax_dtype(scores, keep))
     scale = scale if scale is not None else 1 / math.sqrt(query.shape[-1])
     scores = ctx.op("mul", scores, float(scale), out_shape=shape)
-    keep = ctx.call("nnef.causal_keep", query.shape[-2], key.shape[-2]) if is_causal else attn_mask
-    if keep is not None and keep.dtype.is_float:  # an f32 mask on f16 scores: mask and softmax in f32
-        scores = cast(ctx, scores, result_dtype(scores, keep))
     probs = ctx.op("softmax", apply_mask(ctx, scores, keep), axes=[r - 1], out_shape=shape)
     probs = cast(ctx, probs, query.dtype)
     out = ctx.op("matmul", probs, value, transposeA=False, transposeB=False,
                  out_shape=tuple(query.shape[:-1]) + (value.shape[-1],))
-    return out if attn_mask is None else zero_empty_rows(ctx, out, attn_mask)
+    return out if attn_mask is None or rows_never_empty(attn_mask) else zero_empty_rows(ctx, out, attn_mask)
