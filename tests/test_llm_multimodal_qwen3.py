@@ -67,3 +67,43 @@ def test_qwen3_vl_drift_from_the_original_model(tmp_path, options):
         manifest["checks"][m]["S"] for m in ("prompt", "prompt_with_past", "decode")), drift
     assert "drift_logits" not in manifest["checks"]["generate"]
     assert "drift from the original model" in str(result)
+
+
+def test_qwen3_vl_other_grids_and_two_images(tmp_path):
+    """Exported once (without the export's checks), the Qwen3-VL encoder takes grids it was not
+    traced on (its position table resampled by the host tables), its DeepStack streams equal to
+    transformers' tower; two images of two grids in one prompt, text between, through encoder and
+    decoder in tract by generate_multimodal: tokens and logits at every step as transformers'."""
+    import torch
+
+    import fx2nnef
+    from fx2nnef.llm.multimodal import load_multimodal
+    from fx2nnef.llm.qwen_vision import vision_tables
+    from fx2nnef.targets.tolerance import compare_outputs, format_diffs
+    from test_llm_multimodal_more import _greedy
+
+    folder = _folder(tmp_path, _qwen3_vl)
+    out = tmp_path / "out"
+    fx2nnef.llm.export_causal_lm(folder, out, check=False)
+    model = load_multimodal(folder)
+    dim = 3 * 2 * 4 * 4
+    g = torch.Generator().manual_seed(3)
+    names = ["out_image_embeddings", "out_image_deepstack_0", "out_image_deepstack_1"]
+    for grid in ([[1, 10, 6]], [[2, 4, 8], [1, 12, 14]]):
+        grid = torch.tensor(grid)
+        patches = torch.randn(int((grid[:, 0] * grid[:, 1] * grid[:, 2]).sum()), dim, generator=g)
+        got = fx2nnef.run(out / "vision" / "model.nnef.tgz",
+                          [patches.numpy(), *[t.numpy() for t in vision_tables(model.config, grid)]])
+        with torch.no_grad():
+            own = model.model.visual(patches, grid_thw=grid, return_dict=True)
+        for name, expected in zip(names, [own.pooler_output, *own.deepstack_features]):
+            assert np.abs(got[name] - expected.numpy()).max() < 1e-4, (grid.tolist(), name)
+    grid = torch.tensor([[1, 10, 6], [1, 4, 8]])  # 5 x 3 and 2 x 4 image tokens
+    pixel_values = torch.randn(60 + 32, dim, generator=g)
+    ids = torch.cat([torch.tensor([5, 297]), torch.full((15,), 299), torch.tensor([7, 9, 297]), torch.full((8,), 299),
+                     torch.tensor([11, 13])]).unsqueeze(0)
+    tokens, logits = fx2nnef.llm.generate_multimodal(out, ids[0].tolist(), {"pixel_values": pixel_values.numpy(),
+                                                                            "image_grid_thw": grid.numpy()}, 4)
+    expected_tokens, expected_logits = _greedy(model, ids, pixel_values, grid, 4)
+    diff = compare_outputs(["logits"], [expected_logits], [logits], "approximate")[0]
+    assert tokens == expected_tokens and diff.ok, format_diffs([diff])
