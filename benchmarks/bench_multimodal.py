@@ -1,6 +1,6 @@
 """Cost of ``fx2nnef llm`` on a random vision-language model saved to a folder (not a test).
 
-    python benchmarks/bench_multimodal.py [--family gemma3|llava] [--image-size 224] [--runs 10] [--rounds 2]
+    python benchmarks/bench_multimodal.py [--family gemma3|llava|qwen2_5_vl|qwen3_vl] [--image-size 224] [--runs 10] [--rounds 2]
 
 The model (SigLIP or CLIP tower, patch 16, 4 vision layers of width 256; a 4-layer text model of
 width 256 and a 32000 vocabulary) is built from a config, its constant parameters perturbed,
@@ -25,7 +25,36 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: use this checkout's fx2nnef
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench_llm import _median, _reset_peak, _resident_kib, _times_ms  # noqa: E402
+from bench_llm import _median  # noqa: E402
+
+
+def _resident_kib(field: str = "VmRSS") -> int:
+    """This process's resident size (``VmRSS``) or its peak (``VmHWM``), KiB."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+def _reset_peak() -> None:
+    """Make the peak (VmHWM) restart from the current resident size (Linux clear_refs 5)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as handle:
+            handle.write("5")
+    except OSError:
+        pass
+
+
+def _times_ms(call, runs: int) -> list:
+    """``runs`` timings of ``call()`` in ms, after one warm-up call."""
+    call()
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        call()
+        times.append(round(1000 * (time.perf_counter() - t), 3))
+    return times
 
 
 def save_random_vlm(family: str, image_size: int, folder: Path) -> int:
@@ -51,6 +80,15 @@ def save_random_vlm(family: str, image_size: int, folder: Path) -> int:
                                                        out_hidden_size=256, patch_size=14, window_size=112,
                                                        fullatt_block_indexes=[3]))
         model = T.Qwen2_5_VLForConditionalGeneration(config)
+    elif family == "qwen3_vl":  # patch 16, merge 2, DeepStack streams from blocks 1 and 2, interleaved M-RoPE
+        qtext = {**text, "head_dim": 64, "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0,
+                                                             "mrope_section": [8, 12, 12], "mrope_interleaved": True}}
+        config = T.Qwen3VLConfig(text_config=qtext, image_token_id=31999, video_token_id=31998,
+                                 vision_start_token_id=31997,
+                                 vision_config=dict(depth=4, hidden_size=256, intermediate_size=1024, num_heads=4,
+                                                    out_hidden_size=256, patch_size=16, num_position_embeddings=1024,
+                                                    deepstack_visual_indexes=[1, 2]))
+        model = T.Qwen3VLForConditionalGeneration(config)
     else:
         config = T.LlavaConfig(vision_config=T.CLIPVisionConfig(**vision), text_config=T.LlamaConfig(**text),
                                image_token_id=31999)
@@ -125,7 +163,7 @@ def tract_encoding(asset: Path, inputs: list, runs: int) -> list:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--family", choices=["gemma3", "llava", "qwen2_5_vl"], default="gemma3")
+    parser.add_argument("--family", choices=["gemma3", "llava", "qwen2_5_vl", "qwen3_vl"], default="gemma3")
     parser.add_argument("--image-size", type=int, default=224)
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=2)

@@ -203,12 +203,12 @@ def _decoder_reads_the_embeddings(out, mrope):
         assert a["out_rope_delta"].tolist() == [-2] and text["out_rope_delta"].tolist() == [0]
 
 
-def test_qwen3_vl_refused_by_part(tmp_path):
+def test_qwen3_vl_moe_refused_by_part(tmp_path):
     """A family needing more than a splice: one clear error naming the part, nothing written (the
     weights are not even read: the folder holds only its config)."""
     folder = tmp_path / "model"
-    T.Qwen3VLConfig().save_pretrained(folder)
-    with pytest.raises(InvalidArgumentError, match=r"qwen3_vl \(splice\).*DeepStack.*Nothing was written"):
+    T.Qwen3VLMoeConfig().save_pretrained(folder)
+    with pytest.raises(InvalidArgumentError, match=r"qwen3_vl_moe \(splice\).*DeepStack.*Nothing was written"):
         fx2nnef.llm.export_causal_lm(folder, tmp_path / "out")
     assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out*"))
 

@@ -40,10 +40,12 @@ def _facts(model) -> list:
 
 def generate(request: dict, prompt: np.ndarray, workdir: Path) -> dict:
     with_transformers = request["with_transformers"]
-    embeddings = []
+    embeddings, streams = [], []  # each encoder's first output, then its other outputs (DeepStack streams)
     for asset, raw in request["encoders"]:
         runnable = _load(asset, with_transformers).into_runnable()
-        embeddings.append(runnable.run([np.load(workdir / name) for name in raw])[0].to_numpy())
+        outputs = [o.to_numpy() for o in runnable.run([np.load(workdir / name) for name in raw])]
+        embeddings.append(outputs[0])
+        streams.extend(outputs[1:])
     for token, rows in zip(request.get("placeholders", []), embeddings):
         count = int((np.asarray(prompt) == token).sum())
         if count != rows.shape[0]:
@@ -52,6 +54,7 @@ def generate(request: dict, prompt: np.ndarray, workdir: Path) -> dict:
     decoder = _load(request["decoder"], with_transformers)
     facts = _facts(decoder)
     pairs = request.get("extras", [])
+    embeddings = embeddings + streams  # the decoder's order: the embeddings of each modality, then the streams
     n_cache = len(facts) - 1 - len(embeddings) - len(pairs)
     caches = [np.zeros([0 if d is None else d for d in dims], dtype) for dims, dtype in facts[1:1 + n_cache]]
     empty = [np.zeros((0, e.shape[1]), e.dtype) for e in embeddings]

@@ -79,14 +79,30 @@ def reference_before_rounding(model: torch.nn.Module, export_dtype: torch.dtype,
                               greedy: Optional[Callable[[torch.nn.Module], list]]) -> Optional[OriginalReference]:
     """:func:`original_reference` when the asset computes with other values than the model
     (:func:`changes_values`), else None. Call it before the model is cast."""
+    run = None
+    if modes is not None or greedy is not None:
+        def run(m, compute):
+            return _text_reference(m, compute, last_logits_only, modes, greedy)
+    return reference_with(model, export_dtype, weights, run)
+
+
+# run(model, compute dtype) -> (logits per mode, sizes per mode {"P", "S"}, greedy tokens or None)
+ReferenceRun = Callable[[torch.nn.Module, torch.dtype], tuple]
+
+
+def reference_with(model: torch.nn.Module, export_dtype: torch.dtype, weights: Optional[str],
+                   run: Optional[ReferenceRun]) -> Optional[OriginalReference]:
+    """The original model's reference as ``run`` computes it (any wrapper: the text LLM's, the
+    multimodal decoder's), when the asset computes with other values than the model
+    (:func:`changes_values`), else None. Call it before the model is cast or rounded."""
     if not changes_values(model, export_dtype, weights):
         return None
     own = _DTYPE_NAMES.get(next(model.parameters()).dtype, str(next(model.parameters()).dtype))
-    if modes is None and greedy is None:
+    if run is None:
         return OriginalReference({}, original_dtype=own)
     progress.stage("reference", "the original model's logits, to report the drift of the rounded asset")
     started = time.perf_counter()
-    reference = original_reference(model, last_logits_only, modes, greedy)
+    reference = _guarded(model, run)
     reference.seconds, reference.original_dtype = round(time.perf_counter() - started, 3), own
     return reference
 
@@ -96,23 +112,33 @@ def original_reference(model: torch.nn.Module, last_logits_only: bool, modes: Op
     """The original model's logits on the check modes (``modes``: how the cases are made) and its
     greedy tokens (``greedy(model)``), computed now, before the weights are rounded: call it
     before any conversion. A bfloat16 model computes in float32 (as its asset does)."""
-    compute = torch.float32 if next(model.parameters()).dtype == torch.bfloat16 else next(model.parameters()).dtype
+    return _guarded(model, lambda m, compute: _text_reference(m, compute, last_logits_only, modes, greedy))
+
+
+def _text_reference(model, compute, last_logits_only: bool, modes: Optional[ModeCases], greedy) -> tuple:
     logits, sizes, tokens = {}, {}, None
+    if modes is not None:
+        layout = cache_layout(model)
+        for mode, (_, expected, size) in modes(FlatCacheLM(model, layout, last_logits_only), layout, compute).items():
+            logits[mode] = np.asarray(expected[0], dtype=np.float32)
+            sizes[mode] = size
+    if greedy is not None:
+        tokens = list(greedy(model))
+    return logits, sizes, tokens
+
+
+def _guarded(model: torch.nn.Module, run: ReferenceRun) -> OriginalReference:
+    """``run`` on the model as it is (a bfloat16 model computing in float32), only its logits
+    kept; a failure gives a reference that says why (the export's own checks then say more)."""
+    compute = torch.float32 if next(model.parameters()).dtype == torch.bfloat16 else next(model.parameters()).dtype
     try:
         with torch.no_grad(), stored_values(model, (), upcast_bfloat16=True):
-            if modes is not None:
-                layout = cache_layout(model)
-                for mode, (_, expected, size) in modes(FlatCacheLM(model, layout, last_logits_only), layout,
-                                                       compute).items():
-                    logits[mode] = np.asarray(expected[0], dtype=np.float32)
-                    sizes[mode] = size
-            if greedy is not None:
-                tokens = list(greedy(model))
+            logits, sizes, tokens = run(model, compute)
     except Exception as exc:  # noqa: BLE001 - no drift; the export's checks run the model again and say why
         first = (str(exc).strip().splitlines() or [""])[0][:200]
         return OriginalReference({}, None, failure=f"the original model failed on the check tokens: "
                                                    f"{type(exc).__name__}: {first}")
-    return OriginalReference(logits, tokens, sizes)
+    return OriginalReference({m: np.asarray(v, dtype=np.float32) for m, v in logits.items()}, tokens, sizes)
 
 
 def _rows(logits: np.ndarray) -> np.ndarray:

@@ -55,6 +55,13 @@ class Modality:
     # (model, inputs, count) -> the model's own tower on the inputs of ``example(config, count)``
     # when the encoder graph does not run it as transformers does (Qwen-VL: its tables given)
     own_features: Optional[Callable] = None
+    # config -> how many DeepStack streams the encoder outputs after its embeddings (Qwen3-VL), each
+    # [N, hidden] and added by the decoder at the placeholders after its layer k
+    streams: Callable = staticmethod(lambda config: 0)
+
+    def output_names(self, config) -> list:
+        """The encoder's outputs: ``out_<name>_embeddings`` then ``out_<name>_deepstack_<k>``."""
+        return [f"out_{self.name}_embeddings"] + [f"out_{self.name}_deepstack_{k}" for k in range(self.streams(config))]
 
     def placeholder(self, config) -> int:
         for attr in self.token_attrs:
@@ -154,20 +161,29 @@ def _qwen_image():
                                own_features=own_tower)
 
 
+def _qwen3_image():
+    from .qwen_vision import deepstack_count, qwen3_image_features
+
+    return dataclasses.replace(_qwen_image(), features=qwen3_image_features,
+                               extra_inputs=("position_ids", "frames", "interp_indices", "interp_weights"),
+                               streams=deepstack_count)
+
+
 FAMILIES = (
     Family(("gemma3",), (IMAGE,), decoder_kwargs=_gemma3_token_types),
     Family(("llava",), (dataclasses.replace(IMAGE, count_symbol=None),)),
     Family(("idefics3", "smolvlm"), (TILED_IMAGE,)),
     Family(("voxtral",), (AUDIO,)),
     Family(("qwen2_5_vl", "qwen2_vl"), (_qwen_image(),), reference_kwargs=_qwen_reference, mrope=True),
+    Family(("qwen3_vl",), (_qwen3_image(),), reference_kwargs=_qwen_reference, mrope=True),
 )
 
 # Families that need more than a splice, by the part that is missing and why.
 REFUSED = {
-    ("qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe"): (
+    ("qwen3_vl_moe", "qwen3_5", "qwen3_5_moe"): (
         "splice",
-        "its vision tower also feeds DeepStack residual streams into the first decoder layers, which this "
-        "exporter does not splice yet"),
+        "its decoder (mixture of experts, or Qwen3.5's hybrid layers) with the DeepStack streams of its vision "
+        "tower is not wired or checked in this exporter yet (Qwen3-VL's dense decoder is)"),
     ("glm4v",): (
         "positions",
         "its decoder takes 3-D positions from the image grid in its own layout, which this exporter does not "

@@ -60,7 +60,7 @@ def _tables(encoder: dict, inputs: dict) -> list:
                               "with pixel_values (the processor's tensors)")
     import torch
 
-    from .qwen_vision import patch_layout
+    from .qwen_vision import host_tables
 
     grid = torch.as_tensor(np.asarray(inputs["image_grid_thw"], np.int64)).reshape(-1, 3)
     patches = int((grid[:, 0] * grid[:, 1] * grid[:, 2]).sum())
@@ -68,7 +68,7 @@ def _tables(encoder: dict, inputs: dict) -> list:
     if patches != given:
         raise AssetInputError(f"image_grid_thw {grid.tolist()} holds {patches} patches, {encoder['input']['name']} "
                               f"{given}: give the processor's two tensors of the same images")
-    return [t.numpy() for t in patch_layout(grid, patches, tables["merge_size"], tables["window_tokens"])]
+    return [t.numpy() for t in host_tables(grid, tables)]
 
 
 def tract_generate(decoder: Path, encoders: list, prompt: np.ndarray, steps: int, timeout: float,

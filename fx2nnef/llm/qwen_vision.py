@@ -1,4 +1,4 @@
-"""Qwen2-VL / Qwen2.5-VL vision tower over a patch grid given at run time.
+"""Qwen2-VL / Qwen2.5-VL / Qwen3-VL vision tower over a patch grid given at run time.
 
 transformers lays out the tower's work from ``grid_thw`` in Python (``transformers.vision_utils``:
 the rotary positions of each patch, the frames that attend each other, Qwen2.5-VL's attention
@@ -15,6 +15,12 @@ transformers:
   ids (the frame for full attention, the frame and window for windowed attention), passed in
   the tower's ``cu_seqlens`` / ``cu_window_seqlens`` slots. Attention over a set does not
   depend on the order of the set, so this equals the model's reordered packed attention.
+
+Qwen3-VL adds two things: its learned position table resampled to each image's grid, whose
+gather indices and weights (``interp_indices``, ``interp_weights`` ``[N, 4]``) are computed on
+the host by transformers' own ``get_vision_interpolation_indices_and_weights`` and given as
+inputs; and its DeepStack streams, the merged hidden states of some tower layers
+(``deepstack_visual_indexes``), output beside the embeddings as ``out_image_deepstack_<k>``.
 """
 from __future__ import annotations
 
@@ -89,8 +95,23 @@ def window_tokens(vision_config) -> int:
     return size // vision_config.spatial_merge_size // vision_config.patch_size if size else 0
 
 
+def deepstack_count(config) -> int:
+    """How many DeepStack streams the vision tower feeds the decoder (0 before Qwen3-VL)."""
+    vision = getattr(config, "vision_config", config)
+    return len(getattr(vision, "deepstack_visual_indexes", None) or ())
+
+
+def _rows(feats: torch.Tensor) -> torch.Tensor:
+    return feats.reshape(-1, feats.shape[-1])
+
+
+def _outputs(out) -> tuple:
+    """The tower's embeddings ``[N, hidden]`` and its DeepStack streams (Qwen3-VL), each ``[N, hidden]``."""
+    return (_rows(out.pooler_output), *(_rows(f) for f in (getattr(out, "deepstack_features", None) or [])))
+
+
 def qwen_image_features(model, pixel_values: torch.Tensor, positions: torch.Tensor, frames: torch.Tensor,
-                        windows: torch.Tensor) -> torch.Tensor:
+                        windows: torch.Tensor):
     """The model's vision tower and merger on the patches ``[N, C*t*p*p]`` of the processor,
     with the tables of ``patch_layout`` for their grids: ``[N / merge², hidden]``."""
     visual = model.model.visual
@@ -102,17 +123,54 @@ def qwen_image_features(model, pixel_values: torch.Tensor, positions: torch.Tens
                       cu_window_seqlens=windows, max_window_seqlen=0)
     with segment_attention(config):
         out = visual(pixel_values, grid_thw=None, return_dict=True, **tables)
-    feats = out.pooler_output
-    return feats.reshape(-1, feats.shape[-1])
+    return _rows(out.pooler_output)
+
+
+def qwen3_image_features(model, pixel_values: torch.Tensor, positions: torch.Tensor, frames: torch.Tensor,
+                         interp_indices: torch.Tensor, interp_weights: torch.Tensor) -> tuple:
+    """Qwen3-VL's tower: the embeddings ``[N / merge², hidden]`` then one DeepStack stream of
+    that shape per ``deepstack_visual_indexes`` layer."""
+    visual = model.model.visual
+    tables = {"position_ids": positions, "cu_seqlens": frames, "max_seqlen": 0,
+              "interp_indices": interp_indices, "interp_weights": interp_weights}
+    with segment_attention(visual.config):
+        out = visual(pixel_values, grid_thw=None, return_dict=True, **tables)
+    return _outputs(out)
 
 
 def vision_tables(config, grid_thw) -> tuple:
     """The host-side step of the Qwen-VL encoder: ``(position_ids [N, 2], frames [N],
-    windows [N])`` (i64) for the processor's ``image_grid_thw [K, 3]`` (see ``patch_layout``)."""
+    windows [N])`` (i64) for the processor's ``image_grid_thw [K, 3]`` (see ``patch_layout``);
+    for Qwen3-VL ``(position_ids, frames, interp_indices [N, 4], interp_weights [N, 4])``."""
     vision = getattr(config, "vision_config", config)
+    if deepstack_count(vision):
+        return host_tables(grid_thw, qwen3_tables_facts(vision))
     grid = torch.as_tensor(grid_thw, dtype=torch.long).reshape(-1, 3)
     patches = int((grid[:, 0] * grid[:, 1] * grid[:, 2]).sum())
     return patch_layout(grid, patches, vision.spatial_merge_size, window_tokens(vision))
+
+
+def qwen3_tables_facts(vision) -> dict:
+    """What the host needs to compute Qwen3-VL's encoder tables (kept in ``fx2nnef.json``)."""
+    # the resampling of the learned position table as Qwen3VLVisionModel sets it
+    return {"merge_size": vision.spatial_merge_size, "window_tokens": 0,
+            "position_grid_side": int(vision.num_position_embeddings ** 0.5),
+            "interpolation": {"mode": "bilinear", "align_corners": True}}
+
+
+def host_tables(grid_thw, facts: dict) -> tuple:
+    """The encoder's table inputs for ``image_grid_thw`` from the manifest's ``tables`` facts."""
+    grid = torch.as_tensor(grid_thw, dtype=torch.long).reshape(-1, 3)
+    patches = int((grid[:, 0] * grid[:, 1] * grid[:, 2]).sum())
+    positions, frames, windows = patch_layout(grid, patches, facts["merge_size"], facts["window_tokens"])
+    if "position_grid_side" not in facts:
+        return positions, frames, windows
+    from transformers.vision_utils import get_vision_interpolation_indices_and_weights
+
+    indices, weights = get_vision_interpolation_indices_and_weights(
+        grid, num_grid_per_side=facts["position_grid_side"], mode=facts["interpolation"]["mode"],
+        align_corners=facts["interpolation"]["align_corners"], spatial_merge_size=facts["merge_size"])
+    return positions, frames, indices.long(), weights.float()
 
 
 def example_grids(config, count: int) -> list:
@@ -136,13 +194,23 @@ def qwen_patches(config, count: int, generator: torch.Generator) -> tuple:
 def own_tower(model, inputs: tuple, count: int) -> torch.Tensor:
     """transformers' own tower (its Python tables, its attention) on the patches of ``qwen_patches``."""
     grid = torch.tensor(example_grids(model.config, count))
-    feats = model.model.visual(inputs[0], grid_thw=grid, return_dict=True).pooler_output
-    return feats.reshape(-1, feats.shape[-1])
+    outputs = _outputs(model.model.visual(inputs[0], grid_thw=grid, return_dict=True))
+    return outputs if deepstack_count(model.config) else outputs[0]
 
 
 def tables_manifest(config) -> dict:
     """What ``fx2nnef.json`` says of the encoder's table inputs and the host-side step."""
     vision = config.vision_config
+    if deepstack_count(vision):
+        return {"inputs": {"position_ids": {"shape": ["PATCHES", 2], "dtype": "i64"},
+                           "frames": {"shape": ["PATCHES"], "dtype": "i64"},
+                           "interp_indices": {"shape": ["PATCHES", 4], "dtype": "i64"},
+                           "interp_weights": {"shape": ["PATCHES", 4], "dtype": "f32"}},
+                "computed_by": "fx2nnef.llm.qwen_vision.vision_tables(config, image_grid_thw)",
+                **qwen3_tables_facts(vision),
+                "rule": "position_ids and frames as for Qwen2.5-VL (windows absent); interp_indices / interp_weights: "
+                        "transformers.vision_utils.get_vision_interpolation_indices_and_weights(image_grid_thw, "
+                        "position_grid_side, mode, align_corners, merge_size)"}
     return {
         "inputs": {"position_ids": {"shape": ["PATCHES", 2], "dtype": "i64"},
                    "frames": {"shape": ["PATCHES"], "dtype": "i64"},
