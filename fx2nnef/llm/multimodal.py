@@ -38,8 +38,8 @@ from ..targets import TractNNEF
 from ..targets.tolerance import compare_outputs, format_diffs
 from ..targets.tract_runner import run_tract_many
 from .export import (MANIFEST_NAME, SOURCE_EXPORTERS, LLMExportResult, _copy_companions, _fmt, _force_f32_option,
-                     _manifest, _properties, _replace_dir, _resolve_dtype, _weights_option, contract_asserts,
-                     stored_weights, tolerance_for, vocab_size)
+                     _manifest, _properties, _replace_dir, _resolve_dtype, _weights_option, activation_dtype,
+                     contract_asserts, stored_weights, tolerance_for, vocab_size)
 from . import drift
 from .mrope import mrope_positions
 from .multimodal_families import Family, Modality, family_of, is_multimodal_config
@@ -256,7 +256,7 @@ def export_multimodal_lm(model_or_dir, out_dir, options: dict) -> LLMExportResul
     source_dir = None if isinstance(model_or_dir, torch.nn.Module) else Path(model_or_dir)
     model = model_or_dir.eval() if source_dir is None else load_multimodal(source_dir)
     family = family_of(model.config)
-    torch_dtype = _resolve_dtype(options["dtype"], model)
+    torch_dtype = _resolve_dtype(activation_dtype(options["dtype"], options["weights"]), model)
     # the original model's logits, before its weights are rounded or cast (None: it keeps its values)
     original = original_reference(model, family, options, torch_dtype)
     if next(model.parameters()).dtype != torch_dtype:

@@ -3,9 +3,9 @@ own tower and projector turn raw input into embeddings, which placeholder token 
 and what else its decoder needs beside the spliced embeddings.
 
 The mechanism is shared (the model's own ``get_image_features`` / ``get_audio_features``, the
-splice of ``fx2nnef.llm.multimodal``); a family adds only the facts below. A family whose
-decoder needs more than a splice (Qwen-VL's M-RoPE positions from the image grid) is refused
-by name, with the part and the reason.
+splice of ``fx2nnef.llm.multimodal``); a family adds only the facts below, including what its
+decoder needs beside the splice (Qwen-VL's M-RoPE positions from the image grid, Qwen3-VL's
+DeepStack streams). A family this does not cover is refused by name, with the part and the reason.
 """
 from __future__ import annotations
 
