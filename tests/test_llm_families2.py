@@ -115,17 +115,19 @@ def test_generation_reference_of_a_model_whose_cache_is_cache_params():
 
 
 def test_multimodal_model_run_on_text(tmp_path):
-    """A vision-language model (GOT-OCR2) keeps its vocabulary size in its text config only: the
-    asset is its language model on text tokens (the vision tower is not traced). (Before:
-    AttributeError on config.vocab_size.)"""
+    """A vision-language model whose family ``fx2nnef llm`` does not wire (GOT-OCR2: its vocabulary
+    size in its text config only) is refused naming the part, with nothing written: a text-only
+    asset would drop the vision tower without a word. (Before: AttributeError on config.vocab_size;
+    then a text-only asset.)"""
     vision = T.GotOcr2VisionConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=64,
                                    patch_size=16, output_channels=32, mlp_dim=64, global_attn_indexes=[0], window_size=2)
     text = dict(SMALL, intermediate_size=128, num_key_value_heads=2, pad_token_id=0)
     torch.manual_seed(0)
     model = _noisy(T.GotOcr2ForConditionalGeneration(T.GotOcr2Config(vision_config=vision, text_config=text)))
     assert not hasattr(model.config, "vocab_size")
-    r = export_causal_lm(model, tmp_path / "out", generate=3)
-    assert r.checks["generate"]["equal"] and r.manifest["outputs"]["outputs"]["shape"] == [1, "S", 128]
+    with pytest.raises(InvalidArgumentError, match="got_ocr2.*tower"):
+        export_causal_lm(model, tmp_path / "out", generate=3)
+    assert not (tmp_path / "out").exists()
 
 
 def test_hybrid_config_with_state_layers_only_says_why(tmp_path):

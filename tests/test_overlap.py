@@ -67,9 +67,10 @@ def test_overlap_gives_the_sequential_export(tmp_path, monkeypatch):
     left = _count_workers(monkeypatch, capture_module)
     together, graph_together = _export(model, (ids, mask), tmp_path / "a.nnef.tgz", dyn, names)
     if overlap.can_overlap():
-        # the base run beside the replay; the check's two runs, one after the other, beside the
-        # lowering and the write (see probe.real_run_later)
-        assert started == [False] and left == [True], (started, left)
+        # the base run beside the replay (and, since the probes cross the small sizes of two
+        # symbols, one more run beside them); the check's two runs, one after the other, beside
+        # the lowering and the write (see probe.real_run_later)
+        assert started[:1] == [False] and len(started) <= 2 and left == [True], (started, left)
     started.clear()
     left.clear()
     monkeypatch.setenv("FX2NNEF_NO_OVERLAP", "1")

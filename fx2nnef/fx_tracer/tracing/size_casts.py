@@ -35,7 +35,7 @@ import sys
 
 import torch
 
-from .proxy import _traced_number
+from .proxy import SizeTuple, _traced_number
 
 _builtin_int = builtins.int
 _builtin_isinstance = builtins.isinstance
@@ -79,7 +79,7 @@ def _extremum(builtin, traced):
     the fake replay), any other call is the builtin's. Read as the builtin, the comparison
     inside is a decision on the size, whose flip bounds the range."""
     def stand_in(*args, **kwargs):
-        items = args[0] if len(args) == 1 and type(args[0]) in (tuple, list) else args
+        items = args[0] if len(args) == 1 and type(args[0]) in (tuple, list, SizeTuple) else args
         if kwargs or len(items) < 2 or all(type(x) is _builtin_int for x in items) \
                 or not all(_size_int(x) for x in items):
             return builtin(*args, **kwargs)

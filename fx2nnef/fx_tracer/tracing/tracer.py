@@ -923,6 +923,17 @@ def tracing_patches(tracer: CustomTracer):
                 return tracer.written.torch_function(func, args, kwargs or {}, sys._getframe(1))
             return func(*args, **(kwargs or {}))
 
+    def has_torch_function(args) -> bool:
+        # torch's own routes ask has_torch_function (TransformerEncoder's nested fast path): the
+        # answer is the one the eager run gets, without the tracer's PlainIndexing mode
+        stack = torch.overrides._get_current_function_mode_stack()
+        if stack and isinstance(stack[-1], PlainIndexing):
+            with torch.overrides._pop_mode_temporarily():
+                return orig_has_torch_function(args)
+        return orig_has_torch_function(args)
+
+    orig_has_torch_function = torch.overrides.has_torch_function
+
     def wrap_method(name, fn):
         def method(self, *args, **kwargs):
             # a plain tensor given traced sizes: torch.ones(4).expand(b, -1)
@@ -940,6 +951,7 @@ def tracing_patches(tracer: CustomTracer):
     builtins.range = _TracedRangeType
     script_call = torch.jit.ScriptFunction.__call__
     torch.jit.ScriptFunction.__call__ = _script_function_call(script_call)
+    torch.overrides.has_torch_function = has_torch_function  # differs only where PlainIndexing is on
     try:
         for name, fn in methods.items():
             setattr(torch.Tensor, name, wrap_method(name, fn))
@@ -962,6 +974,7 @@ def tracing_patches(tracer: CustomTracer):
         builtins.len = _orig_len
         builtins.range = _orig_range
         torch.jit.ScriptFunction.__call__ = script_call
+        torch.overrides.has_torch_function = orig_has_torch_function
         for name, fn in methods.items():  # what torch.Tensor inherits is deleted again, not set on it
             if name in own_methods:
                 setattr(torch.Tensor, name, fn)
