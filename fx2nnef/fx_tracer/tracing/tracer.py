@@ -893,6 +893,28 @@ def _mark_consumed(guards: list, node: fx.Node) -> None:
 
 
 @contextlib.contextmanager
+def _eager_torch_function_answer(mode_type: type):
+    """Within the block, ``torch.overrides.has_torch_function`` answers as the eager run does,
+    without a ``mode_type`` mode on top of the stack: torch's own routes ask it
+    (TransformerEncoder's nested fast path), and the tracer's own mode would turn them off.
+    Mode stacks are per thread, so other threads get the plain answer."""
+    plain = torch.overrides.has_torch_function
+
+    def has_torch_function(args) -> bool:
+        stack = torch.overrides._get_current_function_mode_stack()
+        if stack and isinstance(stack[-1], mode_type):
+            with torch.overrides._pop_mode_temporarily():
+                return plain(args)
+        return plain(args)
+
+    torch.overrides.has_torch_function = has_torch_function
+    try:
+        yield
+    finally:
+        torch.overrides.has_torch_function = plain
+
+
+@contextlib.contextmanager
 def tracing_patches(tracer: CustomTracer):
     """Answer ``isinstance`` from example values, record factories called with size proxies and
     record torch.cond / scan / while_loop (see :mod:`.control_flow`)."""
@@ -923,17 +945,6 @@ def tracing_patches(tracer: CustomTracer):
                 return tracer.written.torch_function(func, args, kwargs or {}, sys._getframe(1))
             return func(*args, **(kwargs or {}))
 
-    def has_torch_function(args) -> bool:
-        # torch's own routes ask has_torch_function (TransformerEncoder's nested fast path): the
-        # answer is the one the eager run gets, without the tracer's PlainIndexing mode
-        stack = torch.overrides._get_current_function_mode_stack()
-        if stack and isinstance(stack[-1], PlainIndexing):
-            with torch.overrides._pop_mode_temporarily():
-                return orig_has_torch_function(args)
-        return orig_has_torch_function(args)
-
-    orig_has_torch_function = torch.overrides.has_torch_function
-
     def wrap_method(name, fn):
         def method(self, *args, **kwargs):
             # a plain tensor given traced sizes: torch.ones(4).expand(b, -1)
@@ -951,7 +962,6 @@ def tracing_patches(tracer: CustomTracer):
     builtins.range = _TracedRangeType
     script_call = torch.jit.ScriptFunction.__call__
     torch.jit.ScriptFunction.__call__ = _script_function_call(script_call)
-    torch.overrides.has_torch_function = has_torch_function  # differs only where PlainIndexing is on
     try:
         for name, fn in methods.items():
             setattr(torch.Tensor, name, wrap_method(name, fn))
@@ -960,7 +970,8 @@ def tracing_patches(tracer: CustomTracer):
         for name, fn in checks.items():
             setattr(torch, name, _concrete_check(fn, _CHECK_FUNCTIONS[name]))
         # the builtins replaced above act in this thread only (see .threads)
-        with PlainIndexing(), tracing_in_this_thread(), control_flow_patches(tracer), _transformers_number_casts(), \
+        with PlainIndexing(), _eager_torch_function_answer(PlainIndexing), tracing_in_this_thread(), \
+                control_flow_patches(tracer), _transformers_number_casts(), \
                 _compiled_functions_run_plain(), \
                 (loop_range_patch(tracer) if tracer.roll_loops else contextlib.nullcontext()):
             tracer.written.dispatched = True  # PlainIndexing hands it the calls (see WrittenMemory)
@@ -974,7 +985,6 @@ def tracing_patches(tracer: CustomTracer):
         builtins.len = _orig_len
         builtins.range = _orig_range
         torch.jit.ScriptFunction.__call__ = script_call
-        torch.overrides.has_torch_function = orig_has_torch_function
         for name, fn in methods.items():  # what torch.Tensor inherits is deleted again, not set on it
             if name in own_methods:
                 setattr(torch.Tensor, name, fn)
