@@ -30,7 +30,7 @@ from .errors import Fx2NnefError, InvalidArgumentError, spellings
 # checks them against fx2nnef.targets.TARGET_CLASSES and fx2nnef.ir.WEIGHT_FORMATS).
 TARGETS = ("tract", "khronos")
 WEIGHT_FORMATS = ("native", "f16", "q4_0")
-Q4_0_ROUNDINGS = ("minmax", "search")
+Q4_0_ROUNDINGS = ("minmax", "search", "gptq")
 TOLERANCES = "exact, close, approximate, very, super or ultra"
 ARCHIVE_FORMS = "*.nnef.tgz or *.tgz (gzip tar), *.tar (plain tar), or a folder (no suffix, or *.nnef)"
 
@@ -48,7 +48,7 @@ CLI_SPELLINGS = {
     "diagnose": "`fx2nnef diagnose`",
     "tract_weights": "--target tract --weights ...",
     "tolerance.object": "",
-    "verbose": "--verbose", "rounding": "--rounding",
+    "verbose": "--verbose", "rounding": "--rounding", "keep_f16": "--keep-f16", "calibration": "--calibration FILE",
     "leaf_modules": "fx2nnef.export(..., leaf_modules=(ItsClass,)) from Python (the command line has no leaf modules)",
     "weights.f16_or_q4_0": "--weights f16 or --weights q4_0",
 }
@@ -160,7 +160,8 @@ def _add_target_options(p) -> None:
 
 def _add_rounding_option(p) -> None:
     p.add_argument("--rounding", choices=Q4_0_ROUNDINGS, help="with --weights q4_0: how each block's scale is "
-                   "chosen: search (the default: least squared error, same size) or minmax (GGML's)")
+                   "chosen: search (the default: least squared error, same size), minmax (GGML's), or gptq (fx2nnef "
+                   "llm: GPTQ, errors moved onto the inputs not rounded yet, from the model run on calibration tokens)")
 
 
 def _add_trace_options(p) -> None:
@@ -183,6 +184,11 @@ def _add_llm_parser(sub, common) -> None:
     p.add_argument("--weights", choices=WEIGHT_FORMATS, help="how float parameters are stored: native (default), "
                    "f16, or q4_0 for Linear/Embedding weights (q4_0 implies --dtype f16 unless --dtype f32 is given)")
     _add_rounding_option(p)
+    p.add_argument("--keep-f16", metavar="BUDGET", help="with --weights q4_0: keep in f16 the weights whose rounding "
+                   "alone moves the next-token distributions most per byte, within BUDGET: a fraction of the Q4_0 "
+                   "weights (0.1) or extra bytes (16MiB, 2000000B)")
+    p.add_argument("--calibration", metavar="FILE", help="with --rounding gptq or --keep-f16: a text file, tokenized "
+                   "with the folder's tokenizer.json, to calibrate on (default: random tokens of the vocabulary)")
     p.add_argument("--force-f32", metavar="PARTS", help="with --dtype f16: parts computed in f32, comma-separated "
                    "from norms, attention, linear, or all")
     p.add_argument("--generate", type=_count, metavar="N", help="greedy tokens the asset must produce as "
@@ -402,6 +408,28 @@ def cmd_run(ns) -> int:
     return 0
 
 
+def _calibration_tokens(model_dir: str, text_file: str):
+    """The text of ``text_file`` as token ids ``[sequences, 128]`` (the last piece dropped when
+    shorter), tokenized with ``model_dir``'s tokenizer.json."""
+    tokenizer_file = Path(model_dir) / "tokenizer.json"
+    if not tokenizer_file.is_file():
+        raise InvalidArgumentError(f"--calibration FILE is tokenized with the folder's tokenizer.json, and "
+                                   f"{str(model_dir)!r} has none; drop --calibration (random tokens are used)")
+    try:
+        text = Path(text_file).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidArgumentError(f"--calibration {text_file}: cannot read it as UTF-8 text ({exc})") from exc
+    import numpy as np
+    from tokenizers import Tokenizer
+
+    ids = np.asarray(Tokenizer.from_file(str(tokenizer_file)).encode(text).ids, dtype=np.int64)
+    length = min(128, len(ids))
+    if length < 8:
+        raise InvalidArgumentError(f"--calibration {text_file}: {len(ids)} tokens, too few to calibrate on; give "
+                                   "a longer text (a few thousand words)")
+    return ids[:len(ids) // length * length].reshape(-1, length)
+
+
 def cmd_llm(ns) -> int:
     out = Path(ns.out_dir)
     if out.name.lower().endswith((".tgz", ".tar.gz", ".tar", ".zip")):
@@ -410,6 +438,7 @@ def cmd_llm(ns) -> int:
                                    "folder name, e.g. 'out/llama'")
     if ns.rounding and ns.weights != "q4_0":
         raise InvalidArgumentError("--rounding chooses the scales of Q4_0 weights: pass it with --weights q4_0")
+    calibration = _calibration_tokens(ns.model_dir, ns.calibration) if ns.calibration else None
     # "weights": a stage inside the export's write; "check": the export's, run or not
     with _stage_lines("fx2nnef llm", quiet=("weights", "check") if ns.no_check else ("weights",)):
         from .progress import stage
@@ -424,6 +453,7 @@ def cmd_llm(ns) -> int:
                                       last_logits_only=ns.last_logits_only, batch_symbol=ns.batch_symbol,
                                       generate=generate, check=not ns.no_check, overwrite=ns.overwrite,
                                       force_f32=ns.force_f32 or (), rounding=ns.rounding,
+                                      keep_f16=ns.keep_f16, calibration=calibration,
                                       **({"fused": ns.fused} if ns.fused else {}))
     print(result)
     return 0

@@ -211,7 +211,8 @@ def graph_passes(graph: Graph, target: InferenceTarget, eligible: Optional[Calla
     what each float parameter became (``WeightChoice``)."""
     target.post_trace(graph)
     return apply_weight_format(graph, target.weights, eligible=eligible,
-                               rounding=getattr(target, "rounding", "minmax"))
+                               rounding=getattr(target, "rounding", "minmax"),
+                               calibrated=getattr(target, "calibrated", None))
 
 
 def lower(graph: Graph, target: InferenceTarget, *, registry: Registry = REGISTRY,

@@ -138,7 +138,7 @@ def test_searched_rounding_asset_runs_in_tract_and_matches_the_rounded_model(tmp
     ids = torch.randint(0, 40, (1, 9))
     results = {rounding: fx2nnef.export(model, (ids,), tmp_path / f"{rounding}.nnef.tgz",
                                         target=TractNNEF(weights="q4_0", rounding=rounding))
-               for rounding in Q4_0_ROUNDINGS}
+               for rounding in ("minmax", "search")}  # gptq: see test_gptq.py
     assert all(r.check.ok for r in results.values())  # tract against the model holding each rounding's values
     assert '"fx2nnef_q4_0_rounding", "search"' in results["search"].nnef_text
     assert results["search"].drift.max_abs < results["minmax"].drift.max_abs

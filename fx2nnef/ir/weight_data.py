@@ -35,7 +35,7 @@ Q4_0_BLOCK_BYTES = 18
 # f16 scales stop at 65504, so a block's largest magnitude must stay below 8 * 65504.
 Q4_0_MAX_MAGNITUDE = 8 * 65504.0
 F16_MAX = 65504.0
-Q4_0_ROUNDINGS = ("minmax", "search")
+Q4_0_ROUNDINGS = ("minmax", "search", "gptq")
 # the search: same size and engine speed, lower error in every block; it costs about 20 ms per
 # million weights once per export (the scales are kept), against 3 ms for min-max
 DEFAULT_Q4_0_ROUNDING = "search"
@@ -64,7 +64,8 @@ def quantize_q4_0(values: np.ndarray, rounding: str = "minmax", scales: Optional
         scale = searched_scales(blocks, largest)
         codes = (_nearest_codes(blocks, scale) + 8).astype(np.uint8)
     else:
-        raise ValueError(f"Q4_0 rounding must be one of {Q4_0_ROUNDINGS}, got {rounding!r}")
+        raise ValueError(f"Q4_0 rounding here must be 'minmax' or 'search' (gptq's blocks are found beforehand), "
+                         f"got {rounding!r}")
     return _packed(scale, codes)
 
 
@@ -184,10 +185,15 @@ class Q4_0Data(TensorData):
 
     stored_format = "q4_0"
 
-    def __init__(self, base: TensorData, transposed: bool = False, rounding: str = "minmax"):
+    def __init__(self, base: TensorData, transposed: bool = False, rounding: str = "minmax",
+                 blocks: Optional[np.ndarray] = None):
         if rounding not in Q4_0_ROUNDINGS:
             raise ValueError(f"Q4_0 rounding must be one of {Q4_0_ROUNDINGS}, got {rounding!r}")
+        if (rounding == "gptq") != (blocks is not None):
+            raise ValueError("Q4_0 rounding 'gptq' takes the blocks found beforehand (blocks=), and only it does")
         self.rounding = rounding
+        # "gptq": the blocks, found from calibration inputs (uint8 [n_blocks, 18], stored order)
+        self._blocks = None if blocks is None else np.asarray(blocks, dtype=np.uint8).reshape(-1, Q4_0_BLOCK_BYTES)
         # "search": the chosen scales (float16, one per block), kept once found: the asset and the
         # checks' reference quantize the tensor several times, the search runs once
         self._scales: Optional[np.ndarray] = None
@@ -200,6 +206,8 @@ class Q4_0Data(TensorData):
         if len(self.shape) != 2 or self.stored_shape[1] % Q4_0_BLOCK_LEN:
             raise ValueError(f"Q4_0 needs a 2-D tensor whose contracted dim is a multiple of {Q4_0_BLOCK_LEN}, "
                              f"got shape {list(base.shape)}" + (" (transposed)" if transposed else ""))
+        if self._blocks is not None and len(self._blocks) * Q4_0_BLOCK_BYTES != q4_0_size(self.shape):
+            raise ValueError(f"{len(self._blocks)} Q4_0 blocks given for a tensor of shape {list(self.shape)}")
 
     @property
     def block_bytes(self) -> int:
@@ -228,6 +236,8 @@ class Q4_0Data(TensorData):
 
     def _quantize(self, values: np.ndarray, first: int) -> np.ndarray:
         """The blocks of ``values``, blocks ``first`` on of the stored tensor."""
+        if self._blocks is not None:
+            return self._blocks[first:first + values.size // Q4_0_BLOCK_LEN]
         if self.rounding != "search":
             return quantize_q4_0(values, self.rounding)
         count = values.size // Q4_0_BLOCK_LEN

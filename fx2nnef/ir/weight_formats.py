@@ -13,6 +13,10 @@ stored type differs (matmuls read f16 weights as stored; other readers get a cas
   (GPT-2's ``Conv1D``: blocks along their first dim, stored transposed), with that dim a
   multiple of 32, finite and within the range of float16 scales.
 
+A :class:`Calibrated` (found beforehand by running the model on calibration inputs, see
+:mod:`fx2nnef.llm.calibration`) gives Q4_0 blocks rounded by GPTQ for some parameters (the others
+are rounded by the scale search) and parameters kept in float16 rather than Q4_0.
+
 Every other parameter stays native, and the returned :class:`WeightChoice` list says why.
 """
 from __future__ import annotations
@@ -39,6 +43,22 @@ _QUANTIZABLE_USES = {
 
 
 @dataclasses.dataclass
+class Calibrated:
+    """Per-parameter choices made beforehand from calibration inputs, by parameter path."""
+
+    blocks: dict = dataclasses.field(default_factory=dict)  # path -> Q4_0 blocks found by GPTQ
+    keep_f16: frozenset = frozenset()  # paths stored as float16 rather than Q4_0 (their error costs most)
+
+    def renamed(self, rename: Callable[[str], Optional[str]]) -> "Calibrated":
+        """The same choices under other paths (``rename(path)``; None drops it)."""
+        blocks = {rename(p): b for p, b in self.blocks.items() if rename(p) is not None}
+        return Calibrated(blocks, frozenset(rename(p) for p in self.keep_f16 if rename(p) is not None))
+
+
+KEPT_F16 = "kept in float16: its measured error impact ranks among the worst (keep_f16)"
+
+
+@dataclasses.dataclass
 class WeightChoice:
     """How one float parameter is written."""
 
@@ -57,12 +77,13 @@ class WeightChoice:
 
 
 def apply_weight_format(graph: Graph, fmt: str, eligible: Optional[Callable[[Value], bool]] = None,
-                        rounding: str = "minmax") -> list[WeightChoice]:
+                        rounding: str = "minmax", calibrated: Optional[Calibrated] = None) -> list[WeightChoice]:
     """Store the float parameters of ``graph`` in ``fmt`` where possible (see the module doc).
 
     ``eligible(value)`` may refuse a constant (e.g. one the caller cannot reproduce in its
-    reference run). ``rounding``: how Q4_0 scales are chosen (``"minmax"`` or ``"search"``, see
-    :mod:`.weight_data`). Returns one :class:`WeightChoice` per float parameter, in graph order.
+    reference run). ``rounding``: how Q4_0 scales are chosen (``"minmax"``, ``"search"``, see
+    :mod:`.weight_data`, or ``"gptq"``: ``calibrated``'s blocks, the search for parameters it has
+    none for). ``calibrated``: also the parameters kept in float16. Returns one :class:`WeightChoice` per float parameter, in graph order.
     """
     if fmt not in WEIGHT_FORMATS:
         raise ValueError(f"weight format must be one of {WEIGHT_FORMATS}, got {fmt!r}")
@@ -94,11 +115,32 @@ def apply_weight_format(graph: Graph, fmt: str, eligible: Optional[Callable[[Val
         if reason is not None:
             choice.reason = reason
             continue
-        value.source = F16Data(source) if fmt == "f16" else Q4_0Data(source, _contracted_first(value), rounding)
+        if fmt == "q4_0" and calibrated is not None and source.parameter_path in calibrated.keep_f16:
+            _keep_f16(value, choice)
+            continue
+        value.source = F16Data(source) if fmt == "f16" else _q4_0(value, rounding, calibrated)
         choice.stored = fmt
         choice.transposed = bool(getattr(value.source, "transposed", False))
         choice.stored_bytes = value.source.nbytes if fmt == "f16" else q4_0_size(source.shape)
     return choices
+
+
+def _q4_0(value: Value, rounding: str, calibrated: Optional[Calibrated]) -> Q4_0Data:
+    """The Q4_0 form of ``value``: GPTQ's blocks when ``calibrated`` has them, else by ``rounding``
+    ("gptq" without blocks: the search)."""
+    blocks = calibrated.blocks.get(value.source.parameter_path) if calibrated is not None else None
+    transposed = _contracted_first(value)
+    if rounding == "gptq" and blocks is not None and not transposed:
+        return Q4_0Data(value.source, False, "gptq", blocks)
+    return Q4_0Data(value.source, transposed, "search" if rounding == "gptq" else rounding)
+
+
+def _keep_f16(value: Value, choice: WeightChoice) -> None:
+    """Store ``value`` as float16 (a float32 one converted; a float16 one as it is)."""
+    choice.reason = KEPT_F16
+    if value.dtype is DType.F32 and max_abs(value.source) <= F16_MAX:
+        value.source = F16Data(value.source)
+        choice.stored, choice.stored_bytes = "f16", value.source.nbytes
 
 
 def _refusal(value: Value, fmt: str, is_output: bool) -> Optional[str]:

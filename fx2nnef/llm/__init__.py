@@ -7,10 +7,11 @@
 model's config, tokenizer and generation files, and ``fx2nnef.json``.
 ``greedy_generate`` / ``TractCausalLM`` drive such an asset from numpy.
 """
+from .calibration import calibrate
 from .export import LLMExportResult, export_causal_lm, load_causal_lm
 from . import multimodal  # noqa: F401 - registers the multimodal source with export_causal_lm
 from .generate import TractCausalLM, greedy_generate
 from .multimodal_run import generate_multimodal
 
-__all__ = ["LLMExportResult", "TractCausalLM", "export_causal_lm", "generate_multimodal", "greedy_generate",
+__all__ = ["LLMExportResult", "TractCausalLM", "calibrate", "export_causal_lm", "generate_multimodal", "greedy_generate",
            "load_causal_lm"]

@@ -26,6 +26,7 @@ from ..targets import TractNNEF
 from ..targets.result import ExportResult, guard_lines
 from ..targets.tolerance import compare_outputs, format_diffs
 from ..targets.tract_runner import run_tract_many
+from . import calibration as calibration_module
 from . import drift
 from .generate import greedy_generate
 from .released_checks import DeferredTractNNEF, release, run_checks
@@ -80,6 +81,8 @@ class LLMExportResult:
             why = "" if "export" in self.manifest["checks_requested"] else f" ({spell('check', False)})"
             lines.append(f"  not checked: {', '.join(skipped)}{why}")
         lines += guard_lines(self.export.guards, listed=MANIFEST_NAME) if self.export is not None else []
+        if "q4_0_calibration" in self.manifest:
+            lines.append(calibration_module.summary_line(self.manifest["q4_0_calibration"]))
         lines += drift.summary_lines(self.manifest)
         if "multimodal" in self.manifest:  # encoders beside the decoder
             lines.append(f"  run: fx2nnef.llm.generate_multimodal({str(self.out_dir)!r}, prompt_ids, "
@@ -156,7 +159,8 @@ def _first_paragraph(exc: BaseException) -> str:
 def export_causal_lm(model_or_dir, out_dir, *, dtype: Optional[str] = None, weights: Optional[str] = None,
                      last_logits_only: bool = False, batch_symbol: bool = False, generate: int = 0,
                      check: bool = True, overwrite: bool = False, seed: int = 0,
-                     timeout: float = 600.0, fused=(), force_f32=(), rounding: Optional[str] = None) -> LLMExportResult:
+                     timeout: float = 600.0, fused=(), force_f32=(), rounding: Optional[str] = None,
+                     keep_f16=None, calibration=None) -> LLMExportResult:
     """Export a causal LM to ``out_dir/model.nnef.tgz`` with the KV-cache I/O contract of tract LLM assets.
 
     ``model_or_dir``: a transformers causal LM (``nn.Module``) or a local folder written by
@@ -171,7 +175,12 @@ def export_causal_lm(model_or_dir, out_dir, *, dtype: Optional[str] = None, weig
     model's pattern matches exactly, as ``TractNNEF(fused=...)`` ("rms_norm", "rope", "sdpa" or "all").
     ``force_f32``: in an f16 export, the parts computed in f32 (``"norms"``, ``"attention"``,
     ``"linear"`` or ``"all"``; see ``TractNNEF(force_f32=...)``). ``rounding``: how Q4_0 weights
-    are rounded (``"minmax"`` or ``"search"``, see ``TractNNEF(rounding=...)``).
+    are rounded (``"minmax"``, ``"search"``, see ``TractNNEF(rounding=...)``, or ``"gptq"``: GPTQ
+    on the model run on calibration tokens, see :mod:`fx2nnef.llm.calibration`). ``keep_f16``:
+    with Q4_0 weights, a budget (a fraction of the Q4_0 weights, e.g. 0.1, or bytes, e.g.
+    "16MiB") of weights kept in float16, those whose rounding alone moves the model's next-token
+    distributions most per byte. ``calibration``: token ids ``[n, length]`` the calibration runs
+    on (default: random tokens of the vocabulary, 8 x 128, seeded by ``seed``).
 
     With weights stored in another format or another dtype than the model's, the result's
     ``drift`` (and ``fx2nnef.json``'s) says how far tract's logits and greedy tokens are from the
@@ -188,9 +197,10 @@ def export_causal_lm(model_or_dir, out_dir, *, dtype: Optional[str] = None, weig
             return export_source(model_or_dir, out_dir, dict(
                 dtype=dtype, weights=weights, last_logits_only=last_logits_only, batch_symbol=batch_symbol,
                 generate=generate, check=check, overwrite=overwrite, seed=seed, timeout=timeout, fused=fused,
-                force_f32=force_f32, rounding=rounding))
+                force_f32=force_f32, rounding=rounding, keep_f16=keep_f16, calibration=calibration))
     if out_dir.exists() and not overwrite:
         raise InvalidArgumentError(f"{str(out_dir)!r} exists: remove it or pass {spell('overwrite', True)}")
+    check_calibration_options(weights, rounding, keep_f16, calibration)
     source_dir = None
     if isinstance(model_or_dir, torch.nn.Module):
         model = model_or_dir.eval()
@@ -204,15 +214,13 @@ def export_causal_lm(model_or_dir, out_dir, *, dtype: Optional[str] = None, weig
     original = drift.reference_before_rounding(
         model, torch_dtype, weights, last_logits_only, (lambda w, l, d: mode_cases(w, l, d, seed)) if check else None,
         (lambda m: greedy_reference(m, generation_prompt(m, seed), generate)) if generate else None)
+    # GPTQ's blocks and the weights kept in f16, from the model's own values (before the cast)
+    calibrated, calibration_report = calibrate_q4_0(model, weights, rounding, keep_f16, calibration, seed)
     if next(model.parameters()).dtype != torch_dtype:
         # the caller's module is left as it was
         model = (copy.deepcopy(model) if source_dir is None else model).to(torch_dtype)
-    target_kwargs = {**_weights_option(weights), **({"rounding": rounding} if rounding else {})}
     force_f32 = _force_f32_option(force_f32, torch_dtype)
-    if force_f32:
-        target_kwargs["force_f32"] = force_f32
-    if fused:
-        target_kwargs["fused"] = fused
+    target_kwargs = _target_options(weights, rounding, calibrated, force_f32, fused)
     timings = {"reference": original.seconds} if original is not None else {}
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     stage = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
@@ -233,6 +241,9 @@ def export_causal_lm(model_or_dir, out_dir, *, dtype: Optional[str] = None, weig
         timings["export"] = time.perf_counter() - t0
         _refuse_prompt_only(model, result)
         _record_export(manifest, result, fused, rounding)
+        if calibration_report is not None:
+            manifest["q4_0_calibration"] = calibration_report.manifest_entry()
+            timings["calibration"] = calibration_report.seconds
         checks = manifest["checks"]
         if result.check is not None:
             checks["export"] = {"cases": len(result.check.cases), "max_abs": _fmt(result.max_abs_diff)}
@@ -253,6 +264,40 @@ def export_causal_lm(model_or_dir, out_dir, *, dtype: Optional[str] = None, weig
         raise
     result.path = out_dir / ASSET_NAME
     return LLMExportResult(out_dir, out_dir / ASSET_NAME, manifest, result)
+
+
+def calibrate_q4_0(model: torch.nn.Module, weights: Optional[str], rounding: Optional[str], keep_f16,
+                   calibration, seed: int) -> tuple:
+    """``(Calibrated, CalibrationReport)`` when the Q4_0 rounding is GPTQ or some weights are kept
+    in f16 (:mod:`.calibration`), else ``(None, None)``; run on the model's own values."""
+    if not check_calibration_options(weights, rounding, keep_f16, calibration):
+        return None, None
+    if calibration is None:
+        ids = calibration_module.calibration_ids(vocab_size(model), seed)
+        tokens = f"{len(ids)} x {ids.shape[1]} random tokens of the vocabulary (seed {seed}; no text given)"
+    else:
+        ids = torch.as_tensor(np.asarray(calibration), dtype=torch.long)
+        if ids.ndim != 2 or not ids.numel() or int(ids.min()) < 0 or int(ids.max()) >= vocab_size(model):
+            raise InvalidArgumentError(f"calibration must be token ids [sequences, length] within the vocabulary "
+                                       f"(0..{vocab_size(model) - 1}), got shape {list(ids.shape)}")
+        tokens = f"{len(ids)} x {ids.shape[1]} given tokens"
+    return calibration_module.calibrate(model, ids, gptq=rounding == "gptq", keep_f16=keep_f16, tokens=tokens)
+
+
+def check_calibration_options(weights: Optional[str], rounding: Optional[str], keep_f16, calibration) -> bool:
+    """Whether the options ask for a calibration (GPTQ, weights kept in f16); a one-line error when
+    they do not fit (before anything runs)."""
+    if rounding != "gptq" and keep_f16 is None:
+        if calibration is not None:
+            raise InvalidArgumentError(f"{spell('calibration')} is for {spell('rounding', 'gptq')} or "
+                                       f"{spell('keep_f16', 0.1)}; drop it or ask for one of them")
+        return False
+    if weights != "q4_0":
+        what = spell("rounding", "gptq") if rounding == "gptq" else spell("keep_f16", keep_f16)
+        raise InvalidArgumentError(f"{what} chooses how Q4_0 weights are stored: pass it with "
+                                   f"{spell('weights', 'q4_0')}")
+    calibration_module.keep_f16_budget(keep_f16, 1)  # its spelling, checked now
+    return True
 
 
 @dataclasses.dataclass
@@ -347,6 +392,15 @@ def _resolve_dtype(dtype: Optional[str], model: torch.nn.Module) -> torch.dtype:
     if dtype not in DTYPES:
         raise InvalidArgumentError(f"dtype must be one of {', '.join(DTYPES)} (or None for the model's own), got {dtype!r}")
     return DTYPES[dtype]
+
+
+def _target_options(weights: Optional[str], rounding: Optional[str], calibrated, force_f32: tuple, fused: tuple) -> dict:
+    """TractNNEF's keyword arguments for these options (those left at their default left out)."""
+    options = {**_weights_option(weights), **({"rounding": rounding} if rounding else {})}
+    if calibrated is not None:  # the wrapper holds the model as ``model``
+        options["calibrated"] = calibrated.renamed(lambda path: "model." + path)
+    options.update({k: v for k, v in (("force_f32", force_f32), ("fused", fused)) if v})
+    return options
 
 
 def _weights_option(weights: Optional[str]) -> dict:

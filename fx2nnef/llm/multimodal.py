@@ -253,6 +253,12 @@ def export_multimodal_lm(model_or_dir, out_dir, options: dict) -> LLMExportResul
     if options["batch_symbol"]:
         raise InvalidArgumentError(f"{spell('batch_symbol', True)} is for text LLMs only: the multimodal decoder "
                                    "splices the embeddings of one sequence; export with batch 1")
+    calibrated = [spell(k, v) if k != "calibration" else spell(k) for k, v in (("rounding", options.get("rounding")), ("keep_f16", options.get("keep_f16")),
+                                           ("calibration", options.get("calibration"))) if v is not None
+                  and (k != "rounding" or v == "gptq")]
+    if calibrated:
+        raise InvalidArgumentError(f"{', '.join(calibrated)}: calibrated Q4_0 is for text LLMs only (multimodal "
+                                   "decoders take rounding 'search' or 'minmax')")
     source_dir = None if isinstance(model_or_dir, torch.nn.Module) else Path(model_or_dir)
     model = model_or_dir.eval() if source_dir is None else load_multimodal(source_dir)
     family = family_of(model.config)

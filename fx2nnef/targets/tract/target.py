@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Optional
 
 from ...errors import InvalidArgumentError, spell
-from ...ir import WEIGHT_FORMATS, Graph
+from ...ir import WEIGHT_FORMATS, Calibrated, Graph
 from ...ir.weight_data import DEFAULT_Q4_0_ROUNDING, Q4_0_ROUNDINGS
 from ...ir.fusions import fuse, fused_counts, resolve_fusions
 from ...ir.precision import F32_REGIONS, apply_f32_regions, resolve_regions
@@ -47,7 +47,11 @@ class TractNNEF(InferenceTarget):
             of least squared error among a few around min-max's; same size and speed, lower
             error in every block, see ``fx2nnef.ir.weight_data``) or ``"minmax"`` (GGML's and
             tract's own quantizer: the largest magnitude is exact). Given, it needs
-            ``weights="q4_0"``.
+            ``weights="q4_0"``. ``"gptq"``: the blocks GPTQ found from calibration inputs,
+            given by ``calibrated`` (``fx2nnef.llm.calibrate``; ``export_causal_lm`` makes them).
+        calibrated: an ``fx2nnef.ir.Calibrated``: Q4_0 blocks found beforehand per parameter
+            (for ``rounding="gptq"``; other Q4_0 weights are rounded by the search) and the
+            parameters kept in float16 rather than Q4_0. Given, it needs ``weights="q4_0"``.
         asserts: extra assertions on the symbols, e.g. ``["S+P < 128", "tg: S==1"]``, written as
             ``extension tract_assert`` (tract checks them at load, not at run time).
         fused: tract fused ops to rewrite exact patterns into: names among ``"rms_norm"``
@@ -66,7 +70,7 @@ class TractNNEF(InferenceTarget):
                  specific_properties: Optional[dict] = None, dump_identity_properties: bool = False,
                  with_transformers: Optional[bool] = None, timeout: float = 600.0, weights: str = "native",
                  asserts: Sequence[str] = (), fused=(), force_f32: Sequence[str] = (),
-                 rounding: Optional[str] = None):
+                 rounding: Optional[str] = None, calibrated: Optional[Calibrated] = None):
         try:
             self.force_f32 = resolve_regions(force_f32)
         except ValueError as exc:
@@ -83,6 +87,7 @@ class TractNNEF(InferenceTarget):
             raise InvalidArgumentError(f"{spell('rounding', rounding)} chooses the scales of Q4_0 weights: pass it "
                                        f"with {spell('weights', 'q4_0')}, or leave it out")
         self.rounding = rounding or DEFAULT_Q4_0_ROUNDING
+        self.calibrated = _checked_calibration(self.rounding, calibrated, weights)
         self.version = str(version)
         self.check_io = bool(check_io)
         self.dynamic_axes = dict(dynamic_axes or {})
@@ -146,6 +151,19 @@ class TractNNEF(InferenceTarget):
         if transformers is None:
             transformers = _uses_transformers(asset)
         return run_tract_many(asset, input_sets, with_transformers=transformers, timeout=self.timeout)
+
+
+def _checked_calibration(rounding: str, calibrated, weights: str):
+    """``calibrated`` when it fits the options; a one-line error when it does not."""
+    if calibrated is not None and not isinstance(calibrated, Calibrated):
+        raise InvalidArgumentError(f"calibrated must be an fx2nnef.ir.Calibrated, got {type(calibrated).__name__}")
+    if calibrated is not None and weights != "q4_0":
+        raise InvalidArgumentError(f"calibrated holds Q4_0 choices: pass it with {spell('weights', 'q4_0')}")
+    if rounding == "gptq" and calibrated is None:
+        raise InvalidArgumentError(f"{spell('rounding', 'gptq')} needs calibration: the blocks GPTQ finds from the "
+                                   "model run on calibration tokens (fx2nnef llm / export_causal_lm compute them; or "
+                                   "pass calibrated=fx2nnef.llm.calibrate(...)), or use rounding 'search'")
+    return calibrated
 
 
 def _weight_properties(graph: Graph, weights: str, rounding: str) -> dict:
