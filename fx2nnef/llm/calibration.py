@@ -12,7 +12,7 @@ found (0.56 byte per weight) are held, never a copy of the model.
 
 **Kept in float16** (``keep_f16``): each Q4_0 candidate (Linear and Embedding weights whose rows
 are whole Q4_0 blocks) is rounded alone (GPTQ's blocks when there are, else the scale search),
-the model runs on the calibration tokens, and the KL divergence of its next-token
+the model runs on the first two calibration sequences, and the KL divergence of its next-token
 distributions from the original's is that weight's measured impact. Weights are kept by
 impact per extra byte (float16 against Q4_0) until the budget is spent: a fraction of the
 candidates' weights (``0.1``) or extra bytes (``"16MiB"``, ``"2000000B"``).
@@ -42,6 +42,8 @@ from ..ir.weight_formats import Calibrated
 
 # random calibration tokens: sequences x tokens
 DEFAULT_SEQUENCES, DEFAULT_LENGTH = 8, 128
+# the sequences of the calibration tokens the impacts are measured on (one model run per weight)
+_IMPACT_SEQUENCES = 2
 _UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20, "gib": 2**30}
 
 
@@ -260,7 +262,8 @@ def _candidates(model: torch.nn.Module) -> list:
 
 def _impacts(model, ids: torch.Tensor, candidates: list, blocks: dict) -> dict:
     """``{id(weight): KL mean}`` of the model with that weight alone rounded (GPTQ's blocks, or the
-    search), against the original, on ``ids``."""
+    search), against the original, on the first sequences of ``ids`` (one run per weight)."""
+    ids = ids[:_IMPACT_SEQUENCES]
     reference = torch.log_softmax(_run(model, ids, {}), dim=-1)
     impacts = {}
     for index, w in enumerate(candidates):
