@@ -162,7 +162,7 @@ def _checked_calibration(rounding: str, calibrated, weights: str):
     if rounding == "gptq" and calibrated is None:
         raise InvalidArgumentError(f"{spell('rounding', 'gptq')} needs calibration: the blocks GPTQ finds from the "
                                    "model run on calibration tokens (fx2nnef llm / export_causal_lm compute them; or "
-                                   "pass calibrated=fx2nnef.llm.calibrate(...)), or use rounding 'search'")
+                                   f"pass calibrated=fx2nnef.llm.calibrate(...)), or use {spell('rounding', 'search')}")
     return calibrated
 
 
