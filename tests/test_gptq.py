@@ -95,14 +95,26 @@ def test_gptq_asset_exports_runs_in_tract_and_reports_its_drift(tmp_path):
     assert out[0].shape == (1, 3, 256) and np.isfinite(out[0]).all()
 
 
+def _word_tokenizer():
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    tok = Tokenizer(models.WordLevel({f"w{i}": i for i in range(250)} | {"<unk>": 250}, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return tok
+
+
 def test_keep_f16_stores_the_weights_of_most_impact_in_f16(tmp_path, capsys):
     src = _folder(tmp_path, _llama())
+    _word_tokenizer().save(str(src / "tokenizer.json"))
+    text = tmp_path / "text.txt"
+    text.write_text(" ".join(f"w{(i * 7) % 250}" for i in range(300)))
     out = tmp_path / "out"
     assert cli_main(["llm", str(src), str(out), "--weights", "q4_0", "--rounding", "gptq", "--keep-f16", "0.1",
-                     "--generate", "0"]) == 0
+                     "--generate", "0", "--calibration", str(text)]) == 0
     printed = capsys.readouterr().out
     assert "weights kept in f16 (+" in printed
     manifest = json.loads((out / "fx2nnef.json").read_text())
+    assert manifest["q4_0_calibration"]["tokens"] == "2 x 128 given tokens"  # 300 words: two whole pieces
     kept = manifest["q4_0_calibration"]["keep_f16"]
     assert kept and manifest["dtype"] == "f16"
     with __import__("tarfile").open(out / "model.nnef.tgz") as tar:
