@@ -27,6 +27,7 @@ from ..targets.result import ExportResult, guard_lines
 from ..targets.tolerance import compare_outputs, format_diffs
 from ..targets.tract_runner import run_tract_many
 from . import drift
+from .cast import cast_in_place
 from .generate import greedy_generate
 from .released_checks import DeferredTractNNEF, release, run_checks
 from .wrapper import CacheLayout, FlatCacheLM, cache_argument, cache_layout, returned_cache
@@ -205,8 +206,8 @@ def export_causal_lm(model_or_dir, out_dir, *, dtype: Optional[str] = None, weig
         model, torch_dtype, weights, last_logits_only, (lambda w, l, d: mode_cases(w, l, d, seed)) if check else None,
         (lambda m: greedy_reference(m, generation_prompt(m, seed), generate)) if generate else None)
     if next(model.parameters()).dtype != torch_dtype:
-        # the caller's module is left as it was
-        model = (copy.deepcopy(model) if source_dir is None else model).to(torch_dtype)
+        # the caller's module is left as it was; a model loaded here is cast over its own memory
+        model = copy.deepcopy(model).to(torch_dtype) if source_dir is None else cast_in_place(model, torch_dtype)
     target_kwargs = {**_weights_option(weights), **({"rounding": rounding} if rounding else {})}
     force_f32 = _force_f32_option(force_f32, torch_dtype)
     if force_f32:
