@@ -29,7 +29,7 @@ from ..targets.tract_runner import run_tract_many
 from . import drift
 from .cast import cast_in_place
 from .generate import greedy_generate
-from .released_checks import DeferredTractNNEF, release, run_checks
+from .released_checks import DeferredTractNNEF, large_blocks_mapped, release, run_checks
 from .wrapper import CacheLayout, FlatCacheLM, cache_argument, cache_layout, returned_cache
 
 ASSET_NAME = "model.nnef.tgz"
@@ -197,6 +197,7 @@ def export_causal_lm(model_or_dir, out_dir, *, dtype: Optional[str] = None, weig
         model = model_or_dir.eval()
     else:
         source_dir = Path(model_or_dir)
+        large_blocks_mapped()  # the process is about to hold the whole model: no heap kept beside it
         # loaded as stored: the drift needs the original's logits before any cast (the cast below
         # converts tensor by tensor in place, never a second full copy)
         model = load_causal_lm(model_or_dir)
