@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -112,7 +113,12 @@ def one(name: str) -> dict:
     x = torch.randn(1, channels, *hw, generator=torch.Generator().manual_seed(0))
     axes = {0: "B"} if fixed else {0: "B", 2: "H", 3: "W"}
     row.update(params=sum(p.numel() for p in model.parameters()), input=list(x.shape), fixed_size=fixed)
-    return export_row(row, model, (x,), ["x"], {"x": axes}, f"/tmp/survey_timm_{name}.nnef.tgz")
+    cpu = time.process_time()
+    row = export_row(row, model, (x,), ["x"], {"x": axes}, f"/tmp/survey_timm_{name}.nnef.tgz")
+    # this process's CPU seconds (the engine's runs in other processes aside): the machine's load
+    # from other processes makes the wall-clock seconds vary
+    row["cpu_seconds"] = round(time.process_time() - cpu, 1)
+    return row
 
 
 def main() -> None:
