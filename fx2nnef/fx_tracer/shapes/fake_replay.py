@@ -607,6 +607,20 @@ def _baddbmm(input, batch1, batch2, *, beta=1, alpha=1):
     return torch.bmm(batch1, batch2) + input
 
 
+def _addcmul(input, tensor1, tensor2, *, value=1):
+    """addcmul's shape and dtype: torch's fake kernel (``elementwise_meta``) broadcasts with
+    concrete sizes and fails on symbolic ones; so do addcdiv's and lerp's."""
+    return input + tensor1 * tensor2 * value
+
+
+def _addcdiv(input, tensor1, tensor2, *, value=1):
+    return input + tensor1 / tensor2 * value
+
+
+def _lerp(input, end, weight):
+    return input + (end - input) * weight
+
+
 def _tensor_split(input, indices_or_sections, dim=0):
     """tensor_split into n sections of a dynamic size S: section i has (S + n - 1 - i) // n items
     (torch's kernel decides on S % n at the example size)."""
@@ -870,6 +884,9 @@ _BASE_FUNCTIONS = {
     torch.nn.functional.max_pool1d_with_indices: _max_pool1d_with_indices,
     torch.max_pool1d_with_indices: _max_pool1d_with_indices,
     torch.baddbmm: _baddbmm,
+    torch.addcmul: _addcmul,
+    torch.addcdiv: _addcdiv,
+    torch.lerp: _lerp,
     torch.tensor_split: _tensor_split,
     torch.nn.functional.pad: _pad,
     torch.linalg.solve_triangular: _solve_triangular,
@@ -887,7 +904,8 @@ _BASE_FUNCTIONS = {
     torch.where: _where,
     **_MATH,
 }
-_SYMBOLIC_METHODS = {"baddbmm": _baddbmm, "tensor_split": _tensor_split, "masked_scatter": _masked_scatter}
+_SYMBOLIC_METHODS = {"baddbmm": _baddbmm, "tensor_split": _tensor_split, "masked_scatter": _masked_scatter,
+                     "addcmul": _addcmul, "addcdiv": _addcdiv, "lerp": _lerp}
 
 
 class _NoKey(Exception):
