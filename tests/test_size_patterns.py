@@ -5,6 +5,9 @@ without the export's own check; where no export is right at every size, one clea
 - square grids from a count of tokens (``h = w = int(N ** 0.5)``, ``math.isqrt``, ``math.sqrt``):
   the grid side is a size where the tokens are the square of one (a square image whose height and
   width share a symbol); refused, naming the line, where the root is whole at some sizes only;
+- loops over ``S // chunk`` chunks: a Python loop holds at the example's count of chunks, said in the
+  range with the loop's line and the scan that makes it general; written as torch's scan over the
+  reshaped axis it exports for every multiple of the chunk;
 - numbers read from data that must change together (``arange(int(n))`` beside ``x[:, :int(n)]``):
   refused, never baked at the example's value.
 """
@@ -115,3 +118,55 @@ def test_numbers_from_data_that_change_together_are_refused_not_baked(check_io, 
     with pytest.raises(fx2nnef.errors.TraceError, match=r"comes from tensor content .*lengths.max"):
         _export(_LengthMask(), (randn(3, 7, 2), torch.tensor([5, 3, 2])), tmp_path / "m.nnef.tgz",
                 {"x": {0: "B", 1: "T"}, "lengths": {0: "B"}}, check_io)
+
+
+class _ChunkLoop(torch.nn.Module):
+    """xLSTM / chunked scans: a Python loop over ``S // chunk`` chunks."""
+
+    def forward(self, x):
+        outs, carry = [], x.new_zeros(x.shape[0], x.shape[2])
+        for i in range(x.shape[1] // 4):
+            y = x[:, i * 4:(i + 1) * 4].cumsum(1) + carry[:, None]
+            carry = y[:, -1]
+            outs.append(y)
+        return torch.cat(outs, 1), carry
+
+
+class _ChunkScan(torch.nn.Module):
+    """The same chunks as torch's scan over a reshaped axis: one tract_core_scan for any length."""
+
+    def forward(self, x):
+        from torch._higher_order_ops.scan import scan
+
+        b, s, c = x.shape
+
+        def step(carry, chunk):
+            y = chunk.cumsum(1) + carry[:, None]
+            return y[:, -1], y
+
+        last, ys = scan(step, x.new_zeros(b, c), x.reshape(b, s // 4, 4, c), dim=1)
+        return ys.reshape(b, s, c), last
+
+
+@pytest.mark.parametrize("check_io", [True, False])
+def test_chunk_loop_is_bounded_fast_and_names_its_line(check_io, tmp_path):
+    """A Python loop over chunks holds at the example's chunk count only: the range says so (asserted
+    in graph.nnef), the note names the loop's line and the scan that makes it general, in seconds."""
+    out = tmp_path / "m.nnef.tgz"
+    started = time.process_time()
+    r = _export(_ChunkLoop(), (randn(2, 12, 3),), out, {"x": {0: "B", 1: "S"}}, check_io)
+    assert time.process_time() - started < 20
+    rng = r.ranges["S"]
+    assert rng.contains(12) and not rng.contains(16) and not rng.contains(8), rng
+    assert any("test_size_patterns.py" in n and "tract_core_scan" in n for n in r.notes), r.notes
+    tract_matches_eager(out, _ChunkLoop(), [[randn(b, s, 3, seed=s)] for b, s in ((1, 12), (3, 13), (2, 15))])
+
+
+@pytest.mark.parametrize("check_io", [True, False])
+def test_chunks_as_a_scan_export_for_every_multiple(check_io, tmp_path):
+    out = tmp_path / "m.nnef.tgz"
+    r = _export(_ChunkScan(), (randn(2, 12, 3),), out, {"x": {0: "B", 1: "S"}}, check_io)
+    assert (r.ranges["S"].step, r.ranges["S"].rest % 4, r.ranges["S"].hi) == (4, 0, None), r.ranges
+    assert "tract_core_scan" in r.nnef_text
+    # the Python loop computes the same (torch's scan runs eagerly only under torch.compile's capture)
+    tract_matches_eager(out, _ChunkLoop(), [[randn(b, s, 3, seed=s)] for b, s in ((1, 4), (2, 12), (3, 32))])

@@ -1266,6 +1266,9 @@ def _loop_hint(analysis) -> list:
 def _note_ranges(analysis, notes):
     for r in analysis.ranges.values():
         notes.append(f"the export is valid only for {r}; graph.nnef asserts the bounds (tract_assert)")
+    bounding = [g for g in _loop_guards(analysis) if g.status in ("bounds", "violated")]
+    if bounding:  # a loop over chunks (range(S // 4)) that could not be rolled: say how to make it general
+        notes.extend(_loop_hint(analysis))
 
 
 def _check_envs(analysis) -> list:
