@@ -30,12 +30,14 @@ import torch
 import torch.fx as fx
 from torch._guards import GuardSource, Source
 
+from ...errors import TraceError
 from ...ir import SymDim
 from ...ir.dims import exact_quotient
 from ..tracing.data_dep import data_dependence
 from ..tracing.padded import padded_nonzero
 from ..tracing.scan import ScanCall
 from ..tracing.tracer import call_fails, setitem_functional
+from .roots import RootOfSize, integer_root, root_refusal
 from .shortcuts import function_shortcut, method_shortcut
 
 
@@ -780,6 +782,7 @@ def _to_float(x):
     return torch.sym_float(x) if isinstance(x, torch.SymInt) else x
 
 
+_MATH[math.isqrt] = lambda x: torch.sym_int(_MATH[math.sqrt](x)) if isinstance(x, torch.SymInt) else math.isqrt(x)
 _MATH[math.exp] = lambda x: 2.0 ** (_to_float(x) * math.log2(math.e))
 _MATH[math.pow] = lambda x, y: _to_float(x) ** _to_float(y)
 _MATH[math.log] = _log_by_log2(math.log(2.0))
@@ -1020,6 +1023,9 @@ class _Converter:
                 out = self._dims[e] = to_dim(e, self.symbols, conditions)
                 self.conditions.extend((c, node) for c in conditions)
             return out
+        except RootOfSize as exc:
+            source = node.meta.get("source") or next((u.meta["source"] for u in node.users if u.meta.get("source")), None)
+            raise TraceError(root_refusal(exc, self.symbols, source)) from None
         except ValueError as exc:
             where = f" (in '{node.name}'" + (f" at {node.meta['source']})" if node.meta.get("source") else ")")
             raise ReplayUnavailable(f"the size {exc} has no IR form{where}") from None
@@ -1137,6 +1143,9 @@ def to_dim(expr, symbols: dict, conditions: Optional[list] = None):
         else:
             q = SymDim.floordiv(num, d)
         return num - d * q if kind in ("Mod", "PythonMod") else q
+    root = integer_root(expr)  # int(N ** 0.5) of N = (H // p) ** 2: H // p (else RootOfSize)
+    if root is not None:
+        return sub(root)
     if kind in ("CeilToInt", "FloorToInt", "TruncToInt"):
         # math.ceil(S / 4), math.floor(S * 0.25), int(S * 0.3): a true division of an integer size by
         # a positive integer, rounded, is a floor division (``ceil(a / k) = (a + k - 1) // k``);
