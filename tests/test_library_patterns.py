@@ -4,12 +4,17 @@
   (diffusers' ``Upsample2D`` makes its input contiguous when ``shape[0] >= 64``): the range goes
   past it after one trace there, with no analysis at those sizes;
 - ``torch.istft`` with ``n_fft`` computed from the spectrum's size (torchaudio's HDemucs:
-  ``2 * int(z.shape[-2]) - 2``).
+  ``2 * int(z.shape[-2]) - 2``);
+- a reflect pad by an amount computed from the length (HDemucs pads its signal to a multiple
+  of the hop).
 
 Each asset runs in tract at the example and at other sizes.
 """
 from __future__ import annotations
 
+import math
+
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -104,3 +109,28 @@ def test_istft_with_n_fft_from_the_spectrum_size(tmp_path):
                            target=fx2nnef.TractNNEF(check_io=check_io, dynamic_axes={"x": {0: "B", 1: "T"}}))
     assert r.check is None or r.check.ok
     tract_matches_eager(out, m, [[randn(1, 40, seed=1)], [randn(3, 101, seed=2)]])
+
+
+class _ReflectToMultiple(torch.nn.Module):
+    """HDemucs' signal padding: reflect by a fixed amount before and, after, by the amount that
+    makes the length a multiple of the hop (a dynamic amount) plus a fixed one; ``before``: the
+    dynamic amount put in front instead."""
+
+    def __init__(self, before: bool):
+        super().__init__()
+        self.before = before
+
+    def forward(self, x):
+        le = math.ceil(x.shape[-1] / 16)
+        more = 6 + le * 16 - x.shape[-1]
+        return F.pad(x, (more, 6) if self.before else (6, more), mode="reflect") * 2
+
+
+@pytest.mark.parametrize("before", [False, True])
+def test_reflect_pad_by_a_dynamic_amount(before, tmp_path):
+    m = _ReflectToMultiple(before)
+    out = tmp_path / "m.nnef.tgz"
+    for check_io in (True, False):
+        fx2nnef.export(m, (randn(1, 2, 100),), out, input_names=["x"],
+                       target=fx2nnef.TractNNEF(check_io=check_io, dynamic_axes={"x": {0: "B", 2: "T"}}))
+    tract_matches_eager(out, m, [[randn(1, 2, 23, seed=1)], [randn(3, 2, 64, seed=2)], [randn(2, 2, 161, seed=3)]])
