@@ -30,6 +30,7 @@ from .passes import (cleanup_slices, complex_to_real, fold_constant_selects, mas
 from .passes.loops import roll_loops
 from .random_draws import random_draws_advice, random_draws_text, watch_random_draws
 from .shapes.budget import BUDGET, budgeted, parameter_count
+from .shapes.far_traces import same_graph, same_graph_hook
 from .shapes.graph_runs import differs_at
 from .shapes.overlap import Worker, can_overlap
 from .shapes.probe import (AT_EXAMPLE, OFF_STEP, RUNS, DeferredCheckFailed, _output_args, analyze, check_reran,
@@ -760,14 +761,31 @@ def _trace_once(job: _Tracing, args, kwargs, ref=None, roll=False, size_sites=fr
     # probes' time on them, are nothing to the export (an unused pooling whose ceil_mode
     # rounding has no symbolic form refused the whole model); the nodes the tracer's decisions
     # read stay, with what they are computed from
+    _pruned(trace)
+    if job.precheck is not None:
+        job.precheck(trace)
+
+    def same_at(env):  # a decision far above the example the graph may not see (shapes/far_traces.py)
+        if at_size is not None:
+            return False
+        a2, k2 = _with_flat(args, kwargs, inputs_at(trace.example_inputs, names, dyn, env))
+        with BUDGET.step(f"the trace at {', '.join(f'{k}={v}' for k, v in env.items())}, where a decision on "
+                         "the sizes changes, compared with the example's"):
+            other = _pruned(_traced(job, a2, k2, roll, size_sites, unify))
+        return same_graph(trace.gm, other.gm)
+
+    with BUDGET.step(f"{BUDGET.doing}, its shapes replayed and probed at other sizes"), same_graph_hook(same_at):
+        analysis = analyze(trace.gm, trace.example_inputs, names, dyn, trace.guards, ref)
+    return trace, analysis
+
+
+def _pruned(trace):
+    """``trace`` without what no output needs (see :func:`drop_unread_numbers`) and without the
+    traced data of its nodes."""
     drop_unread_numbers(trace.gm, trace.guards)
     remove_dead_code(trace.gm, keep=_decision_nodes(trace.guards))
     _drop_traced_data(trace.gm)
-    if job.precheck is not None:
-        job.precheck(trace)
-    with BUDGET.step(f"{BUDGET.doing}, its shapes replayed and probed at other sizes"):
-        analysis = analyze(trace.gm, trace.example_inputs, names, dyn, trace.guards, ref)
-    return trace, analysis
+    return trace
 
 
 def drop_unread_numbers(gm: fx.GraphModule, guards: list) -> None:
