@@ -64,7 +64,7 @@ def _decoder(value, dtype: torch.dtype) -> Callable[..., torch.Tensor]:
     return lambda index=None: values if index is None else values[index]
 
 
-def _upcast(tensor: torch.Tensor) -> Callable[..., torch.Tensor]:
+def upcast(tensor: torch.Tensor) -> Callable[..., torch.Tensor]:
     """The decoder of a bfloat16 tensor read as float32 (all of it, or the rows ``index``)."""
     return lambda index=None: (tensor if index is None else tensor[index]).to(torch.float32)
 
@@ -139,7 +139,7 @@ def stored_values(model: torch.nn.Module, stored: Sequence = (), upcast_bfloat16
     if upcast_bfloat16:
         for t in list(model.parameters()) + list(model.buffers()):
             if t.dtype == torch.bfloat16:
-                table[id(t)] = (t, _upcast(t), torch.float32)
+                table[id(t)] = (t, upcast(t), torch.float32)
     for v in stored:
         path = getattr(v.source, "parameter_path", None)
         param = model.get_parameter(path)
