@@ -163,7 +163,18 @@ def _fit_int(samples, symbols):
     return Unfit(samples) if fitted is None else fitted
 
 
-def _fit_rec(recs, envs, symbols):
+def _fit_rec(recs, envs, symbols, memo=None):
+    """The form of one node's records over ``envs``. ``memo``: the forms already fitted in this
+    pass by their values at ``envs`` (a model's nodes share a few sizes: a fit is made once per
+    sequence of values, not once per node and axis)."""
+    memo = {} if memo is None else memo
+
+    def fit(values):
+        key = (len(values), tuple(values))
+        if key not in memo:
+            memo[key] = _fit_int(list(zip(envs, values)), symbols)
+        return memo[key]
+
     kind = recs[0][0]
     if any(r[0] != kind for r in recs):
         return None
@@ -171,21 +182,22 @@ def _fit_rec(recs, envs, symbols):
         ranks = {len(r[1]) for r in recs}
         if len(ranks) != 1:
             return None
-        return tuple(_fit_int([(e, r[1][d]) for e, r in zip(envs, recs)], symbols) for d in range(len(recs[0][1])))
+        return tuple(fit([r[1][d] for r in recs]) for d in range(len(recs[0][1])))
     if kind == "int":
-        return _fit_int([(e, r[1]) for e, r in zip(envs, recs)], symbols)
+        return fit([r[1] for r in recs])
     if kind in ("bool", "float"):
         return recs[0][1] if all(r == recs[0] for r in recs) else Unfit([(e, r[1]) for e, r in zip(envs, recs)])
     if kind == "seq":
         lengths = {len(r[1]) for r in recs}
         if len(lengths) != 1:
             return None
-        return tuple(_fit_rec([r[1][i] for r in recs], envs, symbols) for i in range(len(recs[0][1])))
+        return tuple(_fit_rec([r[1][i] for r in recs], envs, symbols, memo) for i in range(len(recs[0][1])))
     return None
 
 
 def _fit_all(records, envs, symbols):
-    return {n: _fit_rec(recs, envs[: len(recs)], symbols) for n, recs in records.items()}
+    memo: dict = {}  # one per pass: every node's records are over the same envs
+    return {n: _fit_rec(recs, envs[: len(recs)], symbols, memo) for n, recs in records.items()}
 
 
 def _constants(gm, data_dep, varies) -> set:
