@@ -80,8 +80,8 @@ def models() -> list:
 
 
 def _create(name: str):
-    """The model at 64 x 64 where it accepts ``img_size`` (and then at that size only), else at
-    its default, and whether its spatial sizes are free."""
+    """The model at 64 x 64 where it accepts ``img_size`` and runs there (and then at that size
+    only), else at its default, and whether its spatial sizes are free."""
     import timm
 
     cfg = timm.get_pretrained_cfg(name)
@@ -89,10 +89,28 @@ def _create(name: str):
     default = (getattr(cfg, "input_size", None) or (3, 224, 224))[1:] if cfg else (224, 224)
     if fixed:
         try:
-            return timm.create_model(name, pretrained=False, num_classes=10, img_size=SPATIAL), (SPATIAL, SPATIAL), True
+            model = timm.create_model(name, pretrained=False, num_classes=10, img_size=SPATIAL)
+            if _runs_at(model, SPATIAL):
+                return model, (SPATIAL, SPATIAL), True
         except TypeError:
-            return timm.create_model(name, pretrained=False, num_classes=10), tuple(default), True
-    return timm.create_model(name, pretrained=False, num_classes=10), (SPATIAL, SPATIAL), False
+            pass
+        return timm.create_model(name, pretrained=False, num_classes=10), tuple(default), True
+    model = timm.create_model(name, pretrained=False, num_classes=10)
+    return (model, (SPATIAL, SPATIAL), False) if _runs_at(model, SPATIAL) else (model, tuple(default), True)
+
+
+def _runs_at(model, size: int) -> bool:
+    """Whether ``model`` runs on a ``size`` x ``size`` image: a model whose pretrained config does
+    not say its size is fixed may still need it (EfficientFormer's attention biases, made for a
+    7 x 7 grid); it is then exported at its default size, batch only."""
+    import torch
+
+    try:
+        with torch.no_grad():
+            model.eval()(torch.zeros(1, getattr(model, "in_chans", 3), size, size))
+        return True
+    except Exception:  # noqa: BLE001 - any refusal of the size
+        return False
 
 
 def one(name: str) -> dict:
