@@ -134,3 +134,42 @@ def test_reflect_pad_by_a_dynamic_amount(before, tmp_path):
         fx2nnef.export(m, (randn(1, 2, 100),), out, input_names=["x"],
                        target=fx2nnef.TractNNEF(check_io=check_io, dynamic_axes={"x": {0: "B", 2: "T"}}))
     tract_matches_eager(out, m, [[randn(1, 2, 23, seed=1)], [randn(3, 2, 64, seed=2)], [randn(2, 2, 161, seed=3)]])
+
+
+def test_no_trace_far_above_the_example_for_a_stepped_range(tmp_path, monkeypatch):
+    """A range stepped by a parity decision and ending where a decision on the item count
+    changes far above (diffusers' UNet2DCondition: odd sizes forward the upsampling size, and
+    ``numel() > 2**31``): the traces again at other sizes stay near the example (a trace of a
+    UNet at H = 2**23 + 1 took minutes)."""
+    import importlib
+
+    capture = importlib.import_module("fx2nnef.fx_tracer.capture")
+    traced_at = []
+    real = capture._traced
+
+    def traced(job, args, kwargs, *rest):
+        traced_at.append(tuple(args[0].shape))
+        return real(job, args, kwargs, *rest)
+
+    monkeypatch.setattr(capture, "_traced", traced)
+
+    class Stepped(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(2, 2, 3, padding=1)
+
+        def forward(self, x):
+            if x.shape[2] % 2:
+                x = F.pad(x, (0, 0, 0, 1))
+            y = self.conv(x)
+            if y.numel() > 2 ** 20:
+                y = y * 0.5
+            return y
+
+    torch.manual_seed(0)
+    m = Stepped().eval()
+    out = tmp_path / "m.nnef.tgz"
+    fx2nnef.export(m, (randn(1, 2, 16, 16),), out, input_names=["x"],
+                   target=fx2nnef.TractNNEF(dynamic_axes={"x": {0: "B", 2: "H"}}))
+    assert max(shape[2] for shape in traced_at) <= 1024, traced_at
+    tract_matches_eager(out, m, [[randn(2, 2, 8, 16, seed=1)], [randn(1, 2, 40, 16, seed=2)]])

@@ -1198,7 +1198,10 @@ def _retrace_sizes(analysis) -> list:
     out = [({s: v + 2 for s, v in base.items()}, True)]
 
     def add(env, by_replay):
-        if all(env != e for e, _ in out):
+        # never far above the example: a trace there costs its sizes (a range that ends where a
+        # decision changes at H = 2**23 + 1 and is also stepped would trace a UNet there)
+        affordable = all(v <= max(4 * base[s], _FAR_RETRACE) for s, v in env.items())
+        if affordable and all(env != e for e, _ in out):
             out.append((env, by_replay))
 
     for s, hi in _near_far_bounds(analysis).items():
