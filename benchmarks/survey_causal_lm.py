@@ -282,21 +282,76 @@ def print_row(one, family: str) -> None:
 
 def run_children(script: str, families: list, out_path: str, timeout: float, extra: tuple = ()) -> None:
     """Run ``script --child FAMILY`` for each family in a fresh process; write its JSON row (a
-    crash or a timeout is a row too) to ``out_path`` (appended) or stdout."""
+    crash or a timeout is a row too) to ``out_path`` (appended) or stdout. ``timeout`` counts the
+    CPU seconds of the child and its own children (on a machine other processes load, wall-clock
+    seconds say more about them than about the export), with a wall-clock cap of
+    ``WALL_PER_CPU`` times it."""
     out = open(out_path, "a") if out_path else sys.stdout
     for fam in families:
-        try:
-            p = subprocess.run([sys.executable, script, "--child", fam, *extra], capture_output=True, text=True,
-                               timeout=timeout)
-            line = next((l for l in p.stdout.splitlines() if l.startswith("SURVEY ")), None)
-            signal = f"killed by signal {-p.returncode}" + (" (out of memory?)" if p.returncode == -9 else "") \
-                if p.returncode < 0 else f"exit code {p.returncode}"
-            row = json.loads(line[7:]) if line else {"family": fam, "status": "crash", "returncode": p.returncode,
-                                                     "error": f"{signal}: {(p.stderr or '')[-400:]}"}
-        except subprocess.TimeoutExpired:
-            row = {"family": fam, "status": "timeout"}
+        stdout, stderr, returncode, cpu = _run_child([sys.executable, script, "--child", fam, *extra], timeout)
+        line = next((l for l in stdout.splitlines() if l.startswith("SURVEY ")), None)
+        if returncode is None:
+            row = {"family": fam, "status": "timeout", "cpu_seconds": round(cpu, 1)}
+        elif line:
+            row = json.loads(line[7:])
+        else:
+            signal = f"killed by signal {-returncode}" + (" (out of memory?)" if returncode == -9 else "") \
+                if returncode < 0 else f"exit code {returncode}"
+            row = {"family": fam, "status": "crash", "returncode": returncode,
+                   "error": f"{signal}: {(stderr or '')[-400:]}"}
         out.write(json.dumps(row) + "\n")
         out.flush()
+
+
+WALL_PER_CPU = 6.0
+
+
+def _run_child(cmd: list, cpu_limit: float) -> tuple:
+    """``(stdout, stderr, returncode, cpu seconds)`` of ``cmd``; returncode None when it was
+    stopped past ``cpu_limit`` CPU seconds of its process tree (or ``WALL_PER_CPU`` times that
+    in wall-clock seconds)."""
+    import os
+    import signal
+
+    start = time.time()
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    cpu = 0.0
+    while True:
+        try:
+            stdout, stderr = p.communicate(timeout=2.0)
+            return stdout, stderr, p.returncode, cpu
+        except subprocess.TimeoutExpired:
+            cpu = max(cpu, _tree_cpu_seconds(p.pid))
+            if cpu > cpu_limit or time.time() - start > WALL_PER_CPU * cpu_limit:
+                break
+    os.killpg(p.pid, signal.SIGKILL)  # the child's session: it and the engine runs it started
+    stdout, stderr = p.communicate()
+    return stdout, stderr, None, cpu
+
+
+def _tree_cpu_seconds(pid: int) -> float:
+    """CPU seconds (user and system, with those of its children already waited for) of ``pid``
+    and every process below it, from /proc (0 where /proc cannot be read)."""
+    import os
+
+    tick = os.sysconf("SC_CLK_TCK")
+    parents, cpu = {}, {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(entry)] = int(fields[1])
+        cpu[int(entry)] = sum(int(v) for v in fields[11:15]) / tick
+    total, stack = 0.0, [pid]
+    while stack:
+        q = stack.pop()
+        total += cpu.get(q, 0.0)
+        stack.extend(c for c, parent in parents.items() if parent == q)
+    return total
 
 
 if __name__ == "__main__":

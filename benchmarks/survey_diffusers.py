@@ -1,8 +1,8 @@
 """Try diffusers' models in tiny configurations (random weights, constant parameters given noise):
-UNet2D, UNet2DCondition, AutoencoderKL encode and decode, DiT, SD3 and Flux transformers and a
-scheduler step, exported with a dynamic batch and dynamic spatial (and text) sizes, checked in
-tract at the example and at other sizes. One child process per model; a table, the count and the
-slowest rows at the end.
+UNet2D, UNet2DCondition, UNet1D, AutoencoderKL encode and decode, VQModel, AutoencoderTiny encode
+and decode, DiT, PixArt, Sana, SD3 and Flux transformers and a scheduler step, exported with a
+dynamic batch and dynamic spatial (and text) sizes, checked in tract at the example and at other
+sizes. One child process per model; a table, the count and the slowest rows at the end.
 
     python benchmarks/survey_diffusers.py --out diffusers.jsonl [--only unet2d,dit] [--timeout 180]
 
@@ -106,6 +106,73 @@ def _flux():
          "img_ids": {0: "L"}, "txt_ids": {0: "S"}}
 
 
+def _unet1d():
+    import torch
+    from diffusers import UNet1DModel
+
+    m = UNet1DModel(sample_size=32, in_channels=2, out_channels=2, extra_in_channels=64, block_out_channels=(32, 32, 64),
+                    down_block_types=("DownBlock1DNoSkip", "DownBlock1D", "AttnDownBlock1D"),
+                    up_block_types=("AttnUpBlock1D", "UpBlock1D", "UpBlock1DNoSkip"), mid_block_type="UNetMidBlock1D",
+                    act_fn="mish", use_timestep_embedding=False, time_embedding_type="fourier", flip_sin_to_cos=True,
+                    downsample_each_block=False)
+    return (lambda x, t: m(x, t).sample), m, (_rand(1, 2, 32), torch.tensor([10])), ["sample", "timestep"], \
+        {"sample": {0: "B", 2: "T"}, "timestep": {0: "B"}}
+
+
+def _vq_model():
+    from diffusers import VQModel
+
+    m = VQModel(in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",) * 2,
+                up_block_types=("UpDecoderBlock2D",) * 2, block_out_channels=(16, 32), latent_channels=4,
+                norm_num_groups=8, layers_per_block=1, num_vq_embeddings=32, vq_embed_dim=4)
+    return (lambda x: m(x).sample), m, (_rand(1, 3, 16, 16),), ["image"], {"image": {0: "B", 2: "H", 3: "W"}}
+
+
+def _tiny_vae():
+    from diffusers import AutoencoderTiny
+
+    return AutoencoderTiny(in_channels=3, out_channels=3, encoder_block_out_channels=(8, 8, 8, 8),
+                           decoder_block_out_channels=(8, 8, 8, 8), num_encoder_blocks=(1, 1, 1, 1),
+                           num_decoder_blocks=(1, 1, 1, 1), latent_channels=4)
+
+
+def _tiny_vae_encode():
+    m = _tiny_vae()
+    return (lambda x: m.encode(x).latents), m, (_rand(1, 3, 32, 32),), ["image"], {"image": {0: "B", 2: "H", 3: "W"}}
+
+
+def _tiny_vae_decode():
+    m = _tiny_vae()
+    return (lambda z: m.decode(z).sample), m, (_rand(1, 4, 4, 4),), ["latent"], {"latent": {0: "B", 2: "H", 3: "W"}}
+
+
+def _pixart():
+    import torch
+    from diffusers import PixArtTransformer2DModel
+
+    m = PixArtTransformer2DModel(num_attention_heads=2, attention_head_dim=8, in_channels=4, out_channels=8,
+                                 num_layers=1, cross_attention_dim=16, sample_size=8, patch_size=2, caption_channels=32,
+                                 norm_num_groups=8)
+    inputs = (_rand(1, 4, 8, 8), _rand(1, 7, 32, seed=1), torch.tensor([10]))
+    cond = {"resolution": None, "aspect_ratio": None}
+    return (lambda x, c, t: m(x, encoder_hidden_states=c, timestep=t, added_cond_kwargs=cond).sample), m, inputs, \
+        ["sample", "context", "timestep"], {"sample": {0: "B", 2: "H", 3: "W"}, "context": {0: "B", 1: "S"},
+                                            "timestep": {0: "B"}}
+
+
+def _sana():
+    import torch
+    from diffusers import SanaTransformer2DModel
+
+    m = SanaTransformer2DModel(in_channels=4, out_channels=4, num_attention_heads=2, attention_head_dim=8, num_layers=1,
+                               num_cross_attention_heads=2, cross_attention_head_dim=8, cross_attention_dim=16,
+                               caption_channels=32, sample_size=8, patch_size=1)
+    inputs = (_rand(1, 4, 8, 8), _rand(1, 7, 32, seed=1), torch.tensor([10]))
+    return (lambda x, c, t: m(x, encoder_hidden_states=c, timestep=t).sample), m, inputs, \
+        ["sample", "context", "timestep"], {"sample": {0: "B", 2: "H", 3: "W"}, "context": {0: "B", 1: "S"},
+                                            "timestep": {0: "B"}}
+
+
 def _scheduler_step():
     import torch
     from diffusers import DDIMScheduler
@@ -119,7 +186,9 @@ def _scheduler_step():
 
 
 BUILDERS = {"unet2d": _unet2d, "unet2d_condition": _unet2d_condition, "vae_encode": _vae_encode,
-            "vae_decode": _vae_decode, "dit": _dit, "sd3": _sd3, "flux": _flux, "scheduler_step": _scheduler_step}
+            "vae_decode": _vae_decode, "dit": _dit, "sd3": _sd3, "flux": _flux, "scheduler_step": _scheduler_step,
+            "unet1d": _unet1d, "vq_model": _vq_model, "tiny_vae_encode": _tiny_vae_encode,
+            "tiny_vae_decode": _tiny_vae_decode, "pixart": _pixart, "sana": _sana}
 
 
 def one(name: str) -> dict:

@@ -41,21 +41,26 @@ def calibrate(model, make_input, passes: int = 3):
 
 def export_row(row: dict, model, inputs: tuple, names: list, dynamic_axes: dict, path: str) -> dict:
     """``row`` with the export of ``model`` on ``inputs`` checked in tract: status (ok, mismatch or
-    error with its first line), seconds, the sizes checked and the ranges."""
-    import fx2nnef
+    error with its first line), seconds (wall clock, and the CPU seconds of this process and the
+    engine runs it started), the sizes checked and the ranges."""
+    import os
 
-    t0 = time.time()
+    import fx2nnef
+    from survey_causal_lm import _tree_cpu_seconds
+
+    t0, cpu0 = time.time(), _tree_cpu_seconds(os.getpid())
     try:
         r = fx2nnef.export(model, tuple(inputs), path, input_names=names,
                            target=fx2nnef.TractNNEF(dynamic_axes=dynamic_axes))
     except Exception as e:  # the survey reports every failure as a row, with its seconds
         row.update(status="error", seconds=round(time.time() - t0, 1),
-                   error=f"{type(e).__name__}: {str(e)[:600]}")
+                   cpu_seconds=round(_tree_cpu_seconds(os.getpid()) - cpu0, 1), error=f"{type(e).__name__}: {str(e)[:600]}")
         if isinstance(e, fx2nnef.CheckIOError):
             row["eager_float64"] = rounding(model, inputs)
         return row
     checked = [label for label, _ in r.check.cases] if r.check else []
     row.update(status="ok" if r.check and r.check.ok else "mismatch", seconds=round(time.time() - t0, 1),
+               cpu_seconds=round(_tree_cpu_seconds(os.getpid()) - cpu0, 1),
                max_abs=float(r.max_abs_diff), checked=checked,
                ranges={k: str(v) for k, v in r.ranges.items()})
     return row
@@ -94,15 +99,18 @@ def print_table(rows: list, file=sys.stdout) -> None:
     def two_sizes(r):
         return r.get("status") == "ok" and len(r.get("checked", [])) >= 2
 
-    print(f"{'model':40s} {'exported':8s} {'2 sizes':7s} {'s':>6s}  reason", file=file)
+    print(f"{'model':40s} {'exported':8s} {'2 sizes':7s} {'s':>6s} {'cpu s':>6s}  reason", file=file)
     for r in rows:
         exported = r.get("status") in ("ok", "mismatch") or str(r.get("error", "")).startswith("CheckIOError")
         print(f"{r['family'][:40]:40s} {'yes' if exported else 'no':8s} {'yes' if two_sizes(r) else 'no':7s} "
-              f"{r.get('seconds', float('nan')):6.1f}  {reason(r)}", file=file)
+              f"{r.get('seconds', float('nan')):6.1f} {r.get('cpu_seconds', float('nan')):6.1f}  {reason(r)}",
+              file=file)
     good = sum(two_sizes(r) for r in rows)
     print(f"\n{good}/{len(rows)} exported and checked at two sizes ({100 * good / max(len(rows), 1):.0f}%)", file=file)
     slow = sorted((r for r in rows if "seconds" in r), key=lambda r: -r["seconds"])[:5]
     print("slowest: " + ", ".join(f"{r['family']} {r['seconds']:.0f} s" for r in slow), file=file)
+    slow = sorted((r for r in rows if "cpu_seconds" in r), key=lambda r: -r["cpu_seconds"])[:5]
+    print("most CPU: " + ", ".join(f"{r['family']} {r['cpu_seconds']:.0f} s" for r in slow), file=file)
 
 
 def survey(script: str, one, models, timeout: float) -> None:

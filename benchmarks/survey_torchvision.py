@@ -39,7 +39,9 @@ KWARGS = {
 }
 FIXED_SIZE = {"vit_b_16", "vit_b_32", "vit_l_16", "vit_l_32", "vit_h_14", "maxvit_t"}
 SIZE = {"inception_v3": 96, "maxvit_t": 224, "alexnet": 80, "mvit_v1_b": 224, "mvit_v2_s": 224,
-        "raft_small": 128, "raft_large": 128, "vit_h_14": 56}
+        "raft_small": 128, "raft_large": 128, "vit_h_14": 56,
+        "s3d": 224}  # S3D's last pooling is a fixed (2, 7, 7) window: 16 frames of 224 px at least
+FRAMES = {"mvit_v1_b": 16, "mvit_v2_s": 16, "s3d": 16}
 
 
 def _kind(fn) -> str:
@@ -110,7 +112,7 @@ def build(name: str):
     spatial = {} if name in FIXED_SIZE else {2: "H", 3: "W"}
     if kind == "video":
         size = SIZE.get(name, 56)
-        frames = 16 if name.startswith("mvit") else 8
+        frames = FRAMES.get(name, 8)
         shape, axes = (1, 3, frames, size, size), ({0: "B"} if name.startswith(("mvit", "s3d")) else
                                                     {0: "B", 2: "T", 3: "H", 4: "W"})
     else:

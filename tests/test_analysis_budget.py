@@ -44,3 +44,34 @@ def test_seconds_budget_names_the_step(tmp_path, monkeypatch):
 def test_default_budget_lets_the_export_through(tmp_path):
     r = _export(tmp_path)
     assert r.check.ok and r.ranges["S"].contains(12)
+
+
+class LongStep(nn.Module):
+    """One step that goes on (a forward busy for ``seconds`` of CPU in Python): no run is
+    counted meanwhile, as in a symbolic replay whose size expressions sympy simplifies for
+    minutes; the budget's seconds stop it all the same."""
+
+    def __init__(self, seconds):
+        super().__init__()
+        self.seconds = seconds
+
+    def forward(self, x):
+        t0 = time.process_time()
+        while time.process_time() - t0 < self.seconds:
+            pass
+        return x * 2
+
+
+def test_seconds_budget_stops_one_long_step(tmp_path, monkeypatch):
+    monkeypatch.setenv("FX2NNEF_ANALYSIS_SECONDS", "0.5")
+    t0 = time.process_time()
+    with pytest.raises(fx2nnef.AnalysisBudgetError, match=r"budget is 0 s .*FX2NNEF_ANALYSIS_SECONDS"):
+        fx2nnef.export(LongStep(8.0), (randn(2, 3),), tmp_path / "m.nnef.tgz", input_names=["x"],
+                       target=fx2nnef.TractNNEF(dynamic_axes={"x": {0: "B"}}))
+    assert time.process_time() - t0 < 6
+    assert not (tmp_path / "m.nnef.tgz").exists()
+    import signal
+    assert signal.getsignal(signal.SIGPROF) == signal.SIG_DFL and signal.getitimer(signal.ITIMER_PROF)[0] == 0
+    r = fx2nnef.export(LongStep(0.0), (randn(2, 3),), tmp_path / "n.nnef.tgz", input_names=["x"],
+                       target=fx2nnef.TractNNEF(dynamic_axes={"x": {0: "B"}}))
+    assert r.check.ok

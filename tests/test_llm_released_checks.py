@@ -49,3 +49,45 @@ def test_a_deferred_difference_fails_and_writes_nothing(tmp_path, monkeypatch):
     with pytest.raises(CheckIOError, match="differ from PyTorch"):
         export_causal_lm(_folder(tmp_path), tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def _mapped(path) -> bool:
+    """Whether this process still maps ``path`` (Linux: /proc/self/maps)."""
+    with open("/proc/self/maps") as maps:
+        return any(line.rstrip().endswith(str(path)) for line in maps)
+
+
+def test_cast_in_place_converts_over_the_loaded_bytes(tmp_path):
+    from fx2nnef.llm.cast import cast_in_place
+    from fx2nnef.llm.export import load_causal_lm
+
+    torch.manual_seed(0)
+    model = T.LlamaForCausalLM(T.LlamaConfig(**SMALL, tie_word_embeddings=True)).eval()
+    model.to(torch.bfloat16).save_pretrained(tmp_path / "src")
+    loaded = load_causal_lm(tmp_path / "src")
+    assert _mapped(tmp_path / "src" / "model.safetensors")  # read memory-mapped: the case this is for
+    params = dict(loaded.named_parameters(remove_duplicate=False))
+    expected = {name: p.detach().to(torch.float16) for name, p in params.items()}
+    where = {name: p.data_ptr() for name, p in params.items()}
+    cast_in_place(loaded, torch.float16)
+    for name, p in loaded.named_parameters(remove_duplicate=False):
+        assert p.dtype == torch.float16 and torch.equal(p.detach(), expected[name]), name
+        assert p.data_ptr() == where[name], f"{name} was copied, not converted where it was"
+    assert loaded.lm_head.weight is loaded.model.embed_tokens.weight
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "sched_getaffinity"), reason="reads /proc/self/maps (Linux)")
+def test_release_frees_the_loaded_weights(tmp_path, monkeypatch):
+    """After release nothing holds the model's memory: the weights' file, mapped by the load and
+    converted there, is no longer mapped when tract runs."""
+    src = _folder(tmp_path)
+    seen = []
+    real_run = released_checks.run_tract_many
+
+    def watch(asset, input_sets, **kwargs):
+        seen.append(_mapped(src / "model.safetensors"))
+        return real_run(asset, input_sets, **kwargs)
+
+    monkeypatch.setattr(released_checks, "run_tract_many", watch)
+    export_causal_lm(src, tmp_path / "out", dtype="f16", generate=0)
+    assert seen == [False]

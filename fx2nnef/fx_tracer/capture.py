@@ -30,6 +30,8 @@ from .passes import (cleanup_slices, complex_to_real, fold_constant_selects, mas
 from .passes.loops import roll_loops
 from .random_draws import random_draws_advice, random_draws_text, watch_random_draws
 from .shapes.budget import BUDGET, budgeted, parameter_count
+from .shapes.far_traces import same_graph, same_graph_hook
+from .shapes.graph_runs import differs_at
 from .shapes.overlap import Worker, can_overlap
 from .shapes.probe import (AT_EXAMPLE, OFF_STEP, RUNS, DeferredCheckFailed, _output_args, analyze, check_reran,
                            example_sizes, inputs_at, real_run_later, rerun_error, run_left_checks)
@@ -735,6 +737,9 @@ class _Tracing:
     leaf_types: tuple
     leaf_names: tuple
     branches: Optional[str] = None
+    # a trace at other sizes, before its analysis: raises when it cannot hold at the example (see
+    # _at_example_first); None for the traces at the example
+    precheck: Optional[Callable] = None
 
 
 def _trace_once(job: _Tracing, args, kwargs, ref=None, roll=False, size_sites=frozenset(), unify=True,
@@ -756,12 +761,31 @@ def _trace_once(job: _Tracing, args, kwargs, ref=None, roll=False, size_sites=fr
     # probes' time on them, are nothing to the export (an unused pooling whose ceil_mode
     # rounding has no symbolic form refused the whole model); the nodes the tracer's decisions
     # read stay, with what they are computed from
+    _pruned(trace)
+    if job.precheck is not None:
+        job.precheck(trace)
+
+    def same_at(env):  # a decision far above the example the graph may not see (shapes/far_traces.py)
+        if at_size is not None:
+            return False
+        a2, k2 = _with_flat(args, kwargs, inputs_at(trace.example_inputs, names, dyn, env))
+        with BUDGET.step(f"the trace at {', '.join(f'{k}={v}' for k, v in env.items())}, where a decision on "
+                         "the sizes changes, compared with the example's"):
+            other = _pruned(_traced(job, a2, k2, roll, size_sites, unify))
+        return same_graph(trace.gm, other.gm)
+
+    with BUDGET.step(f"{BUDGET.doing}, its shapes replayed and probed at other sizes"), same_graph_hook(same_at):
+        analysis = analyze(trace.gm, trace.example_inputs, names, dyn, trace.guards, ref)
+    return trace, analysis
+
+
+def _pruned(trace):
+    """``trace`` without what no output needs (see :func:`drop_unread_numbers`) and without the
+    traced data of its nodes."""
     drop_unread_numbers(trace.gm, trace.guards)
     remove_dead_code(trace.gm, keep=_decision_nodes(trace.guards))
     _drop_traced_data(trace.gm)
-    with BUDGET.step(f"{BUDGET.doing}, its shapes replayed and probed at other sizes"):
-        analysis = analyze(trace.gm, trace.example_inputs, names, dyn, trace.guards, ref)
-    return trace, analysis
+    return trace
 
 
 def drop_unread_numbers(gm: fx.GraphModule, guards: list) -> None:
@@ -1051,7 +1075,8 @@ def _trace_and_probe(job: _Tracing, args, kwargs, notes, ref, size_sites=frozens
             a2, k2 = _with_flat(args, kwargs, inputs_at(trace.example_inputs, names, dyn, bigger))
             with BUDGET.step(f"the trace again at larger sizes ({', '.join(f'{k}={v}' for k, v in bigger.items())}) "
                              "since a decision on the sizes bounds the range"):
-                trace2, analysis2 = _trace_rolling(job, a2, k2, size_sites=size_sites, unify=unify, at_size=at_size)
+                trace2, analysis2 = _trace_rolling(_at_example_first(job, trace, ref, analysis.base_env), a2, k2,
+                                                   size_sites=size_sites, unify=unify, at_size=at_size)
             if not analysis2.failures:
                 # the graph must also reproduce the example sizes: analyze at the user's inputs
                 analysis_back = analyze(trace2.gm, trace.example_inputs, names, dyn, trace2.guards, ref,
@@ -1093,6 +1118,33 @@ def _trace_and_probe(job: _Tracing, args, kwargs, notes, ref, size_sites=frozens
                  + " and checked at the example sizes")
     _note_ranges(analysis_back, notes)
     return trace2.gm, analysis_back, trace2
+
+
+class _NotAtExample(Exception):
+    """A graph traced at other sizes that does not reproduce the model at the example."""
+
+
+def _at_example_first(job: _Tracing, trace, ref, base_env: dict) -> _Tracing:
+    """``job`` whose traces (at larger sizes, to widen a bounded range) are run once at the example
+    before their analysis: one that computes otherwise there is of no use (its analysis at the
+    example would find that after probing it at many sizes, twice). A trace with a Python loop over
+    a size is analysed as it is, since its loop rolled into a scan may hold where it does not."""
+    try:
+        expected = ref(base_env) if ref is not None else None
+    except Exception:  # noqa: BLE001 - no reference there: the analyses decide
+        expected = None
+    if expected is None:
+        return job
+
+    def check(retraced) -> None:
+        if any(g.counts is not None or (g.source is not None and _is_loop_decision(g.text, g.source.code or ""))
+               for g in retraced.guards):
+            return
+        why = differs_at(retraced.gm, trace.example_inputs, expected)
+        if why is not None:
+            raise _NotAtExample(why)
+
+    return dataclasses.replace(job, precheck=check)
 
 
 _FAR = "beyond the sizes checked"
@@ -1232,6 +1284,9 @@ def _loop_hint(analysis) -> list:
 def _note_ranges(analysis, notes):
     for r in analysis.ranges.values():
         notes.append(f"the export is valid only for {r}; graph.nnef asserts the bounds (tract_assert)")
+    bounding = [g for g in _loop_guards(analysis) if g.status in ("bounds", "violated")]
+    if bounding:  # a loop over chunks (range(S // 4)) that could not be rolled: say how to make it general
+        notes.extend(_loop_hint(analysis))
 
 
 def _check_envs(analysis) -> list:

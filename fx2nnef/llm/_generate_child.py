@@ -87,10 +87,22 @@ class TractCausalLM:
         return tokens
 
 
+def _map_large_blocks() -> None:
+    """glibc maps allocations of 1 MiB or more on their own (as ``targets/tract/_child.py``
+    does: tract's transient load buffers go back to the system when freed)."""
+    import ctypes
+
+    try:
+        ctypes.CDLL("libc.so.6").mallopt(-3, 2**20)  # M_MMAP_THRESHOLD
+    except (OSError, AttributeError):
+        pass
+
+
 def main(workdir: Path) -> int:
     """Serve one request; failures go to result.json."""
     request = json.loads((workdir / "request.json").read_text())
     try:
+        _map_large_blocks()
         print(STAGE_PREFIX + "load", flush=True)
         lm = TractCausalLM.load(request["asset"], request["with_transformers"])
         print(STAGE_PREFIX + "generate", flush=True)

@@ -41,7 +41,7 @@ import torch
 
 from .. import progress
 from ..errors import InvalidArgumentError, spell
-from ..fx_tracer.stored_values import StoredValues
+from ..fx_tracer.stored_values import StoredValues, upcast
 from ..ir.gptq import DEFAULT_DAMPING, gptq_q4_0
 from ..ir.weight_data import F16_MAX, Q4_0_BLOCK_LEN, dequantize_q4_0, q4_0_size, quantize_q4_0
 from ..ir.weight_formats import Calibrated
@@ -265,12 +265,17 @@ def _read_as(model: torch.nn.Module, blocks: dict) -> dict:
         if id(t) in blocks:
             table[id(t)] = (t, _decoded(blocks[id(t)], tuple(t.shape), dtype), dtype)
         elif t.dtype == torch.bfloat16:
-            table[id(t)] = (t, (lambda t=t: t.to(torch.float32)), torch.float32)
+            table[id(t)] = (t, upcast(t), torch.float32)
     return table
 
 
-def _decoded(found: np.ndarray, shape: tuple, dtype: torch.dtype) -> Callable[[], torch.Tensor]:
-    return lambda: torch.from_numpy(dequantize_q4_0(found, shape)).to(dtype)
+def _decoded(found: np.ndarray, shape: tuple, dtype: torch.dtype) -> Callable[..., torch.Tensor]:
+    """The decoder of Q4_0 blocks found for a weight, as the stored values call it (all rows, or
+    the rows ``index``)."""
+    def decode(index=None):
+        values = torch.from_numpy(dequantize_q4_0(found, shape))
+        return (values if index is None else values[index]).to(dtype)
+    return decode
 
 
 def _candidates(model: torch.nn.Module) -> list:

@@ -28,8 +28,9 @@ from ..targets.tolerance import compare_outputs, format_diffs
 from ..targets.tract_runner import run_tract_many
 from . import calibration as calibration_module
 from . import drift
+from .cast import cast_in_place
 from .generate import greedy_generate
-from .released_checks import DeferredTractNNEF, release, run_checks
+from .released_checks import DeferredTractNNEF, large_blocks_mapped, release, run_checks
 from .wrapper import CacheLayout, FlatCacheLM, cache_argument, cache_layout, returned_cache
 
 ASSET_NAME = "model.nnef.tgz"
@@ -206,6 +207,7 @@ def export_causal_lm(model_or_dir, out_dir, *, dtype: Optional[str] = None, weig
         model = model_or_dir.eval()
     else:
         source_dir = Path(model_or_dir)
+        large_blocks_mapped()  # the process is about to hold the whole model: no heap kept beside it
         # loaded as stored: the drift needs the original's logits before any cast (the cast below
         # converts tensor by tensor in place, never a second full copy)
         model = load_causal_lm(model_or_dir)
@@ -217,8 +219,8 @@ def export_causal_lm(model_or_dir, out_dir, *, dtype: Optional[str] = None, weig
     # GPTQ's blocks and the weights kept in f16, from the model's own values (before the cast)
     calibrated, calibration_report = calibrate_q4_0(model, weights, rounding, keep_f16, calibration, seed)
     if next(model.parameters()).dtype != torch_dtype:
-        # the caller's module is left as it was
-        model = (copy.deepcopy(model) if source_dir is None else model).to(torch_dtype)
+        # the caller's module is left as it was; a model loaded here is cast over its own memory
+        model = copy.deepcopy(model).to(torch_dtype) if source_dir is None else cast_in_place(model, torch_dtype)
     force_f32 = _force_f32_option(force_f32, torch_dtype)
     target_kwargs = _target_options(weights, rounding, calibrated, force_f32, fused)
     timings = {"reference": original.seconds} if original is not None else {}

@@ -105,6 +105,29 @@ def _name(node: fx.Node) -> str:
     return t if isinstance(t, str) else f"{getattr(t, '__module__', '')}.{getattr(t, '__name__', t)}"
 
 
+_SIZE_ARITH = {operator.add, operator.sub, operator.mul, operator.floordiv, operator.mod, operator.neg, int,
+               operator.getitem, math.ceil, math.floor, builtins.max, builtins.min}
+
+
+def _from_sizes(node: fx.Node) -> bool:
+    """Whether ``node`` is a number computed from tensor sizes and constants only (no tensor data)."""
+    todo, seen = [node], set()
+    while todo:
+        n = todo.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        v = n.meta.get("value")
+        if n.op == "call_method" and n.target == "size" or \
+                n.op == "call_function" and n.target is builtins.getattr and n.args[1] == "shape":
+            continue  # the size of a tensor: its data is not read
+        if n.op != "call_function" or n.target not in _SIZE_ARITH or isinstance(v, torch.Tensor) \
+                or isinstance(v, bool):
+            return False
+        todo.extend(n.all_input_nodes)
+    return True
+
+
 def _bind(node: fx.Node, names: tuple, defaults: dict, aliases: dict = None) -> dict:
     """The arguments of ``node`` by name (positional ones first, after ``names``)."""
     out = dict(defaults)
@@ -164,6 +187,15 @@ class _Rewriter:
         z = self.call(torch.stack, [re, im], dim=-1)
         self.split[z] = (re, im)
         return z
+
+    def size_int(self, v):
+        """``v`` as a Python int where it is one or a number computed from tensor sizes only
+        (``2 * int(z.shape[-2]) - 2`` of a spectrum's bins), its example value; else ``v``. A
+        size that moves with a dynamic axis then makes the graph differ from the model at other
+        sizes, which the probes see: the range ends, nothing silent."""
+        if isinstance(v, int) or not (isinstance(v, fx.Node) and _from_sizes(v)):
+            return v
+        return int(v.meta["value"])
 
     def fail(self, node: fx.Node, why: str):
         raise TraceError(f"complex tensors: {why} ('{_name(node)}' at {node.meta.get('source') or node.name}); "
@@ -549,13 +581,13 @@ class _Rewriter:
                                      "return_complex": None, "align_to_window": None})
         if b.get("align_to_window"):
             self.fail(node, "stft with align_to_window=True is not supported")
-        x, n_fft, window = b["input"], b["n_fft"], b["window"]
+        x, n_fft, window = b["input"], self.size_int(b["n_fft"]), b["window"]
         if x in self.pair or _is_complex(self.value(window)):
             self.fail(node, "stft of a complex signal or with a complex window is not supported")
         if not isinstance(n_fft, int):
             self.fail(node, "stft needs n_fft as a Python int")
-        hop = b["hop_length"] if b["hop_length"] is not None else n_fft // 4
-        win = b["win_length"] if b["win_length"] is not None else n_fft
+        hop = self.size_int(b["hop_length"]) if b["hop_length"] is not None else n_fft // 4
+        win = self.size_int(b["win_length"]) if b["win_length"] is not None else n_fft
         if not isinstance(hop, int) or not isinstance(win, int):
             self.fail(node, "stft needs hop_length and win_length as Python ints")
         v = self.value(x)
@@ -596,11 +628,11 @@ class _Rewriter:
         b = _bind(node, _ISTFT_ARGS, {"hop_length": None, "win_length": None, "window": None, "center": True,
                                       "normalized": False, "onesided": None, "length": None,
                                       "return_complex": False})
-        z, n_fft, window = b["input"], b["n_fft"], b["window"]
+        z, n_fft, window = b["input"], self.size_int(b["n_fft"]), b["window"]
         if not (isinstance(z, fx.Node) and z in self.pair) or b["return_complex"] or b["onesided"] is False:
             self.fail(node, "torch.istft is supported for a complex onesided spectrum and a real output only")
-        hop = b["hop_length"] if b["hop_length"] is not None else n_fft // 4
-        win = b["win_length"] if b["win_length"] is not None else n_fft
+        hop = self.size_int(b["hop_length"]) if b["hop_length"] is not None else n_fft // 4
+        win = self.size_int(b["win_length"]) if b["win_length"] is not None else n_fft
         length = b["length"]
         if not all(isinstance(v, int) for v in (n_fft, hop, win)):
             self.fail(node, "torch.istft needs n_fft, hop_length and win_length as Python ints")

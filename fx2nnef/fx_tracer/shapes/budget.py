@@ -10,11 +10,18 @@ saying what it was doing and how much it ran.
 Seconds are the process's CPU time (the machine's load from other processes does not count):
 ``FX2NNEF_ANALYSIS_SECONDS`` (default 180) plus one per million parameters of the model, so that
 a large model's slower runs have room; runs: ``FX2NNEF_ANALYSIS_RUNS`` (default 5000).
+
+The seconds are also kept by a CPU-time alarm (``SIGPROF``, in the main thread where no other
+handler is set): one step alone may go on for minutes (sympy simplifying the size expressions of
+a symbolic replay through rounded-up sizes, MobileViT-v2), and a count of runs would never see
+the budget spent.
 """
 from __future__ import annotations
 
 import contextlib
 import os
+import signal
+import threading
 import time
 from typing import Optional
 
@@ -52,6 +59,7 @@ class Budget:
         self.runs = 0
         self.counts = {}
         self.doing = "the first trace"
+        _alarm.arm(self.seconds, self)
 
     def spent(self) -> float:
         return time.process_time() - self.started
@@ -82,6 +90,39 @@ class Budget:
             self.doing = outer
 
 
+class _CpuAlarm:
+    """A one-shot ``SIGPROF`` timer of CPU seconds that raises :class:`BudgetSpent` where the main
+    thread is; armed only in the main thread and where ``SIGPROF`` has no handler of its own (a
+    sampling profiler's), and put back as it was by :meth:`disarm`."""
+
+    def __init__(self):
+        self.budget: Optional[Budget] = None
+        self.previous = None
+
+    def arm(self, seconds: float, budget: "Budget") -> None:
+        self.disarm()
+        if not (0 < seconds < float("inf")) or threading.current_thread() is not threading.main_thread():
+            return
+        if not hasattr(signal, "setitimer") or signal.getsignal(signal.SIGPROF) not in (signal.SIG_DFL, None):
+            return
+        self.budget = budget
+        self.previous = signal.signal(signal.SIGPROF, self._fire)
+        signal.setitimer(signal.ITIMER_PROF, seconds)
+
+    def _fire(self, signum, frame) -> None:
+        budget, self.budget = self.budget, None
+        if budget is not None:
+            raise BudgetSpent(budget.message())
+
+    def disarm(self) -> None:
+        if self.previous is None:
+            return
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        signal.signal(signal.SIGPROF, self.previous)
+        self.previous, self.budget = None, None
+
+
+_alarm = _CpuAlarm()
 BUDGET = Budget()
 
 
@@ -95,6 +136,8 @@ def budgeted(fn):
             return fn(*args, **kwargs)
         except BudgetSpent as spent:
             raise AnalysisBudgetError(str(spent)) from None
+        finally:
+            _alarm.disarm()
 
     return run
 

@@ -30,12 +30,14 @@ import torch
 import torch.fx as fx
 from torch._guards import GuardSource, Source
 
+from ...errors import TraceError
 from ...ir import SymDim
 from ...ir.dims import exact_quotient
 from ..tracing.data_dep import data_dependence
 from ..tracing.padded import padded_nonzero
 from ..tracing.scan import ScanCall
 from ..tracing.tracer import call_fails, setitem_functional
+from .roots import RootOfSize, integer_root, root_refusal
 from .shortcuts import function_shortcut, method_shortcut
 
 
@@ -607,6 +609,20 @@ def _baddbmm(input, batch1, batch2, *, beta=1, alpha=1):
     return torch.bmm(batch1, batch2) + input
 
 
+def _addcmul(input, tensor1, tensor2, *, value=1):
+    """addcmul's shape and dtype: torch's fake kernel (``elementwise_meta``) broadcasts with
+    concrete sizes and fails on symbolic ones; so do addcdiv's and lerp's."""
+    return input + tensor1 * tensor2 * value
+
+
+def _addcdiv(input, tensor1, tensor2, *, value=1):
+    return input + tensor1 / tensor2 * value
+
+
+def _lerp(input, end, weight):
+    return input + (end - input) * weight
+
+
 def _tensor_split(input, indices_or_sections, dim=0):
     """tensor_split into n sections of a dynamic size S: section i has (S + n - 1 - i) // n items
     (torch's kernel decides on S % n at the example size)."""
@@ -766,6 +782,7 @@ def _to_float(x):
     return torch.sym_float(x) if isinstance(x, torch.SymInt) else x
 
 
+_MATH[math.isqrt] = lambda x: torch.sym_int(_MATH[math.sqrt](x)) if isinstance(x, torch.SymInt) else math.isqrt(x)
 _MATH[math.exp] = lambda x: 2.0 ** (_to_float(x) * math.log2(math.e))
 _MATH[math.pow] = lambda x, y: _to_float(x) ** _to_float(y)
 _MATH[math.log] = _log_by_log2(math.log(2.0))
@@ -870,6 +887,9 @@ _BASE_FUNCTIONS = {
     torch.nn.functional.max_pool1d_with_indices: _max_pool1d_with_indices,
     torch.max_pool1d_with_indices: _max_pool1d_with_indices,
     torch.baddbmm: _baddbmm,
+    torch.addcmul: _addcmul,
+    torch.addcdiv: _addcdiv,
+    torch.lerp: _lerp,
     torch.tensor_split: _tensor_split,
     torch.nn.functional.pad: _pad,
     torch.linalg.solve_triangular: _solve_triangular,
@@ -887,7 +907,8 @@ _BASE_FUNCTIONS = {
     torch.where: _where,
     **_MATH,
 }
-_SYMBOLIC_METHODS = {"baddbmm": _baddbmm, "tensor_split": _tensor_split, "masked_scatter": _masked_scatter}
+_SYMBOLIC_METHODS = {"baddbmm": _baddbmm, "tensor_split": _tensor_split, "masked_scatter": _masked_scatter,
+                     "addcmul": _addcmul, "addcdiv": _addcdiv, "lerp": _lerp}
 
 
 class _NoKey(Exception):
@@ -1002,6 +1023,9 @@ class _Converter:
                 out = self._dims[e] = to_dim(e, self.symbols, conditions)
                 self.conditions.extend((c, node) for c in conditions)
             return out
+        except RootOfSize as exc:
+            source = node.meta.get("source") or next((u.meta["source"] for u in node.users if u.meta.get("source")), None)
+            raise TraceError(root_refusal(exc, self.symbols, source)) from None
         except ValueError as exc:
             where = f" (in '{node.name}'" + (f" at {node.meta['source']})" if node.meta.get("source") else ")")
             raise ReplayUnavailable(f"the size {exc} has no IR form{where}") from None
@@ -1119,6 +1143,9 @@ def to_dim(expr, symbols: dict, conditions: Optional[list] = None):
         else:
             q = SymDim.floordiv(num, d)
         return num - d * q if kind in ("Mod", "PythonMod") else q
+    root = integer_root(expr)  # int(N ** 0.5) of N = (H // p) ** 2: H // p (else RootOfSize)
+    if root is not None:
+        return sub(root)
     if kind in ("CeilToInt", "FloorToInt", "TruncToInt"):
         # math.ceil(S / 4), math.floor(S * 0.25), int(S * 0.3): a true division of an integer size by
         # a positive integer, rounded, is a floor division (``ceil(a / k) = (a + k - 1) // k``);

@@ -175,6 +175,14 @@ def _run(gm, inputs, keep: Optional[set] = None, light: Optional[set] = None) ->
     return rec.kept, err, rec.records
 
 
+def differs_at(gm, inputs, expected: list) -> Optional[str]:
+    """Why the graph's run on ``inputs`` is not ``expected`` (the model's flat outputs there), or None."""
+    values, err, _records = _run(gm, inputs, _output_nodes(gm))
+    if err is not None:
+        return f"it fails at '{err[0]}': {err[1]}"
+    return _outputs_match(gm, values, expected)
+
+
 def _output_nodes(gm) -> set:
     out_node = [n for n in gm.graph.nodes if n.op == "output"][0]
     return {a for a in out_node.args[0] if isinstance(a, fx.Node)}

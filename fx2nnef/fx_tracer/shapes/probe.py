@@ -34,6 +34,7 @@ from .budget import BUDGET
 from .data_counts import decided_on_counts
 from .decisions import _baked_number, _decide, _holds_in, _signature
 from .fake_replay import Replay, ReplayUnavailable, _in_place, replay, shapes_at
+from .far_traces import same_graph_at
 from .fitting import (_agrees, _bend_check_envs, _check_base_shapes, _constants, _count_unfit,
                       _division_check_envs, _fit_good, _form_at, _has_division, _record_text, _shape_mismatch,
                       _unfit_varying)
@@ -767,7 +768,8 @@ class Prober:
         for s, n in self.plan.far.items():
             scanned = None
             for _ in range(_FAR_KERNEL_FLIPS):
-                if not _kernel_only_far(signature, base_env, s, n, self._shapes_past_flip):
+                if not (_kernel_only_far(signature, base_env, s, n, self._shapes_past_flip)
+                        or self._same_graph_far({**base_env, s: n})):
                     break
                 if scanned is None:  # the decisions tracked are those the first search tracked (parities left out)
                     scanned = [signature({**base_env, s: k}) for k in range(1, _scan_top(base_env[s]) + 1)]
@@ -776,6 +778,17 @@ class Prober:
                     break
             if n is not None:  # a change not seen to be the kernels' alone, or one too many of them
                 self.results[s].setdefault(n, "unchecked")
+
+    _FAR_RETRACE = 1024  # the largest size a far change is traced at (unless 4x the example is larger)
+
+    def _same_graph_far(self, env: dict) -> bool:
+        """Whether a far change at ``env`` (one symbol moved) is of decisions the graph does not
+        see: not far beyond the example (a trace there costs its sizes), the replay's shapes hold
+        there, and the forward traced there gives this very graph (see :mod:`.far_traces`)."""
+        (s,) = _moved(env, self.base_env)
+        if env[s] > max(4 * self.base_env[s], self._FAR_RETRACE) or self._shapes_past_flip(env) != "good":
+            return False
+        return same_graph_at(env)
 
     def _set_ranges(self) -> None:
         """Each symbol's range from its probes: on a step the decisions set, else from its results,

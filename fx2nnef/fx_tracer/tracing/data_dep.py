@@ -274,20 +274,28 @@ def check_number_reads(trace_again, baseline: fx.GraphModule, reads: list) -> No
                 return "fails", f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         return graph_difference(baseline, other.gm)
 
-    if difference(range(len(reads))) is None:
+    together = difference(range(len(reads)))
+    if together is None:
         return
+    failing = []
     for i, read in enumerate(reads):
-        found = difference([i]) if len(reads) > 1 else difference([0])
+        found = difference([i]) if len(reads) > 1 else together
         if found is None:
             continue
         kind, where = found
         if kind == "values":
             raise TraceError(_number_in_graph(read, where))
+        if kind == "fails":
+            failing.append(read)
         what = "changes the ops the trace records (a decision or a loop count taken on it)" if kind == "ops" \
             else f"makes the model fail when it changes ({where})"
         note = (f"the number read with {read.op}() {what}: the export holds for the example's value "
                 f"({read.value!r}) only")
         read.guard.branch_note = "; ".join(x for x in (read.guard.branch_note, note) if x)
+    if together[0] == "values" and failing:
+        # numbers that must change together (``arange(int(n))`` beside ``x[:, :int(n)]``): each alone
+        # makes the model fail, all changed at once move a size or constant of the graph
+        raise TraceError(_number_in_graph(failing[0], together[1]))
 
 
 def _number_in_graph(read: "NumberRead", node: fx.Node) -> str:

@@ -7,7 +7,8 @@ import torch.nn.functional as F
 from fx2nnef.errors import EmitError
 from fx2nnef.ir import DType, SymDim, Value
 from fx2nnef.nnef_emit.context import EmitContext
-from fx2nnef.nnef_emit.helpers import cast, env_text, negative_at, rank
+from fx2nnef.nnef_emit.helpers import cast, dim_value, env_text, ew, negative_at, rank
+from fx2nnef.nnef_emit.ops.indexing import gather
 from fx2nnef.nnef_emit.ops.pad import _check_pad_mode, crop_negative, pad_by_concat, pad_op, pad_pairs
 from fx2nnef.nnef_emit.ops.pool import with_dim
 from fx2nnef.nnef_emit.registry import register
@@ -17,14 +18,14 @@ from ..profile import TRACT
 def _pad_dynamic(ctx: EmitContext, x: Value, pairs: list, mode: str, value) -> Value:
     """Pads by dynamic sizes (``F.pad(x, (0, 8 - S % 8))``): tract's ``pad`` takes static amounts
     only, so each piece is a tile of its fill (constant) or of the edge slice (replicate) of a
-    dynamic length, concatenated to ``x``."""
+    dynamic length, or the items a reflection repeats, gathered (reflect), concatenated to ``x``."""
     for axis, (before, after) in enumerate(pairs):
         for amount in (before, after):
             if not isinstance(amount, SymDim):
                 continue
-            if mode not in ("constant", "replicate"):
+            if mode not in ("constant", "replicate", "reflect"):
                 raise EmitError(f"F.pad mode {mode!r} by a dynamic size ({amount}) is not supported for tract; "
-                                "constant and replicate are")
+                                "constant, replicate and reflect are")
             bad = negative_at(ctx, amount)
             if bad is not None:
                 at = env_text(bad)
@@ -41,6 +42,10 @@ def _pad_dynamic(ctx: EmitContext, x: Value, pairs: list, mode: str, value) -> V
             if not isinstance(amount, SymDim):
                 continue
             n = x.shape[axis]
+            if mode == "reflect":
+                parts = parts + [_reflected(ctx, x, axis, amount, at_end)] if at_end else \
+                    [_reflected(ctx, x, axis, amount, at_end)] + parts
+                continue
             begin, end = (n - 1, n) if at_end else (0, 1)
             edge = ctx.op("slice", x, axes=[axis], begin=[begin], end=[end], out_shape=with_dim(x.shape, axis, 1))
             if mode == "constant":
@@ -58,6 +63,16 @@ def _pad_dynamic(ctx: EmitContext, x: Value, pairs: list, mode: str, value) -> V
         # concat; a slice of all of it gives the size as written here
         x = ctx.op("slice", x, axes=[axis], begin=[0], end=[size], out_shape=x.shape)
     return x
+
+
+def _reflected(ctx: EmitContext, x: Value, axis: int, amount: SymDim, at_end: bool) -> Value:
+    """The ``amount`` items a reflect pad puts after (``at_end``) or before ``x`` along ``axis``:
+    ``x[n-2], x[n-3], ...`` or ``..., x[2], x[1]`` (the edge item not repeated), gathered by
+    indices computed from a range of ``amount`` items (torch requires ``amount < n``)."""
+    steps = ctx.call("nnef.range", 0, amount, 1, DType.I64, (amount,))
+    top = x.shape[axis] - 2 if at_end else amount
+    index = ew(ctx, "sub", dim_value(ctx, top, DType.I64), steps)
+    return gather(ctx, x, index, axis)
 
 
 def _filled_like(ctx: EmitContext, x: Value, value) -> Value:

@@ -1,0 +1,136 @@
+"""Patterns of diffusers' and torchaudio's models, written with torch alone (issue 43):
+
+- a Python ``if`` on a size far above the example whose branch the graph does not see
+  (diffusers' ``Upsample2D`` makes its input contiguous when ``shape[0] >= 64``): the range goes
+  past it after one trace there, with no analysis at those sizes;
+- ``torch.istft`` with ``n_fft`` computed from the spectrum's size (torchaudio's HDemucs:
+  ``2 * int(z.shape[-2]) - 2``);
+- a reflect pad by an amount computed from the length (HDemucs pads its signal to a multiple
+  of the hop).
+
+Each asset runs in tract at the example and at other sizes.
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import fx2nnef
+from fx2nnef.fx_tracer.shapes import probe
+from harness import randn, tract_matches_eager
+
+
+class _Upsample(torch.nn.Module):
+    """diffusers' Upsample2D: contiguous when the batch is large (a decision the graph has no op
+    for), nearest x2, a convolution."""
+
+    def __init__(self, c: int):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(c, c, 3, padding=1)
+
+    def forward(self, x):
+        if x.shape[0] >= 64:
+            x = x.contiguous()
+        return self.conv(F.interpolate(x, scale_factor=2.0, mode="nearest"))
+
+
+class _UNetish(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.down = torch.nn.Conv2d(8, 8, 3, stride=2, padding=1)
+        self.up = _Upsample(8)
+        self.b = torch.nn.Conv2d(8, 3, 3, padding=1)
+
+    def forward(self, x):
+        h = self.a(x)
+        return self.b(self.up(self.down(h)) + h)
+
+
+def _probed_sizes(monkeypatch) -> list:
+    seen = []
+    real = probe.Prober.probe_now
+
+    def logged(self, env, alone=False):
+        seen.append(dict(env))
+        return real(self, env, alone)
+
+    monkeypatch.setattr(probe.Prober, "probe_now", logged)
+    return seen
+
+
+def test_a_far_decision_the_graph_does_not_see_leaves_the_range_open(tmp_path, monkeypatch):
+    seen = _probed_sizes(monkeypatch)
+    torch.manual_seed(0)
+    m = _UNetish().eval()
+    out = tmp_path / "m.nnef.tgz"
+    for check_io in (True, False):
+        seen.clear()
+        r = fx2nnef.export(m, (randn(1, 3, 16, 16),), out, input_names=["x"],
+                           target=fx2nnef.TractNNEF(check_io=check_io, dynamic_axes={"x": {0: "B", 2: "H", 3: "W"}}))
+        assert "B" not in r.ranges or r.ranges["B"].contains(70), r.ranges
+        # no analysis at the batch of the decision: the model was run near the example only
+        assert all(env["B"] < 60 for env in seen), seen
+    tract_matches_eager(out, m, [[randn(2, 3, 8, 12, seed=1)], [randn(65, 3, 4, 6, seed=2)]])
+
+
+def test_a_far_decision_that_changes_the_graph_still_ends_the_range(tmp_path):
+    class Wide(torch.nn.Module):
+        def forward(self, x):
+            if x.shape[0] >= 64:
+                return x * 2
+            return x + 1
+
+    r = fx2nnef.export(Wide(), (randn(1, 4),), tmp_path / "m.nnef.tgz", input_names=["x"],
+                       target=fx2nnef.TractNNEF(dynamic_axes={"x": {0: "B"}}))
+    assert not r.ranges.get("B") or not r.ranges["B"].contains(64) or r.check.ok, r.ranges
+    if "B" not in r.ranges or r.ranges["B"].contains(64):  # exported both ways: tract agrees on both sides
+        tract_matches_eager(tmp_path / "m.nnef.tgz", Wide(), [[randn(3, 4, seed=1)], [randn(70, 4, seed=2)]])
+
+
+class _SpecRoundTrip(torch.nn.Module):
+    """HDemucs' spectrogram and back: the inverse's n_fft from the spectrum's bins."""
+
+    def forward(self, x):
+        z = torch.stft(x, 16, 4, window=torch.hann_window(16), return_complex=True, normalized=True)
+        z = F.pad(z[..., :-1, :], [0, 0, 0, 1])
+        n_fft = 2 * int(z.shape[-2]) - 2
+        return torch.istft(z, n_fft, 4, window=torch.hann_window(n_fft), normalized=True, length=x.shape[-1])
+
+
+def test_istft_with_n_fft_from_the_spectrum_size(tmp_path):
+    m = _SpecRoundTrip()
+    out = tmp_path / "m.nnef.tgz"
+    for check_io in (True, False):
+        r = fx2nnef.export(m, (randn(2, 64),), out, input_names=["x"],
+                           target=fx2nnef.TractNNEF(check_io=check_io, dynamic_axes={"x": {0: "B", 1: "T"}}))
+    assert r.check is None or r.check.ok
+    tract_matches_eager(out, m, [[randn(1, 40, seed=1)], [randn(3, 101, seed=2)]])
+
+
+class _ReflectToMultiple(torch.nn.Module):
+    """HDemucs' signal padding: reflect by a fixed amount before and, after, by the amount that
+    makes the length a multiple of the hop (a dynamic amount) plus a fixed one; ``before``: the
+    dynamic amount put in front instead."""
+
+    def __init__(self, before: bool):
+        super().__init__()
+        self.before = before
+
+    def forward(self, x):
+        le = math.ceil(x.shape[-1] / 16)
+        more = 6 + le * 16 - x.shape[-1]
+        return F.pad(x, (more, 6) if self.before else (6, more), mode="reflect") * 2
+
+
+@pytest.mark.parametrize("before", [False, True])
+def test_reflect_pad_by_a_dynamic_amount(before, tmp_path):
+    m = _ReflectToMultiple(before)
+    out = tmp_path / "m.nnef.tgz"
+    for check_io in (True, False):
+        fx2nnef.export(m, (randn(1, 2, 100),), out, input_names=["x"],
+                       target=fx2nnef.TractNNEF(check_io=check_io, dynamic_axes={"x": {0: "B", 2: "T"}}))
+    tract_matches_eager(out, m, [[randn(1, 2, 23, seed=1)], [randn(3, 2, 64, seed=2)], [randn(2, 2, 161, seed=3)]])
