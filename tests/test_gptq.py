@@ -62,12 +62,15 @@ def test_calibrate_rounds_layer_by_layer_and_leaves_the_model_unchanged():
     model = _llama()
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     assert len(decoder_layers(model)) == 2
-    ids = calibration_ids(model.config.vocab_size, 0, 2, 16)
+    ids = calibration_ids(model.config.vocab_size, 0, 4, 64)  # 256 tokens: more than any weight's inputs
     calibrated, report = calibrate(model, ids, gptq=True, keep_f16="8KiB")
     assert all(torch.equal(before[n], p) for n, p in model.named_parameters())
     assert len(report.gptq) == 15 and "lm_head.weight" in calibrated.blocks  # 7 per layer and the head
     assert calibrated.blocks["model.layers.0.mlp.down_proj.weight"].shape == (64 * 128 // 32, 18)
     assert report.extra_bytes <= 8192 and len(calibrated.keep_f16) >= 1 and len(report.impacts) == 16
+    # 100 tokens: fewer than down_proj's 128 inputs, which keeps the search (GPTQ would fit 100 directions)
+    few, report = calibrate(model, calibration_ids(model.config.vocab_size, 0, 1, 100), gptq=True)
+    assert len(report.gptq) == 13 and not any("down_proj" in path for path in few.blocks)
     assert keep_f16_budget("0.5", 1000) == int(0.5 * 1000 * (2 - 18 / 32)) and keep_f16_budget("1MB", 1) == 10**6
     for bad in ("lots", "0", "1.5", "-3MiB"):
         with pytest.raises(InvalidArgumentError, match="keep_f16 must be a fraction in"):

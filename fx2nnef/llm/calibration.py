@@ -17,8 +17,14 @@ distributions from the original's is that weight's measured impact. Weights are 
 impact per extra byte (float16 against Q4_0) until the budget is spent: a fraction of the
 candidates' weights (``0.1``) or extra bytes (``"16MiB"``, ``"2000000B"``).
 
+GPTQ needs more calibration tokens than a weight has inputs: with fewer, it fits the few
+directions they span and moves errors into the others (measured: a held-out output error above
+the search's). A weight with fewer tokens than inputs keeps the search, and the damping grows as
+tokens per input fall (:func:`damping_for`).
+
 **Calibration tokens**: given token ids (``calibration=``, e.g. a tokenized text), or random
-token sequences drawn from the vocabulary (seeded) when none are given; the manifest says which.
+token sequences drawn from the vocabulary (seeded) when none are given, 1.5 per input of the
+widest Linear (8 to 32 sequences of 128; :func:`default_sequences`); the manifest says which.
 Random tokens are a weak stand-in for text: a trained model's activations on them are not those
 of real use.
 """
@@ -74,6 +80,22 @@ def summary_line(entry: dict) -> str:
         parts.append(f"{len(entry['keep_f16'])} of {len(entry['impact_kl'])} weights kept in f16 "
                      f"(+{entry['keep_f16_extra_bytes'] / 2**20:.2f} MiB)")
     return f"  Q4_0 calibration: {'; '.join(parts)}; on {entry['tokens']}"
+
+
+def damping_for(damping: float, inputs: int, rows: int) -> float:
+    """GPTQ's damping for ``inputs`` columns calibrated on ``rows`` inputs: ``damping`` when rows
+    are many (10x the inputs and more), growing to 10x ``damping`` as they are as few as the
+    inputs. With few rows ``H`` holds few directions, and GPTQ, fitting those, moves errors into
+    the others: on a held-out set its output error then exceeds the search's."""
+    return damping * max(1.0, 10.0 * inputs / max(1, rows))
+
+
+def default_sequences(model: torch.nn.Module) -> int:
+    """Random calibration sequences (of ``DEFAULT_LENGTH``) for ``model``: 1.5 tokens per input of
+    its widest Linear, from 8 to 32 sequences (a weight with more inputs than tokens keeps the
+    search)."""
+    widest = max((m.in_features for _, m in _gptq_linears(model)), default=0)
+    return int(min(4 * DEFAULT_SEQUENCES, max(DEFAULT_SEQUENCES, -(-3 * widest // (2 * DEFAULT_LENGTH)))))
 
 
 def calibration_ids(vocab: int, seed: int = 0, sequences: int = DEFAULT_SEQUENCES,
@@ -167,8 +189,11 @@ def _gptq_blocks(model: torch.nn.Module, ids: torch.Tensor, damping: float) -> d
             continue
         progress.stage("gptq", f"group {index + 1} of {len(groups)}: {len(linears)} Linear weights")
         for shared in _hessians(model, ids, linears, stop, blocks):
+            inputs = shared.h.shape[0]
+            if shared.rows < inputs:  # GPTQ would fit the calibration's few directions: the search
+                continue
             weights = [m.weight.detach().to(torch.float32).numpy() for m in shared.modules]
-            found = gptq_q4_0(np.concatenate(weights), shared.h.numpy(), damping)
+            found = gptq_q4_0(np.concatenate(weights), shared.h.numpy(), damping_for(damping, inputs, shared.rows))
             at = 0
             for m, w in zip(shared.modules, weights):
                 count = w.size // Q4_0_BLOCK_LEN
@@ -183,6 +208,7 @@ class _Shared:
 
     modules: list
     h: torch.Tensor
+    rows: int = 0  # inputs added up
 
 
 def _hessians(model, ids, linears: list, stop, blocks: dict) -> list:
@@ -205,6 +231,7 @@ def _hessians(model, ids, linears: list, stop, blocks: dict) -> list:
             seen[id(x)] = (x, slot)
             flat = x.reshape(-1, x.shape[-1]).to(torch.float32)
             slot.h.add_(flat.T @ flat)
+            slot.rows += len(flat)
 
     handles = [m.register_forward_hook(hook) for m in linears]
     if stop is not None:

@@ -181,7 +181,7 @@ def export_causal_lm(model_or_dir, out_dir, *, dtype: Optional[str] = None, weig
     with Q4_0 weights, a budget (a fraction of the Q4_0 weights, e.g. 0.1, or bytes, e.g.
     "16MiB") of weights kept in float16, those whose rounding alone moves the model's next-token
     distributions most per byte. ``calibration``: token ids ``[n, length]`` the calibration runs
-    on (default: random tokens of the vocabulary, 8 x 128, seeded by ``seed``).
+    on (default: random tokens of the vocabulary, seeded by ``seed``; see :mod:`.calibration`).
 
     With weights stored in another format or another dtype than the model's, the result's
     ``drift`` (and ``fx2nnef.json``'s) says how far tract's logits and greedy tokens are from the
@@ -275,7 +275,7 @@ def calibrate_q4_0(model: torch.nn.Module, weights: Optional[str], rounding: Opt
     if not check_calibration_options(weights, rounding, keep_f16, calibration):
         return None, None
     if calibration is None:
-        ids = calibration_module.calibration_ids(vocab_size(model), seed)
+        ids = calibration_module.calibration_ids(vocab_size(model), seed, calibration_module.default_sequences(model))
         tokens = f"{len(ids)} x {ids.shape[1]} random tokens of the vocabulary (seed {seed}; no text given)"
     else:
         ids = torch.as_tensor(np.asarray(calibration), dtype=torch.long)
