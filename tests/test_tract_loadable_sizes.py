@@ -7,6 +7,7 @@ at the reshape). Reproduced with torch alone, checked in tract at the example an
 import pytest
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 import fx2nnef
 from fx2nnef.ir.dims import SymDim, with_fewer_divisions
@@ -47,3 +48,97 @@ def test_fewer_divisions_is_an_equal_form():
     assert plain == fd(h, 2)
     assert all(plain.evaluate({"H": n}) == length.evaluate({"H": n}) for n in range(1, 300))
     assert with_fewer_divisions(fd(h + 3, 4) * 2 + 1) == fd(h + 3, 4) * 2 + 1  # nothing simpler: kept
+
+
+class PooledPyramid(nn.Module):
+    """RAFT's correlation pyramid: an all-pairs volume ``(B*h*w, 1, h, w)`` avg-pooled by 2 three
+    times, each level reshaped by its own pooled sizes. The model takes multiples of 8 only, so the
+    export writes ``H = 8*H_8``; a level's size is then ``(H_8)/2`` to tract (from the pool) and was
+    written ``(8*H_8+7)/16`` ("... should be equal to ..." at the reshape)."""
+
+    def __init__(self):
+        super().__init__()
+        self.enc = nn.Sequential(nn.Conv2d(3, 8, 7, 2, 3), nn.ReLU(), nn.Conv2d(8, 8, 3, 2, 1), nn.ReLU(),
+                                 nn.Conv2d(8, 8, 3, 2, 1))
+
+    def forward(self, a, b):
+        if a.shape[-1] % 8 or a.shape[-2] % 8:
+            raise ValueError("the image sizes must be multiples of 8")
+        fa, fb = self.enc(a), self.enc(b)
+        n, c, h, w = fa.shape
+        corr = (fa.view(n, c, h * w).transpose(1, 2) @ fb.view(n, c, h * w)).reshape(n * h * w, 1, h, w)
+        levels = []
+        for _ in range(3):
+            corr = F.avg_pool2d(corr, 2, 2)
+            levels.append(corr.reshape(n * h * w, 1, corr.shape[-2] * corr.shape[-1]).mean(-1).view(n, h, w))
+        return torch.stack(levels, 1)
+
+
+def _grid_sample(img, grid):
+    """torchvision's RAFT helper: grid_sample with absolute pixel coordinates."""
+    h, w = img.shape[-2:]
+    x, y = grid.split([1, 1], dim=-1)
+    return F.grid_sample(img, torch.cat([2 * x / (w - 1) - 1, 2 * y / (h - 1) - 1], -1), align_corners=True)
+
+
+class SampledPyramid(nn.Module):
+    """RAFT's correlation lookup: each pyramid level sampled around every pixel's position. Each
+    level multiplies data by its sizes (``(W - 1) * 0.5``); tract took those size factors for masks
+    and its load did not end (see ``helpers._sizes_hidden_from_data``)."""
+
+    def __init__(self, levels=4):
+        super().__init__()
+        self.levels = levels
+        self.enc = nn.Conv2d(3, 8, 3, 2, 1)
+
+    def forward(self, a, b, flow):
+        fa, fb = self.enc(a), self.enc(b)
+        n, c, h, w = fa.shape
+        corr = (fa.view(n, c, h * w).transpose(1, 2) @ fb.view(n, c, h * w)).reshape(n * h * w, 1, h, w) / c
+        pyramid = [corr]
+        for _ in range(self.levels - 1):
+            pyramid.append(F.avg_pool2d(pyramid[-1], 2, 2))
+        ys, xs = torch.meshgrid(torch.arange(h), torch.arange(w), indexing="ij")
+        coords = torch.stack([xs, ys], 0).float()[None] + self.enc(flow)[:, :2]
+        d = torch.linspace(-1, 1, 3)
+        delta = torch.stack(torch.meshgrid(d, d, indexing="ij"), -1).view(1, 3, 3, 2)
+        centre = coords.permute(0, 2, 3, 1).reshape(n * h * w, 1, 1, 2)
+        out = []
+        for level in pyramid:
+            out.append(_grid_sample(level, centre + delta).view(n, h, w, -1))
+            centre = centre / 2
+        return torch.cat(out, -1).permute(0, 3, 1, 2)
+
+
+def test_pool_of_a_stepped_size_is_written_as_tract_reads_it():
+    h = SymDim.symbol("H_8")
+    assert SymDim.floordiv(8 * h + 7, 16) == SymDim.floordiv(h, 2)
+    assert SymDim.floordiv(8 * h + 7, 32) == SymDim.floordiv(h, 4)
+    assert SymDim.floordiv(6 * h + 3, 4) == SymDim.floordiv(3 * h + 1, 2)
+    for form, n_from in ((SymDim.floordiv(8 * h + 7, 16), lambda n: (8 * n + 7) // 16),
+                         (SymDim.floordiv(6 * h + 3, 4), lambda n: (6 * n + 3) // 4)):
+        assert all(form.evaluate({"H_8": n}) == n_from(n) for n in range(0, 100))
+
+
+@pytest.mark.parametrize("check_io", [True, False])
+def test_pooled_pyramid_of_stepped_sizes_loads(tmp_path, check_io):
+    torch.manual_seed(0)
+    model = PooledPyramid().eval()
+    axes = {0: "B", 2: "H", 3: "W"}
+    r = fx2nnef.export(model, (randn(1, 3, 64, 64), randn(1, 3, 64, 64, seed=1)), tmp_path / "m.nnef.tgz",
+                       input_names=["a", "b"], target=fx2nnef.TractNNEF(dynamic_axes={"a": axes, "b": axes},
+                                                                      check_io=check_io))
+    assert r.ranges["H"].step == 8, r.ranges
+    tract_matches_eager(r.path, model, [[randn(b, 3, h, w, seed=h), randn(b, 3, h, w, seed=w)]
+                                        for b, h, w in [(1, 64, 64), (2, 96, 128), (1, 136, 72)]])
+
+
+def test_sampled_pyramid_loads(tmp_path):
+    torch.manual_seed(0)
+    model = SampledPyramid().eval()
+    axes = {0: "B", 2: "H", 3: "W"}
+    r = fx2nnef.export(model, tuple(randn(1, 3, 32, 32, seed=s) for s in range(3)), tmp_path / "m.nnef.tgz",
+                       input_names=["a", "b", "flow"],
+                       target=fx2nnef.TractNNEF(dynamic_axes={k: axes for k in ("a", "b", "flow")}, check_io=False))
+    tract_matches_eager(r.path, model, [[randn(b, 3, h, w, seed=s) for s in range(3)]
+                                        for b, h, w in [(1, 32, 32), (2, 48, 40)]])

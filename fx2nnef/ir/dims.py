@@ -35,6 +35,13 @@ class SymDim:
         numerator = as_sym(numerator)
         if all(c % divisor == 0 for c in numerator.terms.values()):
             return simplify(SymDim({m: c // divisor for m, c in numerator.terms.items()}))
+        common = math.gcd(divisor, *(c for m, c in numerator.terms.items() if m))
+        if common > 1:
+            # floor((g*p + c)/(g*d)) is floor((p + floor(c/g))/d): the form tract gives a pool of a
+            # stepped size (a pool by 2 of H_8, where H = 8*H_8, is (H_8)/2, never (8*H_8+7)/16)
+            reduced = {m: c // common for m, c in numerator.terms.items() if m}
+            reduced[()] = numerator.terms.get((), 0) // common
+            return cls.floordiv(SymDim(reduced), divisor // common)
         # symbol terms with a coefficient divisible by the divisor come out: (4*a + 1)/2 = 2*a + 1/2
         whole = {m: c // divisor for m, c in numerator.terms.items() if m and c % divisor == 0}
         if whole:

@@ -163,6 +163,7 @@ class EmitContext:
         self.count_values: dict = {}  # such a symbol -> the [1] i64 tensor of its value, once made
         self.domain: list = []  # env -> bool: assertions across symbols (S+P < 2048) the sizes also meet
         self.loop_body = 0  # how many tract_core_scan bodies deep this lowering is (see ops.reduce.divide_by_count)
+        self.size_values: set = set()  # ids of one-item Values holding a size (see _track_size_values)
 
     def is_used(self, value: Value) -> bool:
         """Whether a later op or the graph's outputs read ``value``."""
@@ -217,7 +218,22 @@ class EmitContext:
             self.bind(o)
         self.statements.append(Statement(outs, op, list(args), attrs))
         self.used_ops[op] = self.used_ops.get(op, 0) + 1
+        self._track_size_values(op, args, outs)
         return outs[0] if n_out == 1 else tuple(outs)
+
+    def _track_size_values(self, op: str, args: tuple, outs: list) -> None:
+        """Note a one-item result whose value tract knows at load as an expression of the sizes (the
+        shape of a range, a range of one item, and what casts, reshapes and arithmetic with
+        constants keep of them): ``helpers.ew`` hides those from products with data."""
+        if len(outs) != 1 or outs[0].shape is None or not all(isinstance(d, int) and d == 1 for d in outs[0].shape):
+            return
+        if op in ("tract_core_shape_of", "tract_core_range"):
+            self.size_values.add(id(outs[0]))
+        elif op in _SIZE_KEEPING:
+            values = _values(args)
+            if any(id(v) in self.size_values for v in values) \
+                    and all(id(v) in self.size_values or v.is_constant for v in values):
+                self.size_values.add(id(outs[0]))
 
     def _no_count_as_number(self, op: str, args: tuple, attrs: dict) -> None:
         """tract knows a count made from data (``tract_onnx_non_zero``) as the size of the tensors that
@@ -344,3 +360,9 @@ def _values(items) -> list:
         elif isinstance(x, (list, tuple)):
             out.extend(_values(list(x)))
     return out
+
+
+# ops through which tract keeps a one-item tensor's value as an expression of the sizes (its
+# ``uniform_tdim``) when every other operand is a constant or such a value too
+_SIZE_KEEPING = ("tract_core_cast", "unsqueeze", "squeeze", "reshape", "copy", "tile", "neg", "add", "sub", "mul",
+                 "div", "min", "max")

@@ -341,6 +341,8 @@ def ew(ctx: EmitContext, op: str, a, b, out_dtype: Optional[DType] = None) -> Va
     """
     dtype = next(v.dtype for v in (a, b) if isinstance(v, Value))
     a, b = broadcast_operands(ctx, a, b, dtype)
+    if op in ("mul", "div", "pow") and ctx.profile.opaque_sizes_in_products:
+        a, b = _sizes_hidden_from_data(ctx, a, b)
     if not ctx.profile.uniform_folding:
         pass  # the folding below is tract's; its runtime zero needs a cast standard NNEF lacks
     elif op in _MASK_FOLDED and isinstance(a, Value) and isinstance(b, Value):
@@ -364,6 +366,21 @@ def ew(ctx: EmitContext, op: str, a, b, out_dtype: Optional[DType] = None) -> Va
 # that gives the size is made opaque (helpers.opaque). A `tile` of the other operand does not help:
 # tract drops a broadcast that feeds a binary op.
 _MASK_FOLDED = ("mul", "div", "and")
+
+
+def _sizes_hidden_from_data(ctx: EmitContext, a, b) -> tuple:
+    """``a, b``, the operand that holds a size made opaque when the other does not.
+
+    NOTE: tract 0.23.9 takes a factor of a product (``mul``, ``div``, ``pow``) whose value it knows
+    as an expression of the sizes (a size as a tensor, ``W - 1``) for a mask, and marks the other
+    factor with it as the region that matters, merging the marks of every consumer of a value
+    (``a + b - a*b``) and simplifying them; the literals it shares between ops gather them all:
+    RAFT's grid samples (``(W - 1) * 0.5`` at four pyramid levels) kept its load busy for more
+    than 15 minutes. Hidden, the size is a number like any other."""
+    sized = [isinstance(v, Value) and id(v) in ctx.size_values for v in (a, b)]
+    if sized[0] == sized[1]:
+        return a, b
+    return (opaque(ctx, a), b) if sized[0] else (a, opaque(ctx, b))
 
 
 def _cast_from_exact(ctx: EmitContext, x: Value) -> bool:

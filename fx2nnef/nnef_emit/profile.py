@@ -54,6 +54,8 @@ class TargetProfile:
     opaque_size_conditions: bool = False
     # a count read from data (a mask's true items) is a symbol the engine makes at run time (tract_onnx_non_zero)
     data_sized_counts: bool = False
+    # a size that multiplies or divides data is made opaque (the engine takes it for a mask)
+    opaque_sizes_in_products: bool = False
 
     def __repr__(self) -> str:
         return f"TargetProfile({self.name!r})"

@@ -16,5 +16,6 @@ TRACT = declare_target(TargetProfile(
     loop_products_summed=True,
     opaque_size_conditions=True,
     data_sized_counts=True,
+    opaque_sizes_in_products=True,
 ))
 """tract: its own ops (``tract_core_*``, ``tract_transformers_*``), loops, symbolic sizes."""
