@@ -216,7 +216,6 @@ def export_causal_lm(model_or_dir, out_dir, *, dtype: Optional[str] = None, weig
     original = drift.reference_before_rounding(
         model, torch_dtype, weights, last_logits_only, (lambda w, l, d: mode_cases(w, l, d, seed)) if check else None,
         (lambda m: greedy_reference(m, generation_prompt(m, seed), generate)) if generate else None)
-    # GPTQ's blocks and the weights kept in f16, from the model's own values (before the cast)
     calibrated, calibration_report = calibrate_q4_0(model, weights, rounding, keep_f16, calibration, seed)
     if next(model.parameters()).dtype != torch_dtype:
         # the caller's module is left as it was; a model loaded here is cast over its own memory
@@ -271,7 +270,8 @@ def export_causal_lm(model_or_dir, out_dir, *, dtype: Optional[str] = None, weig
 def calibrate_q4_0(model: torch.nn.Module, weights: Optional[str], rounding: Optional[str], keep_f16,
                    calibration, seed: int) -> tuple:
     """``(Calibrated, CalibrationReport)`` when the Q4_0 rounding is GPTQ or some weights are kept
-    in f16 (:mod:`.calibration`), else ``(None, None)``; run on the model's own values."""
+    in f16 (:mod:`.calibration`), else ``(None, None)``; run on the model's own values: call it
+    before the cast."""
     if not check_calibration_options(weights, rounding, keep_f16, calibration):
         return None, None
     if calibration is None:
