@@ -22,6 +22,7 @@ medians and the ratio fx2nnef / torch_to_nnef. ``--profile`` adds tract's per-op
 128256; tied embeddings for 1b and 3b) tensor by tensor (the model is made on the meta device and
 each tensor is drawn, written and dropped: the folder is never held in memory), exports it to f16
 with all checks and prints time and peak RSS against the weight bytes (no latency).
+``benchmarks/llm_memory_timeline.py --size 1b`` breaks the peak down by export stage.
 
 torch_to_nnef goes in its own venv (never in fx2nnef's), with the stand-in tract CLI beside it
 (``tract_cli_standin.py``: torch_to_nnef runs its checks through a tract binary it would download):
