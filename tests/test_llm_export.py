@@ -106,6 +106,26 @@ def test_checks_fail_on_a_different_model(tmp_path):
         llm_export.check_generation(other, r.asset, 4)
 
 
+def test_generation_parts_only_at_a_near_tie(tmp_path):
+    """Greedy tokens that part where the reference's two candidates are closer than the tolerance
+    lets two logits move pass the check (and say where); a larger gap fails it, with the gap."""
+    model = _llama()
+    r = export_causal_lm(model, tmp_path / "out", check=False)
+    prompt = llm_export.generation_prompt(model)
+    tokens, logits = llm_export.greedy_steps(model, prompt, 4)
+    assert tokens == llm_export.greedy_reference(model, prompt, 4) and logits.shape == (4, SMALL["vocab_size"])
+    assert llm_export.compare_generation(r.asset, prompt, tokens, logits=logits)["equal"]
+    other = (tokens[1] + 1) % SMALL["vocab_size"]  # the reference as if it had picked another token at step 1
+    near = logits.copy()
+    near[1, other] = near[1, tokens[1]] + 1e-5
+    facts = llm_export.compare_generation(r.asset, prompt, tokens[:1] + [other] + tokens[2:], logits=near)
+    assert not facts["equal"] and facts["near_tie"]["step"] == 1 and facts["tokens"] == tokens
+    far = logits.copy()
+    far[1, other] = far[1, tokens[1]] + 1.0
+    with pytest.raises(CheckIOError, match="at step 1 the reference's logits put token .* above token"):
+        llm_export.compare_generation(r.asset, prompt, tokens[:1] + [other] + tokens[2:], logits=far)
+
+
 def test_last_logits_only(tmp_path):
     model = _llama()
     r = export_causal_lm(model, tmp_path / "out", last_logits_only=True, check=False)
