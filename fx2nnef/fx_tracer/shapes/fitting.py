@@ -3,6 +3,7 @@ fitted to the records of many probe runs (polynomials, floor divisions, clamps, 
 the nodes whose value is a constant."""
 from __future__ import annotations
 
+import random
 from typing import Optional
 
 from ...ir import SymDim, fit_polynomial
@@ -199,3 +200,50 @@ def _constants(gm, data_dep, varies) -> set:
         if all(a in const for a in rest):
             const.add(n)
     return const
+
+
+def _is_fitted(form) -> bool:
+    """Whether ``form`` (a node's fitted value) holds a size that changes with the symbols."""
+    if isinstance(form, tuple):
+        return any(_is_fitted(f) for f in form)
+    return isinstance(form, SymDim) and bool(form.symbols)
+
+
+def fit_check_envs(base: dict, ranges: dict, seen: list) -> list:
+    """Sizes where the forms fitted to probe runs are checked, that the fit did not use: the symbols
+    moved together (by the same step: a square image's H=W; by different steps), farther than the
+    probes (up to about twice the example), and two picked at random (seeded by the example's sizes)
+    within the ranges, on their steps. A handful: each is a run of the model and of the graph."""
+    keys = {_env_key(e) for e in seen}
+    rng = random.Random(sum(7919 * (i + 1) * v for i, v in enumerate(base.values())))  # the same each run
+    picks = [lambda i, v: 4, lambda i, v: 3 + 5 * i, lambda i, v: v // 2 + 3 + 7 * i,
+             lambda i, v: rng.randint(1, v + 9), lambda i, v: rng.randint(1, v + 9)]
+    envs = []
+    for pick in picks:
+        env = {}
+        for i, (s, v) in enumerate(base.items()):
+            r = ranges[s]
+            n = v + r.step * pick(i, v)
+            while r.hi is not None and n > r.hi and n - r.step >= v:
+                n -= r.step
+            env[s] = n
+        if all(ranges[s].contains(n) for s, n in env.items()) and _env_key(env) not in keys:
+            keys.add(_env_key(env))
+            envs.append(env)
+    return envs
+
+
+def fit_mismatch(sym: dict, records: dict, env: dict) -> Optional[tuple]:
+    """``(node, fitted, real)`` for the first size fitted to probe runs (a tensor's axis or an
+    integer) that is not what the graph's run at ``env`` gives there (``records``), else None."""
+    for n, record in records.items():
+        form = sym.get(n)
+        if not _is_fitted(form):
+            continue
+        if record[0] == "tensor" and isinstance(form, tuple) and len(form) == len(record[1]):
+            for f, real in zip(form, record[1]):
+                if isinstance(f, (int, SymDim)) and _form_at(f, env) != real:
+                    return n, _form_at(form, env), record[1]
+        elif record[0] == "int" and isinstance(form, SymDim) and form.evaluate(env) != record[1]:
+            return n, form.evaluate(env), record[1]
+    return None
