@@ -211,39 +211,59 @@ def _is_fitted(form) -> bool:
 
 def fit_check_envs(base: dict, ranges: dict, seen: list) -> list:
     """Sizes where the forms fitted to probe runs are checked, that the fit did not use: the symbols
-    moved together (by the same step: a square image's H=W; by different steps), farther than the
-    probes (up to about twice the example), and two picked at random (seeded by the example's sizes)
-    within the ranges, on their steps. A handful: each is a run of the model and of the graph."""
+    moved together (by the same step: a square image's H=W; by different steps; at the top of the
+    span), two picked at random above the example and one below, within the ranges and on their
+    steps. Together the symbols grow the example's sizes at most :data:`_FIT_CHECK_GROWTH` times (4x
+    for one symbol, 2x each for two). A handful: each is a run of the model and of the graph."""
     keys = {_env_key(e) for e in seen}
     rng = random.Random(sum(7919 * (i + 1) * v for i, v in enumerate(base.values())))  # the same each run
-    picks = [lambda i, v: 4, lambda i, v: 3 + 5 * i, lambda i, v: v // 2 + 3 + 7 * i,
-             lambda i, v: rng.randint(1, v + 9), lambda i, v: rng.randint(1, v + 9)]
+    k = len(base)
+    picks = [lambda i: 0.5, lambda i: (i + 1) / (k + 1), lambda i: 1.0 - 0.25 * (i % 2),
+             lambda i: rng.random(), lambda i: rng.random(), lambda i: -rng.random()]
     envs = []
     for pick in picks:
-        env = {}
-        for i, (s, v) in enumerate(base.items()):
-            r = ranges[s]
-            n = v + r.step * pick(i, v)
-            while r.hi is not None and n > r.hi and n - r.step >= v:
-                n -= r.step
-            env[s] = n
-        if all(ranges[s].contains(n) for s, n in env.items()) and _env_key(env) not in keys:
+        env = {s: _size_at(ranges[s], v, _FIT_CHECK_GROWTH ** (1 / k), pick(i))
+               for i, (s, v) in enumerate(base.items())}
+        if env != base and all(ranges[s].contains(n) for s, n in env.items()) and _env_key(env) not in keys:
             keys.add(_env_key(env))
             envs.append(env)
     return envs
 
 
+_FIT_CHECK_GROWTH = 4  # the most the symbols moved together multiply the example's sizes by
+
+
+def _size_at(r, v: int, growth: float, at: float) -> int:
+    """The size on ``r``'s step at fraction ``at`` of the span above ``v`` (up to ``growth`` times
+    it), or below it (``at`` negative: down to ``r``'s lower bound, or 1)."""
+    if at < 0:
+        steps = (v - max(r.lo or 1, 1)) // r.step
+        return v - r.step * round(-at * steps)
+    top = max(v + r.step, int(v * growth))
+    if r.hi is not None:
+        top = min(top, r.hi)
+    steps = max(0, (top - v) // r.step)
+    return v + r.step * max(1 if steps else 0, round(at * steps))
+
+
 def fit_mismatch(sym: dict, records: dict, env: dict) -> Optional[tuple]:
-    """``(node, fitted, real)`` for the first size fitted to probe runs (a tensor's axis or an
-    integer) that is not what the graph's run at ``env`` gives there (``records``), else None."""
+    """``(node, fitted, real)`` for the first size fitted to probe runs (a tensor's axis, an integer,
+    one in a sequence of them) that is not what the graph's run at ``env`` gives there (``records``),
+    else None."""
     for n, record in records.items():
         form = sym.get(n)
-        if not _is_fitted(form):
-            continue
-        if record[0] == "tensor" and isinstance(form, tuple) and len(form) == len(record[1]):
-            for f, real in zip(form, record[1]):
-                if isinstance(f, (int, SymDim)) and _form_at(f, env) != real:
-                    return n, _form_at(form, env), record[1]
-        elif record[0] == "int" and isinstance(form, SymDim) and form.evaluate(env) != record[1]:
-            return n, form.evaluate(env), record[1]
+        if _is_fitted(form) and _fit_off(form, record, env):
+            return n, _form_at(form, env), _record_text(record)
     return None
+
+
+def _fit_off(form, record, env) -> bool:
+    """Whether a size of ``form`` (parts not fitted left out) differs from ``record`` at ``env``."""
+    kind = record[0]
+    if kind == "int":
+        return isinstance(form, SymDim) and form.evaluate(env) != record[1]
+    if kind == "tensor" and isinstance(form, tuple) and len(form) == len(record[1]):
+        return any(isinstance(f, (int, SymDim)) and _form_at(f, env) != real for f, real in zip(form, record[1]))
+    if kind == "seq" and isinstance(form, tuple) and len(form) == len(record[1]):
+        return any(_fit_off(f, r, env) for f, r in zip(form, record[1]))
+    return False
