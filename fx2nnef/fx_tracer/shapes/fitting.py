@@ -144,8 +144,9 @@ def _static(rec):
 class Unfit:
     """A dynamic value that no polynomial of the symbols explains."""
 
-    def __init__(self, samples):
+    def __init__(self, samples, why: str = ""):
         self.samples = samples
+        self.why = why  # set where a fitted form was found wrong at a size it was not fitted to
 
     def __repr__(self):
         return "Unfit(" + ", ".join(f"{e}->{v}" for e, v in self.samples) + ")"
@@ -246,24 +247,42 @@ def _size_at(r, v: int, growth: float, at: float) -> int:
     return v + r.step * max(1 if steps else 0, round(at * steps))
 
 
-def fit_mismatch(sym: dict, records: dict, env: dict) -> Optional[tuple]:
-    """``(node, fitted, real)`` for the first size fitted to probe runs (a tensor's axis, an integer,
-    one in a sequence of them) that is not what the graph's run at ``env`` gives there (``records``),
-    else None."""
+def unfit_where_off(sym: dict, records: dict, env: dict) -> list:
+    """Mark :class:`Unfit` (with why) every size fitted to probe runs (a tensor's axis, an integer,
+    one in a sequence of them) that is not what the graph's run at ``env`` gives there
+    (``records``): the export then refuses it where an op needs it, and needs no guess where none
+    does (a flatten's size tract infers). The nodes marked."""
+    marked = []
     for n, record in records.items():
         form = sym.get(n)
-        if _is_fitted(form) and _fit_off(form, record, env):
-            return n, _form_at(form, env), _record_text(record)
-    return None
+        if _is_fitted(form):
+            fixed = _unfit_off(form, record, env)
+            if fixed is not form:
+                sym[n] = fixed
+                marked.append(n)
+    return marked
 
 
-def _fit_off(form, record, env) -> bool:
-    """Whether a size of ``form`` (parts not fitted left out) differs from ``record`` at ``env``."""
+def _unfit_off(form, record, env):
+    """``form`` with its fitted sizes that differ from ``record`` at ``env`` made :class:`Unfit`."""
     kind = record[0]
-    if kind == "int":
-        return isinstance(form, SymDim) and form.evaluate(env) != record[1]
-    if kind == "tensor" and isinstance(form, tuple) and len(form) == len(record[1]):
-        return any(isinstance(f, (int, SymDim)) and _form_at(f, env) != real for f, real in zip(form, record[1]))
-    if kind == "seq" and isinstance(form, tuple) and len(form) == len(record[1]):
-        return any(_fit_off(f, r, env) for f, r in zip(form, record[1]))
-    return False
+    if kind == "int" and isinstance(form, SymDim) and form.evaluate(env) != record[1]:
+        return _off(form, record[1], env)
+    if kind in ("tensor", "seq") and isinstance(form, tuple) and len(form) == len(record[1]):
+        reals = record[1] if kind == "tensor" else [r[1] if r[0] == "int" else r for r in record[1]]
+        parts = tuple(_off(f, real, env) if isinstance(f, SymDim) and isinstance(real, int)
+                      and f.evaluate(env) != real
+                      else _unfit_off(f, real, env) if isinstance(real, tuple) and not isinstance(f, Unfit)
+                      else f
+                      for f, real in zip(form, reals))
+        return form if all(a is b for a, b in zip(parts, form)) else parts
+    return form
+
+
+def _off(form: SymDim, real: int, env: dict) -> "Unfit":
+    sizes = ", ".join(f"{k}={v}" for k, v in env.items())
+    return Unfit([(env, real)], why=(
+        f"a size fitted to probe runs as {form}, which gives {form.evaluate(env)} at {sizes} where the model "
+        f"gives {real} (computed in Python with no symbolic form: the fit holds at the sizes probed only); keep "
+        "those axes static (drop them from dynamic_axes), or give axes that always move together one symbol "
+        "(an image's height and width as one)"))

@@ -24,7 +24,6 @@ from typing import Callable, Optional
 import torch
 import torch.fx as fx
 
-from ...errors import TraceError
 from ...ir import Guard, SymDim, SymRange
 from ..tracing import control_flow, loops, vmap
 from ..tracing.data_dep import data_dependence
@@ -38,7 +37,7 @@ from .fake_replay import Replay, ReplayUnavailable, _in_place, replay, shapes_at
 from .far_traces import same_graph_at
 from .fitting import (_agrees, _bend_check_envs, _check_base_shapes, _constants, _count_unfit,
                       _division_check_envs, _fit_good, _form_at, _has_division, _is_fitted, _record_text,
-                      _shape_mismatch, _unfit_varying, fit_check_envs, fit_mismatch)
+                      _shape_mismatch, _unfit_varying, fit_check_envs, unfit_where_off)
 from .flips import (_FAR_KERNEL_FLIPS, _ProbePlan, _far_flip, _kernel_only_far, _past_flip, _scan_top, _symbolic_envs,
                     guard_flip_sizes)
 from .graph_runs import (RUNS, _holds_meta, _model_outputs, _output_args, _output_nodes, _outputs_match, _record,
@@ -182,16 +181,6 @@ def _fitted_off_example(sym: dict, records: dict, base_records: dict, base_env: 
                 "has one rank; export with an example whose dynamic sizes are 2 or more, or name the axes "
                 "(squeeze(dim) of an axis that is always 1)"))]
     return []
-
-
-def _fit_refusal(env: dict, n: fx.Node, fitted, real) -> str:
-    """The one line refusing a size fitted to probe runs that is wrong at ``env``."""
-    src = n.meta.get("source")
-    where = f" at {src}" if src else ""
-    return (f"'{n.name}'{where} is {real} at {_env_text(env)}, but the form fitted to the probe runs gives "
-            f"{fitted} there (a size computed in Python with no symbolic form, fitted to the sizes probed, "
-            "holds at those only): keep those axes static (drop them from dynamic_axes), or give "
-            "axes that always move together one symbol (an image's height and width as one)")
 
 
 @dataclasses.dataclass
@@ -910,19 +899,20 @@ class Prober:
     def _check_fits(self, sym: dict, good_envs: list) -> None:
         """The forms fitted to the probe runs hold at the sizes they were fitted to only: run the model
         and the graph at a handful of other sizes in the ranges (:func:`fit_check_envs`: symbols moved
-        together, far, at random) and compare; a fitted size the graph does not give there is refused
-        (a silent wrong shape in the export otherwise), a difference from the model is a failure."""
+        together, far, at random) and compare; a fitted size the graph does not give there becomes
+        :class:`Unfit` (refused where an op needs it, not a silent wrong shape), a difference from the
+        model is a failure."""
         if not any(_is_fitted(f) for f in sym.values()):
             return
         for env in fit_check_envs(self.base_env, self.ranges, good_envs):
             answer = self.probe_now(env)
             if isinstance(answer, tuple):
                 self.failures.append(ProbeFailure(env, answer[1][0].node if answer[1] else None, answer[2]))
+            elif answer == "error":  # the graph fails where the model runs, inside the ranges
+                self.failures.append(self.errors[-1])
             if answer != "good":
                 continue
-            wrong = fit_mismatch(sym, self.good[-1][1], env)
-            if wrong is not None:
-                raise TraceError(_fit_refusal(env, *wrong))
+            unfit_where_off(sym, self.good[-1][1], env)
 
     # -- the result ----------------------------------------------------------------------------
 
