@@ -3,6 +3,7 @@ fitted to the records of many probe runs (polynomials, floor divisions, clamps, 
 the nodes whose value is a constant."""
 from __future__ import annotations
 
+import random
 from typing import Optional
 
 from ...ir import SymDim, fit_polynomial
@@ -143,8 +144,9 @@ def _static(rec):
 class Unfit:
     """A dynamic value that no polynomial of the symbols explains."""
 
-    def __init__(self, samples):
+    def __init__(self, samples, why: str = ""):
         self.samples = samples
+        self.why = why  # set where a fitted form was found wrong at a size it was not fitted to
 
     def __repr__(self):
         return "Unfit(" + ", ".join(f"{e}->{v}" for e, v in self.samples) + ")"
@@ -211,3 +213,88 @@ def _constants(gm, data_dep, varies) -> set:
         if all(a in const for a in rest):
             const.add(n)
     return const
+
+
+def _is_fitted(form) -> bool:
+    """Whether ``form`` (a node's fitted value) holds a size that changes with the symbols."""
+    if isinstance(form, tuple):
+        return any(_is_fitted(f) for f in form)
+    return isinstance(form, SymDim) and bool(form.symbols)
+
+
+def fit_check_envs(base: dict, ranges: dict, seen: list) -> list:
+    """Sizes where the forms fitted to probe runs are checked, that the fit did not use: the symbols
+    moved together (by the same step: a square image's H=W; by different steps; at the top of the
+    span), two picked at random above the example and one below, within the ranges and on their
+    steps. Together the symbols grow the example's sizes at most :data:`_FIT_CHECK_GROWTH` times (4x
+    for one symbol, 2x each for two). A handful: each is a run of the model and of the graph."""
+    keys = {_env_key(e) for e in seen}
+    rng = random.Random(sum(7919 * (i + 1) * v for i, v in enumerate(base.values())))  # the same each run
+    k = len(base)
+    picks = [lambda i: 0.5, lambda i: (i + 1) / (k + 1), lambda i: 1.0 - 0.25 * (i % 2),
+             lambda i: rng.random(), lambda i: rng.random(), lambda i: -rng.random()]
+    envs = []
+    for pick in picks:
+        env = {s: _size_at(ranges[s], v, _FIT_CHECK_GROWTH ** (1 / k), pick(i))
+               for i, (s, v) in enumerate(base.items())}
+        if env != base and all(ranges[s].contains(n) for s, n in env.items()) and _env_key(env) not in keys:
+            keys.add(_env_key(env))
+            envs.append(env)
+    return envs
+
+
+_FIT_CHECK_GROWTH = 4  # the most the symbols moved together multiply the example's sizes by
+
+
+def _size_at(r, v: int, growth: float, at: float) -> int:
+    """The size on ``r``'s step at fraction ``at`` of the span above ``v`` (up to ``growth`` times
+    it), or below it (``at`` negative: down to ``r``'s lower bound, or 1)."""
+    if at < 0:
+        steps = (v - max(r.lo or 1, 1)) // r.step
+        return v - r.step * round(-at * steps)
+    top = max(v + r.step, int(v * growth))
+    if r.hi is not None:
+        top = min(top, r.hi)
+    steps = max(0, (top - v) // r.step)
+    return v + r.step * max(1 if steps else 0, round(at * steps))
+
+
+def unfit_where_off(sym: dict, records: dict, env: dict) -> list:
+    """Mark :class:`Unfit` (with why) every size fitted to probe runs (a tensor's axis, an integer,
+    one in a sequence of them) that is not what the graph's run at ``env`` gives there
+    (``records``): the export then refuses it where an op needs it, and needs no guess where none
+    does (a flatten's size tract infers). The nodes marked."""
+    marked = []
+    for n, record in records.items():
+        form = sym.get(n)
+        if _is_fitted(form):
+            fixed = _unfit_off(form, record, env)
+            if fixed is not form:
+                sym[n] = fixed
+                marked.append(n)
+    return marked
+
+
+def _unfit_off(form, record, env):
+    """``form`` with its fitted sizes that differ from ``record`` at ``env`` made :class:`Unfit`."""
+    kind = record[0]
+    if kind == "int" and isinstance(form, SymDim) and form.evaluate(env) != record[1]:
+        return _off(form, record[1], env)
+    if kind in ("tensor", "seq") and isinstance(form, tuple) and len(form) == len(record[1]):
+        reals = record[1] if kind == "tensor" else [r[1] if r[0] == "int" else r for r in record[1]]
+        parts = tuple(_off(f, real, env) if isinstance(f, SymDim) and isinstance(real, int)
+                      and f.evaluate(env) != real
+                      else _unfit_off(f, real, env) if isinstance(real, tuple) and not isinstance(f, Unfit)
+                      else f
+                      for f, real in zip(form, reals))
+        return form if all(a is b for a, b in zip(parts, form)) else parts
+    return form
+
+
+def _off(form: SymDim, real: int, env: dict) -> "Unfit":
+    sizes = ", ".join(f"{k}={v}" for k, v in env.items())
+    return Unfit([(env, real)], why=(
+        f"a size fitted to probe runs as {form}, which gives {form.evaluate(env)} at {sizes} where the model "
+        f"gives {real} (computed in Python with no symbolic form: the fit holds at the sizes probed only); keep "
+        "those axes static (drop them from dynamic_axes), or give axes that always move together one symbol "
+        "(an image's height and width as one)"))

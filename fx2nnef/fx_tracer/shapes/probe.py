@@ -36,8 +36,8 @@ from .decisions import _baked_number, _decide, _holds_in, _signature
 from .fake_replay import Replay, ReplayUnavailable, _in_place, replay, shapes_at
 from .far_traces import same_graph_at
 from .fitting import (_agrees, _bend_check_envs, _check_base_shapes, _constants, _count_unfit,
-                      _division_check_envs, _fit_good, _form_at, _has_division, _record_text, _shape_mismatch,
-                      _unfit_varying)
+                      _division_check_envs, _fit_good, _form_at, _has_division, _is_fitted, _record_text,
+                      _shape_mismatch, _unfit_varying, fit_check_envs, unfit_where_off)
 from .flips import (_FAR_KERNEL_FLIPS, _ProbePlan, _far_flip, _kernel_only_far, _past_flip, _scan_top, _symbolic_envs,
                     guard_flip_sizes)
 from .graph_runs import (RUNS, _holds_meta, _model_outputs, _output_args, _output_nodes, _outputs_match, _record,
@@ -860,6 +860,7 @@ class Prober:
         good_envs, records, sym = fitted
         if self.symbols:
             self.failures.extend(_fitted_off_example(sym, records, self.base.records, self.base_env))
+            self._check_fits(sym, good_envs)
         varies = {n for n, r in records.items() if any(x != r[0] for x in r[1:])}
         return good_envs, sym, varies
 
@@ -894,6 +895,24 @@ class Prober:
                 self._probe_failed(env)
         self.good = [(e, v) for e, v in self.good if self._in_ranges(e)]
         return _fit_good(self.good, self.symbols)
+
+    def _check_fits(self, sym: dict, good_envs: list) -> None:
+        """The forms fitted to the probe runs hold at the sizes they were fitted to only: run the model
+        and the graph at a handful of other sizes in the ranges (:func:`fit_check_envs`: symbols moved
+        together, far, at random) and compare; a fitted size the graph does not give there becomes
+        :class:`Unfit` (refused where an op needs it, not a silent wrong shape), a difference from the
+        model is a failure."""
+        if not any(_is_fitted(f) for f in sym.values()):
+            return
+        for env in fit_check_envs(self.base_env, self.ranges, good_envs):
+            answer = self.probe_now(env)
+            if isinstance(answer, tuple):
+                self.failures.append(ProbeFailure(env, answer[1][0].node if answer[1] else None, answer[2]))
+            elif answer == "error":  # the graph fails where the model runs, inside the ranges
+                self.failures.append(self.errors[-1])
+            if answer != "good":
+                continue
+            unfit_where_off(sym, self.good[-1][1], env)
 
     # -- the result ----------------------------------------------------------------------------
 

@@ -357,6 +357,9 @@ def _refuse_unrepresentable(n: fx.Node, args, analysis: Analysis) -> None:
         bad = found[0].node
         what = getattr(bad.target, "__name__", str(bad.target))
         value = analysis.values.get(bad)
+        form = analysis.sym.get(bad)
+        if isinstance(form, Unfit) and form.why:
+            raise TraceError(f"'{n.name}'{_where(n)} reads '{bad.name}' ({what}{_where(bad)}), {form.why}")
         if analysis.shapes_from.startswith("probes") and isinstance(value, int) and not isinstance(value, bool):
             why = analysis.shapes_from[len("probes ("):-1] if analysis.shapes_from.endswith(")") else ""
             if any(k in why for k in _DATA_SHAPED) and _reads_node_named(bad, why):
