@@ -57,7 +57,10 @@ def export_row(row: dict, model, inputs: tuple, names: list, dynamic_axes: dict,
         row.update(status="error", seconds=round(time.time() - t0, 1),
                    cpu_seconds=round(_tree_cpu_seconds(os.getpid()) - cpu0, 1), error=f"{type(e).__name__}: {str(e)[:600]}")
         if isinstance(e, fx2nnef.CheckIOError) and e.bundle:
-            row["float64"] = rounding(model, e.bundle)
+            try:
+                row["float64"] = rounding(model, e.bundle)
+            except Exception as f:  # a model that cannot run in float64 keeps its CheckIOError row
+                row["float64_error"] = f"{type(f).__name__}: {str(f)[:200]}"
             if is_rounding(row):
                 row["status"] = "rounding"
         return row
