@@ -233,3 +233,44 @@ def test_int_stand_in_is_the_builtin_elsewhere():
     # (written with builtins: a module testing `type(x) is` the bare int name keeps the builtin
     # while tracing, which would leave this module's own int() calls above untraced)
     assert type(TracedInt(2.5)) is builtins.int
+
+
+# a segmentation head resized back to odd input sizes ------------------------------------------
+class LRASPPHead(nn.Module):
+    """LR-ASPP's head on a strided backbone: stride-2 convs (odd sizes round up at each), a
+    squeeze gate (``AdaptiveAvgPool2d(1)``, conv, sigmoid) scaling the deep features, a bilinear
+    resize to the shallow features' size and one to the input's (``align_corners=False``), and a
+    fused-MBConv-like block whose residual is scaled (EfficientNetV2's stochastic depth in eval)."""
+
+    def __init__(self):
+        super().__init__()
+        self.low = nn.Sequential(nn.Conv2d(3, 8, 3, 2, 1), nn.BatchNorm2d(8), nn.Hardswish())
+        self.high = nn.Sequential(nn.Conv2d(8, 12, 3, 2, 1), nn.BatchNorm2d(12), nn.ReLU(),
+                                  nn.Conv2d(12, 12, 5, 2, 2, groups=12))
+        self.fused = nn.Sequential(nn.Conv2d(12, 24, 3, 1, 1), nn.SiLU(), nn.Conv2d(24, 12, 1))
+        self.gate = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Conv2d(12, 12, 1), nn.Sigmoid())
+        self.cbr = nn.Conv2d(12, 6, 1)
+        self.low_cls, self.high_cls = nn.Conv2d(8, 5, 1), nn.Conv2d(6, 5, 1)
+
+    def forward(self, x):
+        low = self.low(x)
+        high = self.high(low)
+        high = high + 0.8 * self.fused(high)
+        y = self.cbr(high) * self.gate(high)[:, :6]
+        y = F.interpolate(y, size=low.shape[-2:], mode="bilinear", align_corners=False)
+        y = self.low_cls(low) + self.high_cls(y)
+        return F.interpolate(y, size=x.shape[-2:], mode="bilinear", align_corners=False)
+
+
+def test_segmentation_head_at_odd_sizes(tmp_path):
+    """Exported at 32x32 without the check (``check_io=False``: nothing but this test looks), then
+    run in tract at batch 2 and odd sizes, where every stride-2 stage rounds up and the resizes'
+    borders fall between pixels (torchvision's lraspp_mobilenet_v3_large and efficientnet_v2_s
+    were off there by float32 rounding only: tract as far from float64 as eager float32)."""
+    model = noisy(LRASPPHead())
+    x = randn(1, 3, 32, 32, seed=0)
+    r = fx2nnef.export(model, (x,), tmp_path / "m.nnef.tgz", input_names=["x"],
+                       target=fx2nnef.TractNNEF(dynamic_axes={"x": {0: "B", 2: "H", 3: "W"}}, check_io=False))
+    assert r.check is None or not r.check.cases
+    tract_matches_eager(r.path, model, [[randn(b, 3, h, w, seed=20 + b + h)]
+                                        for b, h, w in [(2, 67, 67), (1, 33, 17), (2, 9, 13), (1, 5, 5)]])
