@@ -165,9 +165,8 @@ def run_measured(cmd: list, env: dict, log: Path) -> dict:
             "ok": code == 0, "log": str(log)}
 
 
-def tree_rss(pid: int) -> int:
-    """Proportional resident bytes (PSS: a page shared by k processes counts 1/k in each, so forked
-    children and the shared libraries are not counted twice) of ``pid`` and all its descendants."""
+def process_tree(pid: int) -> list:
+    """``pid`` and its descendants (read from /proc)."""
     children: dict = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -177,10 +176,19 @@ def tree_rss(pid: int) -> int:
                 children.setdefault(ppid, []).append(int(entry))
             except (OSError, IndexError, ValueError):
                 pass
-    total, todo = 0, [pid]
+    found, todo = [], [pid]
     while todo:
         p = todo.pop()
+        found.append(p)
         todo += children.get(p, [])
+    return found
+
+
+def tree_rss(pid: int) -> int:
+    """Proportional resident bytes (PSS: a page shared by k processes counts 1/k in each, so forked
+    children and the shared libraries are not counted twice) of ``pid`` and all its descendants."""
+    total = 0
+    for p in process_tree(pid):
         try:
             with open(f"/proc/{p}/smaps_rollup") as f:
                 total += next(int(line.split()[1]) for line in f if line.startswith("Pss:")) * 1024

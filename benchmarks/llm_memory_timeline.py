@@ -61,25 +61,6 @@ def weight_bytes(src: Path) -> int:
     return total
 
 
-def process_tree(pid: int) -> list:
-    """``pid`` and its descendants."""
-    children: dict = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-                children.setdefault(ppid, []).append(int(entry))
-            except (OSError, IndexError, ValueError):
-                pass
-    found, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        found.append(p)
-        todo += children.get(p, [])
-    return found
-
-
 def _field(path: str, name: str) -> int:
     """A ``kB`` field of a /proc file as bytes (0 when the process is gone)."""
     try:
@@ -91,7 +72,7 @@ def _field(path: str, name: str) -> int:
 
 def sample(root: int) -> dict:
     """PSS of the exporting process and of its descendants, bytes."""
-    pids = process_tree(root)
+    pids = bench_llm.process_tree(root)
     own = _field(f"/proc/{root}/smaps_rollup", "Pss:")
     rest = sum(_field(f"/proc/{p}/smaps_rollup", "Pss:") for p in pids[1:])
     return {"t": time.time(), "main": own, "children": rest, "n": len(pids)}
@@ -106,7 +87,7 @@ def run(cmd: list, env: dict, log: Path, every: float) -> tuple:
         def loop():
             while proc.poll() is None:
                 samples.append(sample(proc.pid))
-                for p in process_tree(proc.pid):
+                for p in bench_llm.process_tree(proc.pid):
                     hwm[p] = max(hwm.get(p, 0), _field(f"/proc/{p}/status", "VmHWM:"))
                 time.sleep(every)
 
