@@ -671,8 +671,9 @@ def compare_generation(asset: Path, prompt: torch.Tensor, expected: list, timeou
     facts = {"steps": steps, "prompt": prompt[0].tolist(), "tokens": got, "equal": got == expected}
     if got == expected:
         return facts
-    step = next(k for k, (a, b) in enumerate(zip(got, expected)) if a != b)
-    gap, bound = _tie_gap(logits, step, expected[step], got[step], tolerance) if logits is not None else (None, None)
+    step = first_difference(got, expected)
+    both = logits is not None and step < min(len(got), len(expected))
+    gap, bound = tie_gap(logits, step, expected[step], got[step], tolerance) if both else (None, None)
     if gap is not None and gap <= bound:
         return {**facts, "expected": expected, "near_tie": {"step": step, "gap": _fmt(gap), "bound": _fmt(bound)}}
     how = "" if gap is None else (f"; at step {step} the reference's logits put token {expected[step]} {_fmt(gap)} "
@@ -682,7 +683,13 @@ def compare_generation(asset: Path, prompt: torch.Tensor, expected: list, timeou
                        f"after the prompt {prompt[0].tolist()}{how}. Nothing was written.", [], "")
 
 
-def _tie_gap(logits: np.ndarray, step: int, expected: int, got: int, tolerance: str) -> tuple:
+def first_difference(got: list, expected: list) -> Optional[int]:
+    """The first step where two token lists part (None when they are equal)."""
+    return next((k for k, (a, b) in enumerate(zip(got, expected)) if a != b),
+                None if len(got) == len(expected) else min(len(got), len(expected)))
+
+
+def tie_gap(logits: np.ndarray, step: int, expected: int, got: int, tolerance: str) -> tuple:
     """How far the reference's logit of ``expected`` is above that of ``got`` at ``step``, and the
     largest such gap two logits each within ``tolerance`` of the reference could swap."""
     tol = resolve_tolerance(tolerance)

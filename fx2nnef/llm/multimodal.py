@@ -39,7 +39,7 @@ from ..targets.tolerance import compare_outputs, format_diffs
 from ..targets.tract_runner import run_tract_many
 from .export import (MANIFEST_NAME, SOURCE_EXPORTERS, LLMExportResult, _copy_companions, _fmt, _force_f32_option,
                      _manifest, _properties, _replace_dir, _resolve_dtype, _weights_option, activation_dtype,
-                     contract_asserts, stored_weights, tolerance_for, vocab_size)
+                     contract_asserts, first_difference, stored_weights, tie_gap, tolerance_for, vocab_size)
 from . import drift
 from .mrope import mrope_positions
 from .multimodal_families import Family, Modality, family_of, is_multimodal_config
@@ -554,13 +554,22 @@ class _Job:
                     for m, raw in zip(self.family.modalities, self.scenario.raws)]
         tokens, logits = tract_generate(self.stage / "model.nnef.tgz", encoders, self.scenario.ids.numpy(), steps,
                                         self.timeout, extras, self.decoder.placeholders)
-        diff = compare_outputs(["logits"], [expected_logits], [logits], self.tolerance)[0]
-        if tokens != expected_tokens or not diff.ok:
+        # where the tokens part (at a near tie only, as for text LLMs), the later steps read other inputs
+        step = first_difference(tokens, expected_tokens)
+        upto = len(expected_tokens) if step is None else step + 1
+        diff = compare_outputs(["logits"], [expected_logits[:upto]], [logits[:upto]], self.tolerance)[0]
+        both = step is not None and step < min(len(tokens), len(expected_tokens))
+        gap, bound = tie_gap(expected_logits, step, expected_tokens[step], tokens[step], self.tolerance) \
+            if both else (None, None)
+        if (step is not None and not (both and gap <= bound)) or not diff.ok:
             raise CheckIOError(f"greedy generation from the raw input differs in tract: tokens {tokens}, transformers "
-                               f"gave {expected_tokens}; logits at every step:\n{format_diffs([diff])}\n"
+                               f"gave {expected_tokens}; logits up to step {upto - 1}:\n{format_diffs([diff])}\n"
                                "Nothing was written.", [], "")
-        return {"steps": steps, "prompt_length": int(self.scenario.ids.shape[1]), "tokens": tokens, "equal": True,
-                "max_abs_logits": _fmt(diff.max_abs)}
+        facts = {"steps": steps, "prompt_length": int(self.scenario.ids.shape[1]), "tokens": tokens,
+                 "equal": step is None, "max_abs_logits": _fmt(diff.max_abs)}
+        if step is not None:
+            facts.update(expected=expected_tokens, near_tie={"step": step, "gap": _fmt(gap), "bound": _fmt(bound)})
+        return facts
 
 
 # what the encoders expect of the processor, when its config says it
