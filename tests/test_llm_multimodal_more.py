@@ -29,6 +29,22 @@ def _greedy(model, ids, pixel_values, grid, steps):
     return [int(e.argmax()) for e in expected], torch.stack(expected).numpy()
 
 
+def two_images_generation(out, model, dim: int, g: torch.Generator) -> tuple:
+    """Two images of two grids (5 x 3 and 2 x 4 image tokens) in one prompt, text between, through
+    the Qwen-VL encoder and decoder in tract by generate_multimodal: tokens and logits at every
+    step as transformers'. Returns ``(ids, pixel_values, grid)``."""
+    grid = torch.tensor([[1, 10, 6], [1, 4, 8]])
+    pixel_values = torch.randn(60 + 32, dim, generator=g)
+    ids = torch.cat([torch.tensor([5, 297]), torch.full((15,), 299), torch.tensor([7, 9, 297]), torch.full((8,), 299),
+                     torch.tensor([11, 13])]).unsqueeze(0)
+    tokens, logits = fx2nnef.llm.generate_multimodal(out, ids[0].tolist(), {"pixel_values": pixel_values.numpy(),
+                                                                            "image_grid_thw": grid.numpy()}, 4)
+    expected_tokens, expected_logits = _greedy(model, ids, pixel_values, grid, 4)
+    diff = compare_outputs(["logits"], [expected_logits], [logits], "approximate")[0]
+    assert tokens == expected_tokens and diff.ok, (np.abs(logits - expected_logits).max(axis=1), format_diffs([diff]))
+    return ids, pixel_values, grid
+
+
 def test_qwen_vl_encoder_and_generation_over_other_grids(tmp_path):
     """Exported once (without the export's checks), the Qwen2.5-VL encoder takes grids it was not
     traced on: alone against transformers' tower (windows cut at the border, two frames), and two
@@ -53,15 +69,7 @@ def test_qwen_vl_encoder_and_generation_over_other_grids(tmp_path):
             expected = model.model.visual(patches, grid_thw=grid, return_dict=True).pooler_output.numpy()
         assert got["out_image_embeddings"].shape == expected.shape
         assert np.abs(got["out_image_embeddings"] - expected).max() < 1e-4, grid.tolist()
-    grid = torch.tensor([[1, 10, 6], [1, 4, 8]])  # 5 x 3 and 2 x 4 image tokens
-    pixel_values = torch.randn(60 + 32, dim, generator=g)
-    ids = torch.cat([torch.tensor([5, 297]), torch.full((15,), 299), torch.tensor([7, 9, 297]), torch.full((8,), 299),
-                     torch.tensor([11, 13])]).unsqueeze(0)
-    tokens, logits = fx2nnef.llm.generate_multimodal(out, ids[0].tolist(), {"pixel_values": pixel_values.numpy(),
-                                                                            "image_grid_thw": grid.numpy()}, 4)
-    expected_tokens, expected_logits = _greedy(model, ids, pixel_values, grid, 4)
-    diff = compare_outputs(["logits"], [expected_logits], [logits], "approximate")[0]
-    assert tokens == expected_tokens and diff.ok, (np.abs(logits - expected_logits).max(axis=1), format_diffs([diff]))
+    ids, pixel_values, grid = two_images_generation(out, model, dim, g)
     from fx2nnef.errors import AssetInputError
     with pytest.raises(AssetInputError, match="image_grid_thw"):
         fx2nnef.llm.generate_multimodal(out, ids[0].tolist(), {"pixel_values": pixel_values.numpy()}, 1)

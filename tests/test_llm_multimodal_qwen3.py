@@ -79,8 +79,7 @@ def test_qwen3_vl_other_grids_and_two_images(tmp_path):
     import fx2nnef
     from fx2nnef.llm.multimodal import load_multimodal
     from fx2nnef.llm.qwen_vision import vision_tables
-    from fx2nnef.targets.tolerance import compare_outputs, format_diffs
-    from test_llm_multimodal_more import _greedy
+    from test_llm_multimodal_more import two_images_generation
 
     folder = _folder(tmp_path, _qwen3_vl)
     out = tmp_path / "out"
@@ -98,12 +97,4 @@ def test_qwen3_vl_other_grids_and_two_images(tmp_path):
             own = model.model.visual(patches, grid_thw=grid, return_dict=True)
         for name, expected in zip(names, [own.pooler_output, *own.deepstack_features]):
             assert np.abs(got[name] - expected.numpy()).max() < 1e-4, (grid.tolist(), name)
-    grid = torch.tensor([[1, 10, 6], [1, 4, 8]])  # 5 x 3 and 2 x 4 image tokens
-    pixel_values = torch.randn(60 + 32, dim, generator=g)
-    ids = torch.cat([torch.tensor([5, 297]), torch.full((15,), 299), torch.tensor([7, 9, 297]), torch.full((8,), 299),
-                     torch.tensor([11, 13])]).unsqueeze(0)
-    tokens, logits = fx2nnef.llm.generate_multimodal(out, ids[0].tolist(), {"pixel_values": pixel_values.numpy(),
-                                                                            "image_grid_thw": grid.numpy()}, 4)
-    expected_tokens, expected_logits = _greedy(model, ids, pixel_values, grid, 4)
-    diff = compare_outputs(["logits"], [expected_logits], [logits], "approximate")[0]
-    assert tokens == expected_tokens and diff.ok, format_diffs([diff])
+    two_images_generation(out, model, dim, g)
