@@ -30,7 +30,7 @@ from .passes import (cleanup_slices, complex_to_real, fold_constant_selects, mas
 from .passes.loops import roll_loops
 from .random_draws import random_draws_advice, random_draws_text, watch_random_draws
 from .shapes.budget import BUDGET, budgeted, parameter_count
-from .shapes.far_traces import same_graph, same_graph_hook
+from .shapes.far_traces import same_graph, same_graph_hook, within_trace_reach
 from .shapes.graph_runs import differs_at
 from .shapes.overlap import Worker, can_overlap
 from .shapes.probe import (AT_EXAMPLE, OFF_STEP, RUNS, DeferredCheckFailed, _output_args, analyze, check_reran,
@@ -1148,7 +1148,6 @@ def _at_example_first(job: _Tracing, trace, ref, base_env: dict) -> _Tracing:
 
 
 _FAR = "beyond the sizes checked"
-_FAR_RETRACE = 1024  # the largest size traced again past a far bound (unless 4x the example is larger)
 
 
 def _far_bounds(analysis) -> dict:
@@ -1159,10 +1158,9 @@ def _far_bounds(analysis) -> dict:
 
 
 def _near_far_bounds(analysis) -> dict:
-    """The far bounds worth a trace past them: up to ``_FAR_RETRACE`` or 4x the example (a trace
-    there costs its sizes)."""
+    """The far bounds worth a trace past them (:func:`.far_traces.within_trace_reach`)."""
     base = analysis.base_env
-    return {s: hi for s, hi in _far_bounds(analysis).items() if hi + 1 <= max(4 * base[s], _FAR_RETRACE)}
+    return {s: hi for s, hi in _far_bounds(analysis).items() if within_trace_reach(hi + 1, base[s])}
 
 
 def _join_far_bounds(back, there) -> None:
@@ -1187,7 +1185,7 @@ def _join_far_bounds(back, there) -> None:
 
 def _retrace_sizes(analysis) -> list:
     """``(sizes, by_replay)`` to trace again at when the example's trace holds for a bounded range:
-    two above the example; just past each far bound up to ``_FAR_RETRACE`` (or 4x the example:
+    two above the example; just past each far bound up to ``far_traces.FAR_RETRACE`` (or 4x the example:
     a trace there costs its sizes), where a loop over the chunks of a chunked scan runs twice and
     rolls; just past each upper bound where the graph stops reproducing the model, and where the
     replay's shapes stop holding (a sequence within one chunk traces a chunk axis of 1).
@@ -1200,7 +1198,7 @@ def _retrace_sizes(analysis) -> list:
     def add(env, by_replay):
         # never far above the example: a trace there costs its sizes (a range that ends where a
         # decision changes at H = 2**23 + 1 and is also stepped would trace a UNet there)
-        affordable = all(v <= max(4 * base[s], _FAR_RETRACE) for s, v in env.items())
+        affordable = all(within_trace_reach(v, base[s]) for s, v in env.items())
         if affordable and all(env != e for e, _ in out):
             out.append((env, by_replay))
 

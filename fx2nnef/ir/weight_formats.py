@@ -83,7 +83,8 @@ def apply_weight_format(graph: Graph, fmt: str, eligible: Optional[Callable[[Val
     ``eligible(value)`` may refuse a constant (e.g. one the caller cannot reproduce in its
     reference run). ``rounding``: how Q4_0 scales are chosen (``"minmax"``, ``"search"``, see
     :mod:`.weight_data`, or ``"gptq"``: ``calibrated``'s blocks, the search for parameters it has
-    none for). ``calibrated``: also the parameters kept in float16. Returns one :class:`WeightChoice` per float parameter, in graph order.
+    none for). ``calibrated``: also the parameters kept in float16. Returns one
+    :class:`WeightChoice` per float parameter, in graph order.
     """
     if fmt not in WEIGHT_FORMATS:
         raise ValueError(f"weight format must be one of {WEIGHT_FORMATS}, got {fmt!r}")

@@ -72,7 +72,6 @@ class CalibrationReport:
         return entry
 
 
-
 def summary_line(entry: dict) -> str:
     """The summary's line on the calibration, from its manifest entry."""
     parts = [f"GPTQ on {entry['gptq_weights']} Linear weights"] if entry.get("gptq_weights") else []
@@ -270,11 +269,16 @@ def _read_as(model: torch.nn.Module, blocks: dict) -> dict:
 
 
 def _decoded(found: np.ndarray, shape: tuple, dtype: torch.dtype) -> Callable[..., torch.Tensor]:
-    """The decoder of Q4_0 blocks found for a weight, as the stored values call it (all rows, or
-    the rows ``index``)."""
+    """The decoder of Q4_0 blocks found for a weight (rows in order), as the stored values call it:
+    all rows, or the rows ``index`` only (a linear layer's block of rows, an embedding's lookups)."""
+    rows, cols = shape
+    per_row = found.reshape(rows, cols // Q4_0_BLOCK_LEN, -1)
+
     def decode(index=None):
-        values = torch.from_numpy(dequantize_q4_0(found, shape))
-        return (values if index is None else values[index]).to(dtype)
+        picked = per_row if index is None else per_row[index if isinstance(index, slice) else np.asarray(index)]
+        lead = picked.shape[:-2]
+        values = dequantize_q4_0(picked.reshape(-1, picked.shape[-1]), (-1, cols))
+        return torch.from_numpy(values).reshape(*lead, cols).to(dtype)
     return decode
 
 

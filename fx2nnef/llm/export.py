@@ -23,14 +23,16 @@ from .. import progress
 from ..ir.fusions import fused_counts, resolve_fusions
 from ..ir.weight_data import DEFAULT_Q4_0_ROUNDING
 from ..targets import TractNNEF
+from ..targets.drift import first_difference
 from ..targets.result import ExportResult, guard_lines
 from ..targets.tolerance import compare_outputs, format_diffs, resolve_tolerance
+from ..targets.tract._child import map_large_blocks
 from ..targets.tract_runner import run_tract_many
 from . import calibration as calibration_module
 from . import drift
 from .cast import cast_in_place
 from .generate import greedy_generate
-from .released_checks import DeferredTractNNEF, large_blocks_mapped, release, run_checks
+from .released_checks import DeferredTractNNEF, release, run_checks
 from .wrapper import CacheLayout, FlatCacheLM, cache_argument, cache_layout, returned_cache
 
 ASSET_NAME = "model.nnef.tgz"
@@ -207,7 +209,7 @@ def export_causal_lm(model_or_dir, out_dir, *, dtype: Optional[str] = None, weig
         model = model_or_dir.eval()
     else:
         source_dir = Path(model_or_dir)
-        large_blocks_mapped()  # the process is about to hold the whole model: no heap kept beside it
+        map_large_blocks()  # the process is about to hold the whole model: no heap kept beside it
         # loaded as stored: the drift needs the original's logits before any cast (the cast below
         # converts tensor by tensor in place, never a second full copy)
         model = load_causal_lm(model_or_dir)
@@ -216,7 +218,7 @@ def export_causal_lm(model_or_dir, out_dir, *, dtype: Optional[str] = None, weig
     original = drift.reference_before_rounding(
         model, torch_dtype, weights, last_logits_only, (lambda w, l, d: mode_cases(w, l, d, seed)) if check else None,
         (lambda m: greedy_reference(m, generation_prompt(m, seed), generate)) if generate else None)
-    calibrated, calibration_report = calibrate_q4_0(model, weights, rounding, keep_f16, calibration, seed)
+    calibrated, calibration_report = calibrate_q4_0(model, rounding, keep_f16, calibration, seed)
     if next(model.parameters()).dtype != torch_dtype:
         # the caller's module is left as it was; a model loaded here is cast over its own memory
         model = copy.deepcopy(model).to(torch_dtype) if source_dir is None else cast_in_place(model, torch_dtype)
@@ -267,12 +269,11 @@ def export_causal_lm(model_or_dir, out_dir, *, dtype: Optional[str] = None, weig
     return LLMExportResult(out_dir, out_dir / ASSET_NAME, manifest, result)
 
 
-def calibrate_q4_0(model: torch.nn.Module, weights: Optional[str], rounding: Optional[str], keep_f16,
-                   calibration, seed: int) -> tuple:
-    """``(Calibrated, CalibrationReport)`` when the Q4_0 rounding is GPTQ or some weights are kept
-    in f16 (:mod:`.calibration`), else ``(None, None)``; run on the model's own values: call it
-    before the cast."""
-    if not check_calibration_options(weights, rounding, keep_f16, calibration):
+def calibrate_q4_0(model: torch.nn.Module, rounding: Optional[str], keep_f16, calibration, seed: int) -> tuple:
+    """``(Calibrated, CalibrationReport)`` for GPTQ rounding or weights kept in f16
+    (:mod:`.calibration`; the options checked beforehand by :func:`check_calibration_options`),
+    else ``(None, None)``; run on the model's own values: call it before the cast."""
+    if rounding != "gptq" and keep_f16 is None:
         return None, None
     if calibration is None:
         ids = calibration_module.calibration_ids(vocab_size(model), seed, calibration_module.default_sequences(model))
@@ -669,32 +670,45 @@ def compare_generation(asset: Path, prompt: torch.Tensor, expected: list, timeou
     steps = len(expected)
     got = greedy_generate(asset, prompt.numpy(), steps, timeout=timeout)
     facts = {"steps": steps, "prompt": prompt[0].tolist(), "tokens": got, "equal": got == expected}
-    if got == expected:
+    part = parting(got, expected, logits, tolerance)
+    if part is None:
         return facts
-    step = first_difference(got, expected)
-    both = logits is not None and step < min(len(got), len(expected))
-    gap, bound = tie_gap(logits, step, expected[step], got[step], tolerance) if both else (None, None)
-    if gap is not None and gap <= bound:
-        return {**facts, "expected": expected, "near_tie": {"step": step, "gap": _fmt(gap), "bound": _fmt(bound)}}
-    how = "" if gap is None else (f"; at step {step} the reference's logits put token {expected[step]} {_fmt(gap)} "
-                                  f"above token {got[step]}, more than a near tie at tolerance {tolerance} "
-                                  f"({_fmt(bound)})")
+    if part.near_tie:
+        return {**facts, "expected": expected, "near_tie": part.facts()}
+    how = "" if part.gap is None else (f"; at step {part.step} the reference's logits put token {expected[part.step]} "
+                                       f"{_fmt(part.gap)} above token {got[part.step]}, more than a near tie at "
+                                       f"tolerance {tolerance} ({_fmt(part.bound)})")
     raise CheckIOError(f"greedy generation differs: tract gave {got}, transformers' greedy decoding gave {expected} "
                        f"after the prompt {prompt[0].tolist()}{how}. Nothing was written.", [], "")
 
 
-def first_difference(got: list, expected: list) -> Optional[int]:
-    """The first step where two token lists part (None when they are equal)."""
-    return next((k for k, (a, b) in enumerate(zip(got, expected)) if a != b),
-                None if len(got) == len(expected) else min(len(got), len(expected)))
+@dataclasses.dataclass
+class Parting:
+    """Where greedy tokens first part from the reference's, and the reference's gap there between
+    its token and the other (None without its logits)."""
+
+    step: int
+    gap: Optional[float] = None
+    bound: Optional[float] = None  # the largest gap two logits each within the tolerance could swap
+
+    @property
+    def near_tie(self) -> bool:
+        return self.gap is not None and self.gap <= self.bound
+
+    def facts(self) -> dict:
+        return {"step": self.step, "gap": _fmt(self.gap), "bound": _fmt(self.bound)}
 
 
-def tie_gap(logits: np.ndarray, step: int, expected: int, got: int, tolerance: str) -> tuple:
-    """How far the reference's logit of ``expected`` is above that of ``got`` at ``step``, and the
-    largest such gap two logits each within ``tolerance`` of the reference could swap."""
+def parting(got: list, expected: list, logits: Optional[np.ndarray], tolerance: str) -> Optional[Parting]:
+    """Where ``got`` first parts from ``expected`` (None when equal), with the gap of the reference's
+    ``logits`` (``[steps, vocab]``) at that step between the two tokens, and its bound at ``tolerance``."""
+    step = first_difference(got, expected)
+    if step is None or logits is None or step >= min(len(got), len(expected)):
+        return None if step is None else Parting(step)
     tol = resolve_tolerance(tolerance)
     row = logits[step].astype(np.float64)
-    return float(row[expected] - row[got]), 2 * tol.atol + tol.rtol * (abs(row[expected]) + abs(row[got]))
+    a, b = row[expected[step]], row[got[step]]
+    return Parting(step, float(a - b), 2 * tol.atol + tol.rtol * (abs(a) + abs(b)))
 
 
 def generation_prompt(model: torch.nn.Module, seed: int = 0) -> torch.Tensor:

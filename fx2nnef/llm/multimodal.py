@@ -39,7 +39,7 @@ from ..targets.tolerance import compare_outputs, format_diffs
 from ..targets.tract_runner import run_tract_many
 from .export import (MANIFEST_NAME, SOURCE_EXPORTERS, LLMExportResult, _copy_companions, _fmt, _force_f32_option,
                      _manifest, _properties, _replace_dir, _resolve_dtype, _weights_option, activation_dtype,
-                     contract_asserts, first_difference, stored_weights, tie_gap, tolerance_for, vocab_size)
+                     contract_asserts, parting, stored_weights, tolerance_for, vocab_size)
 from . import drift
 from .mrope import mrope_positions
 from .multimodal_families import Family, Modality, family_of, is_multimodal_config
@@ -253,9 +253,9 @@ def export_multimodal_lm(model_or_dir, out_dir, options: dict) -> LLMExportResul
     if options["batch_symbol"]:
         raise InvalidArgumentError(f"{spell('batch_symbol', True)} is for text LLMs only: the multimodal decoder "
                                    "splices the embeddings of one sequence; export with batch 1")
-    calibrated = [spell(k, v) if k != "calibration" else spell(k) for k, v in (("rounding", options.get("rounding")), ("keep_f16", options.get("keep_f16")),
-                                           ("calibration", options.get("calibration"))) if v is not None
-                  and (k != "rounding" or v == "gptq")]
+    calibrated = [spell("rounding", "gptq")] if options.get("rounding") == "gptq" else []
+    calibrated += [spell("keep_f16", options["keep_f16"])] if options.get("keep_f16") is not None else []
+    calibrated += [spell("calibration")] if options.get("calibration") is not None else []
     if calibrated:
         raise InvalidArgumentError(f"{', '.join(calibrated)}: calibrated Q4_0 is for text LLMs only (multimodal "
                                    "decoders take rounding 'search' or 'minmax')")
@@ -555,20 +555,17 @@ class _Job:
         tokens, logits = tract_generate(self.stage / "model.nnef.tgz", encoders, self.scenario.ids.numpy(), steps,
                                         self.timeout, extras, self.decoder.placeholders)
         # where the tokens part (at a near tie only, as for text LLMs), the later steps read other inputs
-        step = first_difference(tokens, expected_tokens)
-        upto = len(expected_tokens) if step is None else step + 1
+        part = parting(tokens, expected_tokens, expected_logits, self.tolerance)
+        upto = len(expected_tokens) if part is None else part.step + 1
         diff = compare_outputs(["logits"], [expected_logits[:upto]], [logits[:upto]], self.tolerance)[0]
-        both = step is not None and step < min(len(tokens), len(expected_tokens))
-        gap, bound = tie_gap(expected_logits, step, expected_tokens[step], tokens[step], self.tolerance) \
-            if both else (None, None)
-        if (step is not None and not (both and gap <= bound)) or not diff.ok:
+        if (part is not None and not part.near_tie) or not diff.ok:
             raise CheckIOError(f"greedy generation from the raw input differs in tract: tokens {tokens}, transformers "
                                f"gave {expected_tokens}; logits up to step {upto - 1}:\n{format_diffs([diff])}\n"
                                "Nothing was written.", [], "")
         facts = {"steps": steps, "prompt_length": int(self.scenario.ids.shape[1]), "tokens": tokens,
-                 "equal": step is None, "max_abs_logits": _fmt(diff.max_abs)}
-        if step is not None:
-            facts.update(expected=expected_tokens, near_tie={"step": step, "gap": _fmt(gap), "bound": _fmt(bound)})
+                 "equal": part is None, "max_abs_logits": _fmt(diff.max_abs)}
+        if part is not None:
+            facts.update(expected=expected_tokens, near_tie=part.facts())
         return facts
 
 

@@ -53,26 +53,6 @@ def release(model: torch.nn.Module) -> None:
     _trim_heap()
 
 
-# glibc's mallopt parameter: allocations of at least this many bytes get their own mapping
-_M_MMAP_THRESHOLD = -3
-LARGE_BLOCK_BYTES = 2**20
-
-
-def large_blocks_mapped() -> None:
-    """Make glibc map every allocation of 1 MiB or more on its own (and unmap it when freed).
-
-    By default glibc raises that threshold to the size of the last large block freed (up to
-    32 MiB), and blocks below it come from a heap that keeps freed memory: a 1B model's torch
-    run in this process held ~250 MiB more at its peak that way, and a process never gives the
-    threshold back. Fixing it keeps the peak at what is in use. Process-wide; used where the
-    process is about to hold a model as large as the machine allows (a folder export). Nothing
-    happens where there is no glibc."""
-    try:
-        ctypes.CDLL("libc.so.6").mallopt(_M_MMAP_THRESHOLD, LARGE_BLOCK_BYTES)
-    except (OSError, AttributeError):
-        pass
-
-
 def _trim_heap() -> None:
     """glibc keeps freed blocks below its mmap threshold in its heap: give them back (elsewhere nothing)."""
     try:

@@ -88,12 +88,17 @@ def logit_drift(reference: np.ndarray, got: np.ndarray, what: str) -> Drift:
     return drift
 
 
+def first_difference(a: Sequence[int], b: Sequence[int]) -> Optional[int]:
+    """The first step where two token lists part (the shorter one's length when one extends the
+    other), None when they are equal."""
+    first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
+    return min(len(a), len(b)) if first is None and len(a) != len(b) else first
+
+
 def greedy_drift(original: Sequence[int], asset: Sequence[int]) -> dict:
     """Greedy tokens of the asset against the original model's after the same prompt."""
     original, asset = list(map(int, original)), list(map(int, asset))
-    first = next((i for i, (a, b) in enumerate(zip(original, asset)) if a != b), None)
-    if first is None and len(original) != len(asset):
-        first = min(len(original), len(asset))
+    first = first_difference(original, asset)
     return {"steps": len(original), "equal": first is None, "first_difference": first,
             "original": original, "asset": asset}
 

@@ -18,6 +18,14 @@ import torch
 import torch.fx as fx
 
 _HOOKS: list = []  # the innermost caller's hook: env -> whether the graph traced there is the same
+# the largest size a forward is traced at beyond the example, unless 4x the example is larger (a
+# trace there costs its sizes)
+FAR_RETRACE = 1024
+
+
+def within_trace_reach(size: int, example: int) -> bool:
+    """Whether a trace where a symbol is ``size`` (its example ``example``) is affordable."""
+    return size <= max(4 * example, FAR_RETRACE)
 
 
 @contextlib.contextmanager
@@ -67,18 +75,17 @@ _SAME_VALUES = {"contiguous", "clone", "detach", torch.clone, torch.detach}
 def _kept(gm: fx.GraphModule) -> list:
     """The nodes of ``gm`` but those giving their input's values, which stand for their input
     (see :func:`_origin`)."""
-    kept = []
-    for n in gm.graph.nodes:
-        if n.op in ("call_method", "call_function") and n.target in _SAME_VALUES and n.args \
-                and isinstance(n.args[0], fx.Node) and set(n.kwargs) <= {"memory_format"}:
-            continue
-        kept.append(n)
-    return kept
+    return [n for n in gm.graph.nodes if not _gives_its_input(n)]
+
+
+def _gives_its_input(n: fx.Node) -> bool:
+    """Whether ``n`` gives its first argument's values (``x.contiguous()``, ``x.clone()``, ...)."""
+    return n.op in ("call_method", "call_function") and n.target in _SAME_VALUES and bool(n.args) \
+        and isinstance(n.args[0], fx.Node) and set(n.kwargs) <= {"memory_format"}
 
 
 def _origin(n: fx.Node) -> fx.Node:
-    while n.op in ("call_method", "call_function") and n.target in _SAME_VALUES and n.args \
-            and isinstance(n.args[0], fx.Node) and set(n.kwargs) <= {"memory_format"}:
+    while _gives_its_input(n):
         n = n.args[0]
     return n
 

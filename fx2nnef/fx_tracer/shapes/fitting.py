@@ -282,12 +282,18 @@ def _unfit_off(form, record, env):
         return _off(form, record[1], env)
     if kind in ("tensor", "seq") and isinstance(form, tuple) and len(form) == len(record[1]):
         reals = record[1] if kind == "tensor" else [r[1] if r[0] == "int" else r for r in record[1]]
-        parts = tuple(_off(f, real, env) if isinstance(f, SymDim) and isinstance(real, int)
-                      and f.evaluate(env) != real
-                      else _unfit_off(f, real, env) if isinstance(real, tuple) and not isinstance(f, Unfit)
-                      else f
-                      for f, real in zip(form, reals))
+        parts = tuple(_part_off(f, real, env) for f, real in zip(form, reals))
         return form if all(a is b for a, b in zip(parts, form)) else parts
+    return form
+
+
+def _part_off(form, real, env):
+    """One item of a tensor's shape or a sequence: a fitted size unlike ``real`` made
+    :class:`Unfit`, a nested record looked into, anything else as it is."""
+    if isinstance(form, SymDim) and isinstance(real, int) and form.evaluate(env) != real:
+        return _off(form, real, env)
+    if isinstance(real, tuple) and not isinstance(form, Unfit):
+        return _unfit_off(form, real, env)
     return form
 
 

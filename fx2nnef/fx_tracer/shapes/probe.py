@@ -34,7 +34,7 @@ from .budget import BUDGET
 from .data_counts import decided_on_counts
 from .decisions import _baked_number, _decide, _holds_in, _signature
 from .fake_replay import Replay, ReplayUnavailable, _in_place, replay, shapes_at
-from .far_traces import same_graph_at
+from .far_traces import same_graph_at, within_trace_reach
 from .fitting import (_agrees, _bend_check_envs, _check_base_shapes, _constants, _count_unfit,
                       _division_check_envs, _fit_good, _form_at, _has_division, _is_fitted, _record_text,
                       _shape_mismatch, _unfit_varying, fit_check_envs, unfit_where_off)
@@ -779,14 +779,12 @@ class Prober:
             if n is not None:  # a change not seen to be the kernels' alone, or one too many of them
                 self.results[s].setdefault(n, "unchecked")
 
-    _FAR_RETRACE = 1024  # the largest size a far change is traced at (unless 4x the example is larger)
-
     def _same_graph_far(self, env: dict) -> bool:
         """Whether a far change at ``env`` (one symbol moved) is of decisions the graph does not
         see: not far beyond the example (a trace there costs its sizes), the replay's shapes hold
         there, and the forward traced there gives this very graph (see :mod:`.far_traces`)."""
         (s,) = _moved(env, self.base_env)
-        if env[s] > max(4 * self.base_env[s], self._FAR_RETRACE) or self._shapes_past_flip(env) != "good":
+        if not within_trace_reach(env[s], self.base_env[s]) or self._shapes_past_flip(env) != "good":
             return False
         return same_graph_at(env)
 

@@ -127,10 +127,14 @@ def to_numpy_outputs(outputs: list) -> list[np.ndarray]:
 
 
 def map_large_blocks() -> None:
-    """glibc maps allocations of 1 MiB or more on their own, so that tract's large transient
-    buffers (a weight read while the model loads) go back to the system when freed instead of
-    staying in a heap beside the weights (measured: 260 MiB less resident for a 1B model;
-    nothing without glibc)."""
+    """glibc maps allocations of 1 MiB or more on their own, and unmaps them when freed.
+
+    By default glibc raises that threshold to the size of the last large block freed (up to 32
+    MiB), and blocks below it come from a heap that keeps freed memory: tract's transient load
+    buffers (a weight read while the model loads) stayed beside the weights (260 MiB for a 1B
+    model), as did a 1B model's torch run in the exporting process (~250 MiB). Process-wide;
+    this child calls it before loading, ``fx2nnef.llm`` before loading a folder's model. Nothing
+    happens without glibc."""
     import ctypes
 
     try:
