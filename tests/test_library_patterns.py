@@ -173,3 +173,32 @@ def test_no_trace_far_above_the_example_for_a_stepped_range(tmp_path, monkeypatc
                    target=fx2nnef.TractNNEF(dynamic_axes={"x": {0: "B", 2: "H"}}))
     assert max(shape[2] for shape in traced_at) <= 1024, traced_at
     tract_matches_eager(out, m, [[randn(2, 2, 8, 16, seed=1)], [randn(1, 2, 40, 16, seed=2)]])
+
+
+class _FullLengthsMask(torch.nn.Module):
+    """torchaudio's Conformer called with every item at full length: the lengths are made from the
+    input's size, and the key padding mask is sized by ``int(lengths.max().item())``, a number that
+    is the length T (not data)."""
+
+    def __init__(self):
+        super().__init__()
+        self.attn = torch.nn.MultiheadAttention(16, 2)
+
+    def forward(self, x):
+        lengths = torch.full((x.shape[0],), x.shape[1], dtype=torch.int64)
+        longest = int(torch.max(lengths).item())
+        mask = torch.arange(longest, dtype=lengths.dtype).expand(x.shape[0], longest) >= lengths.unsqueeze(1)
+        y = x.transpose(0, 1)
+        out, _ = self.attn(y, y, y, key_padding_mask=mask, need_weights=False)
+        return out.transpose(0, 1)
+
+
+def test_a_count_read_from_a_tensor_of_sizes_stays_symbolic(tmp_path):
+    torch.manual_seed(0)
+    m = _FullLengthsMask().eval()
+    out = tmp_path / "m.nnef.tgz"
+    for check_io in (True, False):
+        r = fx2nnef.export(m, (randn(2, 12, 16),), out, input_names=["x"],
+                           target=fx2nnef.TractNNEF(check_io=check_io, dynamic_axes={"x": {0: "B", 1: "T"}}))
+        assert not r.ranges.get("T"), r.ranges
+    tract_matches_eager(out, m, [[randn(1, 5, 16, seed=1)], [randn(3, 31, 16, seed=2)]])

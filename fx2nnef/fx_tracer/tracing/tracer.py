@@ -400,6 +400,8 @@ class CustomTracer(fx.Tracer):
                 number = _number_in_tensor(self, root)
                 if number is not None:  # torch.tensor(S).item() is S, traced
                     return number
+                if _size_count(v) and not self._on_data(root):  # lengths.max().item(), lengths from sizes
+                    return self.create_proxy("call_method", "item", (root,), {})
             if name in _DATA_TENSOR_METHODS:
                 if on_slot_data(root.node, self._slot_data_memo):
                     decide_in_body(self, root, name, None)  # refused: a number that differs at every step
@@ -856,6 +858,11 @@ def _script_module_forward(m, forward):
 
 
 _TENSOR_OF_NUMBER = (torch.tensor, torch.as_tensor, torch.scalar_tensor)
+
+
+def _size_count(v: torch.Tensor) -> bool:
+    """Whether ``v`` holds one integer, as a tensor computed from sizes does (a count, a length)."""
+    return v.numel() == 1 and not v.dtype.is_floating_point and not v.dtype.is_complex and v.dtype != torch.bool
 
 
 def _number_in_tensor(tracer, root):
