@@ -202,3 +202,44 @@ def test_a_count_read_from_a_tensor_of_sizes_stays_symbolic(tmp_path):
                            target=fx2nnef.TractNNEF(check_io=check_io, dynamic_axes={"x": {0: "B", 1: "T"}}))
         assert not r.ranges.get("T"), r.ranges
     tract_matches_eager(out, m, [[randn(1, 5, 16, seed=1)], [randn(3, 31, 16, seed=2)]])
+
+
+def _sincos_grid(h, w, dim: int):
+    """diffusers' 2-d sin-cos positions of an ``h`` x ``w`` grid (``get_2d_sincos_pos_embed``):
+    a meshgrid stacked and reshaped to ``[2, 1, w, h]``."""
+    grid = torch.stack(torch.meshgrid(torch.arange(w, dtype=torch.float32) / (w / 4),
+                                      torch.arange(h, dtype=torch.float32) / (h / 4), indexing="xy"))
+    grid = grid.reshape([2, 1, w, h])
+    omega = 1.0 / 10000 ** (torch.arange(dim // 4, dtype=torch.float32) / (dim / 4))
+    out = grid.reshape(2, -1)[..., None] * omega
+    return torch.cat([out.sin(), out.cos()], -1).permute(1, 0, 2).reshape(1, -1, dim)
+
+
+class _PatchTokens(torch.nn.Module):
+    """diffusers' PatchEmbed at another size than its table's and PixArt's unpatchify: tokens of
+    a 2x2 patch grid with sin-cos positions computed from the grid's sides, back to an image."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Conv2d(4, 16, 2, stride=2)
+        self.out = torch.nn.Linear(16, 16)
+
+    def forward(self, x):
+        h, w = x.shape[-2] // 2, x.shape[-1] // 2
+        tokens = self.proj(x).flatten(2).transpose(1, 2) + _sincos_grid(h, w, 16)
+        y = self.out(tokens).reshape(-1, h, w, 2, 2, 4)
+        return torch.einsum("nhwpqc->nchpwq", y).reshape(-1, 4, h * 2, w * 2)
+
+
+def test_grid_positions_at_a_square_example_keep_height_and_width_apart(tmp_path):
+    """A square example (8 x 8) made the replay's reshape of the stacked grid a torch kernel call,
+    whose layout decision (``W//2 == H//2``) then wrote every ``W//2`` as ``H//2``: the shapes were
+    fitted from probes instead, and PixArt failed after minutes."""
+    torch.manual_seed(0)
+    m = _PatchTokens().eval()
+    out = tmp_path / "m.nnef.tgz"
+    for check_io in (True, False):
+        r = fx2nnef.export(m, (randn(1, 4, 8, 8),), out, input_names=["x"],
+                           target=fx2nnef.TractNNEF(check_io=check_io, dynamic_axes={"x": {0: "B", 2: "H", 3: "W"}}))
+        assert not any("fitted from probe runs" in n for n in r.notes), r.notes  # the replay gave the shapes
+    tract_matches_eager(out, m, [[randn(2, 4, 6, 10, seed=1)], [randn(1, 4, 12, 4, seed=2)]])

@@ -975,7 +975,9 @@ def _equalities(shape_env, guards: list) -> dict:
         if type(expr).__name__ != "Equality":
             continue
         a, b = expr.args
-        key = (sympy.count_ops(a), len(str(a))), (sympy.count_ops(b), len(str(b)))
+        # not by the text: (W//2) == (H//2) at a square example would be "simpler" by its
+        # symbols' names (s1 against s36), and every W//2 would become H//2
+        key = (sympy.count_ops(a), len(a.free_symbols)), (sympy.count_ops(b), len(b.free_symbols))
         if key[0] != key[1]:
             complex_, simple = (a, b) if key[0] > key[1] else (b, a)
             out.setdefault(complex_, simple)

@@ -21,6 +21,7 @@ from typing import Optional
 
 import sympy
 import torch
+from torch.utils._sympy.functions import Max
 
 _PROMOTE, _DIVIDE, _COMPARE, _BITS, _LOGICAL = range(5)
 _ELEMENTWISE_FUNCTIONS = {
@@ -112,19 +113,29 @@ def _size_expr(d):
     return d.node.expr if isinstance(d, torch.SymInt) else d
 
 
+def _at_least_one(e):
+    """``e`` with each ``Max(1, size)`` written as the size."""
+    if not isinstance(e, sympy.Basic) or not e.has(Max):
+        return e
+    return e.replace(lambda x: isinstance(x, Max) and len(x.args) == 2 and 1 in x.args,
+                     lambda x: x.args[0] if x.args[1] == 1 else x.args[1])
+
+
 def _same_size(a, b) -> bool:
     return _size_expr(a) == _size_expr(b)
 
 
 def _contiguous(t: torch.Tensor) -> bool:
     """Whether every stride of ``t`` is, as an expression, the product of the sizes after it
-    (strides of axes of size 1 aside): no decision is taken to tell."""
+    (strides of axes of size 1 aside): no decision is taken to tell. torch's kernels write such a
+    stride with ``Max(1, size)`` for each size (so that an empty axis leaves the others' strides
+    alone), which is the size wherever the tensor has items."""
     expected = 1
     for size, stride in zip(reversed(t.shape), reversed(t.stride())):
         size = _size_expr(size)
         if size == 1:
             continue
-        if _size_expr(stride) != expected:
+        if _at_least_one(_size_expr(stride)) != expected:
             return False
         expected = expected * size
     return True
