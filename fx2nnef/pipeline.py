@@ -318,7 +318,7 @@ def _mismatch(cap: Capture, staged: StagedAsset, report: CheckReport, cases: lis
                  "(e.g. float16).")
     if cap.random_draws:
         lines.append(random_draws_advice(cap.random_draws))
-    return CheckIOError("\n".join(lines), [d for _, ds in report.cases for d in ds], str(bundle))
+    return CheckIOError("\n".join(lines), [d for _, ds in report.cases for d in ds], str(bundle), report.float64)
 
 
 def _float64_model(cap: Capture, stored: list) -> Callable[[list], list]:

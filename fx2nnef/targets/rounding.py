@@ -93,6 +93,13 @@ class Float64Arbitration:
                 "outputs than eager float32 is, so this is not float32 rounding:")
         return [head] + [f"  {f}{'' if f.rounding else '  <- not rounding'}" for f in self.figures]
 
+    def as_dict(self) -> dict:
+        """``{"LABEL OUTPUT": {"tract": x, "eager": y}}`` (JSON-ready; the engine's name as the key of
+        its figure), or ``{"unavailable": why}``."""
+        if self.unavailable:
+            return {"unavailable": self.unavailable}
+        return {f"{f.label} {f.output}": {f.engine_name: f.engine, "eager": f.eager} for f in self.figures}
+
     def note(self) -> str:
         """The note of a check passed this way."""
         engine = self.figures[0].engine_name if self.figures else "the engine"
