@@ -109,7 +109,8 @@ def print_table(rows: list, file=sys.stdout) -> None:
 
     print(f"{'model':40s} {'exported':8s} {'2 sizes':7s} {'s':>6s} {'cpu s':>6s}  reason", file=file)
     for r in rows:
-        exported = r.get("status") in ("ok", "rounding", "mismatch") or str(r.get("error", "")).startswith("CheckIOError")
+        exported = (r.get("status") in ("ok", "rounding", "mismatch")
+                    or str(r.get("error", "")).startswith("CheckIOError"))
         print(f"{r['family'][:40]:40s} {'yes' if exported else 'no':8s} {'yes' if two_sizes(r) else 'no':7s} "
               f"{r.get('seconds', float('nan')):6.1f} {r.get('cpu_seconds', float('nan')):6.1f}  {reason(r)}",
               file=file)

@@ -10,6 +10,11 @@ every case; float64 shows that tract is as close to the exact answer as PyTorch'
 A genuinely wrong asset is made the way a user makes one: an extractor (a hand-written lowering
 of a module) with a wrong constant, a slip of the kind a wrong eps or scale is. Eager float32 and
 float64 agree on that module's values and tract does not: the failure stands, with the figures.
+
+A float64 run is a reference only if it computes what float32 approximates. A module whose
+forward adds an offset when it runs in float64 (a branch on the dtype) stands for a model that
+computes otherwise in float64; it is no honest way to make a check pass, but it shows that such a
+float64 run, far from eager and tract alike, does not let a wrong asset through.
 """
 from __future__ import annotations
 
@@ -71,6 +76,13 @@ if Offset not in EXTRACTOR_CLASSES:
     register_extractor(SlippedOffset)
 
 
+class ElsewhereInFloat64(torch.nn.Module):
+    """Adds 2 when run in float64: a float64 run that computes something else."""
+
+    def forward(self, x):
+        return x + 2.0 if x.dtype == torch.float64 else x
+
+
 class MixedInForward(Cancelling):
     """Mixes the features with a matrix made in forward, in torch's default dtype (float32): the
     model runs in float32 only (float64 inputs meet a float32 matrix in ``linear``)."""
@@ -103,8 +115,8 @@ def test_rounding_amplified_by_the_model_passes_with_its_figures(tmp_path):
     assert "note: values outside the tolerance passed as float32 rounding" in summary
     for label, diffs in check.cases:
         assert all(d.ok and "outside approximate" in d.note for d in diffs)
-        assert all(f"float32 rounding: tract {f.engine:.3g}, eager {f.eager:.3g} tolerance units from float64" in summary
-                   for f in check.float64.figures)
+        assert all(f"float32 rounding: tract {f.engine:.3g}, eager {f.eager:.3g} tolerance units from float64"
+                   in summary for f in check.float64.figures)
 
 
 def test_check_io_false_writes_the_same_asset(tmp_path):
@@ -120,10 +132,20 @@ def test_a_wrong_asset_still_fails_with_the_float64_figures(tmp_path):
         fx2nnef.export(model.eval(), _inputs(), tmp_path / "wrong.nnef.tgz", input_names=["x"],
                        leaf_modules=(Offset,), target=fx2nnef.TractNNEF(dynamic_axes={"x": {0: "B"}}))
     text = str(caught.value)
-    assert "Float64 arbitration: tract is more than 4x further" in text
+    assert "Float64 arbitration: not float32 rounding (tract more than 4x further" in text
     assert "[example] output: tract " in text and "tolerance units from float64  <- not rounding" in text
     assert "float32 rounding: tract" not in text
     assert not (tmp_path / "wrong.nnef.tgz").exists()
+
+
+def test_a_float64_run_that_computes_otherwise_lets_no_wrong_asset_through(tmp_path):
+    model = torch.nn.Sequential(Cancelling(), Offset(), ElsewhereInFloat64())
+    with pytest.raises(CheckIOError) as caught:
+        fx2nnef.export(model.eval(), _inputs(), tmp_path / "wrong.nnef.tgz", input_names=["x"],
+                       leaf_modules=(Offset,), target=fx2nnef.TractNNEF(dynamic_axes={"x": {0: "B"}}))
+    figures = caught.value.float64.figures
+    assert figures and all(f.engine <= ROUNDING_FACTOR * f.eager and not f.is_reference for f in figures)
+    assert "<- float64 is no reference here: eager float32 is" in str(caught.value)
 
 
 def test_a_model_that_cannot_run_in_float64_keeps_its_error(tmp_path):
@@ -153,4 +175,15 @@ def test_tolerance_units():
     assert tolerance_units(exact + np.array([0, 0, 0.1002]), exact, tol) == pytest.approx(2.0)
     assert tolerance_units(np.array([np.nan, 1.0]), np.array([np.nan, 1.0]), tol) == 0.0
     assert tolerance_units(np.array([np.inf, 1.0]), np.array([5.0, 1.0]), tol) == np.inf
-    assert Float64Figures("B=3", "y", 4.0, 1.0).rounding and not Float64Figures("B=3", "y", 4.1, 1.0).rounding
+    assert Float64Figures("B=3", "y", 4.0, 1.0, 1.0).rounding and not Float64Figures("B=3", "y", 4.1, 1.0, 1.0).rounding
+    assert not Float64Figures("B=3", "y", 1.0, 4.1, 1.0).rounding  # eager far from float64, near the engine
+
+
+def test_float64_run_holds_the_stored_weights(tmp_path):
+    """Weights stored as float16: the float64 copy computes with the stored values decoded. With
+    the model's own float32 weights it would be thousands of units from both engines (float16
+    moves each weight by about 1e-3, as much as the two layers differ)."""
+    target = fx2nnef.TractNNEF(weights="f16", dynamic_axes={"x": {0: "B"}})
+    result = fx2nnef.export(Cancelling().eval(), _inputs(), tmp_path / "f16.nnef.tgz", input_names=["x"], target=target)
+    assert result.check.ok and result.check.float64.passed
+    assert all(f.eager < 30 for f in result.check.float64.figures)

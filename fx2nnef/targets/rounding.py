@@ -11,9 +11,10 @@ When a check fails, :func:`arbitrate` runs the model in float64 on the failing c
 float32 each are from it, in units of the check's tolerance (``|x - exact| / (atol + rtol
 |exact|)``, the largest over the output; with an outlier fraction, the largest once the allowed
 outliers are set aside): 1 is the bound. If at every failing output tract is at most
-:data:`ROUNDING_FACTOR` times further from float64 than eager float32 is, the failure is float32
-rounding: the case passes and the report says so with both figures. Otherwise the failure
-stands, and the figures go into its message.
+:data:`ROUNDING_FACTOR` times further from float64 than eager float32 is, and float64 is a
+reference there (eager float32 at most that many times further from it than from tract), the
+failure is float32 rounding: the case passes and the report says so with both figures.
+Otherwise the failure stands, and the figures go into its message.
 
 Only float outputs whose shapes, dtypes and non-finite positions agree are arbitrated; a model
 that cannot run in float64, that draws random numbers, or that is too large to copy keeps its
@@ -40,8 +41,8 @@ from .tolerance import Tolerance, resolve_tolerance
 # (pure cancellation), 1.0 at 64 inputs, 0.9 to 2.3 at 256, 2.8 to 3.2 at 1024, 5.4 to 7.7 at
 # 4096. 4 covers the reductions of vision models and of dense layers up to about 2k inputs.
 # An export that computes something else (a wrong padding, border, folded size, eps or scale) is
-# off by an amount unrelated to float32's rounding (in tests/test_check_rounding.py, 50x more). Since the check
-# failed, tract and eager are more than one unit apart, so eager itself is at least 1/(k+1) of
+# off by an amount unrelated to float32's rounding (200x more in tests/test_check_rounding.py).
+# Since the check failed, tract and eager are more than one unit apart, so eager itself is at least 1/(k+1) of
 # the bound from float64 (a fifth with 4): only a model that float32 cannot compute to the
 # tolerance is arbitrated at all.
 ROUNDING_FACTOR = 4.0
@@ -50,18 +51,31 @@ ROUNDING_FACTOR = 4.0
 @dataclasses.dataclass(frozen=True)
 class Float64Figures:
     """How far tract (``engine``) and eager float32 (``eager``) are from the model's float64
-    outputs at one failing output of one check case, in tolerance units (1 is the bound)."""
+    outputs at one failing output of one check case, and from each other (``apart``), in tolerance
+    units (1 is the bound)."""
 
     label: str
     output: str
     engine: float
     eager: float
+    apart: float = math.inf
     engine_name: str = "the engine"
 
     @property
     def rounding(self) -> bool:
-        """Whether the engine is within :data:`ROUNDING_FACTOR` of eager float32's own distance."""
-        return self.engine <= ROUNDING_FACTOR * self.eager
+        """Whether this is float32 rounding: the engine within :data:`ROUNDING_FACTOR` of eager
+        float32's own distance from float64, and float64 a reference (:attr:`is_reference`)."""
+        return self.engine <= ROUNDING_FACTOR * self.eager and self.is_reference
+
+    @property
+    def is_reference(self) -> bool:
+        """Whether the float64 run computes what float32 approximates: eager float32 is then no
+        more than :data:`ROUNDING_FACTOR` times further from it than from the engine. Two float32
+        computations in other orders are as far from each other as from the exact answer (0.3x to
+        1.3x measured); a float64 run far from both while they are close computes something else
+        (a forward that branches on the dtype, constants taken from ``finfo``), and would put any
+        engine, right or wrong, at eager's distance."""
+        return self.eager <= ROUNDING_FACTOR * self.apart
 
     def text(self) -> str:
         """``tract 1.05, eager 1.01 tolerance units from float64``."""
@@ -69,6 +83,13 @@ class Float64Figures:
 
     def __str__(self) -> str:
         return f"[{self.label}] {self.output}: {'float32 rounding: ' if self.rounding else ''}{self.text()}"
+
+    def verdict(self) -> str:
+        """Why this output is not float32 rounding ("" when it is)."""
+        if not self.is_reference:
+            return (f"  <- float64 is no reference here: eager float32 is {self.apart:.3g} units from "
+                    f"{self.engine_name} but further from float64 (the model computes otherwise in float64)")
+        return "" if self.rounding else "  <- not rounding"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,16 +110,17 @@ class Float64Arbitration:
         if self.unavailable:
             return [f"Float64 arbitration: {self.unavailable}."]
         engine = self.figures[0].engine_name if self.figures else "the engine"
-        head = (f"Float64 arbitration: {engine} is more than {ROUNDING_FACTOR:g}x further from the model's float64 "
-                "outputs than eager float32 is, so this is not float32 rounding:")
-        return [head] + [f"  {f}{'' if f.rounding else '  <- not rounding'}" for f in self.figures]
+        head = (f"Float64 arbitration: not float32 rounding ({engine} more than {ROUNDING_FACTOR:g}x further from "
+                "the model's float64 outputs than eager float32 is, or float64 no reference):")
+        return [head] + [f"  {f}{f.verdict()}" for f in self.figures]
 
     def as_dict(self) -> dict:
         """``{"LABEL OUTPUT": {"tract": x, "eager": y}}`` (JSON-ready; the engine's name as the key of
         its figure), or ``{"unavailable": why}``."""
         if self.unavailable:
             return {"unavailable": self.unavailable}
-        return {f"{f.label} {f.output}": {f.engine_name: f.engine, "eager": f.eager} for f in self.figures}
+        return {f"{f.label} {f.output}": {f.engine_name: f.engine, "eager": f.eager, "apart": f.apart}
+                for f in self.figures}
 
     def note(self) -> str:
         """The note of a check passed this way."""
@@ -108,16 +130,18 @@ class Float64Arbitration:
                 "(each such output's note gives both)")
 
 
-def tolerance_units(got: np.ndarray, exact: np.ndarray, tol: Tolerance) -> float:
+def tolerance_units(got: np.ndarray, exact: np.ndarray, tol: Tolerance, scale: Optional[np.ndarray] = None) -> float:
     """How far ``got`` is from ``exact``, in units of ``tol``: the largest ``|got - exact| / (atol +
-    rtol |exact|)``, the ``outliers`` fraction of the largest set aside; inf where one is finite and
-    the other not (or NaN against a number), 0 where both hold the same non-finite value."""
+    rtol |scale|)`` (``scale``: ``exact`` unless given), the ``outliers`` fraction of the largest
+    set aside; inf where one is finite and the other not (or NaN against a number), 0 where both
+    hold the same non-finite value."""
     g, e = np.asarray(got, dtype=np.float64).ravel(), np.asarray(exact, dtype=np.float64).ravel()
     if not g.size:
         return 0.0
+    s = e if scale is None else np.asarray(scale, dtype=np.float64).ravel()
     finite = np.isfinite(g) & np.isfinite(e)
     same = (np.isnan(g) & np.isnan(e)) | (np.isinf(e) & (g == e))
-    bound = tol.atol + tol.rtol * np.abs(np.where(finite, e, 0.0))
+    bound = tol.atol + tol.rtol * np.abs(np.where(np.isfinite(s), s, 0.0))
     with np.errstate(divide="ignore", invalid="ignore"):
         units = np.where(finite, np.abs(np.where(finite, g - e, 0.0)) / bound, np.where(same, 0.0, np.inf))
     units = np.where(np.isnan(units), np.inf, units)  # 0/0: a zero bound (exact level) and a difference
@@ -195,6 +219,7 @@ def _figures(report: CheckReport, cases: list, failing: list, tol: Tolerance, en
                 raise _NotArbitrable(f"not usable: the float64 run's output {d.name} at [{label}] is not the "
                                      "float32 run's (another count or shape)")
             level = tol.for_dtype(np.float16) if i < len(half) and half[i] else tol.for_dtype(case.expected[i].dtype)
-            figures.append(Float64Figures(label, d.name, tolerance_units(got[i], outs64[i], level),
-                                          tolerance_units(case.expected[i], outs64[i], level), report.engine))
+            units = [tolerance_units(a, b, level, scale=outs64[i])  # all three in the float64 values' units
+                     for a, b in ((got[i], outs64[i]), (case.expected[i], outs64[i]), (got[i], case.expected[i]))]
+            figures.append(Float64Figures(label, d.name, *units, report.engine))
     return figures
