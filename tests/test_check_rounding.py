@@ -187,3 +187,33 @@ def test_float64_run_holds_the_stored_weights(tmp_path):
     result = fx2nnef.export(Cancelling().eval(), _inputs(), tmp_path / "f16.nnef.tgz", input_names=["x"], target=target)
     assert result.check.ok and result.check.float64.passed
     assert all(f.eager < 30 for f in result.check.float64.figures)
+
+
+def test_only_float_outputs_that_differ_by_value_are_arbitrated():
+    """The decision alone, on arrays: a failing integer output, or one of another shape, keeps
+    its failure without a float64 run; float values off by rounding pass."""
+    from fx2nnef.ir import CheckCase
+    from fx2nnef.targets.base import CheckReport
+    from fx2nnef.targets.rounding import arbitrate
+    from fx2nnef.targets.tolerance import compare_outputs
+
+    exact = np.linspace(-1.0, 1.0, 50)
+    eager = (exact + 3e-4).astype(np.float32)
+    engine = (exact - 3e-4).astype(np.float32)
+    index = np.arange(4)
+    case = CheckCase("example", [np.zeros(1, np.float32)], [eager, index])
+
+    def report(got):
+        return CheckReport("tract", [("example", compare_outputs(["y", "i"], case.expected, got, "approximate"))])
+
+    ran = []
+    float64 = lambda: (lambda inputs: ran.append(1) or [exact, index])  # noqa: E731
+    passed = arbitrate(report([engine, index]), [case], "approximate", lambda sets: [[engine, index]], float64)
+    assert passed.ok and passed.float64.passed and ran
+    ran.clear()
+    kept = arbitrate(report([engine, index + 1]), [case], "approximate", lambda sets: [[engine, index + 1]], float64)
+    assert not kept.ok and not ran
+    assert kept.float64.unavailable == ("not run: output i at [example] fails otherwise than by its values "
+                                        "(int64 values are compared exactly)")
+    shaped = arbitrate(report([engine[:10], index]), [case], "approximate", lambda sets: [[engine, index]], float64)
+    assert not shaped.ok and "its shape, count or dtype differs" in shaped.float64.unavailable and not ran

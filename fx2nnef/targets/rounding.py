@@ -149,16 +149,22 @@ def tolerance_units(got: np.ndarray, exact: np.ndarray, tol: Tolerance, scale: O
     return float(np.partition(units, units.size - 1 - allowed)[units.size - 1 - allowed])
 
 
-def _values_only(expected: np.ndarray, diff) -> str:
-    """Why the output ``diff`` (of reference ``expected``) cannot fail by float32 rounding: "" when
-    it passed or fails by its float values only."""
-    if diff.ok:
-        return ""
-    if np.asarray(expected).dtype.kind != "f":
-        return f"{np.asarray(expected).dtype} values are compared exactly"
-    if math.isnan(diff.max_abs) or "dtype differs" in diff.note:
-        return "its shape, count or dtype differs"
-    return ""
+def _values_only(report: CheckReport, cases: list, failing: list) -> None:
+    """Raise :class:`_NotArbitrable` unless every failing output of the ``failing`` cases is a
+    float output that fails by its values only (not its shape, count or dtype)."""
+    for k, case in zip(failing, cases):
+        label, diffs = report.cases[k]
+        for i, d in enumerate(diffs):
+            if d.ok:
+                continue
+            dtype = np.asarray(case.expected[i]).dtype if i < len(case.expected) else None
+            if dtype is not None and dtype.kind != "f":
+                why = f"{dtype} values are compared exactly"
+            elif dtype is None or math.isnan(d.max_abs) or "dtype differs" in d.note:
+                why = "its shape, count or dtype differs"
+            else:
+                continue
+            raise _NotArbitrable(f"not run: output {d.name} at [{label}] fails otherwise than by its values ({why})")
 
 
 def arbitrate(report: CheckReport, cases: Sequence, tolerance, engine_run: Callable[[list], list],
@@ -193,13 +199,7 @@ def _figures(report: CheckReport, cases: list, failing: list, tol: Tolerance, en
              half: Sequence[bool]) -> list:
     """The :class:`Float64Figures` of every failing output of the ``failing`` cases; raises
     :class:`_NotArbitrable` (one line) when one cannot be measured."""
-    for k, case in zip(failing, cases):
-        label, diffs = report.cases[k]
-        why = next((f"output {d.name} at [{label}] fails otherwise than by its values ({reason})"
-                    for d, expected in zip(diffs, case.expected)
-                    for reason in [_values_only(expected, d)] if reason), "")
-        if why:
-            raise _NotArbitrable(f"not run: {why}")
+    _values_only(report, cases, failing)
     try:
         run = float64_run()
         exact = [run(list(c.inputs)) for c in cases]
@@ -208,7 +208,10 @@ def _figures(report: CheckReport, cases: list, failing: list, tol: Tolerance, en
         reason = str(error) if isinstance(error, Float64Unavailable) else \
             f"the model could not be run in float64 ({type(error).__name__}: {str(error)[:200]})"
         raise _NotArbitrable(reason) from error
-    engine = engine_run([list(c.inputs) for c in cases])
+    try:
+        engine = engine_run([list(c.inputs) for c in cases])
+    except Exception as error:  # noqa: BLE001 - the engine's second run failed: the check's failure stands
+        raise _NotArbitrable(f"not run: the engine failed when run again ({type(error).__name__})") from error
     figures = []
     for k, case, outs64, got in zip(failing, cases, exact, engine):
         label, diffs = report.cases[k]
