@@ -217,3 +217,12 @@ def test_only_float_outputs_that_differ_by_value_are_arbitrated():
                                         "(int64 values are compared exactly)")
     shaped = arbitrate(report([engine[:10], index]), [case], "approximate", lambda sets: [[engine, index]], float64)
     assert not shaped.ok and "its shape, count or dtype differs" in shaped.float64.unavailable and not ran
+
+
+def test_no_arbitration_at_a_level_without_rounding(tmp_path):
+    exact = fx2nnef.Tolerance("zero", 0.0, 0.0)
+    with pytest.raises(CheckIOError) as caught:
+        fx2nnef.export(Cancelling().eval(), _inputs(), tmp_path / "zero.nnef.tgz", input_names=["x"],
+                       target=fx2nnef.TractNNEF(check_io_tolerance=exact))
+    assert "Float64 arbitration: not run: the level 'zero' allows no rounding." in str(caught.value)
+    assert not Float64Figures("B=3", "y", np.inf, np.inf, np.inf).rounding

@@ -65,7 +65,7 @@ class Float64Figures:
     def rounding(self) -> bool:
         """Whether this is float32 rounding: the engine within :data:`ROUNDING_FACTOR` of eager
         float32's own distance from float64, and float64 a reference (:attr:`is_reference`)."""
-        return self.engine <= ROUNDING_FACTOR * self.eager and self.is_reference
+        return math.isfinite(self.engine) and self.engine <= ROUNDING_FACTOR * self.eager and self.is_reference
 
     @property
     def is_reference(self) -> bool:
@@ -176,6 +176,9 @@ def arbitrate(report: CheckReport, cases: Sequence, tolerance, engine_run: Calla
     model's runner (it may raise: the failure stands, saying why); ``half[i]``: output i is
     compared at the level's float16 bounds."""
     tol = resolve_tolerance(tolerance)
+    if tol.atol == 0 and tol.rtol == 0:
+        return dataclasses.replace(report, float64=Float64Arbitration(
+            unavailable=f"not run: the level {tol.name!r} allows no rounding"))
     failing = [k for k, (_, diffs) in enumerate(report.cases) if not all(d.ok for d in diffs)]
     try:
         figures = _figures(report, [cases[k] for k in failing], failing, tol, engine_run, float64_run, half)
