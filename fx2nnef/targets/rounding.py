@@ -16,9 +16,10 @@ reference there (eager float32 at most that many times further from it than from
 failure is float32 rounding: the case passes and the report says so with both figures.
 Otherwise the failure stands, and the figures go into its message.
 
-Only float outputs whose shapes, dtypes and non-finite positions agree are arbitrated; a model
-that cannot run in float64, that draws random numbers, or that is too large to copy keeps its
-failure, with a line saying why.
+Only float outputs that fail by their values are arbitrated (not by a shape, count or dtype; a
+NaN or infinity where float64 has a number is never rounding), at a level with a bound (not
+``exact``); a model that cannot run in float64, that draws random numbers, or that is too large
+to copy keeps its failure, with a line saying why.
 """
 from __future__ import annotations
 
