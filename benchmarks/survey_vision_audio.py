@@ -9,9 +9,9 @@ Object detection, semantic segmentation and depth estimation families are rows n
 ``detection/FAMILY``, ``segmentation/FAMILY`` and ``depth/FAMILY`` (``--only detection/detr``); they
 run after the classification ones (their default configs keep their default backbones, reduced to two
 layers where a field says so, with the fields of ``_fixes`` where the default does not run; inputs of
-224 x 224 unless ``SIZES`` says otherwise). A row whose check fails also gives ``eager_float64``: how
-far the eager model in float32 is from itself in float64 (a model that amplifies rounding fails the
-check in any engine).
+224 x 224 unless ``SIZES`` says otherwise). A row whose check failed the plain comparison gives
+``float64``: how far tract and eager float32 are from the model's float64 outputs (the export's own
+arbitration, ``fx2nnef.targets.rounding``: float32 rounding alone passes), or why float64 was not run.
 """
 from __future__ import annotations
 
@@ -165,37 +165,15 @@ def one(family: str) -> dict:
         r = fx2nnef.export(wrapped, (x,), f"/tmp/survey_{family.replace('/', '_')}.nnef.tgz", input_names=[name],
                            target=fx2nnef.TractNNEF(dynamic_axes={name: axes}))
     except fx2nnef.CheckIOError as e:
-        row.update(status="error", error=f"{type(e).__name__}: {str(e)[:600]}", seconds=round(time.time() - t0, 1),
-                   eager_float64=_rounding(wrapped, x))
+        row.update(status="error", error=f"{type(e).__name__}: {str(e)[:600]}", seconds=round(time.time() - t0, 1))
+        if e.float64 is not None:
+            row["float64"] = e.float64.as_dict()
         return row
     row.update(status="ok" if r.check.ok else "mismatch", seconds=round(time.time() - t0, 1),
                max_abs=float(r.max_abs_diff), ranges={k: str(v) for k, v in r.ranges.items()})
+    if r.check.float64 is not None:
+        row.update(float64=r.check.float64.as_dict(), rounding=r.check.float64.passed)
     return row
-
-
-def _rounding(wrapped, x) -> dict:
-    """How far the eager model in float32 is from itself in float64, per output: where float32
-    itself leaves the check's level (``approximate``), the row's mismatch says that the model
-    amplifies rounding (random weights, long sums, top-k selections of near-equal scores), not
-    that the export is wrong; the engine's own rounding then needs the same measure."""
-    import copy
-
-    import torch
-
-    from fx2nnef.targets.tolerance import PRESETS
-
-    level = PRESETS["approximate"]
-    with torch.no_grad():
-        single = wrapped(x)
-        double = copy.deepcopy(wrapped).double()(x.double())
-    single = single if isinstance(single, tuple) else (single,)
-    double = double if isinstance(double, tuple) else (double,)
-    out = {}
-    for i, (a, b) in enumerate(zip(single, double)):
-        d = (a.double() - b).abs()
-        out[f"output_{i}"] = dict(max_abs=float(d.max()),
-                                  outside_approximate=int((d > level.atol + level.rtol * b.abs()).sum()))
-    return out
 
 
 def main() -> None:

@@ -53,10 +53,13 @@ class KhronosError(TargetError):
 class CheckIOError(TargetError):
     """The engine ran but its outputs differ from PyTorch beyond the tolerance."""
 
-    def __init__(self, message: str, diffs: list | None = None, bundle: str | None = None):
+    def __init__(self, message: str, diffs: list | None = None, bundle: str | None = None, float64=None):
         super().__init__(message)
         self.diffs = list(diffs or [])
         self.bundle = bundle
+        # the failure arbitrated by a float64 run of the model (targets.rounding.Float64Arbitration):
+        # how far the engine and eager float32 are from it, or why it was not run; None if it was not tried
+        self.float64 = float64
 
 
 class AssetInputError(InvalidArgumentError):

@@ -12,7 +12,8 @@ plain function over typed values, timed under its name in ``ExportResult.timings
  3  :func:`lower`           ``ir.Graph`` -> ``Emitted`` (NNEF text, weights)    ``lower``
  4  :func:`write`           ``Emitted`` -> ``StagedAsset`` beside the path      ``write``
  5  :func:`check`           the staged asset run in the target's engine and     ``check``
-                            compared with PyTorch -> ``CheckReport``
+                            compared with PyTorch -> ``CheckReport`` (a failure
+                            arbitrated by a float64 run: ``targets.rounding``)
  6  :func:`finish`          the asset moved into place -> ``ExportResult``
 ==  ======================  ==================================================  ===========
 
@@ -48,6 +49,7 @@ import torch
 
 from .errors import CheckIOError, TractError, UnsupportedOpError, phrase, spell
 from .fx_tracer.capture import Capture, CaptureOptions, capture
+from .fx_tracer.float64_run import Float64Unavailable, float64_runner
 from .fx_tracer.model_mode import compiled_modules_unwrapped, eval_mode, old_objects_skipped
 from .fx_tracer.random_draws import random_draws_advice
 from .fx_tracer.shapes.probe import DeferredCheckFailed
@@ -62,6 +64,7 @@ from .targets import CheckReport, InferenceTarget
 from .targets.base import TieRecheck, recheck_ties
 from .targets.drift import stored_weights_drift
 from .targets.result import ExportResult
+from .targets.rounding import arbitrate
 from .targets.tolerance import format_diffs
 
 # Below this many bytes of weights an export takes seconds: no progress bar.
@@ -248,7 +251,9 @@ def check(cap: Capture, staged: StagedAsset, target: InferenceTarget, stored: li
     """Stage 5: ``(report, cases)``: the staged asset validated by the target and, with
     ``check_io``, run on the check cases (the model's outputs with the ``stored`` weights' values)
     and compared; a case that fails on positions picked among equal items is checked again on
-    distinct values. ``report`` is None without ``check_io``."""
+    distinct values; a failure is then arbitrated by the model run in float64
+    (:func:`.targets.rounding.arbitrate`: float32 rounding alone passes, with its figures).
+    ``report`` is None without ``check_io``."""
     cases = cap.check_cases(stored) if target.check_io else []
     half = computed_in_half(cap.graph)
     report = target.post_export(staged.path, cap.input_names, cap.graph.output_names, cases, half)
@@ -256,6 +261,9 @@ def check(cap: Capture, staged: StagedAsset, target: InferenceTarget, stored: li
     if ties is not None:  # positions picked among the equal items of repeated inputs
         report = recheck_ties(report, cases, ties, lambda sets: target.run(staged.path, sets),
                               lambda case, got: target.compare(cap.graph.output_names, case.expected, got, half))
+    if report is not None and not report.ok:  # float32 rounding alone, or a wrong asset?
+        report = arbitrate(report, cases, target.check_io_tolerance, lambda sets: target.run(staged.path, sets),
+                           lambda: _float64_model(cap, stored), half)
     return report, cases
 
 
@@ -302,13 +310,24 @@ def _mismatch(cap: Capture, staged: StagedAsset, report: CheckReport, cases: lis
     for label, diffs in report.cases:
         lines.append(f"  [{label}]")
         lines += ["    " + l for l in format_diffs(diffs).splitlines()]
+    if report.float64 is not None:
+        lines += report.float64.lines()
     lines.append(f"Nothing was written at {path}. A debug bundle (asset, inputs, expected and actual "
                  f"outputs) is at {bundle}; try {phrase('diagnose', 'diagnose()')} to find the submodule at "
                  f"fault, or a looser {spell('check_io_tolerance')} if the difference is expected "
                  "(e.g. float16).")
     if cap.random_draws:
         lines.append(random_draws_advice(cap.random_draws))
-    return CheckIOError("\n".join(lines), [d for _, ds in report.cases for d in ds], str(bundle))
+    return CheckIOError("\n".join(lines), [d for _, ds in report.cases for d in ds], str(bundle), report.float64)
+
+
+def _float64_model(cap: Capture, stored: list) -> Callable[[list], list]:
+    """The model run in float64 (``fx_tracer.float64_run``), which arbitrates a failed check."""
+    if cap.runner is None:
+        raise Float64Unavailable("not run: no model to run")
+    if cap.random_draws:
+        raise Float64Unavailable("not run: the model draws random numbers, which a float64 run draws otherwise")
+    return float64_runner(cap.runner, stored)
 
 
 def _tie_recheck(cap: Capture, stored: list) -> Optional[TieRecheck]:

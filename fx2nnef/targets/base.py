@@ -17,6 +17,9 @@ class CheckReport:
     engine: str
     cases: list  # (label, list[OutputDiff])
     notes: list = dataclasses.field(default_factory=list)  # how a case was checked besides the plain comparison
+    # a failed comparison arbitrated by a float64 run of the model (targets.rounding.Float64Arbitration):
+    # its figures, whether the failures were float32 rounding only, or why it could not be run
+    float64: Optional[object] = None
 
     @property
     def ok(self) -> bool:
