@@ -243,3 +243,38 @@ def test_grid_positions_at_a_square_example_keep_height_and_width_apart(tmp_path
                            target=fx2nnef.TractNNEF(check_io=check_io, dynamic_axes={"x": {0: "B", 2: "H", 3: "W"}}))
         assert not any("fitted from probe runs" in n for n in r.notes), r.notes  # the replay gave the shapes
     tract_matches_eager(out, m, [[randn(2, 4, 6, 10, seed=1)], [randn(1, 4, 12, 4, seed=2)]])
+
+
+_CALLS: list = []
+
+
+class _ForwardedUpsampleSize(torch.nn.Module):
+    """diffusers' UNet2DCondition: when a side is no multiple of the overall down factor, the
+    upsampling is given the skip's size, else a factor of 2 (the same outputs on even sides)."""
+
+    def __init__(self):
+        super().__init__()
+        self.down = torch.nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.up = torch.nn.Conv2d(8, 3, 3, padding=1)
+
+    def forward(self, x):
+        _CALLS.append(tuple(x.shape))
+        forward_size = any(s % 2 != 0 for s in x.shape[-2:])
+        h = self.down(x)
+        h = F.interpolate(h, size=x.shape[-2:]) if forward_size else F.interpolate(h, scale_factor=2.0)
+        return self.up(h) + x
+
+
+def test_a_decision_equivalent_at_many_sizes_is_checked_on_every_variant_once(tmp_path):
+    """A graph traced where the decision goes one way (odd sides) reproduces the model where it
+    goes the other way at most probe sizes; every input variant there (a run of the model and of
+    the graph each) was tried at each of them: at the first only now, a few variants at the others."""
+    torch.manual_seed(0)
+    m = _ForwardedUpsampleSize().eval()
+    _CALLS.clear()
+    out = tmp_path / "m.nnef.tgz"
+    r = fx2nnef.export(m, (randn(1, 3, 9, 9),), out, input_names=["x"],
+                       target=fx2nnef.TractNNEF(dynamic_axes={"x": {0: "B", 2: "H", 3: "W"}}))
+    assert not r.ranges.get("H") and not r.ranges.get("W"), r.ranges
+    assert len(_CALLS) <= 24, len(_CALLS)  # 27 with every variant at each flipped size
+    tract_matches_eager(out, m, [[randn(2, 3, 8, 12, seed=1)], [randn(1, 3, 7, 10, seed=2)]])

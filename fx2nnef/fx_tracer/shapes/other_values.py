@@ -92,7 +92,7 @@ def _redrawn(inputs: list, example: list, seed: int, scale: float = 1.0) -> list
 
 
 def _scrambled_mismatch(gm, reference, env: dict, inputs: list, example: list, guards: tuple = (),
-                        flips: tuple = ()) -> Optional[str]:
+                        flips: tuple = (), few: bool = False) -> Optional[str]:
     """What differs between the graph and the model on other inputs at ``env``, if anything.
 
     A guard that flips where the graph still gives the model's outputs may only look equivalent
@@ -101,7 +101,11 @@ def _scrambled_mismatch(gm, reference, env: dict, inputs: list, example: list, g
     are shuffled once, then redrawn twice within the example's range of values and once within
     a sixteenth of it (``clamp(2 * s, -0.5, 0.5)`` and ``clamp(s, ...)`` agree on large sums),
     given items that differ at every place (:func:`_ramped`), and last the inputs whose items are
-    all equal given others (:func:`_unfixed`)."""
+    all equal given others (:func:`_unfixed`). ``few``: the flipped decisions were found
+    equivalent on all of those at other sizes already; here the items redrawn once and ramped
+    tell whether this size alone parts the branches, the others tried only where those two told
+    nothing (each variant is a run of the model and one of the graph, and a UNet's decisions on
+    its sizes flip at most of its probe sizes)."""
     flipped = {id(g) for g in flips}
 
     def compare(other):
@@ -124,7 +128,12 @@ def _scrambled_mismatch(gm, reference, env: dict, inputs: list, example: list, g
     # more change its items too (a bool input all False in the example: `v = y; if S > 6:
     # v = y.flip(0)` then an in-place write to v changes y on one side only, and only where y
     # holds a True), the others varied or not
-    for other in _variants(inputs, example) + _unfixed(inputs):
+    variants = _variants(inputs, example) + _unfixed(inputs)
+    if few:  # the redrawn and ramped ones first; the others only where those told nothing
+        variants = [variants[1], variants[4]] + variants[:1] + variants[2:4] + variants[5:]
+    for i, other in enumerate(variants):
+        if few and checked and i >= 2:
+            break
         found = compare(other)
         if found is None:
             continue
