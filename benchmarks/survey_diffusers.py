@@ -74,8 +74,9 @@ def _dit():
     m = DiTTransformer2DModel(num_attention_heads=2, attention_head_dim=16, in_channels=4, out_channels=4,
                               num_layers=2, sample_size=8, patch_size=2, num_embeds_ada_norm=10)
     inputs = (_rand(1, 4, 8, 8), torch.tensor([10]), torch.tensor([3]))
+    # square images only: DiT unpatchifies to a grid of side int(tokens ** 0.5)
     return (lambda x, t, y: m(x, t, y).sample), m, inputs, ["sample", "timestep", "label"], \
-        {"sample": {0: "B", 2: "H", 3: "W"}, "timestep": {0: "B"}, "label": {0: "B"}}
+        {"sample": {0: "B", 2: "H", 3: "H"}, "timestep": {0: "B"}, "label": {0: "B"}}
 
 
 def _sd3():
