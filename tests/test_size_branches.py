@@ -523,6 +523,10 @@ def test_wider_reads_a_range_on_a_step_by_the_sizes_it_holds():
     assert not _wider({"S": SymRange("S", lo=2, hi=9)}, even)  # 10 is even
     assert _wider({"S": SymRange("S", lo=2, hi=10)}, {"S": SymRange("S", lo=1, hi=11, step=2, rest=0)})
     assert not _wider(even, even)
+    far = "a decision on S changes at S=%d, beyond the sizes checked"
+    assert _wider({"S": SymRange("S", hi=438620, why=far % 438621)},
+                  {"S": SymRange("S", hi=524288, step=2, rest=0, why=far % 524289)})
+    assert not _wider({"S": SymRange("S", hi=438620)}, {"S": SymRange("S", hi=524288, step=2, rest=0)})
 
 
 def _argmax_after_a_rolled_loop(x):

@@ -884,7 +884,9 @@ def _first_reads(reads) -> list:
 def _wider(a: dict, b: dict) -> bool:
     """True when the ranges ``a`` (symbol -> SymRange) hold every size of ``b`` and more. A range
     on a step is read by the sizes it holds: ``S >= 1, S % 2 == 0`` starts at 2, and ``S >= 2``
-    holds all of it and more."""
+    holds all of it and more. Two upper bounds both set where a decision changes far beyond the
+    sizes checked are no reason to refuse: neither was run there (a UNet's count of items
+    ``> 2**31`` ends B at 438620 in one graph, at 524288 in the other)."""
     better = False
     for s in set(a) | set(b):
         ra, rb = a.get(s), b.get(s)
@@ -898,7 +900,8 @@ def _wider(a: dict, b: dict) -> bool:
         if ra.step > rb.step or rb.step % ra.step or (rb.rest - ra.rest) % ra.step:
             return False  # a step that does not hold every size of b's
         (lo_a, hi_a), (lo_b, hi_b) = _held(ra), _held(rb)
-        if lo_a > lo_b or (hi_a is not None and (hi_b is None or hi_a < hi_b)):
+        far = _FAR in (ra.why or "") and _FAR in (rb.why or "") and hi_a is not None and hi_b is not None
+        if lo_a > lo_b or (hi_a is not None and (hi_b is None or hi_a < hi_b) and not far):
             return False
         if ra.step < rb.step or lo_a < lo_b or (hi_b is not None and (hi_a is None or hi_a > hi_b)):
             better = True
