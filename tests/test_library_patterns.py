@@ -278,3 +278,37 @@ def test_a_decision_equivalent_at_many_sizes_is_checked_on_every_variant_once(tm
     assert not r.ranges.get("H") and not r.ranges.get("W"), r.ranges
     assert len(_CALLS) <= 24, len(_CALLS)  # 27 with every variant at each flipped size
     tract_matches_eager(out, m, [[randn(2, 3, 8, 12, seed=1)], [randn(1, 3, 7, 10, seed=2)]])
+
+
+class _DualPathChunks(torch.nn.Module):
+    """torchaudio's SQUIM: a strided convolution encodes the wave (``T // 8 - 1`` frames), the
+    frames are padded to a multiple of the chunk by an amount with a modulo of that length, and an
+    LSTM runs along them. (SQUIM runs it along each chunk, on a batch of ``B * chunks`` rows, which
+    tract 0.23.9 refuses to load: its einsum splits that axis into ``[B, chunks]`` on the
+    broadcast weight too.)"""
+
+    def __init__(self):
+        super().__init__()
+        self.enc = torch.nn.Conv1d(1, 4, 16, stride=8)
+        self.rnn = torch.nn.LSTM(4, 4, batch_first=True)
+
+    def forward(self, x):
+        h = self.enc(x[:, None])
+        rest = 8 - (4 + h.shape[-1] % 8) % 8
+        h = F.pad(h, [4, rest + 4])[:, :, :-4]
+        out, _ = self.rnn(h.transpose(1, 2))
+        return out.reshape(h.shape[0], -1, 8, 4)
+
+
+def test_chunks_of_encoded_frames_through_an_lstm_replay(tmp_path):
+    """The pad's amount has a modulo of ``T // 8 - 1``, which torch's ``Mod`` refuses to evaluate
+    below T=8, and the LSTM called whole read its input's item count: the replay failed on each,
+    and the shapes fitted from probes gave no form for the pad (refused after 30 s)."""
+    torch.manual_seed(0)
+    m = _DualPathChunks().eval()
+    out = tmp_path / "m.nnef.tgz"
+    for check_io in (True, False):
+        r = fx2nnef.export(m, (randn(1, 200),), out, input_names=["x"],
+                           target=fx2nnef.TractNNEF(check_io=check_io, dynamic_axes={"x": {0: "B", 1: "T"}}))
+        assert not any("fitted from probe runs" in n for n in r.notes), r.notes  # the replay gave the shapes
+    tract_matches_eager(out, m, [[randn(2, 97, seed=1)], [randn(1, 333, seed=2)]])

@@ -38,7 +38,7 @@ from ..tracing.padded import padded_nonzero
 from ..tracing.scan import ScanCall
 from ..tracing.tracer import call_fails, setitem_functional
 from .roots import RootOfSize, integer_root, root_refusal
-from .shortcuts import function_shortcut, method_shortcut
+from .shortcuts import function_shortcut, method_shortcut, module_shortcut
 
 
 class ReplayUnavailable(Exception):
@@ -441,6 +441,10 @@ class _Runner(_Reusing):
             args = (args[0], _clamped_index(args[0], args[1]))
         return _replayed_function(target, args, kwargs, super().call_function)
 
+    def call_module(self, target, args, kwargs):
+        out = module_shortcut(self.fetch_attr(target), args, kwargs)
+        return out if out is not None else super().call_module(target, args, kwargs)
+
     def call_method(self, target, args, kwargs):
         if target == "is_contiguous" and _symbolic_args(args, kwargs):
             raise ReplayUnavailable("a decision on the memory layout (is_contiguous) has no symbolic form")
@@ -660,6 +664,10 @@ class _Body(fx.Interpreter):
     def call_function(self, target, args, kwargs):
         return _replayed_function(target, args, kwargs, super().call_function)
 
+    def call_module(self, target, args, kwargs):
+        out = module_shortcut(self.fetch_attr(target), args, kwargs)
+        return out if out is not None else super().call_module(target, args, kwargs)
+
     def call_method(self, target, args, kwargs):
         return _replayed_method(target, args, kwargs, super().call_method)
 
@@ -718,11 +726,25 @@ def _padded_size(size, amount):
     base = size.node.expr if isinstance(size, torch.SymInt) else sympy.Integer(size)
     for k in sorted(divisors):
         canon = k * FloorDiv(base + k - 1, k)
-        if all(expr.xreplace({sym: sympy.Integer(n)}) == canon.xreplace({sym: sympy.Integer(n)})
-               for n in range(1, 3 * period + 1)):
+        if _equal_on_periods(expr, canon, sym, period):
             hint = k * -(-int(size) // k) if not isinstance(size, torch.SymInt) else k * -(-size.node.hint // k)
             return total.node.shape_env.create_symintnode(canon, hint=hint)
     return total
+
+
+def _equal_on_periods(a, b, sym, period: int) -> bool:
+    """Whether ``a`` and ``b`` (see :func:`_padded_size`) take the same value at three periods of
+    sizes in a row, from the first size past those where one has no value: torch's ``Mod`` refuses
+    a negative operand (``(T//8 - 1) % 8`` below T=8, sizes a convolution refuses anyway)."""
+    def at(e, n):
+        try:
+            return e.xreplace({sym: sympy.Integer(n)})
+        except (AssertionError, ArithmeticError):
+            return None
+
+    pairs = [(at(a, n), at(b, n)) for n in range(1, 4 * period + 1)]
+    start = max((i + 1 for i, (x, y) in enumerate(pairs) if x is None or y is None), default=0)
+    return len(pairs) - start >= 3 * period and all(x == y for x, y in pairs[start:])
 
 
 def _solve_triangular(A, B, *, upper, left=True, unitriangular=False, out=None):

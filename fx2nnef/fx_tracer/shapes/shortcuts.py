@@ -410,3 +410,28 @@ def _reduced(name: str, x: torch.Tensor, args: tuple, kwargs: dict):
     dims = {d % x.dim() for d in dims}
     shape = [1 if i in dims else d for i, d in enumerate(x.shape) if keep or i not in dims]
     return torch.empty(shape, dtype=x.dtype, device=x.device)
+
+
+def module_shortcut(module, args: tuple, kwargs: dict):
+    """The outputs of a submodule called whole (a leaf of the trace), or None: the module's own
+    forward. torch's recurrent layers read their input's item count, which a tensor of symbolic
+    sizes has not: their outputs' shapes follow the input's and the layer's sizes."""
+    if isinstance(module, torch.nn.RNNBase) and args and _plain(args[0]) and not kwargs:
+        return _recurrent(module, *args)
+    return None
+
+
+def _recurrent(rnn: torch.nn.RNNBase, x: torch.Tensor, hx=None):
+    """``(output, h_n)``, or ``(output, (h_n, c_n))`` for an LSTM, of ``rnn`` on ``x``
+    (``[L, N, H_in]``, batch first ``[N, L, H_in]``, or ``[L, H_in]`` unbatched)."""
+    if x.dim() not in (2, 3):
+        return None
+    dirs = 2 if rnn.bidirectional else 1
+    out_size = rnn.proj_size if getattr(rnn, "proj_size", 0) > 0 else rnn.hidden_size
+    lead = list(x.shape[:-1])
+    states = [dirs * rnn.num_layers] + ([lead[1] if not rnn.batch_first else lead[0]] if x.dim() == 3 else [])
+    output = x.new_empty(lead + [dirs * out_size])
+    h_n = x.new_empty(states + [out_size])
+    if isinstance(rnn, torch.nn.LSTM):
+        return output, (h_n, x.new_empty(states + [rnn.hidden_size]))
+    return output, h_n
