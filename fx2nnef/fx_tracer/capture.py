@@ -1181,8 +1181,9 @@ def _join_far_bounds(back, there) -> None:
         if hi is None and r.lo is None and r.step == 1:
             del back.ranges[s]
         else:
-            why = "; ".join(x for x in ((r.why or "").split("; ") + [other.why if other is not None else ""])
-                            if x and _FAR not in x)
+            # the bound is now the other analysis's, and says why (far beyond the sizes checked too)
+            why = "; ".join([x for x in (r.why or "").split("; ") if x and _FAR not in x]
+                            + ([other.why] if other is not None and other.why else []))
             back.ranges[s] = SymRange(s, r.lo, hi, r.step, r.rest, why)
 
 
