@@ -44,6 +44,25 @@ def data_masks(n: fx.Node) -> list:
     return []
 
 
+def data_bounds(n: fx.Node) -> list:
+    """The numbers ``n`` takes as slice bounds, ``narrow``'s start or length or ``arange``'s bounds
+    (``x[:lengths.max()]``, ``x[:int(t)]``: ``item()`` nodes, see ``tracing/data_bounds.py``)."""
+    found: list = []
+    if n.op == "call_function" and n.target is operator.getitem and len(n.args) == 2:
+        items = n.args[1] if isinstance(n.args[1], tuple) else (n.args[1],)
+        found = [b for i in items if isinstance(i, slice) for b in (i.start, i.stop)]
+    elif n.target in ("narrow", torch.narrow) and n.op in ("call_method", "call_function"):
+        found = list(n.args[2:]) + [n.kwargs.get(k) for k in ("start", "length")]
+    elif n.op == "call_function" and n.target is torch.arange:
+        found = list(n.args[:2]) + [n.kwargs.get(k) for k in ("start", "end")]
+    return [b for b in found if isinstance(b, fx.Node)]
+
+
+def data_sized(n: fx.Node, data_dep: set, constant=()) -> bool:
+    """Whether ``n`` gives as many items as its data says: a mask or bound computed from the data."""
+    return any(m in data_dep and m not in constant for m in data_masks(n) + data_bounds(n))
+
+
 def _is_mask(item) -> bool:
     if not isinstance(item, fx.Node):
         return False
@@ -54,8 +73,7 @@ def _is_mask(item) -> bool:
 def settle_data_sizes(gm: fx.GraphModule, analysis) -> list:
     """Give the nodes after a data-sized op the shapes of a replay where its count is a symbol;
     return the new symbols (empty when the graph has no data-sized op with a mask from the data)."""
-    starts = [n for n in gm.graph.nodes
-              if any(m in analysis.data_dep and m not in analysis.constant for m in data_masks(n))]
+    starts = [n for n in gm.graph.nodes if data_sized(n, analysis.data_dep, analysis.constant)]
     if not starts:
         return []
     for node, start in analysis.decided:
@@ -84,7 +102,7 @@ def decided_on_counts(gm: fx.GraphModule, decided: list, data_dep: set) -> list:
         return []
     origin: dict = {}
     for n in gm.graph.nodes:
-        if any(m in data_dep for m in data_masks(n)):
+        if data_sized(n, data_dep):
             origin[n] = n
         else:
             found = next((origin[a] for a in n.all_input_nodes if a in origin), None)
@@ -111,12 +129,27 @@ def _replayer(gm, analysis):
         value = analysis.values[n]
         dims = analysis.sym.get(n) or tuple(value.shape)
         inputs.append(([sizes[str(d)] if isinstance(d, SymDim) else int(d) for d in dims], value.dtype))
-    return _CountRunner(gm, shape_env, symbols), shape_env, inputs
+    return _CountRunner(gm, shape_env, symbols, analysis.data_dep), shape_env, inputs
 
 
 class _CountRunner(_Runner):
     """The replay's runner, where a number read from a count (``int(n)``, ``if n > 3``) is not
-    taken at the example: that would hold for the example's data only."""
+    taken at the example: that would hold for the example's data only. A bound read from data
+    (``item()`` of an integer tensor) is a fresh number of its own; a call that reads one, or a
+    mask from data, is run for itself (its count is no function of its inputs' metadata)."""
+
+    def __init__(self, gm, shape_env, symbols, data_dep: set):
+        super().__init__(gm, shape_env, symbols)
+        self.bounds = {b for n in gm.graph.nodes if data_sized(n, data_dep) for b in data_bounds(n) if b in data_dep}
+        self.fresh = {n for n in gm.graph.nodes if data_sized(n, data_dep)} | self.bounds
+
+    def run_node(self, n):
+        if n not in self.fresh:
+            return super().run_node(n)
+        self.current = n
+        if n in self.bounds:
+            return self.shape_env.create_unbacked_symint()
+        return self.run_fresh(n)
 
     def _read_at_example(self, n, exc):
         raise exc

@@ -1,0 +1,94 @@
+"""Slice bounds, ``narrow()``'s start and length and ``arange()``'s bounds read from tensor data.
+
+``x[:lengths.max()]``, ``x[:n.item()]``, ``x[:int(t)]``, ``x.narrow(0, 0, int(t))``,
+``torch.arange(lengths.max())``: the result has as many items as the data says. Such a bound is
+recorded as the traced number itself, an ``item()`` node of the integer tensor it was read from,
+so that the graph computes it (the shapes after it then carry a count of their own, see
+``shapes/data_counts.py``) instead of keeping the example's number.
+
+A tensor in a bound is a traced value already. A number read with ``int()``, ``operator.index()``
+or ``.item()`` is a plain Python int by the time it reaches the call (Python makes ``__int__``'s
+result a plain int): a bound equal to such a number read earlier in the trace is taken as that
+number (the latest read of that value). The capture traces again with each number read changed
+(``data_dep.check_number_reads``): where the bound followed the number, the other trace binds it
+the same way; where the equality was a coincidence (a constant ``x[:, :2]`` beside a count of 2),
+the bindings of the two traces differ and the export is refused, naming the line. Arithmetic on
+the number (``x[:int(t) - 1]``) is not followed: that bound is refused as before.
+"""
+from __future__ import annotations
+
+import dataclasses
+import operator
+from typing import Optional
+
+import torch
+
+from ...ir import SourceLoc
+from .data_dep import depends_on_data
+from .proxy import CustomProxy
+from .source import user_frame_location
+
+
+@dataclasses.dataclass(frozen=True)
+class BoundRead:
+    """A bound taken as the ``read``-th number read from data of the trace, at ``source``."""
+
+    read: int
+    source: Optional[SourceLoc]
+
+
+def note_data_read(tracer, proxy, value) -> None:
+    """Remember a number read from the data of ``proxy`` (an integer tensor of one item), which a
+    later bound equal to it stands for."""
+    t = getattr(proxy, "value", None)
+    if isinstance(t, torch.Tensor) and _integer(t) and t.numel() == 1 and type(value) is not bool \
+            and isinstance(value, int):
+        tracer.data_reads.append((int(value), proxy))
+    else:
+        tracer.data_reads.append((None, proxy))  # read, but no bound stands for it
+
+
+def bind_data_bounds(tracer, kind: str, target, args: tuple, kwargs: dict):
+    """``(args, kwargs)`` of a slice, ``narrow`` or ``arange`` with each bound read from data
+    replaced by its traced number; other calls unchanged."""
+    if kind == "call_function" and target is operator.getitem and len(args) == 2:
+        x, index = args
+        if not isinstance(getattr(x, "value", None), torch.Tensor):
+            return args, kwargs
+        items = index if isinstance(index, tuple) else (index,)
+        if not any(isinstance(i, slice) for i in items):
+            return args, kwargs
+        out = tuple(slice(_bound(tracer, i.start), _bound(tracer, i.stop), i.step) if isinstance(i, slice) else i
+                    for i in items)
+        return (x, out if isinstance(index, tuple) else out[0]), kwargs
+    if target in ("narrow", torch.narrow) and kind in ("call_method", "call_function"):
+        args = tuple(_bound(tracer, a) if k >= 2 else a for k, a in enumerate(args))
+        return args, {k: _bound(tracer, v) if k in ("start", "length") else v for k, v in kwargs.items()}
+    if kind == "call_function" and target is torch.arange:
+        args = tuple(_bound(tracer, a) if k < 2 else a for k, a in enumerate(args))
+        return args, {k: _bound(tracer, v) if k in ("start", "end") else v for k, v in kwargs.items()}
+    return args, kwargs
+
+
+def _integer(t: torch.Tensor) -> bool:
+    return not t.dtype.is_floating_point and not t.dtype.is_complex and t.dtype != torch.bool
+
+
+def _bound(tracer, b):
+    """``b`` as the traced number it was read as, when it was read from data; else ``b``."""
+    if isinstance(b, CustomProxy):
+        t = b.value
+        if isinstance(t, torch.Tensor) and _integer(t) and t.numel() == 1 and depends_on_data(b.node, tracer._data_memo):
+            return tracer.create_proxy("call_method", "item", (b,), {})
+        return b
+    if type(b) is bool or not isinstance(b, int) or not tracer.bind_reads:
+        return b
+    found = next((k for k in range(len(tracer.data_reads) - 1, -1, -1) if tracer.data_reads[k][0] == b), None)
+    if found is None:
+        return b
+    number = tracer.create_proxy("call_method", "item", (tracer.data_reads[found][1],), {})
+    # the number the model was handed (another than the data's, in the capture's traces that change it)
+    number.__dict__["value"] = int(b)
+    number.node.meta["value"] = int(b)
+    tracer.bound_reads.append(BoundRead(found, user_frame_location()))
+    return number
