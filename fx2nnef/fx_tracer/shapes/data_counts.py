@@ -140,42 +140,59 @@ class _CountRunner(_Runner):
 
     def __init__(self, gm, shape_env, symbols, data_dep: set):
         super().__init__(gm, shape_env, symbols)
-        self.bounds = {b for n in gm.graph.nodes if data_sized(n, data_dep) for b in data_bounds(n) if b in data_dep}
+        self.bounds = {b for n in gm.graph.nodes if data_sized(n, data_dep) for b in data_bounds(n)
+                       if b in data_dep and b.op == "call_method" and b.target == "item"}
         self.fresh = {n for n in gm.graph.nodes if data_sized(n, data_dep)} | self.bounds
+        self.numbers: set = set()  # the unbacked sizes standing for the bounds
 
     def run_node(self, n):
         if n not in self.fresh:
             return super().run_node(n)
         self.current = n
         if n in self.bounds:
-            return self.shape_env.create_unbacked_symint()
-        return self.run_fresh(n)
+            number = self.shape_env.create_unbacked_symint()
+            self.numbers.add(number.node.expr)
+            return number
+        out = self.run_fresh(n)
+        if isinstance(out, torch.Tensor) and any(_reads(d, self.numbers, self.shape_env) for d in out.shape):
+            # a length computed from the number (``arange(2, n, 3)``: ``(n + 1) // 3``, negative for a
+            # small n): a count of its own, as torch's slices give, which the lowering computes
+            shape = [self.shape_env.create_unbacked_symint() if _reads(d, self.numbers, self.shape_env) else d
+                     for d in out.shape]
+            out = out.new_empty(shape)
+        return out
 
     def _read_at_example(self, n, exc):
         raise exc
 
 
 def _name_counts(gm, analysis, runner, shape_env) -> list:
-    """Name each unbacked size after the node that made it and set the shapes that read one."""
+    """Name each unbacked size after the node that made it and set the shapes that read one. A
+    size the replay found equal to an expression of the inputs' sizes (a count broadcast against
+    an axis of ``T`` items: torch replaced it by ``T``) is written so too."""
 
     base = {sym: name for sym, name in runner.symbols.items()}
     counts: dict = {}
+    made: set = set()  # every size the replay made from data, replaced or not
     for n in gm.graph.nodes:
         value = runner.env.get(n)
         if not isinstance(value, torch.Tensor):
             continue
         for d in value.shape:
             if isinstance(d, torch.SymInt):
+                made |= {s for s in d.node.expr.free_symbols if s not in base}
                 for s in shape_env.replace(d.node.expr).free_symbols:
                     if s not in base and s not in counts:
                         counts[s] = _fresh_name(n, set(base.values()) | set(counts.values()))
-    if not counts:
+    if not made:
         return []
+    for a, b in _equal_counts(shape_env, set(counts)):  # one name for counts torch found equal
+        counts = {s: (counts[a] if name == counts[b] else name) for s, name in counts.items()}
     conv = _Converter(shape_env, {**base, **counts}, {})
     settled = set()
     for n in gm.graph.nodes:
         value = runner.env.get(n)
-        if not _reads(value, counts, shape_env):
+        if not _reads(value, made, shape_env, raw=True) or not _named(value, {**base, **counts}, shape_env):
             continue
         if _holds(value, (torch.SymFloat, torch.SymBool)):
             raise _refusal(n, ValueError("a float or a decision computed from the count"), [])
@@ -185,17 +202,46 @@ def _name_counts(gm, analysis, runner, shape_env) -> list:
             raise _refusal(n, exc, []) from None
         settled.add(n)
     analysis.constant = set(analysis.constant) - settled
-    return list(counts.values())
+    return list(dict.fromkeys(counts.values()))
 
 
-def _reads(value, counts: dict, shape_env) -> bool:
-    """Whether ``value`` (a tensor, a size, a sequence of them) holds one of the ``counts``."""
+def _equal_counts(shape_env, counts: set) -> list:
+    """Pairs of counts the replay found equal (``x[:n] + y[:n]``, a mask sized by ``lengths.max()``
+    beside a slice to it): torch asserts that at run time (``Eq(u2, u3)``) and so does tract, whose
+    broadcast of the two fails where they differ; both are written with one symbol."""
+    import sympy
+
+    pairs = []
+    for asserts in shape_env.deferred_runtime_asserts.values():
+        for ra in asserts:
+            e = ra.expr
+            if isinstance(e, sympy.Eq) and e.lhs in counts and e.rhs in counts:
+                pairs.append((e.lhs, e.rhs))
+    return pairs
+
+
+def _named(value, names: dict, shape_env) -> bool:
+    """Whether every size of ``value`` is written with the symbols of ``names`` (a number read from
+    data, ``item()``'s unbacked size, is not: the graph computes it)."""
     if isinstance(value, torch.Tensor):
-        return _reads(tuple(value.shape), counts, shape_env)
+        return _named(tuple(value.shape), names, shape_env)
     if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-        return bool(shape_env.replace(value.node.expr).free_symbols & set(counts))
+        return shape_env.replace(value.node.expr).free_symbols <= set(names)
     if isinstance(value, (list, tuple)):
-        return any(_reads(v, counts, shape_env) for v in value)
+        return all(_named(v, names, shape_env) for v in value)
+    return True
+
+
+def _reads(value, counts, shape_env, raw: bool = False) -> bool:
+    """Whether ``value`` (a tensor, a size, a sequence of them) holds one of the ``counts`` (as the
+    replay made it, before its replacements, when ``raw``)."""
+    if isinstance(value, torch.Tensor):
+        return _reads(tuple(value.shape), counts, shape_env, raw)
+    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        expr = value.node.expr if raw else shape_env.replace(value.node.expr)
+        return bool(expr.free_symbols & set(counts))
+    if isinstance(value, (list, tuple)):
+        return any(_reads(v, counts, shape_env, raw) for v in value)
     return False
 
 

@@ -28,6 +28,8 @@ from .data_dep import depends_on_data
 from .proxy import CustomProxy
 from .source import user_frame_location
 
+_ARANGE = torch.arange  # torch's own (the tracer's patch stands in its place while tracing)
+
 
 @dataclasses.dataclass(frozen=True)
 class BoundRead:
@@ -64,10 +66,20 @@ def bind_data_bounds(tracer, kind: str, target, args: tuple, kwargs: dict):
     if target in ("narrow", torch.narrow) and kind in ("call_method", "call_function"):
         args = tuple(_bound(tracer, a) if k >= 2 else a for k, a in enumerate(args))
         return args, {k: _bound(tracer, v) if k in ("start", "length") else v for k, v in kwargs.items()}
-    if kind == "call_function" and target is torch.arange:
+    if kind == "call_function" and target is _ARANGE:
         args = tuple(_bound(tracer, a) if k < 2 else a for k, a in enumerate(args))
         return args, {k: _bound(tracer, v) if k in ("start", "end") else v for k, v in kwargs.items()}
     return args, kwargs
+
+
+def reads_a_bound(tracer, fn, args: tuple, kwargs: dict) -> bool:
+    """Whether ``torch.arange`` called with plain numbers (``torch.arange(int(n))``) has a bound
+    equal to a number read from data: then recorded, so that the bound is the traced number."""
+    if fn is not _ARANGE or not tracer.bind_reads or not tracer.data_reads:
+        return False
+    bounds = list(args[:2]) + [kwargs.get(k) for k in ("start", "end")]
+    values = {v for v, _ in tracer.data_reads if v is not None}
+    return any(type(b) is not bool and isinstance(b, int) and int(b) in values for b in bounds)
 
 
 def _integer(t: torch.Tensor) -> bool:

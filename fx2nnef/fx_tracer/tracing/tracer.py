@@ -26,7 +26,7 @@ from . import structures
 from .proxy import _DATA_TENSOR_METHODS, _STATIC_TENSOR_METHODS, CustomAttribute, CustomProxy, SizeTuple
 from .control_flow import _COMPARISONS, control_flow_patches, decide_in_body
 from .data_dep import _FAILING_TARGETS, depends_on_data, in_loop_body, on_slot_data, read_number, sizes_from_shape_tensors
-from .data_bounds import bind_data_bounds, note_data_read
+from .data_bounds import bind_data_bounds, note_data_read, reads_a_bound
 from .data_sizes import DataInt, check_no_data_sizes, mark_data_number
 from .fast_paths import reproduce_fast_path
 from .loops import iterate_pieces, loop_range_patch, note_sized_range
@@ -931,7 +931,7 @@ def tracing_patches(tracer: CustomTracer):
 
     def wrap(fn):
         def wrapper(*args, **kwargs):
-            if _contains_proxy(args) or _contains_proxy(kwargs):
+            if _contains_proxy(args) or _contains_proxy(kwargs) or reads_a_bound(tracer, fn, args, kwargs):
                 return tracer.create_proxy("call_function", fn, args, kwargs)
             if tracer.sized_ranges:
                 made = _range_tensor(tracer, fn, args, kwargs)
