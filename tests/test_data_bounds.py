@@ -93,6 +93,29 @@ def test_a_count_broadcast_against_an_axis_is_checked_at_run_time(tmp_path):
         run_tract_many(out, [[randn(2, 5, 3).numpy(), _t(2, 4).numpy()]])
 
 
+def _padding_mask(lengths):
+    """torchaudio's ``_lengths_to_padding_mask`` (Conformer), as written there."""
+    batch_size = lengths.shape[0]
+    max_length = int(torch.max(lengths).item())
+    return torch.arange(max_length, device=lengths.device, dtype=lengths.dtype).expand(
+        batch_size, max_length) >= lengths.unsqueeze(1)
+
+
+@pytest.mark.parametrize("check_io", [True, False])
+def test_a_padding_mask_read_against_the_sequence_exports_for_every_length(check_io, tmp_path):
+    """Dynamic ``B`` and ``T``: the mask's count is ``T`` wherever the model runs (the longest length);
+    the probes hand the lengths input the new ``T`` (its value at the example), tract checks it."""
+    def fn(x, lengths):
+        return x.masked_fill(_padding_mask(lengths)[:, :, None], 0.0)
+
+    model = FnModule(fn)
+    out = tmp_path / "m.nnef.tgz"
+    fx2nnef.export(model, (randn(2, 5, 3), _t(5, 3)), out, input_names=["x", "lengths"],
+                   target=fx2nnef.TractNNEF(check_io=check_io, dynamic_axes={"x": {0: "B", 1: "T"}, "lengths": {0: "B"}}))
+    assert "tract_core_dyn_slice" in _graph_text(out)
+    tract_matches_eager(out, model, [[randn(2, 5, 3), _t(2, 5)], [randn(3, 7, 3), _t(2, 7, 1)], [randn(1, 4, 3), _t([4])]])
+
+
 def test_a_constant_bound_equal_to_a_number_read_is_kept(tmp_path):
     """``x[:2]`` beside ``int(n)`` of 2 at the example: the retrace that changes the number shows the
     bound does not follow it; the slice stays ``x[:2]`` (and the decision on the number a note)."""

@@ -66,10 +66,35 @@ def bind_data_bounds(tracer, kind: str, target, args: tuple, kwargs: dict):
     if target in ("narrow", torch.narrow) and kind in ("call_method", "call_function"):
         args = tuple(_bound(tracer, a) if k >= 2 else a for k, a in enumerate(args))
         return args, {k: _bound(tracer, v) if k in ("start", "length") else v for k, v in kwargs.items()}
+    if kind == "call_method" and target == "expand" and len(args) > 1:
+        return _expand_kept(tracer, args), kwargs
     if kind == "call_function" and target is _ARANGE:
         args = tuple(_bound(tracer, a) if k < 2 else a for k, a in enumerate(args))
         return args, {k: _bound(tracer, v) if k in ("start", "end") else v for k, v in kwargs.items()}
     return args, kwargs
+
+
+def _expand_kept(tracer, args: tuple) -> tuple:
+    """``t.expand(b, n)`` of ``t = torch.arange(n)`` with ``n`` read from data (torchaudio's
+    ``_lengths_to_padding_mask``): a size equal to a number read that repeats the axis's own size
+    keeps it (-1), so that it follows the count as the axis does."""
+    x, sizes = args[0], args[1:]
+    packed = len(sizes) == 1 and isinstance(sizes[0], (tuple, list))
+    sizes = tuple(sizes[0]) if packed else sizes
+    value = getattr(x, "value", None)
+    if not isinstance(value, torch.Tensor) or not tracer.bind_reads or len(sizes) < value.dim():
+        return args
+    lead = len(sizes) - value.dim()
+    out = list(sizes)
+    for k in range(lead, len(sizes)):
+        b = sizes[k]
+        if type(b) is bool or not isinstance(b, int) or b != value.shape[k - lead]:
+            continue
+        found = next((j for j in range(len(tracer.data_reads) - 1, -1, -1) if tracer.data_reads[j][0] == b), None)
+        if found is not None and depends_on_data(x.node, tracer._data_memo):
+            out[k] = -1
+            tracer.bound_reads.append(BoundRead(found, user_frame_location()))
+    return (x, tuple(out)) if packed else (x,) + tuple(out)
 
 
 def reads_a_bound(tracer, fn, args: tuple, kwargs: dict) -> bool:
