@@ -70,6 +70,37 @@ def _is_mask(item) -> bool:
     return isinstance(value, torch.Tensor) and value.dtype in (torch.bool, torch.uint8) and value.dim() > 0
 
 
+def sized_decisions(gm: fx.GraphModule, analysis) -> list:
+    """Of ``analysis.decided``, the decisions that still read a count after the replay with counts
+    from data. The others compare what torch found equal to the inputs' sizes (MultiheadAttention's
+    ``key_padding_mask.shape == (bsz, src_len)`` of a mask sized by ``lengths.max()``: torch ties
+    the count to ``src_len``, and so does the export, which tract checks at run time): decisions on
+    sizes, which the probes covered."""
+    if not analysis.decided:
+        return []
+    runner, shape_env, inputs = _replayer(gm, analysis)
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    mode = FakeTensorMode(shape_env=shape_env, allow_non_fake_inputs=True)
+    mode.cache_enabled = False
+    with mode, torch.no_grad():
+        try:
+            runner.run(*[torch.empty(shape, dtype=dtype) for shape, dtype in inputs])
+        except Exception:  # noqa: BLE001 - the replay's refusal comes with the export
+            return analysis.decided
+    base = set(runner.symbols)
+    return [(n, start) for n, start in analysis.decided if not _of_sizes(runner.env.get(n, n), base, shape_env)]
+
+
+def _of_sizes(value, base: set, shape_env) -> bool:
+    """Whether ``value`` (of the replay) is a number or decision written with the inputs' sizes alone."""
+    if isinstance(value, (torch.SymInt, torch.SymBool)):
+        return shape_env.replace(value.node.expr).free_symbols <= base
+    if isinstance(value, (list, tuple)):
+        return all(_of_sizes(v, base, shape_env) for v in value)
+    return isinstance(value, (bool, int)) and not isinstance(value, torch.Tensor)
+
+
 def settle_data_sizes(gm: fx.GraphModule, analysis) -> list:
     """Give the nodes after a data-sized op the shapes of a replay where its count is a symbol;
     return the new symbols (empty when the graph has no data-sized op with a mask from the data)."""
@@ -104,11 +135,24 @@ def decided_on_counts(gm: fx.GraphModule, decided: list, data_dep: set) -> list:
     for n in gm.graph.nodes:
         if data_sized(n, data_dep):
             origin[n] = n
-        else:
+        elif not _kind_only(n):  # a dtype or rank read of a data-sized tensor decides nothing on its count
             found = next((origin[a] for a in n.all_input_nodes if a in origin), None)
             if found is not None:
                 origin[n] = found
     return [(n, origin[n]) for n in decided if n in origin]
+
+
+_KIND_METHODS = ("is_floating_point", "is_complex", "is_signed", "dim", "ndimension")
+
+
+def _kind_only(n: fx.Node) -> bool:
+    """Whether ``n`` reads only the dtype, device or rank of its input (never its sizes or data)."""
+    if n.op == "call_method":
+        return n.target in _KIND_METHODS
+    if n.op == "call_function":
+        return n.target in (torch.is_floating_point, torch.is_complex) or \
+            n.target is getattr and len(n.args) > 1 and n.args[1] in ("dtype", "device", "ndim", "is_cuda")
+    return False
 
 
 def _replayer(gm, analysis):

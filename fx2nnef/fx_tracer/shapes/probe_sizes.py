@@ -39,9 +39,9 @@ def example_sizes(example: list, names: list, dynamic_axes: dict) -> dict:
 
 def inputs_at(example: list, names: list, dynamic_axes: dict, env: dict, edge: bool = False) -> list:
     """The example inputs at the sizes ``env``. A vector of integers (or one integer) holding a
-    dynamic size at the example holds the new size there: a vector of lengths whose longest is
-    the sequence's ``T`` (a padding mask sized by ``lengths.max()``, which the model reads
-    against ``T``) stays so at other ``T``."""
+    dynamic size at the example holds the new size there, and no item past it: a vector of
+    lengths whose longest is the sequence's ``T`` (a padding mask sized by ``lengths.max()``, which
+    the model reads against ``T``) stays so at other ``T``."""
     base = example_sizes(example, names, dynamic_axes)
     moved = {v: env[s] for s, v in base.items() if env.get(s, v) != v}
     if len(moved) != len({v for s, v in base.items() if env.get(s, v) != v}) or \
@@ -60,7 +60,10 @@ def _lengths_moved(t: torch.Tensor, moved: dict) -> torch.Tensor:
         return t
     out = t.clone()
     for old, new in moved.items():
-        out[t == old] = new
+        held = t == old
+        if bool(held.any()):  # lengths of that axis: the longest is the new size, none past it
+            out[held] = new
+            out[(t > new) & (t < old)] = new
     return out
 
 
