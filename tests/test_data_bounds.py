@@ -32,6 +32,8 @@ CASES = {
     # name: (fn, example, other inputs (counts that differ), dynamic axes)
     "end_from_tensor": (lambda x, n: x[:n] * 2, (randn(6, 3), _t(4)),
                         [(randn(6, 3, seed=1), _t(2)), (randn(6, 3, seed=2), _t(0)), (randn(6, 3), _t(9))], {}),
+    "end_from_tensor_arithmetic": (lambda x, n: x[:n - 1] * 2, (randn(6, 3), _t(4)),
+                                   [(randn(6, 3, seed=1), _t(2)), (randn(6, 3), _t(1)), (randn(6, 3), _t(8))], {}),
     "start_from_item": (lambda x, n: x[n.item():] + 1, (randn(6, 3), _t(4)),
                         [(randn(6, 3, seed=1), _t(1)), (randn(6, 3), _t(6)), (randn(6, 3), _t(-2))], {}),
     "end_from_int": (lambda x, n: x[:int(n)].exp(), (randn(6, 3), _t(4)),

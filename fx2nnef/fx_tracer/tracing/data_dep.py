@@ -330,11 +330,13 @@ def _number_in_graph(read: "NumberRead", node: fx.Node) -> str:
         what = f"a constant argument of {name}()"
     origin = read.source
     read_at = f" at {origin}: `{origin.code}`" if origin is not None else ""
+    bound = (" A slice bound may be the integer tensor itself, computed with torch ops (x[:t - 1], not "
+             "x[:int(t) - 1]): the graph then reads it.") if what == "a slice bound or index" else ""
     return (f"{what}{at} comes from tensor content (read with {read.op}(){read_at}, {read.value!r} on the example): "
             "the export would hold for the example's value only, and a shape that follows data has no NNEF "
             "form. Keep the number a tensor instead: compute with it (x * t, not x * float(t)), mask with it "
             "(torch.where(torch.arange(x.size(0)) < n, x, 0) for a bound), pick data-chosen rows with a tensor "
-            "index (x[t] or torch.index_select), or make the bound an input size (a dynamic axis).")
+            "index (x[t] or torch.index_select), or make the bound an input size (a dynamic axis)." + bound)
 
 
 def sizes_from_shape_tensors(tracer, kind: str, target, args: tuple) -> tuple:
