@@ -43,7 +43,7 @@ CASES = {
     "arange_of_max": (lambda x, lengths: (torch.arange(lengths.max())[None, :] < lengths[:, None]).float(),
                       (randn(6, 3), _t(2, 4, 3)), [(randn(6, 3), _t(1, 1, 1)), (randn(6, 3), _t(0, 0, 0)),
                                                    (randn(6, 3), _t(7, 2, 3))], {}),
-    "arange_from_to": (lambda x, n: torch.arange(2, n.item() + 0, 3) * 1, (randn(2), _t(9)),
+    "arange_from_to": (lambda x, n: torch.arange(2, n.item(), 3) * 1, (randn(2), _t(9)),
                        [(randn(2), _t(3)), (randn(2), _t(2)), (randn(2), _t(14))], {}),
     "narrow": (lambda x, n: x.narrow(0, 1, int(n)) * 2, (randn(6, 3), _t(4)),
                [(randn(6, 3, seed=1), _t(2)), (randn(6, 3), _t(0)), (randn(6, 3), _t(5))], {}),

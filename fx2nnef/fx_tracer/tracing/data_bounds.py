@@ -25,6 +25,7 @@ import torch
 
 from ...ir import SourceLoc
 from .data_dep import depends_on_data
+from .data_sizes import DataInt
 from .proxy import CustomProxy
 from .source import user_frame_location
 
@@ -88,7 +89,7 @@ def _expand_kept(tracer, args: tuple) -> tuple:
     out = list(sizes)
     for k in range(lead, len(sizes)):
         b = sizes[k]
-        if type(b) is bool or not isinstance(b, int) or b != value.shape[k - lead]:
+        if not _plain_read(b) or b != value.shape[k - lead]:
             continue
         found = next((j for j in range(len(tracer.data_reads) - 1, -1, -1) if tracer.data_reads[j][0] == b), None)
         if found is not None and depends_on_data(x.node, tracer._data_memo):
@@ -107,6 +108,15 @@ def reads_a_bound(tracer, fn, args: tuple, kwargs: dict) -> bool:
     return any(type(b) is not bool and isinstance(b, int) and int(b) in values for b in bounds)
 
 
+def _plain_read(b) -> bool:
+    """Whether ``b`` may be a number read as it was: an int, not a bool, and of a ``DataInt`` only
+    the one ``item()`` gave (an item of ``tolist()`` or arithmetic on a number is refused where it
+    lands, as before)."""
+    if type(b) is bool or not isinstance(b, int):
+        return False
+    return not isinstance(b, DataInt) or b.read == "item"
+
+
 def _integer(t: torch.Tensor) -> bool:
     return not t.dtype.is_floating_point and not t.dtype.is_complex and t.dtype != torch.bool
 
@@ -118,7 +128,7 @@ def _bound(tracer, b):
         if isinstance(t, torch.Tensor) and _integer(t) and t.numel() == 1 and depends_on_data(b.node, tracer._data_memo):
             return tracer.create_proxy("call_method", "item", (b,), {})
         return b
-    if type(b) is bool or not isinstance(b, int) or not tracer.bind_reads:
+    if not _plain_read(b) or not tracer.bind_reads:
         return b
     found = next((k for k in range(len(tracer.data_reads) - 1, -1, -1) if tracer.data_reads[k][0] == b), None)
     if found is None:

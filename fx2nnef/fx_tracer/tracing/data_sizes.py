@@ -28,6 +28,7 @@ class DataInt(int):
     origin: Optional[SourceLoc] = None
     tensor = None  # the traced 1-d tensor it is item ``index`` of (``t.tolist()``), not after arithmetic
     index = None
+    read = ""  # "item" for the number ``t.item()`` gave itself (not after arithmetic, not a tolist() item)
 
     def __new__(cls, value: int, origin: Optional[SourceLoc], tensor=None, index=None):
         obj = super().__new__(cls, value)

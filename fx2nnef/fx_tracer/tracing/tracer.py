@@ -414,10 +414,13 @@ class CustomTracer(fx.Tracer):
                 if not self._on_data(root):
                     return result
                 result = read_number(self, name, result, self.guards[-1])
+                marked = mark_data_number(result, self.guards[-1].source,
+                                          root if name == "tolist" and v.dim() == 1 else None)
                 if name == "item":
                     note_data_read(self, root, result)
-                return mark_data_number(result, self.guards[-1].source,
-                                        root if name == "tolist" and v.dim() == 1 else None)
+                    if isinstance(marked, DataInt):
+                        marked.read = "item"  # a bound equal to it may stand for it (.data_bounds)
+                return marked
         return self.create_proxy("call_method", name, (root,) + tuple(args), kwargs)
 
     def iterate_pieces(self, proxy: CustomProxy):
