@@ -38,8 +38,8 @@ def example_sizes(example: list, names: list, dynamic_axes: dict) -> dict:
 
 
 def inputs_at(example: list, names: list, dynamic_axes: dict, env: dict, edge: bool = False) -> list:
-    """The example inputs at the sizes ``env``. A vector of integers (or one integer) holding a
-    dynamic size at the example holds the new size there, and no item past it: a vector of
+    """The example inputs at the sizes ``env``. A vector of integers (or one integer) whose largest
+    item is a dynamic size at the example holds the new size there, and no item past it: a vector of
     lengths whose longest is the sequence's ``T`` (a padding mask sized by ``lengths.max()``, which
     the model reads against ``T``) stays so at other ``T``."""
     base = example_sizes(example, names, dynamic_axes)
@@ -61,7 +61,7 @@ def _lengths_moved(t: torch.Tensor, moved: dict) -> torch.Tensor:
     out = t.clone()
     for old, new in moved.items():
         held = t == old
-        if bool(held.any()):  # lengths of that axis: the longest is the new size, none past it
+        if t.numel() and int(t.max()) == old:  # lengths of that axis: the longest is the new size, none past it
             out[held] = new
             out[(t > new) & (t < old)] = new
     return out
