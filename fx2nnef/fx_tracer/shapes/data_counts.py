@@ -1,5 +1,7 @@
 """Sizes that come from data: ``x.masked_select(m)``, ``x[mask]``, ``cond.nonzero()`` (when the tracer
-keeps its true coordinates, see ``tracing/padded.py``): a count known only at run time.
+keeps its true coordinates, see ``tracing/padded.py``), and windows whose bounds are numbers read
+from data (``x[:lengths.max()]``, ``torch.arange(n.item())``, see ``tracing/data_bounds.py``): a
+count known only at run time.
 
 Such an op gives as many items as its data selects. tract carries that count as a symbol of its
 own (``tract_onnx_non_zero(mask, count_symbol = 'K')`` makes one at run time), and every op after
@@ -9,9 +11,15 @@ it through the ops after it (a product, a reshape, a sum over it), and each beco
 named after the op that made it (``N_masked_select``). The nodes whose shapes hold such a symbol
 take those shapes in place of the ones fitted at the example; the symbol is declared in the graph.
 
+A bound read from data is a fresh unbacked number in the replay (each ``item()`` its own), and a
+window's length a fresh size. Where torch must decide on a count against a size (a mask sized by
+``lengths.max()`` broadcast against ``x`` of ``T`` items) it ties them, as torch.export does with a
+runtime assert (``Eq(u0, T)``, the count replaced by ``T``): those shapes are written with ``T``,
+and the lowering checks the tie at run time. Two counts torch asserts equal share one symbol.
+
 Only the shapes after a data-sized op change; the analysis of the dynamic sizes before it stands.
-Where torch's kernels must decide on such a count (``if n > 3``, a broadcast against it) the
-replay fails and the export is refused, naming the op.
+Where torch's kernels must decide on such a count otherwise (``if n > 3``) the replay fails and the
+export is refused, naming the op.
 """
 from __future__ import annotations
 
