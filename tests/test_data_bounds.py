@@ -118,6 +118,30 @@ def test_a_padding_mask_read_against_the_sequence_exports_for_every_length(check
     tract_matches_eager(out, model, [[randn(2, 5, 3), _t(2, 5)], [randn(3, 7, 3), _t(2, 7, 1)], [randn(1, 4, 3), _t([4])]])
 
 
+class _Attention(torch.nn.Module):
+    """torchaudio's Conformer layer in short: attention with a padding mask from the lengths, whose
+    shape MultiheadAttention compares with (batch, source length) in Python."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.mha = torch.nn.MultiheadAttention(8, 2, batch_first=True)
+
+    def forward(self, x, lengths):
+        return self.mha(x, x, x, key_padding_mask=_padding_mask(lengths), need_weights=False)[0]
+
+
+def test_attention_masked_by_lengths_exports_for_every_length(tmp_path):
+    """The shape check of the mask reads the count that torch tied to ``T``: a decision on sizes, not
+    on data (``data_counts.sized_decisions``)."""
+    model = _Attention().eval()
+    out = tmp_path / "m.nnef.tgz"
+    fx2nnef.export(model, (randn(2, 6, 8), _t(6, 4)), out, input_names=["x", "lengths"],
+                   target=fx2nnef.TractNNEF(check_io=False, dynamic_axes={"x": {0: "B", 1: "T"}, "lengths": {0: "B"}}))
+    tract_matches_eager(out, model, [[randn(2, 6, 8, seed=1), _t(3, 6)], [randn(3, 9, 8), _t(9, 2, 5)],
+                                     [randn(1, 3, 8), _t([3])]])
+
+
 def test_a_constant_bound_equal_to_a_number_read_is_kept(tmp_path):
     """``x[:2]`` beside ``int(n)`` of 2 at the example: the retrace that changes the number shows the
     bound does not follow it; the slice stays ``x[:2]`` (and the decision on the number a note)."""
