@@ -392,6 +392,34 @@ def _range_asserts(r, stepped: dict) -> list:
     return out
 
 
+def _written_dims(x):
+    """The :class:`SymDim` values in an argument (nested lists and tuples)."""
+    if isinstance(x, SymDim):
+        yield x
+    elif isinstance(x, (list, tuple)):
+        for v in x:
+            yield from _written_dims(v)
+
+
+def _non_negative_asserts(statements, mapping: dict, declared: list, bounded: list) -> list:
+    """``S >= 0`` for each declared symbol read by a floor division the graph writes, unless a
+    range already bounds it from below.
+
+    NOTE: tract 0.23.9 reduces ``(4*X + 3)/4`` to ``X`` only when it can prove ``X >= 0``, and
+    with no assertion on ``H`` it cannot for ``X = (H+3)/4``: a pad to a multiple of 4 then a
+    conv by 4 (DaViT's stem) keeps ``(3+4*((H+3)/4))/4`` in its shapes, and a reshape written
+    ``(H+3)/4`` fails at load ("... should be equal to ..."). Sizes are never negative, so the
+    assertion holds for every input."""
+    read = set()
+    for st in statements:
+        for d in _written_dims(list(st.args) + list(st.attrs.values())):
+            d = _with_dims(d, mapping) if mapping else d
+            if isinstance(d, SymDim) and d.symbols - d.input_symbols:
+                read |= d.input_symbols
+    lower = {a.split(">=")[0].strip() for a in bounded if ">=" in a}
+    return [f"{s} >= 0" for s in declared if s in read and s not in lower]
+
+
 def _with_dims(x, mapping: dict):
     """``x`` (an argument) with its symbolic sizes rewritten by ``mapping``."""
     if isinstance(x, SymDim):
@@ -419,8 +447,12 @@ def _render(ctx: EmitContext, graph: Graph, out_names: list, extra_fragments: di
         ext.append("extension tract_registry tract_onnx;")
     for s in graph.symbols:
         ext.append(f"extension tract_symbol {stepped[s][0] if s in stepped else s};")
+    bounded = []
     for r in getattr(graph, "ranges", {}).values():
-        ext += [f"extension tract_assert {a};" for a in _range_asserts(r, stepped)]
+        bounded += _range_asserts(r, stepped)
+    bounded += _non_negative_asserts(ctx.statements, mapping, [stepped[s][0] if s in stepped else s for s in graph.symbols],
+                                     bounded)
+    ext += [f"extension tract_assert {a};" for a in bounded]
     ext += [f"extension tract_assert {a};" for a in extra_asserts]
     fragments = sorted(set(ctx.fragments) | set(extra_fragments))
     fragment_ext = ctx.profile.fragment_extensions
