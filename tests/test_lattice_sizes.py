@@ -157,5 +157,33 @@ def test_no_lattice_is_one_clear_refusal(tmp_path):
     with pytest.raises(GuardError) as e:
         _export(StemThenFixedGrid().eval(), (16, 16), tmp_path)
     text = str(e.value)
-    assert "valid at a few sizes only" in text and "no power-of-two step holds" in text, text
-    assert "H=8,12,14 fail" in text, text
+    assert "valid at a few sizes only" in text and "no power-of-two step has sizes both below and above" in text, text
+    assert "H=8,12,14 do not" in text, text
+
+
+def _stem_and_five_levels(n: int) -> str:
+    """HRNet's sizes: two stride-2 stem convs (ceil(H/4)), then three more levels down and up."""
+    return "good" if -(-n // 4) % 8 == 0 else "refused"
+
+
+@pytest.mark.parametrize("v, step, rest, runs", [(64, 32, 0, 10), (63, 32, 31, 11), (128, 32, 0, 11)])
+def test_lattice_range_finds_the_finest_step(v, step, rest, runs):
+    from fx2nnef.fx_tracer.shapes.lattice import lattice_range, wants_lattice
+    from fx2nnef.ir import SymRange
+
+    results = {n: _stem_and_five_levels(n) for n in (v - 1, v + 2)}
+    plain = SymRange("H", v - 1, v, 1, 0)  # the few sizes probed near the example
+    assert wants_lattice(plain, v, results)
+    ran = []
+    rng, tried = lattice_range("H", v, results, lambda n: ran.append(n) or _stem_and_five_levels(n))
+    assert (rng.step, rng.rest, rng.lo, rng.hi) == (step, rest, None, None), rng
+    assert len(ran) <= runs and all(_stem_and_five_levels(n) != "good" for n in tried), (ran, tried)
+    assert "refuses H=" in rng.why
+
+
+def test_no_lattice_wanted_where_nothing_is_refused():
+    from fx2nnef.fx_tracer.shapes.lattice import wants_lattice
+    from fx2nnef.ir import SymRange
+
+    assert not wants_lattice(SymRange("H", None, None, 1, 0), 16, {15: "good", 17: "good", 32: "good"})
+    assert not wants_lattice(SymRange("H", 8, None, 1, 0), 16, {4: "refused", 17: "good"})  # a bound below only

@@ -17,6 +17,7 @@ from ...ir import SymRange
 from .ranges import _edge
 
 FEWEST_SIZES = 3  # a range holding fewer sizes is not dynamic in any useful sense
+LARGEST_STEP = 128  # an FPN's P7 level: the largest lattice tried (at most 7 steps, 4 runs each)
 
 
 def wants_lattice(rng: SymRange, v: int, results: dict) -> bool:
@@ -33,12 +34,13 @@ def wants_lattice(rng: SymRange, v: int, results: dict) -> bool:
 
 def lattice_range(sym: str, v: int, results: dict, run: Callable[[int], str]) -> tuple:
     """``(range, tried)``: the range of ``sym`` on the finest lattice of a power-of-two step the
-    graph holds on around the example ``v`` (None when no step up to ``v`` does), and the sizes
+    graph holds on around the example ``v`` (None when no step below ``v`` and up to
+    :data:`LARGEST_STEP` does), and the sizes
     tried that were not good (for the refusal's message). ``results`` (size -> "good", "bad",
     "refused", "unchecked") gains the sizes run; ``run(n)`` runs one size."""
     tried: list = []
     d = 2
-    while d < v:
+    while d < v and d <= LARGEST_STEP:
         sizes = [n for n in (v - d, v + d, v - 2 * d, v + 2 * d) if n >= 1]
         failed = _first_not_good(sizes, results, run)
         if failed is None:
@@ -82,5 +84,5 @@ def _on_lattice(sym: str, v: int, d: int, results: dict, run) -> SymRange:
 
 def no_lattice_reason(sym: str, tried: list) -> str:
     """Why no lattice was taken, for a range that stays too short."""
-    return (f"no power-of-two step holds both below and above the example ({sym}="
-            + ",".join(map(str, sorted(tried))) + " fail)")
+    return (f"no power-of-two step has sizes both below and above the example where the model runs and "
+            f"the graph holds ({sym}=" + ",".join(map(str, sorted(tried))) + " do not)")
