@@ -43,7 +43,7 @@ from .to_ir.torch_data import TorchData
 from .tracing.structures import tensor_version
 from .tracing import structures
 from .tracing.control_flow import loop_options, run_eagerly
-from .tracing.data_dep import check_number_reads, complex_values_note, number_reads
+from .tracing.data_dep import BoundReadMismatch, check_number_reads, complex_values_note, number_reads
 from .tracing.grouped import check_grouped_outputs
 from .tracing.padded import check_padded
 from .tracing.scalars import scalars_to_inputs
@@ -823,10 +823,10 @@ def _traced(job: _Tracing, args, kwargs, roll, size_sites, unify):
     branches = job.branches
     forcing = branches == "select" or bool(size_sites)
 
-    def one_path(forced):
+    def one_path(forced, bind=True):
         BUDGET.charge("trace")
         settings = TraceSettings(out_names, leaf_types, leaf_names, forced, roll_loops=roll, size_sites=size_sites,
-                                 data_decisions=branches == "select", unify_sizes=unify)
+                                 data_decisions=branches == "select", unify_sizes=unify, bind_reads=bind)
         trace = trace_model(model, args, kwargs, names, settings)
         if roll:
             lines = None if roll is True else roll
@@ -835,13 +835,23 @@ def _traced(job: _Tracing, args, kwargs, roll, size_sites, unify):
             graph_pass(trace)
         return trace
 
+    try:
+        return _checked_reads(one_path, forcing, True)
+    except BoundReadMismatch:  # a constant bound equal to a number read: traced without taking bounds so
+        return _checked_reads(one_path, forcing, False)
+
+
+def _checked_reads(one_path, forcing: bool, bind: bool):
+    """The trace (each path of the decisions forced, merged when ``forcing``), with the numbers it
+    read from data checked by tracing again with them changed."""
     with number_reads() as reads:
-        trace = trace_branches(one_path) if forcing else one_path(None)
+        trace = trace_branches(lambda forced: one_path(forced, bind)) if forcing else one_path(None, bind)
     read = _first_reads(reads)
     if read and forcing:  # the example's path alone is the baseline
-        check_number_reads(lambda: one_path({}), one_path({}).gm, read)
+        base = one_path({}, bind)
+        check_number_reads(lambda: one_path({}, bind), base.gm, read, base.bound_reads)
     elif read:
-        check_number_reads(lambda: one_path(None), trace.gm, read)
+        check_number_reads(lambda: one_path(None, bind), trace.gm, read, trace.bound_reads)
     return trace
 
 

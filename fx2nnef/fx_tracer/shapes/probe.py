@@ -31,7 +31,7 @@ from ..tracing.scan import ScanCall
 from ..tracing.structures import data_less
 from ..tracing.tracer import GuardRecord
 from .budget import BUDGET
-from .data_counts import decided_on_counts
+from .data_counts import decided_on_counts, sized_decisions
 from .decisions import _baked_number, _decide, _holds_in, _signature
 from .fake_replay import Replay, ReplayUnavailable, _in_place, replay, shapes_at
 from .far_traces import same_graph_at, within_trace_reach
@@ -1001,6 +1001,7 @@ class Prober:
                             [e for e in self.plan.io_envs if self._in_ranges(e)], same_path)
         analysis.left_checks = len(self.left or ())
         analysis.decided = decided_on_counts(self.gm, [g.node for g in self.guards], self.data_dep)
+        analysis.decided = sized_decisions(self.gm, analysis)  # while the graph holds the decisions' nodes
         return analysis
 
     def check_left(self) -> Optional[str]:
