@@ -171,7 +171,7 @@ def test_lattice_range_finds_the_finest_step(v, step, rest, runs):
     from fx2nnef.fx_tracer.shapes.lattice import lattice_range, wants_lattice
     from fx2nnef.ir import SymRange
 
-    results = {n: _stem_and_five_levels(n) for n in (v - 1, v + 2)}
+    results = {n: _stem_and_five_levels(n) for n in (v - 1, v - 2, v // 2, v + 1, v + 2, v + 3)}
     plain = SymRange("H", v - 1, v, 1, 0)  # the few sizes probed near the example
     assert wants_lattice(plain, v, results)
     ran = []
@@ -187,3 +187,13 @@ def test_no_lattice_wanted_where_nothing_is_refused():
 
     assert not wants_lattice(SymRange("H", None, None, 1, 0), 16, {15: "good", 17: "good", 32: "good"})
     assert not wants_lattice(SymRange("H", 8, None, 1, 0), 16, {4: "refused", 17: "good"})  # a bound below only
+
+
+def test_no_lattice_for_refusals_far_from_the_example():
+    # a reflect pad refusing T=17..20 for an example of 100 (tests/test_library_patterns.py): the
+    # model runs at 99 and 101, so no lattice is tried, and no run is spent
+    from fx2nnef.fx_tracer.shapes.lattice import lattice_range
+
+    results = {n: "refused" for n in range(17, 21)} | {n: "good" for n in (16, 50, 98, 99, 101, 102, 103)}
+    rng, tried = lattice_range("T", 100, results, lambda n: pytest.fail(f"ran T={n}"))
+    assert rng is None and tried == []

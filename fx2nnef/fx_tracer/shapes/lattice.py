@@ -33,14 +33,17 @@ def wants_lattice(rng: SymRange, v: int, results: dict) -> bool:
 
 
 def lattice_range(sym: str, v: int, results: dict, run: Callable[[int], str]) -> tuple:
-    """``(range, tried)``: the range of ``sym`` on the finest lattice of a power-of-two step the
-    graph holds on around the example ``v`` (None when no step below ``v`` and up to
-    :data:`LARGEST_STEP` does), and the sizes
-    tried that were not good (for the refusal's message). ``results`` (size -> "good", "bad",
-    "refused", "unchecked") gains the sizes run; ``run(n)`` runs one size."""
+    """``(range, tried)``: the range of ``sym`` on the finest lattice of a power-of-two step (below
+    ``v``, up to :data:`LARGEST_STEP`) that explains refusals near the example ``v``
+    (:func:`_refused_within`) and where the graph holds both ways, None when no step does; and the
+    sizes tried that were not good (for the refusal's message). ``results`` (size -> "good",
+    "bad", "refused", "unchecked") gains the sizes run; ``run(n)`` runs one size."""
     tried: list = []
     d = 2
     while d < v and d <= LARGEST_STEP:
+        if not _refused_within(v, d, results):  # nothing for a lattice of this step to explain
+            d *= 2
+            continue
         sizes = [n for n in (v - d, v + d, v - 2 * d, v + 2 * d) if n >= 1]
         failed = _first_not_good(sizes, results, run)
         if failed is None:
@@ -48,6 +51,13 @@ def lattice_range(sym: str, v: int, results: dict, run: Callable[[int], str]) ->
         tried.append(failed)
         d *= 2
     return None, tried
+
+
+def _refused_within(v: int, d: int, results: dict) -> bool:
+    """Whether the model refuses a size closer to the example than ``d``: a lattice is taken for
+    refusals near the example only (a reflect pad refusing T=17..20 for an example of 100 runs at
+    99 and 101, and on every lattice too)."""
+    return any(abs(n - v) < d for n, r in results.items() if r == "refused")
 
 
 def _first_not_good(sizes: list, results: dict, run) -> Optional[int]:
