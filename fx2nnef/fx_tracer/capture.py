@@ -32,6 +32,7 @@ from .random_draws import random_draws_advice, random_draws_text, watch_random_d
 from .shapes.budget import BUDGET, budgeted, parameter_count
 from .shapes.far_traces import same_graph, same_graph_hook, within_trace_reach
 from .shapes.graph_runs import differs_at
+from .shapes.lattice import FEWEST_SIZES
 from .shapes.overlap import Worker, can_overlap
 from .shapes.probe import (AT_EXAMPLE, OFF_STEP, RUNS, DeferredCheckFailed, _output_args, analyze, check_reran,
                            example_sizes, inputs_at, real_run_later, rerun_error, run_left_checks)
@@ -1229,15 +1230,14 @@ def _retrace_sizes(analysis) -> list:
     return out
 
 
-_FEWEST_SIZES = 3
 _STEP_RETRACES = 4  # traces tried at the sizes of finer steps than the one the decisions imply
 
 
 def _refuse_single_sizes(analysis):
-    """A symbol valid at fewer than ``_FEWEST_SIZES`` sizes (split(2) of S=6 gives 3 pieces at
+    """A symbol valid at fewer than ``FEWEST_SIZES`` sizes (split(2) of S=6 gives 3 pieces at
     S=5 and 6 only) is not dynamic in any useful sense: say which decisions fix it."""
     single = [r for r in analysis.ranges.values()
-              if r.lo is not None and r.hi is not None and (r.hi - r.lo) // r.step + 1 < _FEWEST_SIZES]
+              if r.lo is not None and r.hi is not None and (r.hi - r.lo) // r.step + 1 < FEWEST_SIZES]
     if not single:
         return
     where = "the example size only" if all(r.lo == r.hi for r in single) else "a few sizes only"

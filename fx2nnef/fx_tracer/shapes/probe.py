@@ -46,6 +46,7 @@ from .other_values import _deciding_as_traced, _same_inputs, _scrambled_mismatch
 from .overlap import Worker, can_overlap
 from .probe_sizes import (Traced, _env_key, _env_text, _moved, below_probe_envs, example_sizes, far_probe_envs,
                           probe_envs)
+from .lattice import lattice_range, no_lattice_reason, wants_lattice
 from .ranges import _bisect_refused, _decision_step, _symbol_range
 
 # what the capture, the IR builder and the piece-by-piece diagnosis take from here
@@ -804,6 +805,25 @@ class Prober:
         for s in self.symbols:
             if s not in stepped:  # (a stepped one: the decisions gave its step and bounds)
                 self._refine_range(s)
+                self._lattice_range(s)
+
+    def _lattice_range(self, s: str) -> None:
+        """A model that refuses sizes between those it accepts near the example (a UNet at
+        H = 32k): the range on the lattice the graph holds on, when there is one (see
+        :mod:`.lattice`); else a too-short range says which sizes were tried."""
+        v, rng = self.base_env[s], self.ranges[s]
+        if not wants_lattice(rng, v, self.results[s]):
+            return
+        found, tried = lattice_range(s, v, self.results[s], lambda n: self.probe_status({**self.base_env, s: n}))
+        if found is not None:
+            self.ranges[s] = found
+            # check_io's sizes below and above the example, moved onto the lattice (run there)
+            d = found.step
+            self.plan.io_envs = [e if found.contains(e[s]) else {**e, s: v + d if e[s] > v else v - d}
+                                 for e in self.plan.io_envs]
+        elif tried and rng.lo is not None and rng.hi is not None:
+            why = "; ".join(x for x in (rng.why, no_lattice_reason(s, tried)) if x)
+            self.ranges[s] = SymRange(s, rng.lo, rng.hi, rng.step, rng.rest, why)
 
     def _refine_range(self, s: str) -> None:
         """A model accepting only every N-th size: look for a finer step and for the smallest
