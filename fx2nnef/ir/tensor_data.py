@@ -92,6 +92,34 @@ class ReshapedData(TensorData):
         return self.base.chunks(max_bytes)
 
 
+class RowsData(TensorData):
+    """Rows ``start:stop`` of ``base`` (its first axis): a block of a weight matrix. Its bytes are
+    a contiguous range of ``base``'s, read from it when written; nothing is copied."""
+
+    def __init__(self, base: TensorData, start: int, stop: int):
+        if not 0 <= start < stop <= base.shape[0]:
+            raise ValueError(f"rows {start}:{stop} are not within {list(base.shape)}")
+        self.base = base
+        self.start, self.stop = int(start), int(stop)
+        self.shape = (self.stop - self.start,) + tuple(base.shape[1:])
+        self.dtype = base.dtype
+        self.parameter_path = base.parameter_path
+
+    def numpy(self) -> np.ndarray:
+        return self.base.numpy()[self.start:self.stop]
+
+    def chunks(self, max_bytes: int = DEFAULT_CHUNK_BYTES) -> Iterator[memoryview]:
+        row = self.nbytes // self.shape[0]
+        begin, end, at = self.start * row, self.stop * row, 0
+        for piece in self.base.chunks(max_bytes):
+            size = len(piece)
+            if at + size > begin and at < end:
+                yield piece[max(begin - at, 0):min(end - at, size)]
+            at += size
+            if at >= end:
+                return
+
+
 def array_chunks(array: np.ndarray, max_bytes: int = DEFAULT_CHUNK_BYTES) -> Iterator[memoryview]:
     """Row-major little-endian bytes of ``array`` in pieces of at most ``max_bytes`` (views when the
     array is C-contiguous and little-endian, else converted piece by piece)."""
