@@ -51,6 +51,7 @@ def test_a_tied_head_is_multiplied_by_blocks_and_matches_eager(tmp_path, check_i
     # 50 x 16 f32 = 3200 bytes: blocks of at most 1024 bytes (16 rows), 4 products concatenated
     assert text.count("transposeB = true") == 5 and "concat(" in text, text
     assert "shape = [50, 16]" in text  # the embedding's table, once, as the gather reads it
+    assert text.count("variable<") == 1 + 2 + 4  # the table, mid's weight and bias, 4 blocks
     tract_matches_eager(out, model, [[randint(0, 50, 1, s, seed=s)] for s in (1, 5, 12)])
 
 

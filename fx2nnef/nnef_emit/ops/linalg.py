@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from ...errors import EmitError
-from ...ir import RowsData, Value, product
+from ...ir import ReshapedData, RowsData, Value, product
 from ..context import EmitContext, stored_transposed
 from ..helpers import broadcast_operands, cast, dims_list, ew, rank, result_dtype, tiled_from, un, unsqueeze_to
 from ..registry import register
@@ -160,10 +160,11 @@ def _linear_product(ctx: EmitContext, x: Value, weight: Value) -> Value:
     if not block or data is None or data.stored_format is not None or data.dtype is not weight.dtype \
             or tuple(data.shape) != tuple(weight.shape) or data.nbytes <= 2 * block:
         return _matmul(ctx, x, weight, transpose_b=True)
-    rows = weight.shape[0]
+    rows, lead = weight.shape[0], (1,) * (rank(x) - 2)  # each block declared at the product's rank, once
     step = -(-rows // -(-data.nbytes // block))
-    parts = [_matmul(ctx, x, ctx.const(RowsData(data, start, min(start + step, rows)), weight.dtype, name=weight.name),
-                     transpose_b=True) for start in range(0, rows, step)]
+    blocks = [RowsData(data, start, min(start + step, rows)) for start in range(0, rows, step)]
+    parts = [_matmul(ctx, x, ctx.const(ReshapedData(b, lead + b.shape), weight.dtype, name=weight.name),
+                     transpose_b=True) for b in blocks]
     return ctx.op("concat", parts, axis=rank(parts[0]) - 1, out_shape=tuple(parts[0].shape[:-1]) + (rows,))
 
 
