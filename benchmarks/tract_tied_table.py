@@ -54,7 +54,8 @@ CHILD = textwrap.dedent("""
                       "ms": sorted(times[1:])[rounds // 2]}))
 """)
 
-HEADER = "version 1.0;\n\nextension tract_registry tract_core;\n\ngraph G( ids ) -> ( logits )\n{\n    ids = external<integer>(shape = [1, 1]);\n"
+HEADER = ("version 1.0;\n\nextension tract_registry tract_core;\n\n"
+          "graph G( ids ) -> ( logits )\n{\n    ids = external<integer>(shape = [1, 1]);\n")
 
 
 def forms(vocab: int, dim: int, block_rows: int) -> dict:
@@ -69,12 +70,14 @@ def forms(vocab: int, dim: int, block_rows: int) -> dict:
         blocks.append(f"    head_{k} = variable<scalar>(shape = [1, {rows}, {dim}], label = 'head_{k}');\n"
                       + f"    part_{k} = matmul(x, head_{k}, transposeA = false, transposeB = true);\n")
         names.append(f"part_{k}")
+    concat = f"    logits = concat([{', '.join(names)}], axis = 2);\n"
+    again = f"    again = variable<scalar>(shape = [{vocab}, {dim}], label = 'table');\n"
     return {
         "two copies": table + gather + head + product.format(w="head"),
-        "two copies, blocks": table + gather + "".join(blocks) + f"    logits = concat([{', '.join(names)}], axis = 2);\n",
+        "two copies, blocks": table + gather + "".join(blocks) + concat,
         "shared": table + gather + "    w = unsqueeze(table, axes = [0]);\n" + product.format(w="w"),
-        "shared, same label": table + gather + f"    again = variable<scalar>(shape = [{vocab}, {dim}], label = 'table');\n"
-        + "    w = unsqueeze(again, axes = [0]);\n" + product.format(w="w"),
+        "shared, same label": table + gather + again + "    w = unsqueeze(again, axes = [0]);\n"
+        + product.format(w="w"),
     }
 
 

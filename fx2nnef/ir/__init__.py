@@ -9,7 +9,8 @@ from .weight_data import F16Data, Q4_0Data, dequantize_q4_0, quantize_q4_0
 from .weight_formats import WEIGHT_FORMATS, Calibrated, WeightChoice, apply_weight_format
 
 __all__ = [
-    "ArrayData", "ReshapedData", "RowsData", "CheckCase", "Dim", "DType", "F16Data", "Graph", "Guard", "Node", "Q4_0Data", "SourceLoc", "SymDim",
+    "ArrayData", "ReshapedData", "RowsData", "CheckCase", "Dim", "DType", "F16Data", "Graph", "Guard", "Node",
+    "Q4_0Data", "SourceLoc", "SymDim",
     "SymRange", "TensorData", "Value", "WEIGHT_FORMATS", "WeightChoice",
     "Calibrated", "apply_weight_format", "as_sym", "dequantize_q4_0", "fit_polynomial", "flat_values", "is_static", "map_values",
     "method_key", "op_key", "product", "quantize_q4_0", "sanitize", "simplify", "unique_name",
