@@ -71,3 +71,14 @@ def test_rows_data_streams_its_rows_bytes():
         assert got == base.array[2:6].tobytes()
     with pytest.raises(ValueError, match="not within"):
         RowsData(base, 5, 9)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rows_of_a_model_weight_are_read_alone(dtype):
+    from fx2nnef.fx_tracer.to_ir.torch_data import TorchData
+
+    weight = torch.nn.Parameter(torch.randn(9, 6).to(dtype))
+    rows = RowsData(TorchData(weight, "w"), 3, 8)
+    expected = weight.detach()[3:8].float().numpy().tobytes()
+    assert b"".join(bytes(p) for p in rows.chunks(40)) == expected
+    assert rows.numpy().tobytes() == expected
