@@ -27,19 +27,17 @@ _FALLBACK = "dynamic shapes were fitted from probe runs"
 _AXES = {"x": {0: "B", 2: "H", 3: "W"}}
 
 
-class Windows(nn.Module):
+class WindowBlock(nn.Module):
     """Swin's window attention's size logic (torchvision's ``shifted_window_attention``), channels
     last: pad to the window, shift only when the map spans more than one window, attend within
     each window, undo."""
 
     def __init__(self, c=6, window=4, shift=2):
         super().__init__()
-        self.embed = nn.Conv2d(3, c, 2, stride=2)
         self.qk = nn.Linear(c, c)
         self.window, self.shift = window, shift
 
     def forward(self, x):
-        x = self.embed(x).permute(0, 2, 3, 1)
         B, H, W, C = x.shape
         ws = self.window
         x = F.pad(x, (0, 0, 0, (ws - W % ws) % ws, 0, (ws - H % ws) % ws))
@@ -59,6 +57,33 @@ class Windows(nn.Module):
         if sum(shift) > 0:
             y = torch.roll(y, shifts=(shift[0], shift[1]), dims=(1, 2))
         return y[:, :H, :W, :]
+
+
+class Windows(nn.Module):
+    """A patch embedding, then one window block."""
+
+    def __init__(self, c=6):
+        super().__init__()
+        self.embed = nn.Conv2d(3, c, 2, stride=2)
+        self.block = WindowBlock(c)
+
+    def forward(self, x):
+        return self.block(self.embed(x).permute(0, 2, 3, 1))
+
+
+class TwoStages(nn.Module):
+    """Swin's stages: the same window block at two map sizes, the first spanning two windows at
+    the example (shifted), the second fitting one (not shifted)."""
+
+    def __init__(self, c=6):
+        super().__init__()
+        self.embed = nn.Conv2d(3, c, 2, stride=2)
+        self.down = nn.Conv2d(c, c, 2, stride=2)
+        self.first, self.second = WindowBlock(c), WindowBlock(c)
+
+    def forward(self, x):
+        x = self.first(self.embed(x).permute(0, 2, 3, 1))
+        return self.second(self.down(x.permute(0, 3, 1, 2)).permute(0, 2, 3, 1))
 
 
 @pytest.mark.parametrize("check_io", [True, False])
@@ -96,3 +121,18 @@ def _export(model, tmp_path, check_io, **options):
 
 def _check_at(r, model, shapes):
     tract_matches_eager(r.path, model, [[randn(*s, seed=10 + k)] for k, s in enumerate(shapes)])
+
+
+@pytest.mark.parametrize("check_io", [True, False])
+def test_window_decision_met_at_two_stages_ends_the_range_where_the_graph_differs(tmp_path, check_io):
+    # the same `if` decides "shift" in the first stage and "no shift" in the second: the range ends
+    # where the second stage's map spans two windows (H = 20), from the replay
+    model = TwoStages().eval()
+    r = fx2nnef.export(model, (randn(1, 3, 16, 16, seed=0),), tmp_path / "m.nnef.tgz", input_names=["x"],
+                       target=fx2nnef.TractNNEF(dynamic_axes=_AXES, check_io=check_io))
+    assert not check_io or (r.check.ok and len(r.check.cases) >= 3), r.check
+    assert not any(_FALLBACK in n for n in r.notes), r.notes
+    assert r.ranges["H"].hi == 19 and r.ranges["W"].hi == 19, r.ranges
+    # with the traces that export the decisions both ways and their analyses: about 270 real runs
+    assert r.timings["graph_runs"] + r.timings["eager_runs"] <= 320, r.timings
+    _check_at(r, model, [(2, 3, 17, 13), (1, 3, 16, 16), (3, 3, 9, 19)])
