@@ -973,7 +973,13 @@ def _trace_merging_sizes(job: _Tracing, args, kwargs, notes, ref):
         try:
             lines = ", ".join(sorted(f"{f.rsplit('/', 1)[-1]}:{n}" for f, n in sites))
             with BUDGET.step(f"the trace with the decisions on sizes at {lines} exported both ways"):
-                merged = _trace_and_probe(job, args, kwargs, merged_notes, ref, size_sites=sites, unify=unify)
+                merged = _trace_and_probe(_past_bounds_first(job, ref, analysis), args, kwargs, merged_notes, ref,
+                                          size_sites=sites, unify=unify)
+        except _NotPastBounds:  # as a merged graph that widens nothing (below), found before its analysis
+            if unify:
+                unify = False
+                continue
+            break
         except Exception:  # noqa: BLE001 - the best trace so far stands, with its bounds or error
             break
         met, unmerged = _site_outcomes(merged[2], sites)
@@ -1148,12 +1154,53 @@ def _at_example_first(job: _Tracing, trace, ref, base_env: dict) -> _Tracing:
         return job
 
     def check(retraced) -> None:
-        if any(g.counts is not None or (g.source is not None and _is_loop_decision(g.text, g.source.code or ""))
-               for g in retraced.guards):
+        if _has_loop_decisions(retraced):
             return
         why = differs_at(retraced.gm, trace.example_inputs, expected)
         if why is not None:
             raise _NotAtExample(why)
+
+    return dataclasses.replace(job, precheck=check)
+
+
+def _has_loop_decisions(trace) -> bool:
+    """Whether ``trace`` took a decision on a count of pieces or of a Python loop's steps."""
+    return any(g.counts is not None or (g.source is not None and _is_loop_decision(g.text, g.source.code or ""))
+               for g in trace.guards)
+
+
+class _NotPastBounds(Exception):
+    """A trace with decisions on sizes exported both ways that still differs from the model at
+    every size where the range of the trace before it ended."""
+
+
+def _past_bounds_first(job: _Tracing, ref, analysis) -> _Tracing:
+    """``job`` whose traces (decisions on sizes exported both ways, to widen a bounded range) are
+    first run where the range of ``analysis`` ends because the graph differs from the model: one
+    that differs at every such size widens nothing (the decision that bounds it was not exported
+    both ways: Swin's `if window >= padded` met in every block, deciding otherwise stage by
+    stage), and its analysis would find that after probing it at many sizes, tracing the forward
+    far above the example."""
+    if ref is None or analysis is None:
+        return job
+    ends = [{**analysis.base_env, s: int(n)} for s, r in analysis.ranges.items()
+            for n in re.findall(rf"the graph differs from the model at {re.escape(s)}=(\d+)(?!\d)", r.why or "")]
+    if not ends:
+        return job
+
+    def check(merged) -> None:
+        if _has_loop_decisions(merged):
+            return  # its loop rolled into a scan may hold where it does not
+        why = None
+        for env in ends:
+            try:
+                expected = ref(env)
+            except Exception:  # noqa: BLE001 - no reference there: the analysis decides
+                return
+            why = differs_at(merged.gm, inputs_at(merged.example_inputs, job.names, job.dyn, env), expected)
+            if why is None:
+                return
+        raise _NotPastBounds(f"at {ends[-1]}: {why}")
 
     return dataclasses.replace(job, precheck=check)
 

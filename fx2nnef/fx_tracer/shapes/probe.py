@@ -675,7 +675,9 @@ class Prober:
         if mismatch is None and counts:
             # the graph re-run in torch splits again; the export keeps the traced pieces
             mismatch = f"{counts[0].text} no longer: the export keeps the traced pieces"
-        if mismatch is None and flips:
+        if mismatch is None and any(not g.merged for g in flips):
+            # (a decision exported both ways flips with the graph: it takes the other branch there,
+            # and the probe's values are evidence as anywhere else)
             mismatch = _scrambled_mismatch(self.gm, self.reference, env, run.inputs, self.traced.example,
                                            tuple(self.guards), tuple(flips))
         if mismatch is None:
@@ -785,6 +787,8 @@ class Prober:
         see: not far beyond the example (a trace there costs its sizes), the replay's shapes hold
         there, and the forward traced there gives this very graph (see :mod:`.far_traces`)."""
         (s,) = _moved(env, self.base_env)
+        if self.rep is None:  # shapes fitted from probes (a far change of torch's kernels): no replay tells
+            return False
         if not within_trace_reach(env[s], self.base_env[s]) or self._shapes_past_flip(env) != "good":
             return False
         return same_graph_at(env)
