@@ -123,8 +123,17 @@ def test_tract_tracer_bugs(case, tmp_path):
     run_case(case, tmp_path, "tract")
 
 
-def test_arange_from_tensor_data_is_refused(tmp_path):
+def test_arange_from_tensor_data_exports_with_its_count(tmp_path):
+    """torch.arange(n) of a 0-d integer input: as many items as n says (see test_data_bounds.py)."""
+    from harness import FnModule, tract_matches_eager
+
     case = OpCase("arange_data", lambda n: torch.arange(n), [torch.tensor(4)], khronos=False)
+    run_case(case, tmp_path, "tract")
+    tract_matches_eager(tmp_path / "tract.nnef.tgz", FnModule(case.fn), [[torch.tensor(1)], [torch.tensor(7)]])
+
+
+def test_arange_from_float_data_is_refused(tmp_path):
+    case = OpCase("arange_data", lambda n: torch.arange(n), [torch.tensor(4.0)], khronos=False)
     with pytest.raises((fx2nnef.UnsupportedOpError, fx2nnef.TraceError)):
         run_case(case, tmp_path, "tract")
 

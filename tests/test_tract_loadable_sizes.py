@@ -4,6 +4,8 @@ SD3's transformer crops its position table at the centre to the patch grid (``to
 then ``[top:top + h]``), adds it to the patches and later reshapes by ``h``: tract computed the
 crop's length from bounds written apart and could not match it with ``h`` ("16*(B)*(broadcast(...))"
 at the reshape). Reproduced with torch alone, checked in tract at the example and other sizes."""
+import tarfile
+
 import pytest
 import torch
 import torch.nn as nn
@@ -142,3 +144,73 @@ def test_sampled_pyramid_loads(tmp_path):
                        target=fx2nnef.TractNNEF(dynamic_axes={k: axes for k in ("a", "b", "flow")}, check_io=False))
     tract_matches_eager(r.path, model, [[randn(b, 3, h, w, seed=s) for s in range(3)]
                                         for b, h, w in [(1, 32, 32), (2, 48, 40)]])
+
+
+class PaddedStem(nn.Module):
+    """DaViT's stem: the image padded to a multiple of 4, a conv by 4, tokens through a linear and
+    back to a grid. tract's conv gives ``(3+4*((H+3)/4))/4``, which it reduces to ``(H+3)/4`` only
+    when it can prove ``(H+3)/4 >= 0``; the reshape back to the grid failed at load before the
+    graph asserted ``H >= 0``."""
+
+    def __init__(self, channels=8):
+        super().__init__()
+        self.conv = nn.Conv2d(3, channels, 7, stride=4, padding=3)
+        self.lin = nn.Linear(channels, channels)
+
+    def forward(self, x):
+        h, w = x.shape[-2:]
+        x = self.conv(F.pad(x, (0, (4 - w % 4) % 4, 0, (4 - h % 4) % 4)))
+        b, c, gh, gw = x.shape
+        return self.lin(x.flatten(2).transpose(1, 2)).transpose(1, 2).reshape(b, c, gh, gw)
+
+
+class PaddedWindows(nn.Module):
+    """A Swin-like window partition after a strided conv: the grid padded to a multiple of the
+    window, viewed into windows, a linear over each window's tokens, and back."""
+
+    def __init__(self, channels=8, window=3):
+        super().__init__()
+        self.window = window
+        self.conv = nn.Conv2d(3, channels, 3, stride=2, padding=1)
+        self.lin = nn.Linear(channels, channels)
+
+    def forward(self, x):
+        x = self.conv(x).permute(0, 2, 3, 1)
+        b, h, w, c = x.shape
+        k = self.window
+        x = F.pad(x, (0, 0, 0, (k - w % k) % k, 0, (k - h % k) % k))
+        hp, wp = x.shape[1:3]
+        win = x.view(b, hp // k, k, wp // k, k, c).permute(0, 1, 3, 2, 4, 5).reshape(-1, k * k, c)
+        win = self.lin(win).view(b, hp // k, wp // k, k, k, c).permute(0, 1, 3, 2, 4, 5).reshape(b, hp, wp, c)
+        return win[:, :h, :w, :].permute(0, 3, 1, 2)
+
+
+class CeilPoolTokens(nn.Module):
+    """A ceil-mode max pool (its size is a nested division to tract), then tokens and a grid again."""
+
+    def __init__(self, channels=8):
+        super().__init__()
+        self.conv = nn.Conv2d(3, channels, 3, stride=2, padding=1)
+        self.lin = nn.Linear(channels, channels)
+
+    def forward(self, x):
+        x = F.max_pool2d(self.conv(x), 3, 2, ceil_mode=True)
+        b, c, h, w = x.shape
+        return self.lin(x.flatten(2).transpose(1, 2)).view(b, h, w, c)
+
+
+@pytest.mark.parametrize("check_io", [True, False])
+@pytest.mark.parametrize("make", [PaddedStem, PaddedWindows, CeilPoolTokens])
+def test_nested_divisions_of_tract_shapes_load(tmp_path, make, check_io):
+    torch.manual_seed(0)
+    model = make().eval()
+    r = fx2nnef.export(model, (randn(1, 3, 30, 34),), tmp_path / "m.nnef.tgz", input_names=["x"],
+                       target=fx2nnef.TractNNEF(dynamic_axes={"x": {0: "B", 2: "H", 3: "W"}}, check_io=check_io))
+    if make is PaddedStem:  # the sizes read by divisions are bounded as the export holds them, B is not
+        with tarfile.open(r.path) as tar:
+            text = tar.extractfile("graph.nnef").read().decode()
+        asserts = [line for line in text.splitlines() if "tract_assert" in line]
+        assert asserts == ["extension tract_assert H >= 1;", "extension tract_assert W >= 1;"], asserts
+    # sizes that are and are not multiples of the pads and strides
+    tract_matches_eager(r.path, model, [[randn(b, 3, h, w, seed=h * w)] for b, h, w in
+                                        [(1, 30, 34), (2, 17, 9), (1, 32, 32), (1, 5, 7), (2, 45, 23)]])

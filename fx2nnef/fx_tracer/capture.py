@@ -32,6 +32,7 @@ from .random_draws import random_draws_advice, random_draws_text, watch_random_d
 from .shapes.budget import BUDGET, budgeted, parameter_count
 from .shapes.far_traces import same_graph, same_graph_hook, within_trace_reach
 from .shapes.graph_runs import differs_at
+from .shapes.lattice import FEWEST_SIZES
 from .shapes.overlap import Worker, can_overlap
 from .shapes.probe import (AT_EXAMPLE, OFF_STEP, RUNS, DeferredCheckFailed, _output_args, analyze, check_reran,
                            example_sizes, inputs_at, real_run_later, rerun_error, run_left_checks)
@@ -42,7 +43,7 @@ from .to_ir.torch_data import TorchData
 from .tracing.structures import tensor_version
 from .tracing import structures
 from .tracing.control_flow import loop_options, run_eagerly
-from .tracing.data_dep import check_number_reads, complex_values_note, number_reads
+from .tracing.data_dep import BoundReadMismatch, check_number_reads, complex_values_note, number_reads
 from .tracing.grouped import check_grouped_outputs
 from .tracing.padded import check_padded
 from .tracing.scalars import scalars_to_inputs
@@ -822,10 +823,10 @@ def _traced(job: _Tracing, args, kwargs, roll, size_sites, unify):
     branches = job.branches
     forcing = branches == "select" or bool(size_sites)
 
-    def one_path(forced):
+    def one_path(forced, bind=True):
         BUDGET.charge("trace")
         settings = TraceSettings(out_names, leaf_types, leaf_names, forced, roll_loops=roll, size_sites=size_sites,
-                                 data_decisions=branches == "select", unify_sizes=unify)
+                                 data_decisions=branches == "select", unify_sizes=unify, bind_reads=bind)
         trace = trace_model(model, args, kwargs, names, settings)
         if roll:
             lines = None if roll is True else roll
@@ -834,13 +835,23 @@ def _traced(job: _Tracing, args, kwargs, roll, size_sites, unify):
             graph_pass(trace)
         return trace
 
+    try:
+        return _checked_reads(one_path, forcing, True)
+    except BoundReadMismatch:  # a constant bound equal to a number read: traced without taking bounds so
+        return _checked_reads(one_path, forcing, False)
+
+
+def _checked_reads(one_path, forcing: bool, bind: bool):
+    """The trace (each path of the decisions forced, merged when ``forcing``), with the numbers it
+    read from data checked by tracing again with them changed."""
     with number_reads() as reads:
-        trace = trace_branches(one_path) if forcing else one_path(None)
+        trace = trace_branches(lambda forced: one_path(forced, bind)) if forcing else one_path(None, bind)
     read = _first_reads(reads)
     if read and forcing:  # the example's path alone is the baseline
-        check_number_reads(lambda: one_path({}), one_path({}).gm, read)
+        base = one_path({}, bind)
+        check_number_reads(lambda: one_path({}, bind), base.gm, read, base.bound_reads)
     elif read:
-        check_number_reads(lambda: one_path(None), trace.gm, read)
+        check_number_reads(lambda: one_path(None, bind), trace.gm, read, trace.bound_reads)
     return trace
 
 
@@ -965,7 +976,13 @@ def _trace_merging_sizes(job: _Tracing, args, kwargs, notes, ref):
         try:
             lines = ", ".join(sorted(f"{f.rsplit('/', 1)[-1]}:{n}" for f, n in sites))
             with BUDGET.step(f"the trace with the decisions on sizes at {lines} exported both ways"):
-                merged = _trace_and_probe(job, args, kwargs, merged_notes, ref, size_sites=sites, unify=unify)
+                merged = _trace_and_probe(_past_bounds_first(job, ref, analysis), args, kwargs, merged_notes, ref,
+                                          size_sites=sites, unify=unify)
+        except _NotPastBounds:  # as a merged graph that widens nothing (below), found before its analysis
+            if unify:
+                unify = False
+                continue
+            break
         except Exception:  # noqa: BLE001 - the best trace so far stands, with its bounds or error
             break
         met, unmerged = _site_outcomes(merged[2], sites)
@@ -1140,12 +1157,53 @@ def _at_example_first(job: _Tracing, trace, ref, base_env: dict) -> _Tracing:
         return job
 
     def check(retraced) -> None:
-        if any(g.counts is not None or (g.source is not None and _is_loop_decision(g.text, g.source.code or ""))
-               for g in retraced.guards):
+        if _has_loop_decisions(retraced):
             return
         why = differs_at(retraced.gm, trace.example_inputs, expected)
         if why is not None:
             raise _NotAtExample(why)
+
+    return dataclasses.replace(job, precheck=check)
+
+
+def _has_loop_decisions(trace) -> bool:
+    """Whether ``trace`` took a decision on a count of pieces or of a Python loop's steps."""
+    return any(g.counts is not None or (g.source is not None and _is_loop_decision(g.text, g.source.code or ""))
+               for g in trace.guards)
+
+
+class _NotPastBounds(Exception):
+    """A trace with decisions on sizes exported both ways that still differs from the model at
+    every size where the range of the trace before it ended."""
+
+
+def _past_bounds_first(job: _Tracing, ref, analysis) -> _Tracing:
+    """``job`` whose traces (decisions on sizes exported both ways, to widen a bounded range) are
+    first run where the range of ``analysis`` ends because the graph differs from the model: one
+    that differs at every such size widens nothing (the decision that bounds it was not exported
+    both ways: Swin's `if window >= padded` met in every block, deciding otherwise stage by
+    stage), and its analysis would find that after probing it at many sizes, tracing the forward
+    far above the example."""
+    if ref is None or analysis is None:
+        return job
+    ends = [{**analysis.base_env, s: int(n)} for s, r in analysis.ranges.items()
+            for n in re.findall(rf"the graph differs from the model at {re.escape(s)}=(\d+)(?!\d)", r.why or "")]
+    if not ends:
+        return job
+
+    def check(merged) -> None:
+        if _has_loop_decisions(merged):
+            return  # its loop rolled into a scan may hold where it does not
+        why = None
+        for env in ends:
+            try:
+                expected = ref(env)
+            except Exception:  # noqa: BLE001 - no reference there: the analysis decides
+                return
+            why = differs_at(merged.gm, inputs_at(merged.example_inputs, job.names, job.dyn, env), expected)
+            if why is None:
+                return
+        raise _NotPastBounds(f"at {ends[-1]}: {why}")
 
     return dataclasses.replace(job, precheck=check)
 
@@ -1223,15 +1281,14 @@ def _retrace_sizes(analysis) -> list:
     return out
 
 
-_FEWEST_SIZES = 3
 _STEP_RETRACES = 4  # traces tried at the sizes of finer steps than the one the decisions imply
 
 
 def _refuse_single_sizes(analysis):
-    """A symbol valid at fewer than ``_FEWEST_SIZES`` sizes (split(2) of S=6 gives 3 pieces at
+    """A symbol valid at fewer than ``FEWEST_SIZES`` sizes (split(2) of S=6 gives 3 pieces at
     S=5 and 6 only) is not dynamic in any useful sense: say which decisions fix it."""
     single = [r for r in analysis.ranges.values()
-              if r.lo is not None and r.hi is not None and (r.hi - r.lo) // r.step + 1 < _FEWEST_SIZES]
+              if r.lo is not None and r.hi is not None and (r.hi - r.lo) // r.step + 1 < FEWEST_SIZES]
     if not single:
         return
     where = "the example size only" if all(r.lo == r.hi for r in single) else "a few sizes only"

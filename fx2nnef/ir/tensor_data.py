@@ -55,6 +55,20 @@ class TensorData(abc.ABC):
         """
         yield from array_chunks(self.numpy(), max_bytes)
 
+    def row_chunks(self, start: int, stop: int, max_bytes: int = DEFAULT_CHUNK_BYTES) -> Iterator[memoryview]:
+        """The bytes of rows ``start:stop`` (along the first axis), as :meth:`chunks` gives them.
+        The default cuts them out of :meth:`chunks`; sources that convert their data override it
+        so that only those rows are read."""
+        row = self.nbytes // self.shape[0]
+        begin, end, at = start * row, stop * row, 0
+        for piece in self.chunks(max_bytes):
+            size = len(piece)
+            if at + size > begin and at < end:
+                yield piece[max(begin - at, 0):min(end - at, size)]
+            at += size
+            if at >= end:
+                return
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.dtype.value}{list(self.shape)})"
 
@@ -90,6 +104,26 @@ class ReshapedData(TensorData):
 
     def chunks(self, max_bytes: int = DEFAULT_CHUNK_BYTES) -> Iterator[memoryview]:
         return self.base.chunks(max_bytes)
+
+
+class RowsData(TensorData):
+    """Rows ``start:stop`` of ``base`` (its first axis): a block of a weight matrix. Its bytes are
+    a contiguous range of ``base``'s, read from it when written; nothing is copied."""
+
+    def __init__(self, base: TensorData, start: int, stop: int):
+        if not 0 <= start < stop <= base.shape[0]:
+            raise ValueError(f"rows {start}:{stop} are not within {list(base.shape)}")
+        self.base = base
+        self.start, self.stop = int(start), int(stop)
+        self.shape = (self.stop - self.start,) + tuple(base.shape[1:])
+        self.dtype = base.dtype
+        self.parameter_path = base.parameter_path
+
+    def numpy(self) -> np.ndarray:
+        return self.base.numpy()[self.start:self.stop]
+
+    def chunks(self, max_bytes: int = DEFAULT_CHUNK_BYTES) -> Iterator[memoryview]:
+        return self.base.row_chunks(self.start, self.stop, max_bytes)
 
 
 def array_chunks(array: np.ndarray, max_bytes: int = DEFAULT_CHUNK_BYTES) -> Iterator[memoryview]:

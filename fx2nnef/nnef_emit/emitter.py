@@ -392,6 +392,44 @@ def _range_asserts(r, stepped: dict) -> list:
     return out
 
 
+def _written_dims(x):
+    """The :class:`SymDim` values in an argument (nested lists and tuples)."""
+    if isinstance(x, SymDim):
+        yield x
+    elif isinstance(x, (list, tuple)):
+        for v in x:
+            yield from _written_dims(v)
+
+
+def _lower_bound_asserts(statements, graph: Graph, stepped: dict, mapping: dict, asserted: list) -> list:
+    """``S >= 1`` (``S >= 0`` where the range admits 0) for each declared symbol read by a floor
+    division the graph writes, unless an assertion already bounds it from below.
+
+    NOTE: tract 0.23.9 reduces ``(4*X + 3)/4`` to ``X`` only when it can prove ``X >= 0``, and
+    with no assertion on ``H`` it cannot for ``X = (H+3)/4``: a pad to a multiple of 4 then a
+    conv by 4 (DaViT's stem) keeps ``(3+4*((H+3)/4))/4`` in its shapes, and a reshape written
+    ``(H+3)/4`` fails at load ("... should be equal to ..."). The bound is the one the export
+    holds anyway (sizes are >= 1), so it admits no size that was not admitted before."""
+    read = set()
+    for st in statements:
+        for d in _written_dims(list(st.args) + list(st.attrs.values())):
+            d = _with_dims(d, mapping) if mapping else d
+            if isinstance(d, SymDim) and d.symbols - d.input_symbols:
+                read |= d.input_symbols
+    lower = {a.split(">=")[0].strip() for a in asserted if ">=" in a}
+    ranges = getattr(graph, "ranges", {})
+    out = []
+    for s in graph.symbols:
+        name = stepped[s][0] if s in stepped else s
+        if name not in read or name in lower:
+            continue
+        r = ranges.get(s)
+        # a stepped symbol is asserted >= 1 when it cannot be 0 (``_range_asserts``): here it can
+        zero = s in stepped or (r is not None and r.lo is not None and r.lo < 1)
+        out.append(f"{name} >= {0 if zero else 1}")
+    return out
+
+
 def _with_dims(x, mapping: dict):
     """``x`` (an argument) with its symbolic sizes rewritten by ``mapping``."""
     if isinstance(x, SymDim):
@@ -419,8 +457,11 @@ def _render(ctx: EmitContext, graph: Graph, out_names: list, extra_fragments: di
         ext.append("extension tract_registry tract_onnx;")
     for s in graph.symbols:
         ext.append(f"extension tract_symbol {stepped[s][0] if s in stepped else s};")
+    bounded = []
     for r in getattr(graph, "ranges", {}).values():
-        ext += [f"extension tract_assert {a};" for a in _range_asserts(r, stepped)]
+        bounded += _range_asserts(r, stepped)
+    bounded += _lower_bound_asserts(ctx.statements, graph, stepped, mapping, bounded + list(extra_asserts))
+    ext += [f"extension tract_assert {a};" for a in bounded]
     ext += [f"extension tract_assert {a};" for a in extra_asserts]
     fragments = sorted(set(ctx.fragments) | set(extra_fragments))
     fragment_ext = ctx.profile.fragment_extensions

@@ -56,6 +56,10 @@ class TargetProfile:
     data_sized_counts: bool = False
     # a size that multiplies or divides data is made opaque (the engine takes it for a mask)
     opaque_sizes_in_products: bool = False
+    # a linear's weight of more than twice this many bytes is multiplied by blocks of rows of at most
+    # this many, the products concatenated (the engine holds a weight twice while it loads or packs
+    # it); 0: never
+    weight_block_bytes: int = 0
 
     def __repr__(self) -> str:
         return f"TargetProfile({self.name!r})"

@@ -31,7 +31,7 @@ from ..tracing.scan import ScanCall
 from ..tracing.structures import data_less
 from ..tracing.tracer import GuardRecord
 from .budget import BUDGET
-from .data_counts import decided_on_counts
+from .data_counts import decided_on_counts, sized_decisions
 from .decisions import _baked_number, _decide, _holds_in, _signature
 from .fake_replay import Replay, ReplayUnavailable, _in_place, replay, shapes_at
 from .far_traces import same_graph_at, within_trace_reach
@@ -46,6 +46,7 @@ from .other_values import _deciding_as_traced, _same_inputs, _scrambled_mismatch
 from .overlap import Worker, can_overlap
 from .probe_sizes import (Traced, _env_key, _env_text, _moved, below_probe_envs, example_sizes, far_probe_envs,
                           probe_envs)
+from .lattice import lattice_range, no_lattice_reason, wants_lattice
 from .ranges import _bisect_refused, _decision_step, _symbol_range
 
 # what the capture, the IR builder and the piece-by-piece diagnosis take from here
@@ -674,7 +675,9 @@ class Prober:
         if mismatch is None and counts:
             # the graph re-run in torch splits again; the export keeps the traced pieces
             mismatch = f"{counts[0].text} no longer: the export keeps the traced pieces"
-        if mismatch is None and flips:
+        if mismatch is None and any(not g.merged for g in flips):
+            # (a decision exported both ways flips with the graph: it takes the other branch there,
+            # and the probe's values are evidence as anywhere else)
             # decisions already found equivalent on every variant at other sizes: a few variants here
             seen = all(id(g) in self.equivalent for g in flips)
             mismatch = _scrambled_mismatch(self.gm, self.reference, env, run.inputs, self.traced.example,
@@ -786,6 +789,8 @@ class Prober:
         see: not far beyond the example (a trace there costs its sizes), the replay's shapes hold
         there, and the forward traced there gives this very graph (see :mod:`.far_traces`)."""
         (s,) = _moved(env, self.base_env)
+        if self.rep is None:  # shapes fitted from probes (a far change of torch's kernels): no replay tells
+            return False
         if not within_trace_reach(env[s], self.base_env[s]) or self._shapes_past_flip(env) != "good":
             return False
         return same_graph_at(env)
@@ -806,6 +811,25 @@ class Prober:
         for s in self.symbols:
             if s not in stepped:  # (a stepped one: the decisions gave its step and bounds)
                 self._refine_range(s)
+                self._lattice_range(s)
+
+    def _lattice_range(self, s: str) -> None:
+        """A model that refuses sizes between those it accepts near the example (a UNet at
+        H = 32k): the range on the lattice the graph holds on, when there is one (see
+        :mod:`.lattice`); else a too-short range says which sizes were tried."""
+        v, rng = self.base_env[s], self.ranges[s]
+        if not wants_lattice(rng, v, self.results[s]):
+            return
+        found, tried = lattice_range(s, v, self.results[s], lambda n: self.probe_status({**self.base_env, s: n}))
+        if found is not None:
+            self.ranges[s] = found
+            # check_io's sizes below and above the example, moved onto the lattice (run there)
+            d = found.step
+            self.plan.io_envs = [e if found.contains(e[s]) else {**e, s: v + d if e[s] > v else v - d}
+                                 for e in self.plan.io_envs]
+        elif tried and rng.lo is not None and rng.hi is not None:
+            why = "; ".join(x for x in (rng.why, no_lattice_reason(s, tried)) if x)
+            self.ranges[s] = SymRange(s, rng.lo, rng.hi, rng.step, rng.rest, why)
 
     def _refine_range(self, s: str) -> None:
         """A model accepting only every N-th size: look for a finer step and for the smallest
@@ -983,6 +1007,7 @@ class Prober:
                             [e for e in self.plan.io_envs if self._in_ranges(e)], same_path)
         analysis.left_checks = len(self.left or ())
         analysis.decided = decided_on_counts(self.gm, [g.node for g in self.guards], self.data_dep)
+        analysis.decided = sized_decisions(self.gm, analysis)  # while the graph holds the decisions' nodes
         return analysis
 
     def check_left(self) -> Optional[str]:

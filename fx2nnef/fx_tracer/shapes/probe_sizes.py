@@ -38,11 +38,32 @@ def example_sizes(example: list, names: list, dynamic_axes: dict) -> dict:
 
 
 def inputs_at(example: list, names: list, dynamic_axes: dict, env: dict, edge: bool = False) -> list:
+    """The example inputs at the sizes ``env``. A vector of integers (or one integer) whose largest
+    item is a dynamic size at the example holds the new size there, and no item past it: a vector of
+    lengths whose longest is the sequence's ``T`` (a padding mask sized by ``lengths.max()``, which
+    the model reads against ``T``) stays so at other ``T``."""
+    base = example_sizes(example, names, dynamic_axes)
+    moved = {v: env[s] for s, v in base.items() if env.get(s, v) != v}
+    if len(moved) != len({v for s, v in base.items() if env.get(s, v) != v}) or \
+            any(base[s] in moved and env.get(s, base[s]) == base[s] for s in base):
+        moved = {}  # two sizes of one value that do not move together: no telling which it is
     out = []
     for name, t in zip(names, example):
         for axis, sym in dynamic_axes.get(name, {}).items():
             t = resize(t, axis, env[sym], edge)
-        out.append(t)
+        out.append(_lengths_moved(t, moved))
+    return out
+
+
+def _lengths_moved(t: torch.Tensor, moved: dict) -> torch.Tensor:
+    if not moved or t.dim() > 1 or t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
+        return t
+    out = t.clone()
+    for old, new in moved.items():
+        held = t == old
+        if t.numel() and int(t.max()) == old:  # lengths of that axis: the longest is the new size, none past it
+            out[held] = new
+            out[(t > new) & (t < old)] = new
     return out
 
 

@@ -165,8 +165,16 @@ class _Builder:
                                  name=n.name))
         return out
 
+    def _data_number(self, n: fx.Node, value) -> bool:
+        """Whether ``n`` is a number read from data that the graph computes (a slice bound, see
+        ``tracing/data_bounds.py``): an ``item()`` the IR keeps as a 0-d integer tensor."""
+        return n.op == "call_method" and n.target == "item" and type(value) is int and n in self.a.data_dep \
+            and n not in self.a.constant
+
     def _tensor_outputs(self, n: fx.Node, value, path=()):
         """Create IR Values for every tensor in ``value``; returns the same structure."""
+        if not path and self._data_number(n, value):
+            return self.graph.new_value(n.name, DType.I64, ())
         if isinstance(value, torch.Tensor):
             name = n.name if not path else n.name + "_" + "_".join(map(str, path))
             return self.graph.new_value(name, ir_dtype(value.dtype), self._shape(n, path))
@@ -217,7 +225,7 @@ class _Builder:
             return self.graph.new_value(n.name, ir_dtype(value.dtype), self._shape(n))
         if n.op == "call_function" and isinstance(n.target, ScanCall):
             return self._loop(n, value)
-        if not has_tensor(value):
+        if not has_tensor(value) and not self._data_number(n, value):
             return self._scalar(n)
         if n.op == "call_function" and n.target is operator.getitem and isinstance(self.env.get(n.args[0]), tuple):
             return self.env[n.args[0]][n.args[1]]

@@ -54,21 +54,11 @@ class TorchData(TensorData):
         return t.contiguous().numpy()
 
     def chunks(self, max_bytes: int = DEFAULT_CHUNK_BYTES) -> Iterator[memoryview]:
+        return _tensor_chunks(self._checked(), max_bytes)
+
+    def row_chunks(self, start: int, stop: int, max_bytes: int = DEFAULT_CHUNK_BYTES) -> Iterator[memoryview]:
         t = self._checked()
-        if t.device.type == "cpu" and t.dtype != torch.bfloat16 and t.is_contiguous():
-            yield from array_chunks(t.numpy(), max_bytes)
-            return
-        rows = t.reshape(-1) if t.dim() <= 1 else t  # pieces are slices along dim 0: row-major order
-        out_dtype = torch.float32 if t.dtype == torch.bfloat16 else t.dtype
-        row_numel = max(1, rows[0].numel()) if len(rows) else 1
-        step = max(1, max_bytes // (row_numel * torch.empty((), dtype=out_dtype).element_size()))
-        # one buffer reused for every piece: allocating a piece each time fragments the heap
-        buffer = torch.empty(min(step, rows.shape[0]) * row_numel, dtype=out_dtype)
-        for start in range(0, rows.shape[0], step):
-            piece = rows[start:start + step]
-            out = buffer[:piece.numel()].view(piece.shape)
-            out.copy_(piece)
-            yield from array_chunks(out.numpy(), max_bytes)
+        return _tensor_chunks(t[start:stop], max_bytes) if t.dim() else super().row_chunks(start, stop, max_bytes)
 
     def _checked(self) -> torch.Tensor:
         if self._version is not None and tensor_version(self._tensor) != self._version:
@@ -77,6 +67,24 @@ class TorchData(TensorData):
                 "(by a later run of the model during the export?); its traced value is lost. Keep the model's "
                 "parameters unchanged while exporting, or make the forward not update them in place")
         return self._tensor
+
+
+def _tensor_chunks(t: torch.Tensor, max_bytes: int) -> Iterator[memoryview]:
+    """Row-major bytes of ``t`` (a bfloat16 tensor as float32) in pieces of at most about ``max_bytes``."""
+    if t.device.type == "cpu" and t.dtype != torch.bfloat16 and t.is_contiguous():
+        yield from array_chunks(t.numpy(), max_bytes)
+        return
+    rows = t.reshape(-1) if t.dim() <= 1 else t  # pieces are slices along dim 0: row-major order
+    out_dtype = torch.float32 if t.dtype == torch.bfloat16 else t.dtype
+    row_numel = max(1, rows[0].numel()) if len(rows) else 1
+    step = max(1, max_bytes // (row_numel * torch.empty((), dtype=out_dtype).element_size()))
+    # one buffer reused for every piece: allocating a piece each time fragments the heap
+    buffer = torch.empty(min(step, rows.shape[0]) * row_numel, dtype=out_dtype)
+    for start in range(0, rows.shape[0], step):
+        piece = rows[start:start + step]
+        out = buffer[:piece.numel()].view(piece.shape)
+        out.copy_(piece)
+        yield from array_chunks(out.numpy(), max_bytes)
 
 
 def torch_data(tensor: torch.Tensor, name: str) -> TensorData:

@@ -259,10 +259,17 @@ def graph_difference(a: fx.GraphModule, b: fx.GraphModule):
     return None if values is None else ("values", values)
 
 
-def check_number_reads(trace_again, baseline: fx.GraphModule, reads: list) -> None:
+class BoundReadMismatch(TraceError):
+    """A slice bound taken as a number read from data (``tracing/data_bounds.py``) did not follow
+    that number when it changed: the equality at the example was a coincidence."""
+
+
+def check_number_reads(trace_again, baseline: fx.GraphModule, reads: list, bound: list = ()) -> None:
     """Trace again with the numbers read from tensor data changed (``trace_again()`` traces once,
     in a :func:`number_reads` scope set here) and compare with ``baseline``: raise when a number
-    became a size, bound, index or constant of the graph; note a decision taken on it."""
+    became a size, bound, index or constant of the graph; note a decision taken on it. ``bound``:
+    the baseline's bounds taken as numbers read (``data_bounds.BoundRead``), which each other
+    trace must take alike."""
     if not reads:
         return
 
@@ -272,6 +279,8 @@ def check_number_reads(trace_again, baseline: fx.GraphModule, reads: list) -> No
                 other = trace_again()
             except Exception as exc:  # noqa: BLE001 - the model refuses the changed number
                 return "fails", f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        if list(getattr(other, "bound_reads", ())) != list(bound):
+            _bounds_differ(list(bound), list(getattr(other, "bound_reads", ())))
         return graph_difference(baseline, other.gm)
 
     together = difference(range(len(reads)))
@@ -298,6 +307,15 @@ def check_number_reads(trace_again, baseline: fx.GraphModule, reads: list) -> No
         raise TraceError(_number_in_graph(failing[0], together[1]))
 
 
+def _bounds_differ(bound: list, other: list) -> None:
+    odd = next((b for b in bound if b not in other), None) or next(b for b in other if b not in bound)
+    at = f" at {odd.source}: `{odd.source.code}`" if odd.source is not None else ""
+    raise BoundReadMismatch(
+        f"a slice bound{at} equals a number read from tensor data at the example, but does not follow it when "
+        "that number changes: the bound cannot be told from the number. Keep the number a tensor "
+        "(x[:n] with n a 0-d integer tensor) where the bound reads it, or compute the bound otherwise")
+
+
 def _number_in_graph(read: "NumberRead", node: fx.Node) -> str:
     src = node.meta.get("source") or next((u.meta.get("source") for u in node.users if u.meta.get("source")), None)
     at = f" at {src}: `{src.code}`" if src is not None else ""
@@ -312,11 +330,13 @@ def _number_in_graph(read: "NumberRead", node: fx.Node) -> str:
         what = f"a constant argument of {name}()"
     origin = read.source
     read_at = f" at {origin}: `{origin.code}`" if origin is not None else ""
+    bound = (" A slice bound may be the integer tensor itself, computed with torch ops (x[:t - 1], not "
+             "x[:int(t) - 1]): the graph then reads it.") if what == "a slice bound or index" else ""
     return (f"{what}{at} comes from tensor content (read with {read.op}(){read_at}, {read.value!r} on the example): "
             "the export would hold for the example's value only, and a shape that follows data has no NNEF "
             "form. Keep the number a tensor instead: compute with it (x * t, not x * float(t)), mask with it "
             "(torch.where(torch.arange(x.size(0)) < n, x, 0) for a bound), pick data-chosen rows with a tensor "
-            "index (x[t] or torch.index_select), or make the bound an input size (a dynamic axis).")
+            "index (x[t] or torch.index_select), or make the bound an input size (a dynamic axis)." + bound)
 
 
 def sizes_from_shape_tensors(tracer, kind: str, target, args: tuple) -> tuple:

@@ -28,6 +28,7 @@ class DataInt(int):
     origin: Optional[SourceLoc] = None
     tensor = None  # the traced 1-d tensor it is item ``index`` of (``t.tolist()``), not after arithmetic
     index = None
+    read = ""  # "item" for the number ``t.item()`` gave itself (not after arithmetic, not a tolist() item)
 
     def __new__(cls, value: int, origin: Optional[SourceLoc], tensor=None, index=None):
         obj = super().__new__(cls, value)
@@ -106,4 +107,5 @@ def check_no_data_sizes(kind: str, target, args: tuple, kwargs: dict) -> None:
         "follow the input data, which a static NNEF graph cannot express, and baking the example's number would "
         "be wrong for other inputs. Instead keep the full size and mask (torch.where(torch.arange(x.size(0)) < n, "
         "x, 0)), pick data-chosen rows with a tensor index (x[t] or torch.index_select), or make the bound an "
-        "input size (a dynamic axis).")
+        "input size (a dynamic axis). A slice bound or narrow() start or length may be the integer tensor "
+        "itself, computed with torch ops (x[:t + 1], not x[:t.item() + 1]): the graph then reads it.")

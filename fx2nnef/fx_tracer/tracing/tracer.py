@@ -26,6 +26,7 @@ from . import structures
 from .proxy import _DATA_TENSOR_METHODS, _STATIC_TENSOR_METHODS, CustomAttribute, CustomProxy, SizeTuple
 from .control_flow import _COMPARISONS, control_flow_patches, decide_in_body
 from .data_dep import _FAILING_TARGETS, depends_on_data, in_loop_body, on_slot_data, read_number, sizes_from_shape_tensors
+from .data_bounds import bind_data_bounds, note_data_read, reads_a_bound
 from .data_sizes import DataInt, check_no_data_sizes, mark_data_number
 from .fast_paths import reproduce_fast_path
 from .loops import iterate_pieces, loop_range_patch, note_sized_range
@@ -270,6 +271,10 @@ class CustomTracer(fx.Tracer):
         self.written = WrittenMemory(self._traced_reading)  # plain tensors that traced calls wrote
         self._snapshot_versions: dict = {}  # stored copy's name -> version of what it copies
         self._memory: dict = {}  # memory block of plain tensors -> name of its stored copy
+        # numbers read from data, in order ((value, proxy read)), and the bounds taken as one (.data_bounds)
+        self.data_reads: list = []
+        self.bound_reads: list = []
+        self.bind_reads = True
 
     # proxies and values ---------------------------------------------------------------
     def proxy(self, node):
@@ -288,6 +293,7 @@ class CustomTracer(fx.Tracer):
                 return proxy
             args = sizes_from_shape_tensors(self, kind, target, args)
             args = from_the_start(self, kind, target, args)  # x[:, :-pad] of a traced pad
+            args, kwargs = bind_data_bounds(self, kind, target, args, kwargs)  # x[:n.item()]: the number traced
             joined = grouped_split(self, kind, target, args, kwargs) or grouped_cat(self, kind, target, args, kwargs)
             if joined is not None:  # rows cut into groups sized by data: see .grouped
                 return joined
@@ -410,8 +416,13 @@ class CustomTracer(fx.Tracer):
                 if not self._on_data(root):
                     return result
                 result = read_number(self, name, result, self.guards[-1])
-                return mark_data_number(result, self.guards[-1].source,
-                                        root if name == "tolist" and v.dim() == 1 else None)
+                marked = mark_data_number(result, self.guards[-1].source,
+                                          root if name == "tolist" and v.dim() == 1 else None)
+                if name == "item":
+                    note_data_read(self, root, result)
+                    if isinstance(marked, DataInt):
+                        marked.read = "item"  # a bound equal to it may stand for it (.data_bounds)
+                return marked
         return self.create_proxy("call_method", name, (root,) + tuple(args), kwargs)
 
     def iterate_pieces(self, proxy: CustomProxy):
@@ -455,6 +466,7 @@ class CustomTracer(fx.Tracer):
         self._record_guard(proxy, op, result, text)
         if op in _NUMBER_READS and not self._checking and self._on_data(proxy):
             result = read_number(self, op, result, self.guards[-1])
+            note_data_read(self, proxy, result)
         return result
 
     def _numbered(self, proxy, op: str, result, forced: dict):
@@ -929,7 +941,7 @@ def tracing_patches(tracer: CustomTracer):
 
     def wrap(fn):
         def wrapper(*args, **kwargs):
-            if _contains_proxy(args) or _contains_proxy(kwargs):
+            if _contains_proxy(args) or _contains_proxy(kwargs) or reads_a_bound(tracer, fn, args, kwargs):
                 return tracer.create_proxy("call_function", fn, args, kwargs)
             if tracer.sized_ranges:
                 made = _range_tensor(tracer, fn, args, kwargs)
@@ -1048,6 +1060,7 @@ class TraceResult:
     decisions: list = dataclasses.field(default_factory=list)  # numbered data decisions (branches="select")
     loops: list = dataclasses.field(default_factory=list)  # Python loops over traced sizes (roll_loops)
     at_size: Optional[tuple] = None  # (symbol, size): the forward traced there too, selected there (merge_at_size)
+    bound_reads: list = dataclasses.field(default_factory=list)  # bounds taken as numbers read (.data_bounds)
 
 
 class _TraceRoot(torch.nn.Module):
@@ -1085,6 +1098,7 @@ class TraceSettings:
     size_sites: frozenset = frozenset()
     data_decisions: bool = True
     unify_sizes: bool = True
+    bind_reads: bool = True  # a bound equal to a number read from data stands for it (.data_bounds)
 
 
 def trace_model(model: torch.nn.Module, args: tuple, kwargs: dict, flat_names: list,
@@ -1104,6 +1118,7 @@ def trace_model(model: torch.nn.Module, args: tuple, kwargs: dict, flat_names: l
     tracer = CustomTracer(leaf_types, opts.leaf_names, opts.forced, opts.size_sites, opts.data_decisions,
                           opts.unify_sizes)
     tracer.roll_loops = opts.roll_loops
+    tracer.bind_reads = opts.bind_reads
     # the tracer runs the forward on ``values``, which in-place updates of the inputs change; the
     # example inputs handed back are the inputs as given
     originals = {name: t.detach().clone() for name, (_, t) in zip(flat_names, flat)}
@@ -1151,7 +1166,8 @@ def trace_model(model: torch.nn.Module, args: tuple, kwargs: dict, flat_names: l
     gm = _graph_module_class()(root, graph, class_name=type(model).__name__)
     names = list(opts.output_names) if opts.output_names else outs
     return TraceResult(gm, list(flat_names), names, tracer.guards, [originals[n] for n in flat_names],
-                       list(tracer.control_flow_notes), list(tracer.decisions), list(tracer.loops))
+                       list(tracer.control_flow_notes), list(tracer.decisions), list(tracer.loops),
+                       bound_reads=list(tracer.bound_reads))
 
 
 def _module_state(model: torch.nn.Module) -> list:

@@ -18,6 +18,7 @@ from ...ir import DType, SymDim, Value
 from ..context import EmitContext
 from ..helpers import cast, compare, dim_value, dims_list, ew, opaque, producer, select, un, unsqueeze_to
 from ..registry import register
+from .data_windows import data_arange
 
 
 def size_arg(size: Sequence) -> list:
@@ -92,9 +93,11 @@ def arange(ctx: EmitContext, start=0, end=None, step=1, *, out=None, dtype: Opti
                  f"{_text(step)}): its number of items, ceil((end - start) / step), is a float computation "
                  "the exporter cannot carry exactly at every size (1.0 / S rounds, and the count is not "
                  "always S); use integer steps (torch.arange(S) / S)")
+    if computed and (isinstance(step, Value) or any(v.shape != () or v.dtype is not DType.I64 for v in computed)):
+        ctx.fail("torch.arange with bounds read from tensor data takes integer bounds read as numbers "
+                 "(torch.arange(lengths.max())) and a constant step")
     if computed:
-        ctx.fail("torch.arange with bounds read from tensor data gives a data-dependent shape; "
-                 "use sizes (x.shape[i]) or Python numbers")
+        return data_arange(ctx, start, end, step, dtype)
     if any(isinstance(v, float) and not v.is_integer() for v in bounds):
         ctx.fail(f"torch.arange({start}, {end}, {step}): fractional bounds with a dynamic size are not supported")
     start, end, step = (int(v) if isinstance(v, float) else v for v in bounds)

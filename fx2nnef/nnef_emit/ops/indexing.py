@@ -21,6 +21,7 @@ from ..context import EmitContext
 from ..helpers import (axis, broadcast_operands, cast, compare, dim_value, env_text, negative_at, opaque, producer, rank,
                        result_dtype, unsqueeze_to)
 from ..registry import register
+from .data_windows import has_data_bound, narrow_window, output_length, window
 from .shape import concat, expand_to, full_like_value, permute_axes, reshape_to, slice_axes, slice_axis, slice_length
 
 # keys of the tracer's functional stand-ins for mutations (fx2nnef.fx_tracer; not imported here)
@@ -256,6 +257,8 @@ def getitem(ctx: EmitContext, input: Value, index):
         raise EmitError("x[False] selects nothing: empty tensors cannot be exported")
     if any(_is_mask(i) for i in items):
         return _by_data_mask(ctx, input, items)
+    if any(isinstance(i, slice) and has_data_bound(i.start, i.stop) for i in items):
+        return _by_data_bounds(ctx, input, items)
     plain = not any(isinstance(i, (Value, list)) for i in items)
     node = ctx.node
     want = node.outputs[0].shape if plain and node is not None and node.kind == "operator.getitem" \
@@ -274,6 +277,20 @@ def getitem(ctx: EmitContext, input: Value, index):
         shape = tuple(d for a, d in enumerate(x.shape) if a not in ints)
         x = ctx.op("squeeze", x, axes=ints, out_shape=shape, out_dtype=x.dtype)
     return _new_axes(ctx, x, items)
+
+
+def _by_data_bounds(ctx: EmitContext, input: Value, items: list) -> Value:
+    """``x[..., a:b, ...]`` with a bound read from data (``x[:lengths.max()]``): the other items
+    first, then that window (see ``data_windows``)."""
+    at = [k for k, i in enumerate(items) if isinstance(i, slice) and has_data_bound(i.start, i.stop)]
+    if len(at) > 1 or any(isinstance(i, (Value, list)) for i in items) or items[at[0]].step not in (None, 1):
+        raise EmitError("x[...] with a slice bound read from data is exported with one such slice of step 1 and "
+                        "plain slices or ints beside it; index the result in a second step")
+    k = at[0]
+    rest = getitem(ctx, input, tuple(slice(None) if j == k else i for j, i in enumerate(items)))
+    out_ax = sum(1 for i in items[:k] if i is None or isinstance(i, slice))
+    window_item = items[k]
+    return window(ctx, rest, out_ax, window_item.start, window_item.stop, output_length(ctx, out_ax))
 
 
 def _by_data_mask(ctx: EmitContext, input: Value, items: list) -> Value:
@@ -681,7 +698,7 @@ def narrow(ctx: EmitContext, input: Value, dim: int, start, length):
     """narrow(Tensor(a) self, int dim, SymInt start, SymInt length) -> Tensor(a)"""
     ax = axis(dim, rank(input))
     if isinstance(start, Value) or isinstance(length, Value):
-        raise EmitError("narrow with a tensor start or length is not supported")
+        return narrow_window(ctx, input, dim, start, length)
     begin = _position(start, input.shape[ax], ctx)
     return slice_axis(ctx, input, ax, begin, begin + length)
 

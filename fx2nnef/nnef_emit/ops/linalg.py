@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from ...errors import EmitError
-from ...ir import Value, product
+from ...ir import ReshapedData, RowsData, Value, product
 from ..context import EmitContext, stored_transposed
 from ..helpers import broadcast_operands, cast, dims_list, ew, rank, result_dtype, tiled_from, un, unsqueeze_to
 from ..registry import register
@@ -138,13 +138,34 @@ def linear(ctx: EmitContext, input: Value, weight: Value, bias=None):
         for d in lead:
             rows = rows * d
         flat = ctx.op("reshape", input, shape=dims_list([rows, input.shape[-1]]), out_shape=(rows, input.shape[-1]))
-        y = _matmul(ctx, flat, weight, transpose_b=True)
+        y = _linear_product(ctx, flat, weight)
         y = ctx.op("reshape", y, shape=dims_list(lead + (weight.shape[0],)), out_shape=lead + (weight.shape[0],))
     else:
-        y = _matmul(ctx, input, weight, transpose_b=True)
+        y = _linear_product(ctx, input, weight)
     if bias is not None:
         y = ctx.op("add", *broadcast_operands(ctx, y, bias))
     return y
+
+
+def _linear_product(ctx: EmitContext, x: Value, weight: Value) -> Value:
+    """``x @ weight.T``; a plain constant weight of more than twice the profile's
+    ``weight_block_bytes`` is multiplied by blocks of its rows, the products concatenated.
+
+    NOTE: tract 0.23.9 holds two copies of a weight while it loads it (its leading unit axis is
+    dropped into a new tensor) and while it packs it for its kernels: a vocabulary matrix
+    (Llama-3.2-1B's 501 MiB) added that much to the peak, twice. Each block is packed on its own,
+    so the extra copy is one block; the products are the same numbers."""
+    block = ctx.profile.weight_block_bytes
+    data = weight.source if weight.is_constant else None
+    if not block or data is None or data.stored_format is not None or data.dtype is not weight.dtype \
+            or tuple(data.shape) != tuple(weight.shape) or data.nbytes <= 2 * block:
+        return _matmul(ctx, x, weight, transpose_b=True)
+    rows, lead = weight.shape[0], (1,) * (rank(x) - 2)  # each block declared at the product's rank, once
+    step = -(-rows // -(-data.nbytes // block))
+    blocks = [RowsData(data, start, min(start + step, rows)) for start in range(0, rows, step)]
+    parts = [_matmul(ctx, x, ctx.const(ReshapedData(b, lead + b.shape), weight.dtype, name=weight.name),
+                     transpose_b=True) for b in blocks]
+    return ctx.op("concat", parts, axis=rank(parts[0]) - 1, out_shape=tuple(parts[0].shape[:-1]) + (rows,))
 
 
 @register(torch.matmul, "Tensor.matmul", "operator.matmul")

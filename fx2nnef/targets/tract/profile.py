@@ -17,5 +17,6 @@ TRACT = declare_target(TargetProfile(
     opaque_size_conditions=True,
     data_sized_counts=True,
     opaque_sizes_in_products=True,
+    weight_block_bytes=64 << 20,
 ))
 """tract: its own ops (``tract_core_*``, ``tract_transformers_*``), loops, symbolic sizes."""
