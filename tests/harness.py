@@ -77,6 +77,16 @@ def seeded(seed: int = 0) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
+def noisy(model: torch.nn.Module) -> torch.nn.Module:
+    """``model`` in eval mode with every parameter moved by 0.1 of a normal draw (seed 0): default
+    initialisations (norms at one, zero biases) hide bugs."""
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.1 * torch.randn(p.shape))
+    return model.eval()
+
+
 def randn(*shape, dtype=torch.float32, seed: int = 0) -> torch.Tensor:
     return torch.randn(*shape, generator=seeded(seed)).to(dtype)
 

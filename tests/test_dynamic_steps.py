@@ -17,13 +17,7 @@ import torch.nn.functional as F
 import fx2nnef
 from fx2nnef.targets.tract_runner import run_tract_many
 
-
-def _noisy(model: nn.Module) -> nn.Module:
-    torch.manual_seed(0)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(0.1 * torch.randn(p.shape))
-    return model.eval()
+from harness import noisy
 
 
 class PatchEmbed(nn.Module):
@@ -116,7 +110,7 @@ def _on_step(r, sym, n):
 
 
 def test_patch_embed_pad_step(tmp_path):
-    model = _noisy(PatchEmbed())
+    model = noisy(PatchEmbed())
     r = _export(model, (32, 24), tmp_path)
     for s in ("H", "W"):
         rng = r.ranges[s]
@@ -129,7 +123,7 @@ def test_patch_embed_pad_step(tmp_path):
 
 
 def test_tf_same_padding_three_stride_two_convs(tmp_path):
-    model = _noisy(SameConvs(3))
+    model = noisy(SameConvs(3))
     r = _export(model, (32, 24), tmp_path)
     # every conv's input even at 32 (32, 16, 8): H % 8 == 0; 24 -> 12 -> 6 even too
     assert (r.ranges["H"].step, r.ranges["H"].rest % 8) == (8, 0), r.ranges["H"]
@@ -140,7 +134,7 @@ def test_tf_same_padding_three_stride_two_convs(tmp_path):
 
 def test_tf_same_padding_odd_stage(tmp_path):
     # 24 -> 12 -> 6 (even) but 20 -> 10 -> 5: the third conv takes the odd branch, rest 4 of 8
-    model = _noisy(SameConvs(3))
+    model = noisy(SameConvs(3))
     r = _export(model, (24, 20), tmp_path)
     assert (r.ranges["W"].step, r.ranges["W"].rest) == (8, 4), r.ranges["W"]
     assert _on_step(r, "W", 28) and not _on_step(r, "W", 24)
@@ -151,7 +145,7 @@ def test_window_partition_pad(tmp_path):
     # the graph is traced again where the window pads (it holds at every size); tract once refused
     # it at load, unable to match the padded size's parts (H)/2 + (H+1)/2 - H + 4*(H+6)/8 with
     # 4*(H+6)/8 in the concat (see tests/test_vision_dynamic_sizes2.py)
-    model = _noisy(WindowPad())
+    model = noisy(WindowPad())
     r = _export(model, (16, 24), tmp_path)
     # the pad by (4 - h % 4) % 4 is general, the decision to pad is not: the graph traced where no
     # padding is needed holds where none is (H % 8 == 0), maybe on every size when traced padded
@@ -163,7 +157,7 @@ def test_window_partition_pad(tmp_path):
 
 
 def test_off_step_size_refused_by_tract(tmp_path):
-    model = _noisy(PatchEmbed())
+    model = noisy(PatchEmbed())
     r = _export(model, (32, 24), tmp_path, check_io=False)
     assert not r.ranges["H"].contains(30)
     with pytest.raises(Exception):
@@ -175,7 +169,7 @@ def test_tiny_swin_dynamic_hw(tmp_path):
     transformers = pytest.importorskip("transformers")
     cfg = transformers.SwinConfig(embed_dim=8, depths=[1, 1], num_heads=[1, 1], window_size=2, image_size=32,
                                   patch_size=4, mlp_ratio=1.0)
-    swin = _noisy(transformers.SwinModel(cfg))
+    swin = noisy(transformers.SwinModel(cfg))
 
     class Wrap(nn.Module):
         def __init__(self):

@@ -16,13 +16,7 @@ import fx2nnef
 from fx2nnef.errors import GuardError
 from fx2nnef.targets.tract_runner import run_tract_many
 
-
-def _noisy(model: nn.Module) -> nn.Module:
-    torch.manual_seed(0)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(0.1 * torch.randn(p.shape))
-    return model.eval()
+from harness import noisy
 
 
 class StemUNet(nn.Module):
@@ -107,7 +101,7 @@ def _on_lattice(r, step):
 
 @pytest.mark.parametrize("check_io", [True, False])
 def test_unet_with_stem_exports_on_a_lattice(tmp_path, check_io):
-    model = _noisy(StemUNet())
+    model = noisy(StemUNet())
     r = _export(model, (32, 32), tmp_path, check_io)
     _on_lattice(r, 8)
     assert not r.ranges["H"].contains(31) and not r.ranges["H"].contains(36)
@@ -118,14 +112,14 @@ def test_unet_with_stem_exports_on_a_lattice(tmp_path, check_io):
 
 
 def test_off_lattice_size_refused_by_tract(tmp_path):
-    model = _noisy(StemUNet())
+    model = noisy(StemUNet())
     r = _export(model, (32, 32), tmp_path, check_io=False)
     with pytest.raises(Exception):
         run_tract_many(r.path, [[torch.randn(1, 3, 36, 32).numpy()]])
 
 
 def test_hrnet_like_fuse(tmp_path):
-    model = _noisy(HRFuse())
+    model = noisy(HRFuse())
     r = _export(model, (32, 32), tmp_path)
     _on_lattice(r, 4)
     _tract_at(model, r.path, [(1, 28, 36), (2, 12, 64)])
@@ -134,7 +128,7 @@ def test_hrnet_like_fuse(tmp_path):
 @pytest.mark.parametrize("check_io", [True, False])
 def test_dla_like_concat(tmp_path, check_io):
     # without the lattice, tract refused the asset at load: concat of (H+1)/2 and 4*((H+7)/8)
-    model = _noisy(CatUp())
+    model = noisy(CatUp())
     r = _export(model, (32, 32), tmp_path, check_io)
     _on_lattice(r, 8)
     _tract_at(model, r.path, [(1, 24, 40), (2, 48, 16)])
