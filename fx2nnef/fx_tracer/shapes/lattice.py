@@ -54,10 +54,14 @@ def lattice_range(sym: str, v: int, results: dict, run: Callable[[int], str]) ->
 
 
 def _refused_within(v: int, d: int, results: dict) -> bool:
-    """Whether the model refuses a size closer to the example than ``d``: a lattice is taken for
-    refusals near the example only (a reflect pad refusing T=17..20 for an example of 100 runs at
-    99 and 101, and on every lattice too)."""
-    return any(abs(n - v) < d for n, r in results.items() if r == "refused")
+    """Whether the model refuses a size above the example and closer to it than ``d``: a lattice
+    is taken for refusals near the example only (a reflect pad refusing T=17..20 for an example of
+    100 runs at 99 and 101, and on every lattice too), and only where a refused size lies between
+    the example and the next size of the lattice, which the model accepts. Refusals below the
+    example alone are a lower bound, not a lattice: an index read from data that is out of range
+    below the example's size refuses the smaller sizes, and accepts some of them with other data
+    (a stride-2 stem rounding sizes up refuses just above a multiple, as a lattice does)."""
+    return any(v < n < v + d for n, r in results.items() if r == "refused")
 
 
 def _first_not_good(sizes: list, results: dict, run) -> Optional[int]:
