@@ -14,8 +14,8 @@ import torch.nn.functional as F
 
 import fx2nnef
 from fx2nnef.targets.tract_runner import run_tract_many
-from harness import randn, tract_matches_eager
-from test_dynamic_steps import WindowPad, _export, _noisy, pad_to_patch
+from harness import noisy, randn, tract_matches_eager
+from test_dynamic_steps import WindowPad, _export, pad_to_patch
 
 
 def _in_range(r, hw) -> bool:
@@ -31,7 +31,7 @@ def _tract_at(model, r, sizes):
 def test_window_pad_both_axes_loads_in_tract(tmp_path):
     # before: tract refused the asset at load ("Inconsistent concat": the H-padded size as tract's
     # sum of parts against the size written for the W piece)
-    model = _noisy(WindowPad(always=True))  # Swin's window layer
+    model = noisy(WindowPad(always=True))  # Swin's window layer
     r = _export(model, (18, 26), tmp_path)  # 9 x 13 windows grid: both axes padded at the example
     # traced where both axes pad, the graph holds for the sizes with no padding too
     _tract_at(model, r, [(18, 26), (16, 24), (22, 10), (40, 34)])
@@ -81,7 +81,7 @@ class PatchThenWindows(nn.Module):
 
 
 def test_patch_pad_then_window_pad_steps(tmp_path):
-    model = _noisy(PatchThenWindows())
+    model = noisy(PatchThenWindows())
     # 32 x 24 -> 8 x 6 patches: no patch padding, the window pads W (6 -> 8), not H
     r = _export(model, (32, 24), tmp_path)
     for s in ("H", "W"):
